@@ -1,0 +1,28 @@
+//! courtesy: a local forward HTTP(S) proxy that keeps one budget per target host and makes every
+//! client's traffic fit it.
+//!
+//! Module map (one job each; see `DESIGN.md`):
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`] |
+//! | [`server`] | accept loops, connection tasks, graceful shutdown; [`run`] |
+//! | [`proxy`] | the hyper service: forwarding, CONNECT tunnels, hop-by-hop headers |
+//! | [`response`] | locally made responses with `Proxy-Status`, and the response body type |
+//! | [`resolve`] | DNS with a timeout, so DNS failures get their own `Proxy-Status` |
+//! | [`policy`] | pure per-host state: token bucket, in-flight count; takes `now` |
+//! | [`limiter`] | host table, per-host FIFO, depth cap, deadlines: the only place requests wait |
+//! | [`admin`] | the admin listener |
+//!
+//! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls [`run`].
+
+pub mod admin;
+pub mod config;
+pub mod limiter;
+pub mod policy;
+pub mod proxy;
+pub mod resolve;
+pub mod response;
+pub mod server;
+
+pub use server::{run, Listeners};

@@ -1,0 +1,168 @@
+//! The `courtesy` command: `run` (the default), `check`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use courtesy::config::Config;
+use courtesy::Listeners;
+
+/// The default config path, used when it exists and no --config is given.
+const DEFAULT_CONFIG: &str = "config/courtesy.toml";
+
+/// A local forward HTTP(S) proxy that makes any scraper polite.
+#[derive(Debug, Parser)]
+#[command(name = "courtesy", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the proxy (the default when no command is given).
+    Run(RunArgs),
+    /// Validate a config file and print the policy each host rule resolves to.
+    Check {
+        /// The config file to check.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct RunArgs {
+    /// Config file [default: config/courtesy.toml if it exists, else built-in defaults].
+    #[arg(long, short = 'c', global = true)]
+    config: Option<PathBuf>,
+    /// Override [proxy] listen.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Override [proxy] admin_listen.
+    #[arg(long)]
+    admin_listen: Option<std::net::SocketAddr>,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Check { file }) => check(&file),
+        Some(Command::Run(args)) => run(args),
+        None => run(cli.run),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("courtesy: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+    match path {
+        Some(p) => Ok(Config::load(p)?),
+        None if Path::new(DEFAULT_CONFIG).exists() => Ok(Config::load(Path::new(DEFAULT_CONFIG))?),
+        None => Ok(Config::default()),
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_format);
+    let mut config = load(args.config.as_deref())?;
+    if let Some(listen) = args.listen {
+        config.proxy.listen = listen;
+    }
+    if let Some(admin) = args.admin_listen {
+        config.proxy.admin_listen = admin;
+    }
+    config
+        .check_listen("--listen / [proxy] listen", config.proxy.listen)
+        .map_err(anyhow::Error::msg)?;
+    config
+        .check_listen(
+            "--admin-listen / [proxy] admin_listen",
+            config.proxy.admin_listen,
+        )
+        .map_err(anyhow::Error::msg)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let listeners = Listeners::bind(&config).await?;
+        courtesy::run(listeners, config, shutdown_signal()).await
+    })
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("cannot watch SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn check(file: &Path) -> anyhow::Result<()> {
+    let config = Config::load(file)?;
+    println!("{}: ok", config.source);
+    let p = &config.proxy;
+    println!(
+        "[proxy] listen={} admin_listen={} max_in_flight={} connect_timeout={}s response_timeout={}s",
+        p.listen,
+        p.admin_listen,
+        p.max_in_flight,
+        p.connect_timeout.as_secs_f64(),
+        p.response_timeout.as_secs_f64()
+    );
+    println!("{:<32} {}", "[defaults]", describe(&config.defaults));
+    for rule in &config.hosts {
+        let label = format!("host rule {} ({})", rule.number, rule.pattern);
+        println!("{label:<32} {}", describe(&rule.policy));
+    }
+    Ok(())
+}
+
+fn describe(p: &courtesy::config::HostPolicy) -> String {
+    format!(
+        "rate={}/s burst={} concurrency={} jitter={} max_queue={} max_wait={}s",
+        p.rate,
+        p.burst,
+        p.concurrency,
+        p.jitter,
+        p.max_queue,
+        p.max_wait.as_secs_f64()
+    )
+}

@@ -1,0 +1,595 @@
+//! The proxy service: forwarding of absolute-form `http://` requests and CONNECT tunnels.
+//!
+//! The service's error type is `Infallible`: every failure becomes a response (see `response.rs`).
+//! The limiter sits immediately around the network call and nowhere else: key, admit, send, respond.
+//! This module does not accept connections (`server.rs`) and does not decide when a request may leave
+//! (`limiter.rs`).
+
+use std::convert::Infallible;
+use std::error::Error as StdError;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{HeaderName, HeaderValue, CONNECTION, HOST, VIA};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::config::{canonical_ip, Config};
+use crate::limiter::{Limiter, Permit};
+use crate::resolve::{Connector, DnsError, Resolver};
+use crate::response::{self, local, ProxyBody, ProxyError, PROXY_NAME};
+
+/// Headers that describe one connection, not the message: never forwarded either way.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Everything the service needs, shared by every connection.
+#[derive(Debug)]
+pub struct Proxy {
+    config: Arc<Config>,
+    limiter: Arc<Limiter>,
+    client: Client<Connector, Incoming>,
+    resolver: Resolver,
+    /// Addresses courtesy listens on: a request aimed at one of them is a loop.
+    own_addrs: Vec<SocketAddr>,
+    /// The `Via` entry this instance adds; seeing it on an incoming request means a loop.
+    via: HeaderValue,
+    via_token: String,
+}
+
+impl Proxy {
+    /// Builds the service state: the pooled upstream client and the loop guards.
+    pub fn new(config: Arc<Config>, limiter: Arc<Limiter>, own_addrs: Vec<SocketAddr>) -> Self {
+        let resolver = Resolver::new(config.proxy.connect_timeout);
+        let mut connector = Connector::new_with_resolver(resolver.clone());
+        connector.set_connect_timeout(Some(config.proxy.connect_timeout));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(64)
+            .build(connector);
+        let via_token = format!("{PROXY_NAME}-{:08x}", rand::random::<u32>());
+        let via = HeaderValue::from_str(&format!("1.1 {via_token}"))
+            .unwrap_or_else(|_| HeaderValue::from_static("1.1 courtesy"));
+        Proxy {
+            config,
+            limiter,
+            client,
+            resolver,
+            own_addrs,
+            via,
+            via_token,
+        }
+    }
+
+    /// The limiter this proxy admits requests through.
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    /// Answers one request from `client`. Never fails: errors are responses.
+    pub async fn serve(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Result<Response<ProxyBody>, Infallible> {
+        if !self.config.client_allowed(client.ip()) {
+            return Ok(local(
+                StatusCode::FORBIDDEN,
+                ProxyError::HttpRequestDenied,
+                &format!(
+                    "client {} is not in [proxy] allow_clients",
+                    canonical_ip(client.ip())
+                ),
+                None,
+            ));
+        }
+        if req.method() == Method::CONNECT {
+            return Ok(self.connect(req, client).await);
+        }
+        Ok(self.forward(req, client).await)
+    }
+
+    /// Forwards an absolute-form `http://` request through the host's budget.
+    async fn forward(&self, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+        let target = match Target::of_request(req.uri()) {
+            Ok(t) => t,
+            Err(why) => {
+                return local(
+                    StatusCode::BAD_REQUEST,
+                    ProxyError::HttpRequestError,
+                    why,
+                    None,
+                )
+            }
+        };
+        if let Some(refused) = self.refuse_loop(&target, req.headers()) {
+            return refused;
+        }
+        let span =
+            info_span!("request", client = %client, method = %req.method(), host = %target.key());
+        self.forward_to(req, target).instrument(span).await
+    }
+
+    async fn forward_to(&self, req: Request<Incoming>, target: Target) -> Response<ProxyBody> {
+        let mut permit = match self.limiter.admit(&target.host, target.port).await {
+            Ok(p) => p,
+            Err(refusal) => {
+                info!(reason = ?refusal, "refused locally");
+                return response::refusal(&refusal, &target.key());
+            }
+        };
+        let (mut parts, body) = req.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.append(VIA, via_for(parts.version, &self.via));
+        if let Ok(host) = HeaderValue::from_str(&target.authority) {
+            parts.headers.insert(HOST, host);
+        }
+        parts.version = Version::HTTP_11;
+        let upstream = Request::from_parts(parts, body);
+
+        permit.mark_sent();
+        let started = Instant::now();
+        let result = tokio::time::timeout(
+            self.config.proxy.response_timeout,
+            self.client.request(upstream),
+        )
+        .await;
+        let latency = started.elapsed();
+        match result {
+            Ok(Ok(response)) => {
+                info!(
+                    status = response.status().as_u16(),
+                    latency_ms = latency.as_millis() as u64,
+                    wait_ms = permit.waited().as_millis() as u64,
+                    rate = permit.host_rate(),
+                    "upstream response"
+                );
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                parts.headers.append(VIA, via_for(parts.version, &self.via));
+                parts.version = Version::HTTP_11;
+                Response::from_parts(
+                    parts,
+                    ProxyBody::Upstream {
+                        body,
+                        permit: Some(permit),
+                    },
+                )
+            }
+            Ok(Err(err)) => {
+                let (status, kind, details) = classify_client_error(&err);
+                warn!(
+                    error = kind.token(),
+                    latency_ms = latency.as_millis() as u64,
+                    "upstream failed: {details}"
+                );
+                local(status, kind, &details, None)
+            }
+            Err(_) => {
+                let secs = self.config.proxy.response_timeout.as_secs_f64();
+                warn!(timeout_s = secs, "upstream response timed out");
+                local(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ProxyError::HttpResponseTimeout,
+                    &format!("no response headers from {} within {secs}s", target.key()),
+                    None,
+                )
+            }
+        }
+    }
+
+    /// Opens a tunnel for `CONNECT host:port`: one admission per tunnel, whose permit (token and
+    /// concurrency slot) is held for the tunnel's whole life.
+    async fn connect(&self, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+        let target = match Target::of_connect(req.uri()) {
+            Ok(t) => t,
+            Err(why) => {
+                return local(
+                    StatusCode::BAD_REQUEST,
+                    ProxyError::HttpRequestError,
+                    why,
+                    None,
+                )
+            }
+        };
+        if !self.config.proxy.connect_ports.contains(&target.port) {
+            return local(
+                StatusCode::FORBIDDEN,
+                ProxyError::HttpRequestDenied,
+                &format!(
+                    "CONNECT to port {} is not allowed ([proxy] connect_ports = {:?})",
+                    target.port, self.config.proxy.connect_ports
+                ),
+                None,
+            );
+        }
+        if let Some(refused) = self.refuse_loop(&target, req.headers()) {
+            return refused;
+        }
+        let span = info_span!("tunnel", client = %client, host = %target.key());
+        self.tunnel(req, target).instrument(span).await
+    }
+
+    async fn tunnel(&self, req: Request<Incoming>, target: Target) -> Response<ProxyBody> {
+        let mut permit = match self.limiter.admit(&target.host, target.port).await {
+            Ok(p) => p,
+            Err(refusal) => return response::refusal(&refusal, &target.key()),
+        };
+        permit.mark_sent();
+        let upstream = match self.dial(&target).await {
+            Ok(stream) => stream,
+            Err((status, kind, details)) => {
+                warn!(error = kind.token(), "tunnel connect failed: {details}");
+                return local(status, kind, &details, None);
+            }
+        };
+        info!(
+            wait_ms = permit.waited().as_millis() as u64,
+            rate = permit.host_rate(),
+            "tunnel open"
+        );
+        tokio::spawn(
+            async move {
+                run_tunnel(req, upstream, permit).await;
+            }
+            .in_current_span(),
+        );
+        Response::new(ProxyBody::empty())
+    }
+
+    /// Connects a TCP stream to the target for a tunnel, with the same timeouts and error mapping as
+    /// forwarded requests.
+    async fn dial(&self, target: &Target) -> Result<TcpStream, (StatusCode, ProxyError, String)> {
+        let addrs: Vec<SocketAddr> = match target.host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, target.port)],
+            Err(_) => match self.resolver.lookup(&target.host).await {
+                Ok(addrs) => addrs
+                    .into_iter()
+                    .map(|a| SocketAddr::new(a.ip(), target.port))
+                    .collect(),
+                Err(e) => return Err(dns_failure(&e)),
+            },
+        };
+        let timeout = self.config.proxy.connect_timeout;
+        let mut last = None;
+        for addr in addrs {
+            match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Ok(Err(e)) => last = Some(io_failure(&e, &target.key())),
+                Err(_) => {
+                    last = Some((
+                        StatusCode::GATEWAY_TIMEOUT,
+                        ProxyError::ConnectionTimeout,
+                        format!(
+                            "no TCP connection to {addr} within {}s",
+                            timeout.as_secs_f64()
+                        ),
+                    ))
+                }
+            }
+        }
+        Err(last.unwrap_or((
+            StatusCode::BAD_GATEWAY,
+            ProxyError::DnsError,
+            format!("{} resolved to no address", target.host),
+        )))
+    }
+
+    /// A response refusing the request if it would come back to courtesy itself.
+    fn refuse_loop(&self, target: &Target, headers: &HeaderMap) -> Option<Response<ProxyBody>> {
+        let seen_before = headers
+            .get_all(VIA)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains(self.via_token.as_str()));
+        if seen_before || self.is_own_address(target) {
+            warn!(target = %target.key(), "request loop refused");
+            return Some(local(
+                StatusCode::FORBIDDEN,
+                ProxyError::ProxyLoopDetected,
+                &format!("{} is courtesy itself", target.key()),
+                None,
+            ));
+        }
+        None
+    }
+
+    fn is_own_address(&self, target: &Target) -> bool {
+        let ip = match target.host.parse::<IpAddr>() {
+            Ok(ip) => canonical_ip(ip),
+            Err(_) if target.host == "localhost" || target.host.ends_with(".localhost") => {
+                IpAddr::from([127, 0, 0, 1])
+            }
+            Err(_) => return false,
+        };
+        self.own_addrs.iter().any(|own| {
+            own.port() == target.port
+                && (own.ip() == ip
+                    || (own.ip().is_unspecified() && (ip.is_loopback() || ip.is_unspecified()))
+                    || (own.ip().is_loopback() && ip.is_loopback() && target.host == "localhost"))
+        })
+    }
+}
+
+/// Copies bytes both ways until either side closes; the permit is released when the tunnel ends.
+async fn run_tunnel(req: Request<Incoming>, mut upstream: TcpStream, permit: Permit) {
+    match hyper::upgrade::on(req).await {
+        Ok(upgraded) => {
+            let mut client = TokioIo::new(upgraded);
+            match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+                Ok((up, down)) => debug!(bytes_up = up, bytes_down = down, "tunnel closed"),
+                Err(e) => debug!("tunnel ended: {e}"),
+            }
+        }
+        Err(e) => debug!("CONNECT upgrade failed: {e}"),
+    }
+    drop(permit);
+}
+
+/// Where a request goes: lowercased host (no brackets), explicit port, and the authority as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Target {
+    host: String,
+    port: u16,
+    authority: String,
+}
+
+impl Target {
+    /// The target of a forwarded request: absolute-form `http://` only.
+    fn of_request(uri: &Uri) -> Result<Target, &'static str> {
+        let Some(authority) = uri.authority() else {
+            return Err(
+                "a proxy request needs an absolute URI such as http://example.com/ \
+                 (is HTTP_PROXY pointing at courtesy?)",
+            );
+        };
+        match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("http") => {}
+            Some(s) if s.eq_ignore_ascii_case("https") => {
+                return Err("https:// URLs go through CONNECT (set HTTPS_PROXY)")
+            }
+            _ => return Err("only http:// URLs can be forwarded"),
+        }
+        Target::new(
+            authority.host(),
+            authority.port_u16().unwrap_or(80),
+            authority.as_str(),
+        )
+    }
+
+    /// The target of a CONNECT: authority-form `host:port`, port required.
+    fn of_connect(uri: &Uri) -> Result<Target, &'static str> {
+        let authority = uri.authority().ok_or("CONNECT needs a host:port target")?;
+        let port = authority
+            .port_u16()
+            .ok_or("CONNECT needs a host:port target with a port")?;
+        Target::new(authority.host(), port, authority.as_str())
+    }
+
+    fn new(host: &str, port: u16, authority: &str) -> Result<Target, &'static str> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err("the target host is empty");
+        }
+        Ok(Target {
+            host: host.to_ascii_lowercase(),
+            port,
+            authority: authority.to_string(),
+        })
+    }
+
+    fn key(&self) -> String {
+        crate::limiter::host_key(&self.host, self.port)
+    }
+}
+
+/// Removes hop-by-hop headers: the fixed list and every header named in `Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+fn via_for(version: Version, ours: &HeaderValue) -> HeaderValue {
+    if version == Version::HTTP_11 {
+        return ours.clone();
+    }
+    let protocol = match version {
+        Version::HTTP_09 => "0.9",
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    };
+    let ours = ours.to_str().unwrap_or("1.1 courtesy");
+    let name = ours.split_once(' ').map_or(ours, |(_, n)| n);
+    HeaderValue::from_str(&format!("{protocol} {name}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("1.1 courtesy"))
+}
+
+/// Maps an upstream client error to the status, Proxy-Status error type and details for the client.
+fn classify_client_error(
+    err: &hyper_util::client::legacy::Error,
+) -> (StatusCode, ProxyError, String) {
+    let mut source: Option<&(dyn StdError + 'static)> = err.source();
+    while let Some(e) = source {
+        if let Some(dns) = e.downcast_ref::<DnsError>() {
+            return dns_failure(dns);
+        }
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return io_failure(io, "the origin");
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
+                return (
+                    StatusCode::BAD_GATEWAY,
+                    ProxyError::HttpProtocolError,
+                    format!("the origin sent an invalid response: {h}"),
+                );
+            }
+            if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
+                return (
+                    StatusCode::BAD_GATEWAY,
+                    ProxyError::ConnectionTerminated,
+                    format!("the origin closed the connection before a complete response: {h}"),
+                );
+            }
+            if h.is_body_write_aborted() || h.is_user() {
+                return (
+                    StatusCode::BAD_GATEWAY,
+                    ProxyError::HttpRequestError,
+                    format!("the request body could not be sent: {h}"),
+                );
+            }
+        }
+        source = e.source();
+    }
+    let kind = if err.is_connect() {
+        ProxyError::DestinationUnavailable
+    } else {
+        ProxyError::ConnectionTerminated
+    };
+    (
+        StatusCode::BAD_GATEWAY,
+        kind,
+        format!("upstream error: {err}"),
+    )
+}
+
+fn dns_failure(err: &DnsError) -> (StatusCode, ProxyError, String) {
+    match err {
+        DnsError::Timeout { .. } => (
+            StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::DnsTimeout,
+            err.to_string(),
+        ),
+        DnsError::Failed { .. } => (
+            StatusCode::BAD_GATEWAY,
+            ProxyError::DnsError,
+            err.to_string(),
+        ),
+    }
+}
+
+fn io_failure(err: &io::Error, what: &str) -> (StatusCode, ProxyError, String) {
+    match err.kind() {
+        io::ErrorKind::ConnectionRefused => (
+            StatusCode::BAD_GATEWAY,
+            ProxyError::ConnectionRefused,
+            format!("{what} refused the connection"),
+        ),
+        io::ErrorKind::TimedOut => (
+            StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::ConnectionTimeout,
+            format!("no TCP connection to {what} within the connect timeout"),
+        ),
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe
+        | io::ErrorKind::UnexpectedEof => (
+            StatusCode::BAD_GATEWAY,
+            ProxyError::ConnectionTerminated,
+            format!("{what} reset the connection: {err}"),
+        ),
+        _ => (
+            StatusCode::BAD_GATEWAY,
+            ProxyError::DestinationUnavailable,
+            format!("cannot reach {what}: {err}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go_and_end_to_end_ones_stay() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "close, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy-authorization", "Basic Zm9v"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("upgrade", "websocket"),
+            ("transfer-encoding", "chunked"),
+            ("accept", "*/*"),
+            ("cookie", "a=b"),
+        ] {
+            h.append(k, HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["accept", "cookie"]);
+    }
+
+    #[test]
+    fn targets_are_lowercased_with_explicit_ports() {
+        let t = Target::of_request(&"http://Example.COM/x".parse().unwrap()).unwrap();
+        assert_eq!(t.key(), "example.com:80");
+        let t = Target::of_request(&"http://[::1]:8080/".parse().unwrap()).unwrap();
+        assert_eq!((t.host.as_str(), t.key().as_str()), ("::1", "[::1]:8080"));
+        assert!(Target::of_request(&"/relative".parse().unwrap()).is_err());
+        assert!(Target::of_request(&"https://a.test/".parse().unwrap()).is_err());
+        assert!(Target::of_request(&"ftp://a.test/".parse().unwrap()).is_err());
+        let c = Target::of_connect(&"a.test:443".parse().unwrap()).unwrap();
+        assert_eq!(c.key(), "a.test:443");
+    }
+
+    #[test]
+    fn via_names_the_protocol_version() {
+        let ours = HeaderValue::from_static("1.1 courtesy-0000abcd");
+        assert_eq!(via_for(Version::HTTP_11, &ours), "1.1 courtesy-0000abcd");
+        assert_eq!(via_for(Version::HTTP_10, &ours), "1.0 courtesy-0000abcd");
+    }
+
+    #[test]
+    fn io_errors_map_to_rfc_9209_types() {
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        assert_eq!(io_failure(&refused, "x").1, ProxyError::ConnectionRefused);
+        let timed_out = io::Error::from(io::ErrorKind::TimedOut);
+        let (status, kind, _) = io_failure(&timed_out, "x");
+        assert_eq!(
+            (status, kind),
+            (StatusCode::GATEWAY_TIMEOUT, ProxyError::ConnectionTimeout)
+        );
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(io_failure(&reset, "x").1, ProxyError::ConnectionTerminated);
+    }
+}

@@ -1,0 +1,166 @@
+//! Accept loops for the proxy and admin ports, one task per connection, and graceful shutdown.
+//!
+//! Shutdown order: stop accepting, refuse everything still queued (503), let requests in flight finish
+//! within `shutdown_grace_seconds`, then return. This module does not answer requests itself.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, info, warn};
+
+use crate::admin::Admin;
+use crate::config::Config;
+use crate::limiter::Limiter;
+use crate::proxy::Proxy;
+
+/// The already-bound sockets courtesy serves on. Binding is the caller's job, so tests can bind
+/// `127.0.0.1:0` and learn the port before starting.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The proxy port clients point HTTP_PROXY at.
+    pub proxy: TcpListener,
+    /// The admin API port.
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds both addresses of `config`.
+    pub async fn bind(config: &Config) -> anyhow::Result<Listeners> {
+        let proxy = TcpListener::bind(config.proxy.listen)
+            .await
+            .with_context(|| {
+                format!("cannot listen on {} ([proxy] listen)", config.proxy.listen)
+            })?;
+        let admin = TcpListener::bind(config.proxy.admin_listen)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} ([proxy] admin_listen)",
+                    config.proxy.admin_listen
+                )
+            })?;
+        Ok(Listeners { proxy, admin })
+    }
+}
+
+/// Serves until `shutdown` completes, then shuts down gracefully.
+pub async fn run(
+    listeners: Listeners,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let proxy_addr = listeners.proxy.local_addr()?;
+    let admin_addr = listeners.admin.local_addr()?;
+    config
+        .check_listen("[proxy] listen", proxy_addr)
+        .map_err(anyhow::Error::msg)?;
+    config
+        .check_listen("[proxy] admin_listen", admin_addr)
+        .map_err(anyhow::Error::msg)?;
+    let config = Arc::new(config);
+    let limiter = Limiter::new(config.clone());
+    let proxy = Arc::new(Proxy::new(
+        config.clone(),
+        limiter.clone(),
+        vec![proxy_addr, admin_addr],
+    ));
+    let admin = Arc::new(Admin::new(config.clone(), limiter.clone()));
+    let sweeper = tokio::spawn(sweep_idle_hosts(limiter.clone(), config.proxy.idle_host));
+    info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
+
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .keep_alive(true);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listeners.proxy.accept() => {
+                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let proxy = proxy.clone();
+                let service = service_fn(move |req| proxy.clone().serve(req, peer));
+                let conn = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        debug!(client = %peer, "client connection ended: {e}");
+                    }
+                });
+            }
+            accepted = listeners.admin.accept() => {
+                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let admin = admin.clone();
+                let service = service_fn(move |req| admin.clone().serve(req, peer));
+                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        debug!(client = %peer, "admin connection ended: {e}");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listeners);
+    info!("shutting down: refusing queued requests, finishing those in flight");
+    limiter.shutdown();
+    sweeper.abort();
+    let grace = config.proxy.shutdown_grace;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        warn!(
+            grace_s = grace.as_secs_f64(),
+            "requests still in flight after shutdown_grace_seconds; closing them"
+        );
+    }
+    info!("courtesy stopped");
+    Ok(())
+}
+
+/// The accepted connection, or `None` after logging a failed accept (and pausing briefly when the
+/// process is out of file descriptors, instead of spinning).
+async fn accepted_or_log(
+    accepted: std::io::Result<(TcpStream, SocketAddr)>,
+) -> Option<(TcpStream, SocketAddr)> {
+    match accepted {
+        Ok((stream, peer)) => {
+            let _ = stream.set_nodelay(true);
+            Some((stream, peer))
+        }
+        Err(e) => {
+            warn!("accept failed: {e}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+    }
+}
+
+/// Forgets idle hosts every so often; a timer, not a poll.
+async fn sweep_idle_hosts(limiter: Arc<Limiter>, idle: Duration) {
+    let period = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let swept = limiter.sweep(idle);
+        if swept > 0 {
+            debug!(swept, left = limiter.host_count(), "idle hosts forgotten");
+        }
+    }
+}
