@@ -63,7 +63,7 @@ pub struct ProxySettings {
     pub max_in_flight: usize,
     /// How long in-flight requests may take to finish at shutdown.
     pub shutdown_grace: Duration,
-    /// Client networks allowed besides loopback; required to listen beyond loopback.
+    /// Client networks allowed (loopback only when empty); required to listen beyond loopback.
     pub allow_clients: Vec<IpNet>,
     /// A host idle this long (and with a full bucket) is forgotten.
     pub idle_host: Duration,
@@ -303,10 +303,14 @@ impl Config {
         ))
     }
 
-    /// Whether a client at `ip` may use the proxy: loopback always, others when in `allow_clients`.
+    /// Whether a client at `ip` may use courtesy: without `allow_clients`, loopback only; with it,
+    /// exactly the listed networks (list `127.0.0.0/8` too if local clients should keep access).
     pub fn client_allowed(&self, ip: IpAddr) -> bool {
         let ip = canonical_ip(ip);
-        ip.is_loopback() || self.proxy.allow_clients.iter().any(|n| n.contains(&ip))
+        if self.proxy.allow_clients.is_empty() {
+            return ip.is_loopback();
+        }
+        self.proxy.allow_clients.iter().any(|n| n.contains(&ip))
     }
 }
 
@@ -730,8 +734,13 @@ mod tests {
         assert!(c.client_allowed("10.1.2.3".parse().unwrap()));
         assert!(c.client_allowed("192.168.1.7".parse().unwrap()));
         assert!(c.client_allowed("::ffff:10.1.2.3".parse().unwrap()));
-        assert!(c.client_allowed("127.0.0.1".parse().unwrap()));
+        assert!(
+            !c.client_allowed("127.0.0.1".parse().unwrap()),
+            "the list replaces loopback"
+        );
         assert!(!c.client_allowed("192.168.1.8".parse().unwrap()));
+        assert!(Config::default().client_allowed("::1".parse().unwrap()));
+        assert!(!Config::default().client_allowed("10.0.0.1".parse().unwrap()));
         assert!(c
             .check_listen("listen", "0.0.0.0:1".parse().unwrap())
             .is_ok());

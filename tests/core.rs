@@ -1,0 +1,592 @@
+//! End-to-end behaviour of the core proxy over real loopback sockets: one shared budget per host,
+//! FIFO, caps, cancellation, refusals with Proxy-Status, shutdown, loops, headers, streaming.
+//! Timing asserts use tolerances: these run on a busy 2-core machine.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use support::*;
+use tokio::time::Instant;
+
+fn pacing(rate: f64, burst: u32, concurrency: u32) -> String {
+    format!("[defaults]\nrate = {rate}\nburst = {burst}\nconcurrency = {concurrency}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_clients_on_four_connections_share_one_budget() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&pacing(2.0, 1, 4)).await;
+    let end = Instant::now() + Duration::from_secs(5);
+    let answered = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let client = courtesy.client();
+        let url = origin.url("/page");
+        let answered = answered.clone();
+        clients.push(tokio::spawn(async move {
+            let mut conn = client.connect().await;
+            // Bounded: at most 50 requests per client, and none started after the 5 s.
+            for _ in 0..50 {
+                if Instant::now() >= end {
+                    break;
+                }
+                let got = conn.get(&url).await;
+                assert_eq!(got.status, StatusCode::OK);
+                answered.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let arrivals = origin.arrivals();
+    let start = arrivals[0].at;
+    let in_window = arrivals
+        .iter()
+        .filter(|a| a.at.duration_since(start) < Duration::from_secs(5))
+        .count();
+    assert!(
+        in_window <= 2 * 5 + 1,
+        "origin saw {in_window} requests in 5 s"
+    );
+    assert!(
+        in_window >= 8,
+        "origin saw only {in_window} requests in 5 s"
+    );
+    assert_eq!(answered.load(Ordering::SeqCst), origin.count());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_host_does_not_hold_up_a_fast_one() {
+    let slow = Origin::ok("127.0.0.2").await;
+    let fast = Origin::ok("127.0.0.3").await;
+    let config = format!(
+        "{}[[host]]\nmatch = \"127.0.0.2\"\nrate = 0.5\n[[host]]\nmatch = \"127.0.0.3\"\nrate = 50\n",
+        pacing(1.0, 1, 1)
+    );
+    let courtesy = Courtesy::start(&config).await;
+    let mut queued = Vec::new();
+    for i in 0..10 {
+        let client = courtesy.client();
+        let url = slow.url(&format!("/slow/{i}"));
+        queued.push(tokio::spawn(async move { client.get(&url).await.status }));
+    }
+    assert!(eventually(Duration::from_secs(2), || slow.count() == 1).await);
+    let start = Instant::now();
+    let mut conn = courtesy.client().connect().await;
+    for i in 0..20 {
+        let got = conn.get(&fast.url(&format!("/fast/{i}"))).await;
+        assert_eq!(got.status, StatusCode::OK);
+    }
+    let took = start.elapsed();
+    // 20 requests at 50/s with burst 1 need 19 × 20 ms of pacing; allow slack for a busy machine.
+    assert!(took < Duration::from_secs(3), "fast host took {took:?}");
+    assert!(slow.count() <= 3, "slow host saw {} requests", slow.count());
+    assert_eq!(fast.count(), 20);
+    for q in queued {
+        q.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_to_one_host_leave_in_arrival_order() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&pacing(10.0, 1, 1)).await;
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let client = courtesy.client();
+        let url = origin.url(&format!("/{i}"));
+        tasks.push(tokio::spawn(async move { client.get(&url).await.status }));
+        // Each request reaches courtesy before the next is sent.
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    let paths: Vec<String> = origin.arrivals().into_iter().map(|a| a.path).collect();
+    let expected: Vec<String> = (0..8).map(|i| format!("/{i}")).collect();
+    assert_eq!(paths, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_caps_requests_in_flight_at_the_origin() {
+    let origin = Origin::start("127.0.0.1", |_req| async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Response::new(full("slow"))
+    })
+    .await;
+    let courtesy = Courtesy::start(&pacing(1000.0, 100, 2)).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let client = courtesy.client();
+        let url = origin.url("/");
+        tasks.push(tokio::spawn(async move { client.get(&url).await.status }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(origin.count(), 8);
+    assert_eq!(origin.max_in_flight(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_cap_holds_across_hosts() {
+    let hold = |_req| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Response::new(full("x"))
+    };
+    let origins = [
+        Origin::start("127.0.0.2", hold).await,
+        Origin::start("127.0.0.3", hold).await,
+        Origin::start("127.0.0.4", hold).await,
+    ];
+    let config = format!("[proxy]\nmax_in_flight = 2\n{}", pacing(1000.0, 100, 100));
+    let courtesy = Courtesy::start(&config).await;
+    let mut tasks = Vec::new();
+    for origin in &origins {
+        for _ in 0..3 {
+            let client = courtesy.client();
+            let url = origin.url("/");
+            tasks.push(tokio::spawn(async move { client.get(&url).await.status }));
+        }
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    // Each origin saw its 3 requests; arrivals overlap at most 2 at a time across all origins.
+    let mut spans: Vec<(Instant, Instant)> = Vec::new();
+    for o in &origins {
+        assert_eq!(o.count(), 3);
+        for a in o.arrivals() {
+            spans.push((a.at, a.at + Duration::from_millis(300)));
+        }
+    }
+    for (start, _) in &spans {
+        // A request in flight at `start` (with 20 ms of slack for scheduling) counts.
+        let overlapping = spans
+            .iter()
+            .filter(|(s, e)| *s <= *start && *e > *start + Duration::from_millis(20))
+            .count();
+        assert!(overlapping <= 2, "{overlapping} requests in flight at once");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_give_up_while_queued_never_reach_the_origin() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&pacing(0.5, 1, 1)).await;
+    assert_eq!(
+        courtesy.client().get(&origin.url("/first")).await.status,
+        200
+    );
+    let mut quitters = Vec::new();
+    for i in 0..10 {
+        let client = courtesy.client();
+        let url = origin.url(&format!("/quitter/{i}"));
+        quitters.push(tokio::spawn(async move { client.get(&url).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for q in &quitters {
+        q.abort(); // drops the connection: the client went away
+    }
+    // Long past the turns those ten would have had.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let paths: Vec<String> = origin.arrivals().into_iter().map(|a| a.path).collect();
+    assert_eq!(paths, vec!["/first".to_string()]);
+    // They spent no tokens: the next request goes at once.
+    let start = Instant::now();
+    assert_eq!(
+        courtesy.client().get(&origin.url("/next")).await.status,
+        200
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_503_at_once_with_retry_after_and_proxy_status() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let config = format!("{}max_queue = 2\n", pacing(0.2, 1, 1));
+    let courtesy = Courtesy::start(&config).await;
+    assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let client = courtesy.client();
+        let url = origin.url("/");
+        waiting.push(tokio::spawn(async move { client.get(&url).await }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    let got = courtesy.client().get(&origin.url("/")).await;
+    assert!(start.elapsed() < Duration::from_millis(500));
+    assert_eq!(got.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(got.header("retry-after").parse::<u64>().unwrap() >= 1);
+    let status = got.header("proxy-status");
+    assert!(
+        status.starts_with("courtesy; error=connection_limit_reached"),
+        "{status}"
+    );
+    assert!(status.contains("queue"), "{status}");
+    for w in waiting {
+        w.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_waits_past_max_wait_gets_503() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let config = format!("{}max_wait_seconds = 1\n", pacing(0.1, 1, 1));
+    let courtesy = Courtesy::start(&config).await;
+    assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
+    let start = Instant::now();
+    let got = courtesy.client().get(&origin.url("/late")).await;
+    let waited = start.elapsed();
+    assert_eq!(got.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    assert!(got.header("proxy-status").contains("max_wait_seconds"));
+    assert_eq!(origin.count(), 1, "the late request never left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_in_flight_and_refuses_queued() {
+    let origin = Origin::start("127.0.0.1", |_req| async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Response::new(full("done"))
+    })
+    .await;
+    let courtesy = Courtesy::start(&pacing(0.2, 1, 1)).await;
+    let in_flight = {
+        let client = courtesy.client();
+        let url = origin.url("/in-flight");
+        tokio::spawn(async move { client.get(&url).await })
+    };
+    assert!(eventually(Duration::from_secs(2), || origin.count() == 1).await);
+    let queued = {
+        let client = courtesy.client();
+        let url = origin.url("/queued");
+        tokio::spawn(async move { client.get(&url).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let stopped = courtesy.begin_shutdown();
+    let queued = queued.await.unwrap();
+    assert_eq!(queued.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(queued.header("proxy-status").contains("shutting down"));
+    let finished = in_flight.await.unwrap();
+    assert_eq!(finished.status, StatusCode::OK);
+    assert_eq!(&finished.body[..], b"done");
+    assert!(stopped.await.unwrap().is_ok());
+    assert_eq!(origin.count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_aimed_at_courtesy_itself_are_refused() {
+    let courtesy = Courtesy::start(&pacing(100.0, 10, 10)).await;
+    for url in [
+        format!("http://{}/", courtesy.addr),
+        format!("http://localhost:{}/", courtesy.addr.port()),
+        format!("http://{}/healthz", courtesy.admin),
+    ] {
+        let got = courtesy.client().get(&url).await;
+        assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
+        assert!(
+            got.header("proxy-status")
+                .contains("error=proxy_loop_detected"),
+            "{url}: {}",
+            got.header("proxy-status")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_form_requests_get_400() {
+    let courtesy = Courtesy::start("").await;
+    let got = courtesy.client().get("/not-absolute").await;
+    assert_eq!(got.status, StatusCode::BAD_REQUEST);
+    assert!(got
+        .header("proxy-status")
+        .contains("error=http_request_error"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_outside_allow_clients_get_403() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start("[proxy]\nallow_clients = [\"10.0.0.0/8\"]\n").await;
+    let got = courtesy.client().get(&origin.url("/")).await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    assert!(got
+        .header("proxy-status")
+        .contains("error=http_request_denied"));
+    assert_eq!(origin.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listening_beyond_loopback_without_allow_clients_refuses_to_start() {
+    let config = courtesy::config::Config::parse("", "test.toml").unwrap();
+    let proxy = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let result = courtesy::run(courtesy::Listeners { proxy, admin }, config, async {}).await;
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("allow_clients"), "{err}");
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args([
+            "run",
+            "--listen",
+            "0.0.0.0:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("allow_clients"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hop_by_hop_headers_are_removed_both_ways_and_via_is_added() {
+    let origin = Origin::start("127.0.0.1", |_req| async {
+        Response::builder()
+            .header("connection", "x-origin-hop")
+            .header("x-origin-hop", "1")
+            .header("keep-alive", "timeout=5")
+            .header("x-end-to-end", "kept")
+            .body(full("hello"))
+            .unwrap()
+    })
+    .await;
+    let courtesy = Courtesy::start(&pacing(100.0, 10, 10)).await;
+    let req = Request::get(origin.url("/h"))
+        .header("connection", "x-client-hop")
+        .header("x-client-hop", "1")
+        .header("proxy-authorization", "Basic c2VjcmV0")
+        .header("proxy-connection", "keep-alive")
+        .header("te", "trailers")
+        .header("x-custom", "kept")
+        .body(empty())
+        .unwrap();
+    let got = courtesy.client().send(req).await;
+    assert_eq!(got.status, StatusCode::OK);
+    assert!(got.headers.get("x-origin-hop").is_none());
+    assert!(got.headers.get("keep-alive").is_none());
+    assert_eq!(got.header("x-end-to-end"), "kept");
+    assert!(got.header("via").contains("courtesy"), "{:?}", got.headers);
+    let seen = &origin.arrivals()[0].headers;
+    for hop in [
+        "x-client-hop",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+    ] {
+        assert!(seen.get(hop).is_none(), "{hop} was forwarded");
+    }
+    assert_eq!(seen["x-custom"], "kept");
+    assert!(seen["via"].to_str().unwrap().starts_with("1.1 courtesy"));
+    assert_eq!(seen["host"], origin.addr.to_string().as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_serves_many_requests_on_one_connection() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&pacing(1000.0, 100, 10)).await;
+    let mut conn = courtesy.client().connect().await;
+    for i in 0..50 {
+        let got = conn.get(&origin.url(&format!("/{i}"))).await;
+        assert_eq!(got.status, StatusCode::OK);
+        assert_eq!(&got.body[..], b"ok");
+    }
+    assert_eq!(origin.count(), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_failures_become_502_or_504_with_proxy_status() {
+    let config = "[proxy]\nresponse_timeout_seconds = 0.5\n[defaults]\nrate = 100\nburst = 10\nconcurrency = 10\n";
+    let courtesy = Courtesy::start(config).await;
+    let client = courtesy.client();
+
+    // Nothing listens on this port.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed_addr = closed.local_addr().unwrap();
+    drop(closed);
+    let got = client.get(&format!("http://{closed_addr}/")).await;
+    assert_eq!(got.status, StatusCode::BAD_GATEWAY);
+    assert!(
+        got.header("proxy-status")
+            .contains("error=connection_refused"),
+        "{}",
+        got.header("proxy-status")
+    );
+
+    let got = client.get("http://no-such-host.invalid/").await;
+    assert_eq!(got.status, StatusCode::BAD_GATEWAY);
+    assert!(
+        got.header("proxy-status").contains("error=dns_error"),
+        "{}",
+        got.header("proxy-status")
+    );
+
+    let slow = Origin::start("127.0.0.1", |_req| async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        Response::new(full("late"))
+    })
+    .await;
+    let start = Instant::now();
+    let got = client.get(&slow.url("/")).await;
+    assert_eq!(got.status, StatusCode::GATEWAY_TIMEOUT);
+    assert!(got
+        .header("proxy-status")
+        .contains("error=http_response_timeout"));
+    assert!(start.elapsed() < Duration::from_secs(2));
+
+    // An origin that accepts and hangs up without answering.
+    let rude = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let rude_addr = rude.local_addr().unwrap();
+    let rude_task = tokio::spawn(async move {
+        for _ in 0..4 {
+            if let Ok((stream, _)) = rude.accept().await {
+                drop(stream);
+            }
+        }
+    });
+    let got = client.get(&format!("http://{rude_addr}/")).await;
+    assert_eq!(got.status, StatusCode::BAD_GATEWAY);
+    assert!(
+        got.header("proxy-status")
+            .contains("error=connection_terminated"),
+        "{}",
+        got.header("proxy-status")
+    );
+    rude_task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_tunnels_are_paced_and_restricted_to_connect_ports() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let courtesy = Courtesy::start(&pacing(100.0, 10, 10)).await;
+    let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
+    stream
+        .write_all(b"CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = stream.read(&mut buf).await.unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("error=http_request_denied"),
+        "{head}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_megabytes_each_way_stream_through_without_buffering() {
+    use std::process::{Command, Stdio};
+    const SIZE: usize = 50 * 1024 * 1024;
+    const CHUNK: usize = 64 * 1024;
+    // The origin counts the upload as it streams in and answers with a 50 MB streamed download.
+    let origin = Origin::start(
+        "127.0.0.1",
+        |req: Request<hyper::body::Incoming>| async move {
+            let mut body = req.into_body();
+            let mut received = 0usize;
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame.unwrap().into_data() {
+                    received += data.len();
+                }
+            }
+            let chunks = futures_util::stream::iter(
+                (0..SIZE / CHUNK)
+                    .map(|_| Ok(hyper::body::Frame::data(Bytes::from(vec![7u8; CHUNK])))),
+            );
+            let body = http_body_util::StreamBody::new(chunks).boxed();
+            Response::builder()
+                .header("x-received", received.to_string())
+                .body(body)
+                .unwrap()
+        },
+    )
+    .await;
+
+    // Run the real binary so its memory can be measured on its own.
+    let dir = std::env::temp_dir().join(format!("courtesy-mem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = port_probe.local_addr().unwrap().port();
+    let admin_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin_port = admin_probe.local_addr().unwrap().port();
+    drop((port_probe, admin_probe));
+    let config = dir.join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
+             state_dir = \"{}\"\n[defaults]\nrate = 100\nburst = 10\n",
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["run", "--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let client = ProxyClient {
+        proxy: format!("127.0.0.1:{port}").parse().unwrap(),
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(
+            client.proxy
+        )
+        .is_ok())
+        .await
+    );
+    // Warm up, then take the baseline.
+    assert_eq!(client.get(&origin.url("/warm")).await.status, 200);
+    let before = vm_hwm_kib(pid);
+
+    let upload = futures_util::stream::iter((0..SIZE / CHUNK).map(|_| {
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(hyper::body::Frame::data(Bytes::from(
+            vec![1u8; CHUNK],
+        )))
+    }));
+    let req = Request::post(origin.url("/big"))
+        .body(http_body_util::StreamBody::new(upload).boxed())
+        .unwrap();
+    let mut conn = client.connect().await;
+    let response = conn.send_streaming(req).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-received"], SIZE.to_string().as_str());
+    let mut body = response.into_body();
+    let mut downloaded = 0usize;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            downloaded += data.len();
+        }
+    }
+    assert_eq!(downloaded, SIZE);
+    let after = vm_hwm_kib(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let grew_mib = (after.saturating_sub(before)) as f64 / 1024.0;
+    assert!(before > 0, "could not read courtesy's memory");
+    assert!(
+        grew_mib < 16.0,
+        "courtesy's peak memory grew by {grew_mib:.1} MiB for 100 MB streamed"
+    );
+}

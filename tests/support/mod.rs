@@ -1,0 +1,343 @@
+//! Shared test harness: a scripted origin on a loopback address, courtesy started in-process on
+//! `127.0.0.1:0`, and a client that talks to courtesy the way a crawler's HTTP_PROXY client does
+//! (absolute-form requests).
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// A response body the origin or client can build: full, empty or streamed.
+pub type TestBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Wraps bytes as a [`TestBody`].
+pub fn full(data: impl Into<Bytes>) -> TestBody {
+    Full::new(data.into()).map_err(|e| match e {}).boxed()
+}
+
+/// An empty [`TestBody`].
+pub fn empty() -> TestBody {
+    Empty::new().map_err(|e| match e {}).boxed()
+}
+
+/// One request as the origin saw it.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    /// When it arrived.
+    pub at: Instant,
+    /// Method.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Headers as received.
+    pub headers: HeaderMap,
+}
+
+type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<TestBody>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A scripted HTTP/1.1 origin on a loopback address. It records every arrival and how many
+/// requests it has in flight at most.
+pub struct Origin {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Origin {
+    /// An origin on `ip:0` that answers 200 "ok" to everything.
+    pub async fn ok(ip: &str) -> Origin {
+        Origin::start(ip, |_req| async { Response::new(full("ok")) }).await
+    }
+
+    /// An origin on `ip:0` whose answers come from `handler`.
+    pub async fn start<F, Fut>(ip: &str, handler: F) -> Origin
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |req| Box::pin(handler(req)));
+        let listener = TcpListener::bind(format!("{ip}:0")).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let max_in_flight = Arc::new(AtomicUsize::new(0));
+        let (a, i, m) = (arrivals.clone(), in_flight.clone(), max_in_flight.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (handler, a, i, m) = (handler.clone(), a.clone(), i.clone(), m.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: Request<Incoming>| {
+                        let (handler, a, i, m) = (handler.clone(), a.clone(), i.clone(), m.clone());
+                        async move {
+                            a.lock().unwrap().push(Arrival {
+                                at: Instant::now(),
+                                method: req.method().to_string(),
+                                path: req
+                                    .uri()
+                                    .path_and_query()
+                                    .map(|p| p.to_string())
+                                    .unwrap_or_default(),
+                                headers: req.headers().clone(),
+                            });
+                            let now = i.fetch_add(1, Ordering::SeqCst) + 1;
+                            m.fetch_max(now, Ordering::SeqCst);
+                            let response = handler(req).await;
+                            i.fetch_sub(1, Ordering::SeqCst);
+                            Ok::<_, Infallible>(response)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Origin {
+            addr,
+            arrivals,
+            in_flight,
+            max_in_flight,
+            task,
+        }
+    }
+
+    /// `http://addr` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Every arrival so far.
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.arrivals.lock().unwrap().clone()
+    }
+
+    /// How many requests arrived so far.
+    pub fn count(&self) -> usize {
+        self.arrivals.lock().unwrap().len()
+    }
+
+    /// The most requests it ever had in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// courtesy running in this test process.
+pub struct Courtesy {
+    /// The proxy port.
+    pub addr: SocketAddr,
+    /// The admin port.
+    pub admin: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Courtesy {
+    /// Starts courtesy with `toml` as its config file (listen addresses are replaced by
+    /// `127.0.0.1:0`).
+    pub async fn start(toml: &str) -> Courtesy {
+        let config = courtesy::config::Config::parse(toml, "test.toml").expect("test config");
+        let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (addr, admin_addr) = (proxy.local_addr().unwrap(), admin.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(courtesy::run(
+            courtesy::Listeners { proxy, admin },
+            config,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Courtesy {
+            addr,
+            admin: admin_addr,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Signals shutdown and returns the run's result.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.expect("courtesy task"),
+            None => Ok(()),
+        }
+    }
+
+    /// Signals shutdown without waiting; returns the task to await.
+    pub fn begin_shutdown(mut self) -> JoinHandle<anyhow::Result<()>> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.take().expect("not yet shut down")
+    }
+
+    /// A client that sends its requests through this courtesy.
+    pub fn client(&self) -> ProxyClient {
+        ProxyClient { proxy: self.addr }
+    }
+}
+
+impl Drop for Courtesy {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// A response as the client got it, body collected.
+#[derive(Debug)]
+pub struct Got {
+    /// Status code.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+impl Got {
+    /// A header as a string ("" when missing).
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+/// Sends requests through a proxy, as HTTP_PROXY clients do: absolute-form request lines.
+#[derive(Debug, Clone, Copy)]
+pub struct ProxyClient {
+    /// The proxy's address.
+    pub proxy: SocketAddr,
+}
+
+/// A kept-alive connection to the proxy.
+pub struct ProxyConn {
+    sender: hyper::client::conn::http1::SendRequest<TestBody>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ProxyConn {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ProxyClient {
+    /// Opens a new connection to the proxy.
+    pub async fn connect(&self) -> ProxyConn {
+        let stream = TcpStream::connect(self.proxy).await.unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        let task = tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        ProxyConn { sender, task }
+    }
+
+    /// GET `url` on a fresh connection.
+    pub async fn get(&self, url: &str) -> Got {
+        self.connect().await.get(url).await
+    }
+
+    /// Sends `req` on a fresh connection.
+    pub async fn send(&self, req: Request<TestBody>) -> Got {
+        self.connect().await.send(req).await
+    }
+}
+
+impl ProxyConn {
+    /// GET `url` on this connection.
+    pub async fn get(&mut self, url: &str) -> Got {
+        self.send(Request::get(url).body(empty()).unwrap()).await
+    }
+
+    /// Sends `req` on this connection and collects the response.
+    pub async fn send(&mut self, req: Request<TestBody>) -> Got {
+        self.sender.ready().await.unwrap();
+        let response = self.sender.send_request(req).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Got {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+
+    /// Sends `req` and returns the streaming response.
+    pub async fn send_streaming(&mut self, req: Request<TestBody>) -> Response<Incoming> {
+        self.sender.ready().await.unwrap();
+        self.sender.send_request(req).await.unwrap()
+    }
+}
+
+/// A plain client straight to an origin (no proxy), for comparisons.
+pub fn direct_client(
+) -> hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, TestBody>
+{
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build(hyper_util::client::legacy::connect::HttpConnector::new())
+}
+
+/// Waits up to `limit` for `cond`, checking every 10 ms (test code only).
+pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    cond()
+}
+
+/// The RSS high-water mark of a process, in KiB, from /proc.
+pub fn vm_hwm_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
