@@ -764,7 +764,7 @@ mod tests {
     #[test]
     fn patterns_parse_ports_and_ipv6() {
         let p = HostPattern::parse("[::1]:8080").unwrap();
-        assert_eq!(p.specificity("::1", 8080).is_some(), true);
+        assert!(p.specificity("::1", 8080).is_some());
         assert!(p.specificity("::1", 80).is_none());
         let p = HostPattern::parse("127.0.0.2").unwrap();
         assert!(p.specificity("127.0.0.2", 1234).is_some());

@@ -475,8 +475,10 @@ mod tests {
     use crate::config::HostRule;
 
     fn limiter_with(policy: HostPolicy, max_in_flight: usize) -> Arc<Limiter> {
-        let mut config = Config::default();
-        config.defaults = Arc::new(policy);
+        let mut config = Config {
+            defaults: Arc::new(policy),
+            ..Config::default()
+        };
         config.proxy.max_in_flight = max_in_flight;
         Limiter::new(Arc::new(config))
     }

@@ -590,3 +590,48 @@ async fn fifty_megabytes_each_way_stream_through_without_buffering() {
         "courtesy's peak memory grew by {grew_mib:.1} MiB for 100 MB streamed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_tunnels_carry_bytes_and_take_one_turn_each() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = Origin::ok("127.0.0.1").await;
+    let config = format!(
+        "[proxy]\nconnect_ports = [{}]\n{}",
+        origin.addr.port(),
+        pacing(2.0, 1, 10)
+    );
+    let courtesy = Courtesy::start(&config).await;
+    let start = Instant::now();
+    let mut opened = Vec::new();
+    for i in 0..3 {
+        let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
+        let target = origin.addr;
+        stream
+            .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 1024];
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        opened.push(start.elapsed());
+        // Plain HTTP inside the tunnel reaches the origin untouched.
+        stream
+            .write_all(
+                format!("GET /t/{i} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await
+            .unwrap();
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).await.unwrap();
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.ends_with("ok"),
+            "{reply}"
+        );
+    }
+    // Rate 2/s, burst 1: tunnels open at about 0, 0.5 and 1.0 s.
+    assert!(opened[2] >= Duration::from_millis(950), "{opened:?}");
+    assert!(opened[2] < Duration::from_secs(3), "{opened:?}");
+    assert_eq!(origin.count(), 3);
+}
