@@ -30,6 +30,43 @@ pub struct HostPolicy {
     pub max_queue: usize,
     /// How long a request may wait for its turn before it is answered with 503.
     pub max_wait: Duration,
+    /// Whether the rate adapts to feedback (AIMD) between `min_rate` and `max_rate`.
+    pub adaptive: bool,
+    /// The lowest rate adaptation may reach.
+    pub min_rate: f64,
+    /// The highest rate adaptation may reach, however healthy the host looks.
+    pub max_rate: f64,
+    /// Rate multiplier on 429 and overload (once per wave of responses).
+    pub decrease_factor: f64,
+    /// Rate multiplier when a response is slower than `slow_response`.
+    pub slow_factor: f64,
+    /// Latency to response headers above which the host counts as straining.
+    pub slow_response: Duration,
+    /// Rate added per healthy response while the budget was the bottleneck.
+    pub increase_step: f64,
+    /// Statuses that mean "overloaded": back off.
+    pub backoff_statuses: Vec<u16>,
+    /// The longest `Retry-After` (or RateLimit reset) honoured; longer ones are cut to this.
+    pub max_retry_after: Duration,
+    /// The first backoff window when the host gave no Retry-After.
+    pub backoff_initial: Duration,
+    /// The longest backoff window.
+    pub backoff_max: Duration,
+    /// What requests get while the host cools down.
+    pub on_cooldown: OnCooldown,
+    /// After a cooldown, the rate resumes at this fraction of the rate before it.
+    pub resume_factor: f64,
+    /// How often courtesy itself retries a bodiless GET/HEAD/OPTIONS that got 429/503.
+    pub retry_idempotent: u32,
+}
+
+/// What happens to requests for a host that is cooling down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCooldown {
+    /// Answer at once with a local 429 and the time left as `Retry-After`.
+    Reject,
+    /// Hold them, in order, until the window ends (up to `max_wait_seconds`, then the local 429).
+    Hold,
 }
 
 impl Default for HostPolicy {
@@ -42,6 +79,20 @@ impl Default for HostPolicy {
             jitter: 0.0,
             max_queue: 1000,
             max_wait: Duration::from_secs(300),
+            adaptive: false,
+            min_rate: 0.2,
+            max_rate: 5.0,
+            decrease_factor: 0.5,
+            slow_factor: 0.8,
+            slow_response: Duration::from_millis(2000),
+            increase_step: 0.05,
+            backoff_statuses: vec![500, 502, 503, 504],
+            max_retry_after: Duration::from_secs(600),
+            backoff_initial: Duration::from_secs(2),
+            backoff_max: Duration::from_secs(300),
+            on_cooldown: OnCooldown::Reject,
+            resume_factor: 0.5,
+            retry_idempotent: 0,
         }
     }
 }
@@ -386,6 +437,20 @@ policy_keys! {
     jitter: f64,
     max_queue: i64,
     max_wait_seconds: f64,
+    adaptive: bool,
+    min_rate: f64,
+    max_rate: f64,
+    decrease_factor: f64,
+    slow_factor: f64,
+    slow_response_ms: i64,
+    increase_step: f64,
+    backoff_statuses: Vec<i64>,
+    max_retry_after_seconds: f64,
+    backoff_initial_seconds: f64,
+    backoff_max_seconds: f64,
+    on_cooldown: String,
+    resume_factor: f64,
+    retry_idempotent: i64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -620,7 +685,152 @@ impl Validator<'_> {
         if let Some(d) = self.seconds(w, label, "max_wait_seconds", 0.0, 86400.0) {
             p.max_wait = d;
         }
+        if let Some(v) = &file.adaptive {
+            p.adaptive = *v.get_ref();
+        }
+        let rates = [
+            (&file.min_rate, "min_rate", &mut p.min_rate, 1e-6, 1e6),
+            (&file.max_rate, "max_rate", &mut p.max_rate, 1e-6, 1e6),
+            (
+                &file.decrease_factor,
+                "decrease_factor",
+                &mut p.decrease_factor,
+                0.01,
+                1.0,
+            ),
+            (
+                &file.slow_factor,
+                "slow_factor",
+                &mut p.slow_factor,
+                0.01,
+                1.0,
+            ),
+            (
+                &file.resume_factor,
+                "resume_factor",
+                &mut p.resume_factor,
+                0.01,
+                1.0,
+            ),
+            (
+                &file.increase_step,
+                "increase_step",
+                &mut p.increase_step,
+                0.0,
+                1e6,
+            ),
+        ];
+        for (value, key, slot, min, max) in rates {
+            if let Some(x) = self.number(value, label, key, min, max) {
+                *slot = x;
+            }
+        }
+        if let Some(ms) = self.count(
+            &file.slow_response_ms,
+            label,
+            "slow_response_ms",
+            1,
+            3_600_000,
+        ) {
+            p.slow_response = Duration::from_millis(ms as u64);
+        }
+        let r = &file.max_retry_after_seconds;
+        if let Some(d) = self.seconds(r, label, "max_retry_after_seconds", 0.0, 7.0 * 86400.0) {
+            p.max_retry_after = d;
+        }
+        let b = &file.backoff_initial_seconds;
+        if let Some(d) = self.seconds(b, label, "backoff_initial_seconds", 0.001, 86400.0) {
+            p.backoff_initial = d;
+        }
+        let b = &file.backoff_max_seconds;
+        if let Some(d) = self.seconds(b, label, "backoff_max_seconds", 0.001, 7.0 * 86400.0) {
+            p.backoff_max = d;
+        }
+        if let Some(list) = &file.backoff_statuses {
+            let mut statuses = Vec::new();
+            for s in list.get_ref() {
+                match u16::try_from(*s) {
+                    Ok(code) if (100..=599).contains(&code) && code != 429 => statuses.push(code),
+                    _ => self.error(
+                        list.span().start,
+                        &format!("{label}: backoff_statuses must hold HTTP statuses from 100 to 599 other than 429 (always a throttle), got {s}"),
+                    ),
+                }
+            }
+            p.backoff_statuses = statuses;
+        }
+        if let Some(v) = &file.on_cooldown {
+            match v.get_ref().as_str() {
+                "reject" => p.on_cooldown = OnCooldown::Reject,
+                "hold" => p.on_cooldown = OnCooldown::Hold,
+                other => self.error(
+                    v.span().start,
+                    &format!("{label}: on_cooldown must be \"reject\" or \"hold\", got {other:?}"),
+                ),
+            }
+        }
+        if let Some(n) = self.count(&file.retry_idempotent, label, "retry_idempotent", 0, 10) {
+            p.retry_idempotent = n as u32;
+        }
+        let span = [&file.rate, &file.min_rate, &file.max_rate]
+            .into_iter()
+            .flatten()
+            .map(|s| s.span().start)
+            .next();
+        if p.min_rate > p.max_rate {
+            self.error(
+                span.unwrap_or(0),
+                &format!(
+                    "{label}: min_rate ({}) must not be above max_rate ({})",
+                    p.min_rate, p.max_rate
+                ),
+            );
+        } else if p.adaptive && (p.rate < p.min_rate || p.rate > p.max_rate) && span.is_some() {
+            self.error(
+                span.unwrap_or(0),
+                &format!(
+                    "{label}: with adaptive = true, rate ({}) must be between min_rate ({}) and max_rate ({})",
+                    p.rate, p.min_rate, p.max_rate
+                ),
+            );
+        }
+        if p.backoff_initial > p.backoff_max {
+            let span = file
+                .backoff_initial_seconds
+                .as_ref()
+                .or(file.backoff_max_seconds.as_ref());
+            self.error(
+                span.map_or(0, |s| s.span().start),
+                &format!(
+                    "{label}: backoff_initial_seconds ({}) must not be above backoff_max_seconds ({})",
+                    p.backoff_initial.as_secs_f64(),
+                    p.backoff_max.as_secs_f64()
+                ),
+            );
+        }
         p
+    }
+
+    /// A number in `min..=max`.
+    fn number(
+        &mut self,
+        value: &Option<Spanned<f64>>,
+        label: &str,
+        key: &str,
+        min: f64,
+        max: f64,
+    ) -> Option<f64> {
+        let v = value.as_ref()?;
+        let x = *v.get_ref();
+        if x.is_finite() && x >= min && x <= max {
+            Some(x)
+        } else {
+            self.error(
+                v.span().start,
+                &format!("{label}: {key} must be between {min} and {max}, got {x}"),
+            );
+            None
+        }
     }
 }
 

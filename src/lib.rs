@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod feedback;
 pub mod limiter;
 pub mod policy;
 pub mod proxy;

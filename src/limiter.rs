@@ -18,8 +18,9 @@ use dashmap::DashMap;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use crate::config::{Config, HostPolicy};
-use crate::policy::{Bucket, InFlight};
+use crate::config::{Config, HostPolicy, OnCooldown};
+use crate::feedback::{Feedback, ServerBudget};
+use crate::policy::{CooldownCause, InFlight, Observation, Pacing, Reaction};
 
 /// Why a request was not given a turn. Each becomes a locally made response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +39,28 @@ pub enum Refusal {
     },
     /// courtesy is shutting down.
     ShuttingDown,
+    /// The host is cooling down (`on_cooldown = "reject"`, or a held request ran out of time).
+    CoolingDown {
+        /// Time left in the window.
+        remaining: Duration,
+        /// What started it.
+        cause: CooldownCause,
+    },
+}
+
+/// An upstream answer, reported back through its [`Permit`] so the host's pacing can react.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The class of the answer.
+    pub feedback: Feedback,
+    /// The status, when there was a response.
+    pub status: Option<u16>,
+    /// Time from sending to response headers (or to the failure).
+    pub latency: Duration,
+    /// Parsed `Retry-After`.
+    pub retry_after: Option<Duration>,
+    /// Parsed RateLimit headers.
+    pub server: Option<ServerBudget>,
 }
 
 /// The right to send one request to a host now: holds one of the host's concurrency slots and one
@@ -47,14 +70,77 @@ pub enum Refusal {
 pub struct Permit {
     host: Arc<Host>,
     _global: Option<OwnedSemaphorePermit>,
-    sent: bool,
+    sent_at: Option<Instant>,
     waited: Duration,
+    /// Whether the request had to queue for its turn: only then may a healthy answer raise the rate.
+    limited: bool,
 }
 
 impl Permit {
+    fn new(host: Arc<Host>, global: OwnedSemaphorePermit, waited: Duration, limited: bool) -> Self {
+        Permit {
+            host,
+            _global: Some(global),
+            sent_at: None,
+            waited,
+            limited,
+        }
+    }
+
     /// Records that the request is about to go out: from here on its token is spent for good.
     pub fn mark_sent(&mut self) {
-        self.sent = true;
+        self.sent_at = Some(Instant::now());
+    }
+
+    /// Feeds an upstream answer back into the host's pacing: adapts the rate, starts or extends a
+    /// cooldown and, with `on_cooldown = "reject"`, answers everything queued for the host at once.
+    pub fn report(&self, answer: &Answer) -> Reaction {
+        let now = Instant::now();
+        let mut state = self.host.lock();
+        let observation = Observation {
+            feedback: answer.feedback,
+            status: answer.status,
+            latency: answer.latency,
+            sent_at: self.sent_at.unwrap_or(now),
+            limited: self.limited,
+            retry_after: answer.retry_after,
+            server: answer.server,
+            others_in_flight: state.in_flight.current.saturating_sub(1),
+        };
+        let policy = state.policy.clone();
+        let reaction = state
+            .pacing
+            .observe(&observation, &policy, now, rand::random::<f64>());
+        let mut refused = Vec::new();
+        if reaction.cooldown.is_some() && policy.on_cooldown == OnCooldown::Reject {
+            if let Some(c) = state.pacing.cooldown(now) {
+                let refusal = Refusal::CoolingDown {
+                    remaining: c.until.saturating_duration_since(now),
+                    cause: c.cause,
+                };
+                refused = state
+                    .queue
+                    .drain(..)
+                    .map(|w| (w, refusal.clone()))
+                    .collect();
+            }
+        }
+        drop(state);
+        for (waiter, refusal) in refused {
+            let _ = waiter.reply.send(Err(refusal));
+        }
+        self.host.wake.notify_one();
+        reaction
+    }
+
+    /// The cooldown in force for this permit's host, if any: time left and cause.
+    pub fn cooldown(&self) -> Option<(Duration, CooldownCause)> {
+        let now = Instant::now();
+        let state = self.host.lock();
+        state
+            .pacing
+            .cooldown(now)
+            .map(|c| (c.until.saturating_duration_since(now), c.cause))
     }
 
     /// How long the request waited in the queue for this permit.
@@ -62,9 +148,14 @@ impl Permit {
         self.waited
     }
 
-    /// The host's current rate, for log lines.
+    /// The host's rate in effect now, for log lines.
     pub fn host_rate(&self) -> f64 {
-        self.host.lock().bucket.rate()
+        self.host.lock().pacing.effective_rate(Instant::now())
+    }
+
+    /// The policy of this permit's host.
+    pub fn policy(&self) -> Arc<HostPolicy> {
+        self.host.lock().policy.clone()
     }
 
     /// The host key this permit is for.
@@ -77,8 +168,8 @@ impl Drop for Permit {
     fn drop(&mut self) {
         let mut state = self.host.lock();
         state.in_flight.finish();
-        if !self.sent {
-            state.bucket.refund(Instant::now());
+        if self.sent_at.is_none() {
+            state.pacing.refund(Instant::now());
         }
         let wake = !state.queue.is_empty();
         drop(state);
@@ -100,7 +191,7 @@ pub struct Host {
 #[derive(Debug)]
 struct HostState {
     policy: Arc<HostPolicy>,
-    bucket: Bucket,
+    pacing: Pacing,
     in_flight: InFlight,
     queue: VecDeque<Waiter>,
     next_id: u64,
@@ -123,7 +214,7 @@ impl Host {
         Host {
             key,
             state: Mutex::new(HostState {
-                bucket: Bucket::new(policy.rate, policy.burst, now),
+                pacing: Pacing::new(&policy, now),
                 policy,
                 in_flight: InFlight::default(),
                 queue: VecDeque::new(),
@@ -189,6 +280,17 @@ impl Limiter {
     /// may be dropped at any point (the client went away): then nothing is spent and the request
     /// leaves the queue.
     pub async fn admit(self: &Arc<Self>, host: &str, port: u16) -> Result<Permit, Refusal> {
+        self.admit_with(host, port, false).await
+    }
+
+    /// Like [`Limiter::admit`]; with `hold_through_cooldown`, the request waits out a cooldown even
+    /// when the host's `on_cooldown` is `"reject"` (courtesy's own retries do).
+    pub async fn admit_with(
+        self: &Arc<Self>,
+        host: &str,
+        port: u16,
+        hold_through_cooldown: bool,
+    ) -> Result<Permit, Refusal> {
         let key = host_key(host, port);
         let (entry, rx, deadline, arrived) = loop {
             let entry = self.host(&key, host, port);
@@ -201,19 +303,22 @@ impl Limiter {
             }
             let now = Instant::now();
             state.last_active = now;
+            let rejecting =
+                state.policy.on_cooldown == OnCooldown::Reject && !hold_through_cooldown;
+            if let Some(c) = state.pacing.cooldown(now).filter(|_| rejecting) {
+                return Err(Refusal::CoolingDown {
+                    remaining: c.until.saturating_duration_since(now),
+                    cause: c.cause,
+                });
+            }
             if state.queue.is_empty() {
                 if let Some(global) = self.try_turn(&mut state, now) {
                     drop(state);
-                    return Ok(Permit {
-                        host: entry,
-                        _global: Some(global),
-                        sent: false,
-                        waited: Duration::ZERO,
-                    });
+                    return Ok(Permit::new(entry, global, Duration::ZERO, false));
                 }
             }
             if state.queue.len() >= state.policy.max_queue {
-                let rate = state.bucket.rate();
+                let rate = state.pacing.effective_rate(now);
                 let ahead = state.queue.len() as f64 + 1.0;
                 let retry_after = Duration::from_secs_f64((ahead / rate).clamp(1.0, 3600.0));
                 return Err(Refusal::QueueFull {
@@ -245,15 +350,25 @@ impl Limiter {
                 outcome
             }
             Ok(Err(_)) => Err(Refusal::ShuttingDown),
-            Err(_) => Err(Refusal::WaitedTooLong {
-                waited: Instant::now().saturating_duration_since(arrived),
-            }),
+            Err(_) => {
+                let now = Instant::now();
+                let cooldown = entry.host.lock().pacing.cooldown(now);
+                Err(match cooldown {
+                    Some(c) => Refusal::CoolingDown {
+                        remaining: c.until.saturating_duration_since(now),
+                        cause: c.cause,
+                    },
+                    None => Refusal::WaitedTooLong {
+                        waited: now.saturating_duration_since(arrived),
+                    },
+                })
+            }
         }
     }
 
     /// Takes a turn now if the host has a slot and a token and the global cap has room.
     fn try_turn(&self, state: &mut HostState, now: Instant) -> Option<OwnedSemaphorePermit> {
-        if !state.in_flight.has_room(state.policy.concurrency) || state.bucket.ready_at(now) > now {
+        if !state.in_flight.has_room(state.policy.concurrency) || state.pacing.ready_at(now) > now {
             return None;
         }
         let global = self.global.clone().try_acquire_owned().ok()?;
@@ -262,7 +377,7 @@ impl Limiter {
         } else {
             0.0
         };
-        if !state.bucket.try_take(now, state.policy.jitter, sample) {
+        if !state.pacing.try_take(now, state.policy.jitter, sample) {
             return None;
         }
         state.in_flight.start();
@@ -302,11 +417,12 @@ impl Limiter {
         let before = self.hosts.len();
         self.hosts.retain(|_, host| {
             let mut state = host.lock();
+            let policy = state.policy.clone();
             let forget = state.queue.is_empty()
                 && state.in_flight.current == 0
                 && !state.dispatcher_running
                 && now.saturating_duration_since(state.last_active) >= idle
-                && state.bucket.is_full(now);
+                && state.pacing.is_fresh(&policy, now);
             if forget {
                 state.retired = true;
             }
@@ -327,7 +443,7 @@ impl Limiter {
         let state = entry.lock();
         Some(HostSnapshot {
             key,
-            rate: state.bucket.rate(),
+            rate: state.pacing.effective_rate(Instant::now()),
             queued: state.queue.len(),
             in_flight: state.in_flight.current,
         })
@@ -401,7 +517,7 @@ async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
             } else if !state.in_flight.has_room(state.policy.concurrency) {
                 Next::WaitForSlot
             } else {
-                let ready = state.bucket.ready_at(now);
+                let ready = state.pacing.ready_at(now);
                 if ready > now {
                     Next::SleepUntil(ready)
                 } else {
@@ -417,15 +533,11 @@ async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                                 0.0
                             };
                             let jitter = state.policy.jitter;
-                            if state.bucket.try_take(now, jitter, sample) {
+                            if state.pacing.try_take(now, jitter, sample) {
                                 state.in_flight.start();
                                 if let Some(waiter) = state.queue.pop_front() {
-                                    let permit = Permit {
-                                        host: host.clone(),
-                                        _global: Some(slot),
-                                        sent: false,
-                                        waited: now.saturating_duration_since(waiter.arrived),
-                                    };
+                                    let waited = now.saturating_duration_since(waiter.arrived);
+                                    let permit = Permit::new(host.clone(), slot, waited, true);
                                     // A receiver that went away hands the permit back; it must be
                                     // dropped after the lock is released, since its drop locks too.
                                     if let Err(Ok(permit)) = waiter.reply.send(Ok(permit)) {

@@ -12,8 +12,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{HeaderName, HeaderValue, CONNECTION, HOST, VIA};
+use std::time::SystemTime;
+
+use http::header::{HeaderName, HeaderValue, CONNECTION, HOST, RETRY_AFTER, VIA};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -21,8 +24,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::config::{canonical_ip, Config};
-use crate::limiter::{Limiter, Permit};
+use crate::config::{canonical_ip, Config, HostPolicy};
+use crate::feedback::{self, Feedback};
+use crate::limiter::{Answer, Limiter, Permit};
 use crate::resolve::{Connector, DnsError, Resolver};
 use crate::response::{self, local, ProxyBody, ProxyError, PROXY_NAME};
 
@@ -44,7 +48,7 @@ const HOP_BY_HOP: [&str; 9] = [
 pub struct Proxy {
     config: Arc<Config>,
     limiter: Arc<Limiter>,
-    client: Client<Connector, Incoming>,
+    client: Client<Connector, UpstreamBody>,
     resolver: Resolver,
     /// Addresses courtesy listens on: a request aimed at one of them is a loop.
     own_addrs: Vec<SocketAddr>,
@@ -129,13 +133,6 @@ impl Proxy {
     }
 
     async fn forward_to(&self, req: Request<Incoming>, target: Target) -> Response<ProxyBody> {
-        let mut permit = match self.limiter.admit(&target.host, target.port).await {
-            Ok(p) => p,
-            Err(refusal) => {
-                info!(reason = ?refusal, "refused locally");
-                return response::refusal(&refusal, &target.key());
-            }
-        };
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.append(VIA, via_for(parts.version, &self.via));
@@ -143,57 +140,142 @@ impl Proxy {
             parts.headers.insert(HOST, host);
         }
         parts.version = Version::HTTP_11;
-        let upstream = Request::from_parts(parts, body);
-
-        permit.mark_sent();
-        let started = Instant::now();
-        let result = tokio::time::timeout(
-            self.config.proxy.response_timeout,
-            self.client.request(upstream),
-        )
-        .await;
-        let latency = started.elapsed();
-        match result {
-            Ok(Ok(response)) => {
-                info!(
-                    status = response.status().as_u16(),
-                    latency_ms = latency.as_millis() as u64,
-                    wait_ms = permit.waited().as_millis() as u64,
-                    rate = permit.host_rate(),
-                    "upstream response"
-                );
-                let (mut parts, body) = response.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                parts.headers.append(VIA, via_for(parts.version, &self.via));
-                parts.version = Version::HTTP_11;
-                Response::from_parts(
-                    parts,
-                    ProxyBody::Upstream {
-                        body,
-                        permit: Some(permit),
-                    },
-                )
-            }
-            Ok(Err(err)) => {
-                let (status, kind, details) = classify_client_error(&err);
+        // Only a bodiless GET/HEAD/OPTIONS can be sent again: keep what is needed to rebuild it.
+        let replayable = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
+            && body.is_end_stream();
+        let template = replayable.then(|| {
+            (
+                parts.method.clone(),
+                parts.uri.clone(),
+                parts.headers.clone(),
+            )
+        });
+        let mut upstream = Some(Request::from_parts(parts, UpstreamBody::Client(body)));
+        let mut attempt = 0u32;
+        loop {
+            let admitted = self
+                .limiter
+                .admit_with(&target.host, target.port, attempt > 0)
+                .await;
+            let mut permit = match admitted {
+                Ok(p) => p,
+                Err(refusal) => {
+                    info!(reason = ?refusal, "refused locally");
+                    return response::refusal(&refusal, &target.key());
+                }
+            };
+            let request = match upstream.take() {
+                Some(r) => r,
+                None => match &template {
+                    Some((method, uri, headers)) => rebuild(method, uri, headers),
+                    None => {
+                        return local(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            ProxyError::ProxyInternalError,
+                            "a request with a body cannot be sent twice",
+                            None,
+                        )
+                    }
+                },
+            };
+            permit.mark_sent();
+            let started = Instant::now();
+            let result = tokio::time::timeout(
+                self.config.proxy.response_timeout,
+                self.client.request(request),
+            )
+            .await;
+            let latency = started.elapsed();
+            let response = match result {
+                Ok(Ok(response)) => response,
+                Ok(Err(err)) => {
+                    let (status, kind, details) = classify_client_error(&err);
+                    self.report_failure(&permit, kind, latency, &details);
+                    return local(status, kind, &details, None);
+                }
+                Err(_) => {
+                    let secs = self.config.proxy.response_timeout.as_secs_f64();
+                    let details =
+                        format!("no response headers from {} within {secs}s", target.key());
+                    self.report_failure(
+                        &permit,
+                        ProxyError::HttpResponseTimeout,
+                        latency,
+                        &details,
+                    );
+                    return local(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        ProxyError::HttpResponseTimeout,
+                        &details,
+                        None,
+                    );
+                }
+            };
+            let policy = permit.policy();
+            let answer = answer_of(&response, latency, &policy);
+            let reaction = permit.report(&answer);
+            let status = response.status().as_u16();
+            info!(
+                status,
+                latency_ms = latency.as_millis() as u64,
+                wait_ms = permit.waited().as_millis() as u64,
+                rate = permit.host_rate(),
+                attempt,
+                "upstream response"
+            );
+            if let Some(window) = reaction.cooldown {
                 warn!(
-                    error = kind.token(),
-                    latency_ms = latency.as_millis() as u64,
-                    "upstream failed: {details}"
+                    status,
+                    window_s = window.as_secs_f64(),
+                    rate_before = reaction.rate_before,
+                    rate = reaction.rate_after,
+                    "host cooling down"
                 );
-                local(status, kind, &details, None)
             }
-            Err(_) => {
-                let secs = self.config.proxy.response_timeout.as_secs_f64();
-                warn!(timeout_s = secs, "upstream response timed out");
-                local(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    ProxyError::HttpResponseTimeout,
-                    &format!("no response headers from {} within {secs}s", target.key()),
-                    None,
-                )
+            let retry = template.is_some()
+                && attempt < policy.retry_idempotent
+                && matches!(status, 429 | 503);
+            if retry {
+                attempt += 1;
+                info!(attempt, "retrying after the cooldown (retry_idempotent)");
+                continue;
             }
+            let (mut parts, body) = response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            parts.headers.append(VIA, via_for(parts.version, &self.via));
+            parts.version = Version::HTTP_11;
+            return Response::from_parts(
+                parts,
+                ProxyBody::Upstream {
+                    body,
+                    permit: Some(permit),
+                },
+            );
         }
+    }
+
+    /// Feeds a request that got no response back into the host's pacing and logs it.
+    fn report_failure(&self, permit: &Permit, kind: ProxyError, latency: Duration, details: &str) {
+        // A request courtesy could not send because of the client's own body says nothing of the host.
+        let feedback = if kind == ProxyError::HttpRequestError {
+            Feedback::Neutral
+        } else {
+            Feedback::Failed
+        };
+        let reaction = permit.report(&Answer {
+            feedback,
+            status: None,
+            latency,
+            retry_after: None,
+            server: None,
+        });
+        warn!(
+            error = kind.token(),
+            latency_ms = latency.as_millis() as u64,
+            cooldown_s = reaction.cooldown.map(|w| w.as_secs_f64()),
+            rate = reaction.rate_after,
+            "upstream failed: {details}"
+        );
     }
 
     /// Opens a tunnel for `CONNECT host:port`: one admission per tunnel, whose permit (token and
@@ -420,6 +502,74 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     for name in HOP_BY_HOP {
         headers.remove(name);
+    }
+}
+
+/// A fresh bodiless request from a kept template (for retries).
+fn rebuild(method: &Method, uri: &Uri, headers: &HeaderMap) -> Request<UpstreamBody> {
+    let mut request = Request::new(UpstreamBody::Empty);
+    *request.method_mut() = method.clone();
+    *request.uri_mut() = uri.clone();
+    *request.headers_mut() = headers.clone();
+    request
+}
+
+/// What an upstream response says, for the host's pacing.
+fn answer_of<B>(response: &Response<B>, latency: Duration, policy: &HostPolicy) -> Answer {
+    let now = SystemTime::now();
+    let feedback = feedback::classify(response.status(), &policy.backoff_statuses);
+    let headers = response.headers();
+    let retry_after = match feedback {
+        Feedback::Throttled | Feedback::Overloaded => headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| feedback::retry_after(v, now)),
+        _ => None,
+    };
+    Answer {
+        feedback,
+        status: Some(response.status().as_u16()),
+        latency,
+        retry_after,
+        server: feedback::server_budget(headers, now),
+    }
+}
+
+/// The body courtesy sends upstream: the client's, streamed, or nothing (a retry).
+#[derive(Debug)]
+pub enum UpstreamBody {
+    /// The client's request body, streamed through.
+    Client(Incoming),
+    /// No body.
+    Empty,
+}
+
+impl http_body::Body for UpstreamBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            UpstreamBody::Client(body) => std::pin::Pin::new(body).poll_frame(cx),
+            UpstreamBody::Empty => std::task::Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Client(body) => body.is_end_stream(),
+            UpstreamBody::Empty => true,
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            UpstreamBody::Client(body) => body.size_hint(),
+            UpstreamBody::Empty => http_body::SizeHint::with_exact(0),
+        }
     }
 }
 

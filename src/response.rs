@@ -187,6 +187,15 @@ pub fn refusal(refusal: &Refusal, host: &str) -> Response<ProxyBody> {
             ),
             Some(Duration::from_secs(1)),
         ),
+        Refusal::CoolingDown { remaining, cause } => local(
+            StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::HttpRequestDenied,
+            &format!(
+                "{host} is cooling down because {cause}; {:.0}s left",
+                remaining.as_secs_f64().ceil()
+            ),
+            Some(*remaining),
+        ),
         Refusal::ShuttingDown => local(
             StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectionLimitReached,

@@ -1,9 +1,7 @@
-//! Pure per-host pacing state: the token bucket and the concurrency count.
+//! The token bucket and the in-flight count: the arithmetic of one host's budget.
 //!
-//! Everything here is a function of an explicit `now` and, for jitter, an explicit random sample, so the
-//! rules can be tested with plain unit tests and no runtime. This module owns the arithmetic of the
-//! budget; it does not own waiting (that is `limiter.rs`) nor deciding what a response means (that
-//! will be `feedback.rs`).
+//! Pure functions of an explicit `now` and, for jitter, an explicit random sample. How the rate moves
+//! (adaptation, cooldowns) is the parent module's; waiting is `limiter.rs`'s.
 
 use std::time::Duration;
 
@@ -110,6 +108,12 @@ impl Bucket {
             now + self.time_for(1.0 - self.tokens) + Duration::from_secs_f64(extra.min(3600.0))
         });
         true
+    }
+
+    /// Drops tokens above `max` (at most one request may leave right after a cooldown).
+    pub fn clamp_tokens(&mut self, max: f64, now: Instant) {
+        self.refill(now);
+        self.tokens = self.tokens.min(max);
     }
 
     /// Gives back a token taken at an earlier instant for a request that was never sent.

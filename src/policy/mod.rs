@@ -1,0 +1,730 @@
+//! Pure per-host pacing state: the token bucket, the adaptive (AIMD) rate, cooldowns and the
+//! server's announced budget.
+//!
+//! Everything here takes `now` (and random samples) as arguments, so every rule is a plain unit test
+//! with explicit instants. [`Pacing::ready_at`] says when the next request may leave;
+//! [`Pacing::observe`] moves the state after an upstream answer. Waiting is `limiter.rs`'s job and
+//! reading responses is `feedback.rs`'s.
+
+mod bucket;
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub use bucket::{Bucket, InFlight};
+
+use crate::config::HostPolicy;
+use crate::feedback::{Feedback, ServerBudget};
+
+/// Why a host is cooling down, for logs and the local 429's `Proxy-Status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CooldownCause {
+    /// The host answered this status (429, or one of `backoff_statuses`).
+    Status(u16),
+    /// Requests failed without an answer (connect error, reset, timeout).
+    Failure,
+    /// The host's RateLimit headers said no budget is left until the reset.
+    ServerBudget,
+}
+
+impl fmt::Display for CooldownCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CooldownCause::Status(s) => write!(f, "the host answered {s}"),
+            CooldownCause::Failure => f.write_str("requests to the host failed"),
+            CooldownCause::ServerBudget => f.write_str("the host's RateLimit budget is spent"),
+        }
+    }
+}
+
+/// A window in which no request for the host may leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cooldown {
+    /// When it began.
+    pub started: Instant,
+    /// When it ends; it only ever moves later while it lasts.
+    pub until: Instant,
+    /// What started it (the latest extension's cause).
+    pub cause: CooldownCause,
+}
+
+/// One upstream answer (or failure), as pacing needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// The class of the answer.
+    pub feedback: Feedback,
+    /// The status, when there was a response.
+    pub status: Option<u16>,
+    /// Time from sending to response headers.
+    pub latency: Duration,
+    /// When the request left courtesy.
+    pub sent_at: Instant,
+    /// Whether the request had to wait for its turn (the budget was the bottleneck).
+    pub limited: bool,
+    /// `Retry-After`, already parsed.
+    pub retry_after: Option<Duration>,
+    /// RateLimit headers, already parsed.
+    pub server: Option<ServerBudget>,
+    /// Other requests to the host still in flight (not yet counted by the server's numbers).
+    pub others_in_flight: u32,
+}
+
+/// What an observation changed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reaction {
+    /// Our own rate before.
+    pub rate_before: f64,
+    /// Our own rate after.
+    pub rate_after: f64,
+    /// A cooldown that this observation started or extended: its new length from now.
+    pub cooldown: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ServerWindow {
+    remaining: u64,
+    reset_at: Instant,
+}
+
+/// The whole pacing state of one host.
+#[derive(Debug, Clone)]
+pub struct Pacing {
+    bucket: Bucket,
+    /// Our own rate: the configured one, moved by adaptation and cooldowns.
+    rate: f64,
+    cooldown: Option<Cooldown>,
+    /// Set when a cooldown starts: the first request after it may not use a saved-up burst.
+    clamp_burst: bool,
+    /// When the rate was last cut: answers to requests sent before it belong to the same wave.
+    last_cut: Option<Instant>,
+    backoff_level: u32,
+    server_window: Option<ServerWindow>,
+    server_policy_rate: Option<f64>,
+}
+
+impl Pacing {
+    /// A fresh host under `policy`.
+    pub fn new(policy: &HostPolicy, now: Instant) -> Self {
+        let rate = if policy.adaptive {
+            policy.rate.clamp(policy.min_rate, policy.max_rate)
+        } else {
+            policy.rate
+        };
+        Pacing {
+            bucket: Bucket::new(rate, policy.burst, now),
+            rate,
+            cooldown: None,
+            clamp_burst: false,
+            last_cut: None,
+            backoff_level: 0,
+            server_window: None,
+            server_policy_rate: None,
+        }
+    }
+
+    /// Our own rate (before the server's caps).
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// The rate in effect: our own, capped by what the server announced.
+    pub fn effective_rate(&self, now: Instant) -> f64 {
+        let mut rate = self.rate;
+        if let Some(cap) = self.server_policy_rate {
+            rate = rate.min(cap);
+        }
+        if let Some(w) = self.server_window.filter(|w| w.reset_at > now) {
+            let left = w.reset_at.duration_since(now).as_secs_f64();
+            if w.remaining > 0 && left > 0.0 {
+                rate = rate.min(w.remaining as f64 / left);
+            }
+        }
+        rate
+    }
+
+    /// The cooldown in force at `now`, if any.
+    pub fn cooldown(&self, now: Instant) -> Option<Cooldown> {
+        self.cooldown.filter(|c| c.until > now)
+    }
+
+    /// Whether the host is exactly as a fresh one would be (so it may be forgotten).
+    pub fn is_fresh(&mut self, policy: &HostPolicy, now: Instant) -> bool {
+        self.sync(now);
+        let fresh_rate = Pacing::new(policy, now).rate;
+        self.cooldown(now).is_none()
+            && self.server_window.is_none()
+            && self.server_policy_rate.is_none()
+            && self.backoff_level == 0
+            && self.rate >= fresh_rate
+            && self.bucket.is_full(now)
+    }
+
+    /// Expires what has run out and puts the effective rate into the bucket.
+    fn sync(&mut self, now: Instant) {
+        if self.server_window.is_some_and(|w| w.reset_at <= now) {
+            self.server_window = None;
+        }
+        let rate = self.effective_rate(now);
+        if (rate - self.bucket.rate()).abs() > f64::EPSILON * rate.max(1.0) {
+            self.bucket.set_rate(rate, now);
+        }
+    }
+
+    /// The earliest instant the next request may leave: `now` if it may leave now.
+    pub fn ready_at(&mut self, now: Instant) -> Instant {
+        self.sync(now);
+        let mut at = self.bucket.ready_at(now);
+        if let Some(c) = self.cooldown(now) {
+            at = at.max(c.until);
+        }
+        if let Some(w) = self.server_window.filter(|w| w.remaining == 0) {
+            at = at.max(w.reset_at);
+        }
+        at
+    }
+
+    /// Takes a turn at `now` if one is free. `sample` is uniform in [0, 1) for jitter.
+    pub fn try_take(&mut self, now: Instant, jitter: f64, sample: f64) -> bool {
+        if self.ready_at(now) > now {
+            return false;
+        }
+        if self.clamp_burst {
+            self.bucket.clamp_tokens(1.0, now);
+            self.clamp_burst = false;
+        }
+        if !self.bucket.try_take(now, jitter, sample) {
+            return false;
+        }
+        if let Some(w) = &mut self.server_window {
+            w.remaining = w.remaining.saturating_sub(1);
+        }
+        true
+    }
+
+    /// Gives back a turn that was taken for a request that never left.
+    pub fn refund(&mut self, now: Instant) {
+        self.bucket.refund(now);
+        if let Some(w) = &mut self.server_window {
+            w.remaining += 1;
+        }
+    }
+
+    /// Moves the state after an upstream answer. `sample` is uniform in [0, 1) for backoff jitter.
+    pub fn observe(
+        &mut self,
+        obs: &Observation,
+        policy: &HostPolicy,
+        now: Instant,
+        sample: f64,
+    ) -> Reaction {
+        self.sync(now);
+        let rate_before = self.rate;
+        let mut cooldown = None;
+        if let Some(budget) = &obs.server {
+            cooldown = self.apply_server_budget(budget, obs.others_in_flight, policy, now);
+        }
+        match obs.feedback {
+            Feedback::Success => {
+                self.backoff_level = 0;
+                if obs.latency > policy.slow_response {
+                    if policy.adaptive && self.new_wave(obs.sent_at) {
+                        self.rate = lowered(self.rate, policy.slow_factor, policy.min_rate);
+                        self.last_cut = Some(now);
+                    }
+                } else if obs.limited {
+                    let ceiling = if policy.adaptive {
+                        policy.max_rate
+                    } else {
+                        policy.rate
+                    };
+                    if self.rate < ceiling {
+                        self.rate = (self.rate + policy.increase_step).min(ceiling);
+                    }
+                }
+            }
+            Feedback::Throttled | Feedback::Overloaded | Feedback::Failed => {
+                let new_wave = self.new_wave(obs.sent_at);
+                let window = match obs.retry_after {
+                    Some(wait) => Some(wait.min(policy.max_retry_after)),
+                    None if new_wave => Some(self.next_backoff(policy, sample)),
+                    None => None,
+                };
+                if new_wave {
+                    if policy.adaptive {
+                        self.rate = lowered(self.rate, policy.decrease_factor, policy.min_rate);
+                    }
+                    self.last_cut = Some(now);
+                }
+                if let Some(window) = window.filter(|w| !w.is_zero()) {
+                    let cause = match obs.status {
+                        Some(status) => CooldownCause::Status(status),
+                        None => CooldownCause::Failure,
+                    };
+                    let fresh = self.cooldown(now).is_none();
+                    if self.extend_cooldown(now + window, cause, now) {
+                        cooldown = Some(window);
+                        if fresh {
+                            let resume =
+                                lowered(rate_before, policy.resume_factor, policy.min_rate);
+                            self.rate = self.rate.min(resume);
+                        }
+                    }
+                }
+            }
+            Feedback::Neutral => {}
+        }
+        self.sync(now);
+        Reaction {
+            rate_before,
+            rate_after: self.rate,
+            cooldown,
+        }
+    }
+
+    /// Pauses the host until `until` (an operator's or a block's pause): only ever extends.
+    pub fn pause(&mut self, until: Instant, cause: CooldownCause, now: Instant) -> bool {
+        self.extend_cooldown(until, cause, now)
+    }
+
+    fn new_wave(&self, sent_at: Instant) -> bool {
+        self.last_cut.is_none_or(|cut| sent_at >= cut)
+    }
+
+    fn next_backoff(&mut self, policy: &HostPolicy, sample: f64) -> Duration {
+        let doubling = 2f64.powi(self.backoff_level.min(30) as i32);
+        self.backoff_level = self.backoff_level.saturating_add(1);
+        let base = policy.backoff_initial.as_secs_f64() * doubling;
+        let with_jitter = base * (1.0 + 0.25 * sample.clamp(0.0, 1.0));
+        Duration::from_secs_f64(with_jitter.min(policy.backoff_max.as_secs_f64()))
+    }
+
+    /// Starts or lengthens the cooldown; returns whether it changed. Never shortens one.
+    fn extend_cooldown(&mut self, until: Instant, cause: CooldownCause, now: Instant) -> bool {
+        match self.cooldown(now) {
+            Some(c) if c.until >= until => false,
+            Some(c) => {
+                self.cooldown = Some(Cooldown { until, cause, ..c });
+                true
+            }
+            None => {
+                self.cooldown = Some(Cooldown {
+                    started: now,
+                    until,
+                    cause,
+                });
+                self.clamp_burst = true;
+                true
+            }
+        }
+    }
+
+    fn apply_server_budget(
+        &mut self,
+        budget: &ServerBudget,
+        others_in_flight: u32,
+        policy: &HostPolicy,
+        now: Instant,
+    ) -> Option<Duration> {
+        if let Some(rate) = budget.policy_rate.filter(|r| *r > 0.0) {
+            self.server_policy_rate = Some(rate);
+        }
+        let (Some(remaining), Some(reset)) = (budget.remaining, budget.reset) else {
+            return None;
+        };
+        let reset = reset.min(policy.max_retry_after);
+        if reset.is_zero() {
+            self.server_window = None;
+            return None;
+        }
+        let remaining = remaining.saturating_sub(u64::from(others_in_flight));
+        if remaining == 0 {
+            self.server_window = None;
+            let changed = self.extend_cooldown(now + reset, CooldownCause::ServerBudget, now);
+            return changed.then_some(reset);
+        }
+        self.server_window = Some(ServerWindow {
+            remaining,
+            reset_at: now + reset,
+        });
+        None
+    }
+}
+
+/// `rate × factor`, but not below `floor` unless the rate already was.
+fn lowered(rate: f64, factor: f64, floor: f64) -> f64 {
+    (rate * factor).max(floor.min(rate))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::OnCooldown;
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
+
+    fn adaptive(rate: f64) -> HostPolicy {
+        HostPolicy {
+            rate,
+            adaptive: true,
+            max_rate: 10.0,
+            on_cooldown: OnCooldown::Reject,
+            ..HostPolicy::default()
+        }
+    }
+
+    fn answer(feedback: Feedback, status: u16, sent_at: Instant) -> Observation {
+        Observation {
+            feedback,
+            status: Some(status),
+            latency: Duration::from_millis(100),
+            sent_at,
+            limited: true,
+            retry_after: None,
+            server: None,
+            others_in_flight: 0,
+        }
+    }
+
+    #[test]
+    fn healthy_limited_answers_creep_up_to_the_ceiling() {
+        let t0 = Instant::now();
+        let policy = adaptive(9.9);
+        let mut p = Pacing::new(&policy, t0);
+        let r = p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
+        assert!((r.rate_after - 9.95).abs() < 1e-9);
+        for _ in 0..10 {
+            p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
+        }
+        assert_eq!(p.rate(), 10.0, "max_rate holds even when healthy");
+    }
+
+    #[test]
+    fn unlimited_answers_do_not_raise_the_rate() {
+        let t0 = Instant::now();
+        let policy = adaptive(2.0);
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            limited: false,
+            ..answer(Feedback::Success, 200, t0)
+        };
+        p.observe(&obs, &policy, t0, 0.0);
+        assert_eq!(p.rate(), 2.0);
+    }
+
+    #[test]
+    fn slow_answers_cut_by_slow_factor_once_per_wave() {
+        let t0 = Instant::now();
+        let policy = adaptive(5.0);
+        let mut p = Pacing::new(&policy, t0);
+        let slow = Observation {
+            latency: secs(2.5),
+            ..answer(Feedback::Success, 200, t0)
+        };
+        p.observe(&slow, &policy, t0 + secs(1.0), 0.0);
+        assert!((p.rate() - 4.0).abs() < 1e-9);
+        // Another slow answer to a request sent before the cut: same wave, no second cut.
+        p.observe(&slow, &policy, t0 + secs(1.1), 0.0);
+        assert!((p.rate() - 4.0).abs() < 1e-9);
+        let later = Observation {
+            sent_at: t0 + secs(1.2),
+            ..slow
+        };
+        p.observe(&later, &policy, t0 + secs(3.0), 0.0);
+        assert!((p.rate() - 3.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_wave_of_429s_cuts_once() {
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            resume_factor: 1.0,
+            ..adaptive(8.0)
+        };
+        let mut p = Pacing::new(&policy, t0);
+        // Eight requests in flight together, all answered 429 with Retry-After: 1.
+        for i in 0..8 {
+            let obs = Observation {
+                retry_after: Some(secs(1.0)),
+                ..answer(Feedback::Throttled, 429, t0)
+            };
+            p.observe(&obs, &policy, t0 + secs(0.1 + 0.01 * f64::from(i)), 0.0);
+        }
+        assert!((p.rate() - 4.0).abs() < 1e-9, "rate {}", p.rate());
+    }
+
+    #[test]
+    fn a_cooldown_blocks_then_resumes_at_resume_factor_with_no_burst() {
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            rate: 4.0,
+            burst: 5,
+            ..HostPolicy::default()
+        };
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            retry_after: Some(secs(30.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        let r = p.observe(&obs, &policy, t0, 0.0);
+        assert_eq!(r.cooldown, Some(secs(30.0)));
+        assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::Status(429));
+        assert_eq!(p.rate(), 2.0, "resume at 0.5 x the rate before");
+        assert_eq!(p.ready_at(t0 + secs(1.0)), t0 + secs(30.0));
+        assert!(!p.try_take(t0 + secs(29.9), 0.0, 0.0));
+        // After the window one request leaves, then 1/rate spacing: no saved-up burst.
+        assert!(p.try_take(t0 + secs(30.0), 0.0, 0.0));
+        assert!(!p.try_take(t0 + secs(30.0), 0.0, 0.0));
+        assert_eq!(p.ready_at(t0 + secs(30.0)), t0 + secs(30.5));
+    }
+
+    #[test]
+    fn a_cooldown_never_shortens() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        let long = Observation {
+            retry_after: Some(secs(60.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        p.observe(&long, &policy, t0, 0.0);
+        let short = Observation {
+            retry_after: Some(secs(5.0)),
+            sent_at: t0 + secs(1.0),
+            ..answer(Feedback::Overloaded, 503, t0)
+        };
+        let r = p.observe(&short, &policy, t0 + secs(2.0), 0.0);
+        assert_eq!(r.cooldown, None);
+        assert_eq!(p.cooldown(t0 + secs(2.0)).unwrap().until, t0 + secs(60.0));
+        let longer = Observation {
+            retry_after: Some(secs(100.0)),
+            ..short
+        };
+        p.observe(&longer, &policy, t0 + secs(3.0), 0.0);
+        let c = p.cooldown(t0 + secs(3.0)).unwrap();
+        assert_eq!((c.started, c.until), (t0, t0 + secs(103.0)));
+    }
+
+    #[test]
+    fn retry_after_is_capped_by_max_retry_after() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            retry_after: Some(secs(86_400.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        assert_eq!(
+            p.observe(&obs, &policy, t0, 0.0).cooldown,
+            Some(secs(600.0))
+        );
+    }
+
+    #[test]
+    fn without_retry_after_backoff_doubles_per_wave_and_resets_when_healthy() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        let mut now = t0;
+        let mut windows = Vec::new();
+        for _ in 0..10 {
+            let obs = answer(Feedback::Overloaded, 503, now);
+            let r = p.observe(&obs, &policy, now + secs(0.1), 0.0);
+            let window = r.cooldown.unwrap();
+            windows.push(window.as_secs_f64());
+            now = now + secs(0.1) + window;
+        }
+        assert_eq!(
+            windows,
+            vec![2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0, 300.0]
+        );
+        p.observe(&answer(Feedback::Success, 200, now), &policy, now, 0.0);
+        let r = p.observe(
+            &answer(Feedback::Throttled, 429, now),
+            &policy,
+            now + secs(0.1),
+            0.0,
+        );
+        assert_eq!(r.cooldown, Some(secs(2.0)));
+    }
+
+    #[test]
+    fn backoff_jitter_only_lengthens() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        let r = p.observe(&answer(Feedback::Failed, 0, t0), &policy, t0, 0.99);
+        let w = r.cooldown.unwrap().as_secs_f64();
+        assert!((2.0..=2.5).contains(&w), "{w}");
+    }
+
+    #[test]
+    fn failures_back_off_like_overload() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            status: None,
+            ..answer(Feedback::Failed, 0, t0)
+        };
+        let r = p.observe(&obs, &policy, t0, 0.0);
+        assert_eq!(r.cooldown, Some(secs(2.0)));
+        assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::Failure);
+    }
+
+    #[test]
+    fn a_non_adaptive_host_recovers_to_its_configured_rate_only() {
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            rate: 1.0,
+            increase_step: 0.25,
+            ..HostPolicy::default()
+        };
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            retry_after: Some(secs(1.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        p.observe(&obs, &policy, t0, 0.0);
+        assert_eq!(p.rate(), 0.5);
+        for _ in 0..5 {
+            p.observe(
+                &answer(Feedback::Success, 200, t0),
+                &policy,
+                t0 + secs(2.0),
+                0.0,
+            );
+        }
+        assert_eq!(p.rate(), 1.0);
+    }
+
+    #[test]
+    fn neutral_answers_change_nothing() {
+        let t0 = Instant::now();
+        let policy = adaptive(3.0);
+        let mut p = Pacing::new(&policy, t0);
+        let r = p.observe(&answer(Feedback::Neutral, 404, t0), &policy, t0, 0.0);
+        assert_eq!((r.rate_after, r.cooldown), (3.0, None));
+    }
+
+    #[test]
+    fn the_servers_remaining_budget_is_spread_until_the_reset_and_never_exceeded() {
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            rate: 100.0,
+            burst: 10,
+            ..HostPolicy::default()
+        };
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            server: Some(ServerBudget {
+                remaining: Some(3),
+                reset: Some(secs(10.0)),
+                policy_rate: None,
+            }),
+            ..answer(Feedback::Success, 200, t0)
+        };
+        p.observe(&obs, &policy, t0, 0.0);
+        assert!((p.effective_rate(t0) - 0.3).abs() < 1e-9);
+        // Hammer it every millisecond for ten seconds: at most 3 turns.
+        let mut taken = 0;
+        let mut now = t0;
+        while now < t0 + secs(9.999) {
+            if p.try_take(now, 0.0, 0.0) {
+                taken += 1;
+            }
+            now += Duration::from_millis(1);
+        }
+        assert_eq!(taken, 3);
+        // After the reset, our own rate is back.
+        assert!(p.try_take(t0 + secs(10.0), 0.0, 0.0));
+        assert_eq!(p.effective_rate(t0 + secs(10.0)), 100.0);
+    }
+
+    #[test]
+    fn zero_remaining_cools_down_until_the_reset() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            server: Some(ServerBudget {
+                remaining: Some(0),
+                reset: Some(secs(20.0)),
+                policy_rate: None,
+            }),
+            ..answer(Feedback::Success, 200, t0)
+        };
+        let r = p.observe(&obs, &policy, t0, 0.0);
+        assert_eq!(r.cooldown, Some(secs(20.0)));
+        assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::ServerBudget);
+        assert_eq!(
+            p.rate(),
+            1.0,
+            "an announced reset is not a complaint: no rate cut"
+        );
+    }
+
+    #[test]
+    fn server_numbers_only_ever_make_courtesy_stricter() {
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            rate: 2.0,
+            ..HostPolicy::default()
+        };
+        let mut p = Pacing::new(&policy, t0);
+        let generous = Observation {
+            server: Some(ServerBudget {
+                remaining: Some(1000),
+                reset: Some(secs(1.0)),
+                policy_rate: Some(500.0),
+            }),
+            ..answer(Feedback::Success, 200, t0)
+        };
+        p.observe(&generous, &policy, t0, 0.0);
+        assert_eq!(p.effective_rate(t0), 2.0);
+        let strict = Observation {
+            server: Some(ServerBudget {
+                remaining: None,
+                reset: None,
+                policy_rate: Some(0.5),
+            }),
+            ..generous
+        };
+        p.observe(&strict, &policy, t0, 0.0);
+        assert_eq!(p.effective_rate(t0), 0.5);
+    }
+
+    #[test]
+    fn requests_in_flight_count_against_the_servers_remaining() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            server: Some(ServerBudget {
+                remaining: Some(2),
+                reset: Some(secs(5.0)),
+                policy_rate: None,
+            }),
+            others_in_flight: 2,
+            ..answer(Feedback::Success, 200, t0)
+        };
+        assert_eq!(p.observe(&obs, &policy, t0, 0.0).cooldown, Some(secs(5.0)));
+    }
+
+    #[test]
+    fn a_host_is_fresh_only_when_nothing_is_remembered() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        assert!(p.is_fresh(&policy, t0));
+        let obs = Observation {
+            retry_after: Some(secs(5.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        p.observe(&obs, &policy, t0, 0.0);
+        assert!(!p.is_fresh(&policy, t0 + secs(10.0)), "rate still lowered");
+    }
+}
