@@ -156,13 +156,29 @@ fn check(file: &Path) -> anyhow::Result<()> {
 }
 
 fn describe(p: &courtesy::config::HostPolicy) -> String {
-    format!(
-        "rate={}/s burst={} concurrency={} jitter={} max_queue={} max_wait={}s",
+    let mut out = format!(
+        "rate={}/s burst={} concurrency={} jitter={} max_queue={} max_wait={}s on_cooldown={:?}",
         p.rate,
         p.burst,
         p.concurrency,
         p.jitter,
         p.max_queue,
-        p.max_wait.as_secs_f64()
-    )
+        p.max_wait.as_secs_f64(),
+        p.on_cooldown
+    );
+    if p.adaptive {
+        out.push_str(&format!(
+            " adaptive=[{}..{}]/s (-x{} +{} slow>{}ms x{})",
+            p.min_rate,
+            p.max_rate,
+            p.decrease_factor,
+            p.increase_step,
+            p.slow_response.as_millis(),
+            p.slow_factor
+        ));
+    }
+    if p.retry_idempotent > 0 {
+        out.push_str(&format!(" retry_idempotent={}", p.retry_idempotent));
+    }
+    out
 }
