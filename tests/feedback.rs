@@ -470,3 +470,40 @@ async fn a_ratelimit_header_budget_is_never_overspent() {
         "courtesy overspent the announced budget: {all:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_saves_the_page_for_a_client_that_retries_at_once_like_scrapy() {
+    let limited = limited_origin("127.0.0.13", 3, false).await;
+    let config = "[defaults]\nrate = 20\nburst = 1\non_cooldown = \"hold\"\n";
+    let courtesy = Courtesy::start(config).await;
+    let mut tasks = Vec::new();
+    for c in 0..3 {
+        let client = courtesy.client();
+        let base = limited.origin.url(&format!("/scrapy/{c}/"));
+        tasks.push(tokio::spawn(async move {
+            let mut conn = client.connect().await;
+            let mut lost = 0;
+            for page in 0..5 {
+                let url = format!("{base}{page}");
+                // Scrapy's RetryMiddleware: a 429 is retried at once, at most twice.
+                let mut got = conn.get(&url).await.status;
+                for _ in 0..2 {
+                    if got != StatusCode::TOO_MANY_REQUESTS {
+                        break;
+                    }
+                    got = conn.get(&url).await.status;
+                }
+                if got != StatusCode::OK {
+                    lost += 1;
+                }
+            }
+            lost
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 0, "a page was lost");
+    }
+    let windows = limited.windows.lock().unwrap().clone();
+    assert!(!windows.is_empty(), "the origin never throttled");
+    assert_nothing_inside_windows(&limited.origin, &windows);
+}
