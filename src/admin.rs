@@ -14,18 +14,24 @@ use hyper::body::Incoming;
 use crate::config::{canonical_ip, Config};
 use crate::limiter::Limiter;
 use crate::response::{local, ProxyBody, ProxyError};
+use crate::tls::Interceptor;
 
 /// State for the admin service.
 #[derive(Debug)]
 pub struct Admin {
     config: Arc<Config>,
     limiter: Arc<Limiter>,
+    interceptor: Arc<Interceptor>,
 }
 
 impl Admin {
     /// The admin service over the shared limiter.
-    pub fn new(config: Arc<Config>, limiter: Arc<Limiter>) -> Self {
-        Admin { config, limiter }
+    pub fn new(config: Arc<Config>, limiter: Arc<Limiter>, interceptor: Arc<Interceptor>) -> Self {
+        Admin {
+            config,
+            limiter,
+            interceptor,
+        }
     }
 
     /// Answers one admin request. Never fails: errors are responses.
@@ -47,15 +53,26 @@ impl Admin {
         }
         let response = match (req.method(), req.uri().path()) {
             (&Method::GET | &Method::HEAD, "/healthz") => text(StatusCode::OK, "ok\n".into()),
-            (&Method::GET | &Method::HEAD, "/") => text(
-                StatusCode::OK,
-                format!(
-                    "courtesy {}\nconfig: {}\nhosts known: {}\n",
-                    env!("CARGO_PKG_VERSION"),
-                    self.config.source,
-                    self.limiter.host_count()
-                ),
-            ),
+            (&Method::GET | &Method::HEAD, "/ca.pem") => {
+                let mut r = text(StatusCode::OK, self.interceptor.ca().cert_pem().to_string());
+                r.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/x-pem-file"),
+                );
+                r
+            }
+            (&Method::GET | &Method::HEAD, "/") => {
+                let (hits, misses) = self.interceptor.cache_stats();
+                text(
+                    StatusCode::OK,
+                    format!(
+                        "courtesy {}\nconfig: {}\nhosts known: {}\nleaf certificates: {hits} cache hits, {misses} minted\n",
+                        env!("CARGO_PKG_VERSION"),
+                        self.config.source,
+                        self.limiter.host_count()
+                    ),
+                )
+            }
             _ => local(
                 StatusCode::NOT_FOUND,
                 ProxyError::HttpRequestError,

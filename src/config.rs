@@ -58,6 +58,17 @@ pub struct HostPolicy {
     pub resume_factor: f64,
     /// How often courtesy itself retries a bodiless GET/HEAD/OPTIONS that got 429/503.
     pub retry_idempotent: u32,
+    /// What a CONNECT to this host becomes.
+    pub https: HttpsMode,
+}
+
+/// What courtesy does with a `CONNECT` tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpsMode {
+    /// Terminate TLS with the local CA and pace every request inside (the default).
+    Intercept,
+    /// Copy bytes blindly: one admission per tunnel, which paces connections, not requests.
+    Tunnel,
 }
 
 /// What happens to requests for a host that is cooling down.
@@ -93,6 +104,7 @@ impl Default for HostPolicy {
             on_cooldown: OnCooldown::Reject,
             resume_factor: 0.5,
             retry_idempotent: 0,
+            https: HttpsMode::Intercept,
         }
     }
 }
@@ -120,6 +132,8 @@ pub struct ProxySettings {
     pub idle_host: Duration,
     /// Ports a CONNECT may open a tunnel to.
     pub connect_ports: Vec<u16>,
+    /// A PEM file of extra roots trusted for upstream TLS (private CAs).
+    pub upstream_ca: Option<PathBuf>,
 }
 
 impl Default for ProxySettings {
@@ -135,6 +149,7 @@ impl Default for ProxySettings {
             allow_clients: Vec::new(),
             idle_host: Duration::from_secs(600),
             connect_ports: vec![443, 80],
+            upstream_ca: None,
         }
     }
 }
@@ -451,6 +466,7 @@ policy_keys! {
     on_cooldown: String,
     resume_factor: f64,
     retry_idempotent: i64,
+    https: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -477,6 +493,7 @@ struct FileProxy {
     allow_clients: Option<Spanned<Vec<Spanned<String>>>>,
     idle_host_seconds: Option<Spanned<f64>>,
     connect_ports: Option<Spanned<Vec<Spanned<i64>>>>,
+    upstream_ca: Option<Spanned<String>>,
 }
 
 // ---- stage two: meanings and ranges -------------------------------------------------------------
@@ -605,6 +622,17 @@ impl Validator<'_> {
                         ),
                     ),
                 }
+            }
+        }
+        if let Some(path) = &file.upstream_ca {
+            let resolved = expand_home(path.get_ref());
+            if resolved.is_file() {
+                p.upstream_ca = Some(resolved);
+            } else {
+                self.error(
+                    path.span().start,
+                    &format!("[proxy] upstream_ca: no such file {:?}", path.get_ref()),
+                );
             }
         }
         if let Some(list) = &file.connect_ports {
@@ -771,6 +799,16 @@ impl Validator<'_> {
         }
         if let Some(n) = self.count(&file.retry_idempotent, label, "retry_idempotent", 0, 10) {
             p.retry_idempotent = n as u32;
+        }
+        if let Some(v) = &file.https {
+            match v.get_ref().as_str() {
+                "intercept" => p.https = HttpsMode::Intercept,
+                "tunnel" => p.https = HttpsMode::Tunnel,
+                other => self.error(
+                    v.span().start,
+                    &format!("{label}: https must be \"intercept\" or \"tunnel\", got {other:?}"),
+                ),
+            }
         }
         let span = [&file.rate, &file.min_rate, &file.max_rate]
             .into_iter()

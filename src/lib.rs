@@ -12,6 +12,9 @@
 //! | [`resolve`] | DNS with a timeout, so DNS failures get their own `Proxy-Status` |
 //! | [`policy`] | pure per-host state: token bucket, in-flight count; takes `now` |
 //! | [`limiter`] | host table, per-host FIFO, depth cap, deadlines: the only place requests wait |
+//! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
+//! | [`intercept`] | inside an accepted CONNECT: sniff, terminate TLS, serve the requests |
+//! | [`feedback`] | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
 //! | [`admin`] | the admin listener |
 //!
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls [`run`].
@@ -19,11 +22,13 @@
 pub mod admin;
 pub mod config;
 pub mod feedback;
+pub mod intercept;
 pub mod limiter;
 pub mod policy;
 pub mod proxy;
 pub mod resolve;
 pub mod response;
 pub mod server;
+pub mod tls;
 
 pub use server::{run, Listeners};

@@ -1,4 +1,5 @@
-//! The proxy service: forwarding of absolute-form `http://` requests and CONNECT tunnels.
+//! The proxy service: forwarding of absolute-form `http://` requests, and CONNECT (intercepted by
+//! `intercept.rs`, or a blind tunnel).
 //!
 //! The service's error type is `Infallible`: every failure becomes a response (see `response.rs`).
 //! The limiter sits immediately around the network call and nowhere else: key, admit, send, respond.
@@ -18,17 +19,19 @@ use http::header::{HeaderName, HeaderValue, CONNECTION, HOST, RETRY_AFTER, VIA};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::config::{canonical_ip, Config, HostPolicy};
+use crate::config::{canonical_ip, Config, HostPolicy, HttpsMode};
 use crate::feedback::{self, Feedback};
 use crate::limiter::{Answer, Limiter, Permit};
 use crate::resolve::{Connector, DnsError, Resolver};
 use crate::response::{self, local, ProxyBody, ProxyError, PROXY_NAME};
+use crate::tls::Interceptor;
 
 /// Headers that describe one connection, not the message: never forwarded either way.
 const HOP_BY_HOP: [&str; 9] = [
@@ -48,8 +51,9 @@ const HOP_BY_HOP: [&str; 9] = [
 pub struct Proxy {
     config: Arc<Config>,
     limiter: Arc<Limiter>,
-    client: Client<Connector, UpstreamBody>,
+    client: Client<HttpsConnector<Connector>, UpstreamBody>,
     resolver: Resolver,
+    interceptor: Arc<Interceptor>,
     /// Addresses courtesy listens on: a request aimed at one of them is a loop.
     own_addrs: Vec<SocketAddr>,
     /// The `Via` entry this instance adds; seeing it on an incoming request means a loop.
@@ -58,13 +62,25 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Builds the service state: the pooled upstream client and the loop guards.
-    pub fn new(config: Arc<Config>, limiter: Arc<Limiter>, own_addrs: Vec<SocketAddr>) -> Self {
+    /// Builds the service state: the pooled upstream client (verifying upstream TLS with
+    /// `upstream_tls`), the interceptor for CONNECTs, and the loop guards.
+    pub fn new(
+        config: Arc<Config>,
+        limiter: Arc<Limiter>,
+        own_addrs: Vec<SocketAddr>,
+        interceptor: Arc<Interceptor>,
+        upstream_tls: rustls::ClientConfig,
+    ) -> Self {
         let resolver = Resolver::new(config.proxy.connect_timeout);
         let mut connector = Connector::new_with_resolver(resolver.clone());
         connector.set_connect_timeout(Some(config.proxy.connect_timeout));
         connector.set_nodelay(true);
-        connector.enforce_http(true);
+        connector.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(upstream_tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(64)
@@ -77,6 +93,7 @@ impl Proxy {
             limiter,
             client,
             resolver,
+            interceptor,
             own_addrs,
             via,
             via_token,
@@ -86,6 +103,11 @@ impl Proxy {
     /// The limiter this proxy admits requests through.
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter
+    }
+
+    /// The interceptor that terminates TLS for CONNECTs.
+    pub fn interceptor(&self) -> &Arc<Interceptor> {
+        &self.interceptor
     }
 
     /// Answers one request from `client`. Never fails: errors are responses.
@@ -136,7 +158,7 @@ impl Proxy {
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.append(VIA, via_for(parts.version, &self.via));
-        if let Ok(host) = HeaderValue::from_str(&target.authority) {
+        if let Ok(host) = HeaderValue::from_str(target.host_header(parts.uri.scheme_str())) {
             parts.headers.insert(HOST, host);
         }
         parts.version = Version::HTTP_11;
@@ -278,9 +300,44 @@ impl Proxy {
         );
     }
 
-    /// Opens a tunnel for `CONNECT host:port`: one admission per tunnel, whose permit (token and
-    /// concurrency slot) is held for the tunnel's whole life.
-    async fn connect(&self, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+    /// A request that came out of a CONNECT (decrypted, or plain HTTP inside the tunnel): it goes to
+    /// the CONNECT's target with `scheme`, through exactly the same path as plain http.
+    pub(crate) async fn forward_inside(
+        &self,
+        mut req: Request<Incoming>,
+        target: Target,
+        scheme: &'static str,
+        client: SocketAddr,
+    ) -> Response<ProxyBody> {
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        match format!("{scheme}://{}{path}", target.authority).parse::<Uri>() {
+            Ok(uri) => *req.uri_mut() = uri,
+            Err(_) => {
+                return local(
+                    StatusCode::BAD_REQUEST,
+                    ProxyError::HttpRequestError,
+                    &format!("cannot make a URL of {:?}", req.uri()),
+                    None,
+                )
+            }
+        }
+        let span = info_span!("request", client = %client, method = %req.method(), host = %target.key(), scheme);
+        self.forward_to(req, target).instrument(span).await
+    }
+
+    /// Answers `CONNECT host:port` with 200, then looks at the first bytes inside: plain HTTP is
+    /// forwarded request by request like any other; TLS is terminated with the local CA in
+    /// `intercept` mode (every request inside paced), or in `tunnel` mode copied blindly after one
+    /// admission whose concurrency slot is held for the tunnel's whole life.
+    async fn connect(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Response<ProxyBody> {
         let target = match Target::of_connect(req.uri()) {
             Ok(t) => t,
             Err(why) => {
@@ -306,35 +363,52 @@ impl Proxy {
         if let Some(refused) = self.refuse_loop(&target, req.headers()) {
             return refused;
         }
-        let span = info_span!("tunnel", client = %client, host = %target.key());
-        self.tunnel(req, target).instrument(span).await
-    }
-
-    async fn tunnel(&self, req: Request<Incoming>, target: Target) -> Response<ProxyBody> {
-        let mut permit = match self.limiter.admit(&target.host, target.port).await {
-            Ok(p) => p,
-            Err(refusal) => return response::refusal(&refusal, &target.key()),
-        };
-        permit.mark_sent();
-        let upstream = match self.dial(&target).await {
-            Ok(stream) => stream,
-            Err((status, kind, details)) => {
-                warn!(error = kind.token(), "tunnel connect failed: {details}");
-                return local(status, kind, &details, None);
+        let mode = self.config.policy_for(&target.host, target.port).https;
+        let span = info_span!("connect", client = %client, host = %target.key(), ?mode);
+        if mode == HttpsMode::Intercept {
+            // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
+            if let Err(e) = self.interceptor.server_config(&target.host) {
+                return local(
+                    StatusCode::BAD_REQUEST,
+                    ProxyError::HttpRequestError,
+                    &e.to_string(),
+                    None,
+                );
             }
-        };
-        info!(
-            wait_ms = permit.waited().as_millis() as u64,
-            rate = permit.host_rate(),
-            "tunnel open"
-        );
+        }
         tokio::spawn(
-            async move {
-                run_tunnel(req, upstream, permit).await;
-            }
-            .in_current_span(),
+            crate::intercept::serve_connect(self, req, target, mode, client).instrument(span),
         );
         Response::new(ProxyBody::empty())
+    }
+
+    /// Admits and dials a tunnel, then copies `client` bytes both ways (for bytes already read from
+    /// an upgraded CONNECT).
+    pub(crate) async fn tunnel_stream<S>(&self, mut client: S, target: Target)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let mut permit = match self.limiter.admit(&target.host, target.port).await {
+            Ok(p) => p,
+            Err(refusal) => {
+                info!(reason = ?refusal, "tunnel refused locally");
+                return;
+            }
+        };
+        permit.mark_sent();
+        match self.dial(&target).await {
+            Ok(mut upstream) => {
+                info!(wait_ms = permit.waited().as_millis() as u64, "tunnel open");
+                match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+                    Ok((up, down)) => debug!(bytes_up = up, bytes_down = down, "tunnel closed"),
+                    Err(e) => debug!("tunnel ended: {e}"),
+                }
+            }
+            Err((_, kind, details)) => {
+                warn!(error = kind.token(), "tunnel connect failed: {details}")
+            }
+        }
+        drop(permit);
     }
 
     /// Connects a TCP stream to the target for a tunnel, with the same timeouts and error mapping as
@@ -414,27 +488,12 @@ impl Proxy {
     }
 }
 
-/// Copies bytes both ways until either side closes; the permit is released when the tunnel ends.
-async fn run_tunnel(req: Request<Incoming>, mut upstream: TcpStream, permit: Permit) {
-    match hyper::upgrade::on(req).await {
-        Ok(upgraded) => {
-            let mut client = TokioIo::new(upgraded);
-            match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-                Ok((up, down)) => debug!(bytes_up = up, bytes_down = down, "tunnel closed"),
-                Err(e) => debug!("tunnel ended: {e}"),
-            }
-        }
-        Err(e) => debug!("CONNECT upgrade failed: {e}"),
-    }
-    drop(permit);
-}
-
 /// Where a request goes: lowercased host (no brackets), explicit port, and the authority as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Target {
-    host: String,
-    port: u16,
-    authority: String,
+pub(crate) struct Target {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) authority: String,
 }
 
 impl Target {
@@ -481,8 +540,19 @@ impl Target {
         })
     }
 
-    fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         crate::limiter::host_key(&self.host, self.port)
+    }
+
+    /// The `Host` header for this target: the authority, without the scheme's default port.
+    fn host_header(&self, scheme: Option<&str>) -> &str {
+        let default = match scheme {
+            Some("https") => ":443",
+            _ => ":80",
+        };
+        self.authority
+            .strip_suffix(default)
+            .unwrap_or(&self.authority)
     }
 }
 
@@ -599,7 +669,13 @@ fn classify_client_error(
         if let Some(dns) = e.downcast_ref::<DnsError>() {
             return dns_failure(dns);
         }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return tls_failure(tls);
+        }
         if let Some(io) = e.downcast_ref::<io::Error>() {
+            if let Some(tls) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                return tls_failure(tls);
+            }
             return io_failure(io, "the origin");
         }
         if let Some(h) = e.downcast_ref::<hyper::Error>() {
@@ -637,6 +713,16 @@ fn classify_client_error(
         kind,
         format!("upstream error: {err}"),
     )
+}
+
+fn tls_failure(err: &rustls::Error) -> (StatusCode, ProxyError, String) {
+    let kind = match err {
+        rustls::Error::InvalidCertificate(_) => ProxyError::TlsCertificateError,
+        rustls::Error::AlertReceived(_) => ProxyError::TlsAlertReceived,
+        _ => ProxyError::TlsProtocolError,
+    };
+    let details = format!("upstream TLS failed: {err}");
+    (StatusCode::BAD_GATEWAY, kind, details)
 }
 
 fn dns_failure(err: &DnsError) -> (StatusCode, ProxyError, String) {

@@ -108,6 +108,12 @@ pub enum ProxyError {
     ConnectionLimitReached,
     /// A bug or resource failure inside courtesy.
     ProxyInternalError,
+    /// The upstream's certificate did not verify against the configured roots.
+    TlsCertificateError,
+    /// The upstream sent a TLS alert.
+    TlsAlertReceived,
+    /// Any other upstream TLS failure.
+    TlsProtocolError,
 }
 
 impl ProxyError {
@@ -127,6 +133,9 @@ impl ProxyError {
             ProxyError::ProxyLoopDetected => "proxy_loop_detected",
             ProxyError::ConnectionLimitReached => "connection_limit_reached",
             ProxyError::ProxyInternalError => "proxy_internal_error",
+            ProxyError::TlsCertificateError => "tls_certificate_error",
+            ProxyError::TlsAlertReceived => "tls_alert_received",
+            ProxyError::TlsProtocolError => "tls_protocol_error",
         }
     }
 }

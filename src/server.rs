@@ -20,6 +20,7 @@ use crate::admin::Admin;
 use crate::config::Config;
 use crate::limiter::Limiter;
 use crate::proxy::Proxy;
+use crate::tls::{self, Interceptor, LocalCa};
 
 /// The already-bound sockets courtesy serves on. Binding is the caller's job, so tests can bind
 /// `127.0.0.1:0` and learn the port before starting.
@@ -65,14 +66,19 @@ pub async fn run(
     config
         .check_listen("[proxy] admin_listen", admin_addr)
         .map_err(anyhow::Error::msg)?;
+    let ca = LocalCa::load_or_create(&config.proxy.state_dir)?;
+    let interceptor = Arc::new(Interceptor::new(ca));
+    let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;
     let config = Arc::new(config);
     let limiter = Limiter::new(config.clone());
     let proxy = Arc::new(Proxy::new(
         config.clone(),
         limiter.clone(),
         vec![proxy_addr, admin_addr],
+        interceptor.clone(),
+        upstream_tls,
     ));
-    let admin = Arc::new(Admin::new(config.clone(), limiter.clone()));
+    let admin = Arc::new(Admin::new(config.clone(), limiter.clone(), interceptor));
     let sweeper = tokio::spawn(sweep_idle_hosts(limiter.clone(), config.proxy.idle_host));
     info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
 

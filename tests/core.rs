@@ -592,7 +592,7 @@ async fn fifty_megabytes_each_way_stream_through_without_buffering() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connect_tunnels_carry_bytes_and_take_one_turn_each() {
+async fn plain_http_inside_a_connect_is_paced_request_by_request() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let origin = Origin::ok("127.0.0.1").await;
     let config = format!(
@@ -601,37 +601,48 @@ async fn connect_tunnels_carry_bytes_and_take_one_turn_each() {
         pacing(2.0, 1, 10)
     );
     let courtesy = Courtesy::start(&config).await;
-    let start = Instant::now();
-    let mut opened = Vec::new();
+    // One tunnel, three requests inside it (Node's undici sends http:// URLs this way).
+    let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
+    let target = origin.addr;
+    stream
+        .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let (_, mut conn) = {
+        let (sender, conn) = hyper::client::conn::http1::handshake::<_, TestBody>(
+            hyper_util::rt::TokioIo::new(stream),
+        )
+        .await
+        .unwrap();
+        (tokio::spawn(conn), sender)
+    };
     for i in 0..3 {
-        let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
-        let target = origin.addr;
-        stream
-            .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
-            .await
+        let req = Request::get(format!("/inside/{i}"))
+            .header("host", target.to_string())
+            .body(empty())
             .unwrap();
-        let mut buf = vec![0u8; 1024];
-        let n = stream.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
-        opened.push(start.elapsed());
-        // Plain HTTP inside the tunnel reaches the origin untouched.
-        stream
-            .write_all(
-                format!("GET /t/{i} HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n")
-                    .as_bytes(),
-            )
-            .await
-            .unwrap();
-        let mut reply = Vec::new();
-        stream.read_to_end(&mut reply).await.unwrap();
-        let reply = String::from_utf8_lossy(&reply);
-        assert!(
-            reply.starts_with("HTTP/1.1 200") && reply.ends_with("ok"),
-            "{reply}"
-        );
+        conn.ready().await.unwrap();
+        let response = match conn.send_request(req).await {
+            Ok(r) => r,
+            Err(e) => panic!("request {i} inside the tunnel failed: {e:?}"),
+        };
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers()["via"]
+            .to_str()
+            .unwrap()
+            .contains("courtesy"));
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"ok");
     }
-    // Rate 2/s, burst 1: tunnels open at about 0, 0.5 and 1.0 s.
-    assert!(opened[2] >= Duration::from_millis(950), "{opened:?}");
-    assert!(opened[2] < Duration::from_secs(3), "{opened:?}");
-    assert_eq!(origin.count(), 3);
+    let at: Vec<Instant> = origin.arrivals().iter().map(|a| a.at).collect();
+    assert_eq!(at.len(), 3);
+    // Rate 2/s, burst 1: the requests inside left at about 0, 0.5 and 1.0 s.
+    let span = at[2].duration_since(at[0]);
+    assert!(
+        span >= Duration::from_millis(950) && span < Duration::from_secs(3),
+        "{span:?}"
+    );
 }

@@ -78,6 +78,23 @@ impl Origin {
         F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Response<TestBody>> + Send + 'static,
     {
+        Origin::serve(ip, None, handler).await
+    }
+
+    /// An https origin on `ip:0` presenting `tls`'s certificate.
+    pub async fn start_tls<F, Fut>(ip: &str, tls: Arc<rustls::ServerConfig>, handler: F) -> Origin
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        Origin::serve(ip, Some(tokio_rustls::TlsAcceptor::from(tls)), handler).await
+    }
+
+    async fn serve<F, Fut>(ip: &str, tls: Option<tokio_rustls::TlsAcceptor>, handler: F) -> Origin
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
         let handler: Handler = Arc::new(move |req| Box::pin(handler(req)));
         let listener = TcpListener::bind(format!("{ip}:0")).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -91,6 +108,7 @@ impl Origin {
                     continue;
                 };
                 let (handler, a, i, m) = (handler.clone(), a.clone(), i.clone(), m.clone());
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req: Request<Incoming>| {
                         let (handler, a, i, m) = (handler.clone(), a.clone(), i.clone(), m.clone());
@@ -112,9 +130,17 @@ impl Origin {
                             Ok::<_, Infallible>(response)
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
                 });
             }
         });
@@ -160,15 +186,23 @@ pub struct Courtesy {
     pub addr: SocketAddr,
     /// The admin port.
     pub admin: SocketAddr,
+    /// Where its CA lives.
+    pub state_dir: std::path::PathBuf,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
 impl Courtesy {
     /// Starts courtesy with `toml` as its config file (listen addresses are replaced by
-    /// `127.0.0.1:0`).
+    /// `127.0.0.1:0`; `state_dir` is a fresh temporary directory).
     pub async fn start(toml: &str) -> Courtesy {
-        let config = courtesy::config::Config::parse(toml, "test.toml").expect("test config");
+        Courtesy::start_in(toml, &temp_dir("state")).await
+    }
+
+    /// Like [`Courtesy::start`], with state (the local CA) kept in `state_dir`.
+    pub async fn start_in(toml: &str, state_dir: &std::path::Path) -> Courtesy {
+        let mut config = courtesy::config::Config::parse(toml, "test.toml").expect("test config");
+        config.proxy.state_dir = state_dir.to_path_buf();
         let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, admin_addr) = (proxy.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -183,9 +217,15 @@ impl Courtesy {
         Courtesy {
             addr,
             admin: admin_addr,
+            state_dir: state_dir.to_path_buf(),
             stop: Some(stop),
             task: Some(task),
         }
+    }
+
+    /// The path of courtesy's CA certificate (what `courtesy ca` prints).
+    pub fn ca_path(&self) -> std::path::PathBuf {
+        self.state_dir.join("ca.pem")
     }
 
     /// Signals shutdown and returns the run's result.
@@ -340,4 +380,81 @@ pub fn vm_hwm_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// A fresh, empty temporary directory for one test.
+pub fn temp_dir(tag: &str) -> std::path::PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "courtesy-test-{tag}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A certificate authority minted at test time, standing in for a public CA in front of test
+/// https origins.
+pub struct TestCa {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    /// The CA certificate in PEM.
+    pub pem: String,
+}
+
+impl TestCa {
+    /// A new CA.
+    pub fn new() -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "courtesy test origin CA");
+        let cert = params.self_signed(&key).unwrap();
+        TestCa {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// Writes the CA certificate to `dir/name` and returns the path.
+    pub fn write(&self, dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, &self.pem).unwrap();
+        path
+    }
+
+    /// A server config for `names` (DNS names or IP literals), signed by this CA.
+    pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let key = rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(courtesy::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key)
+            .unwrap();
+        Arc::new(config)
+    }
+}
+
+/// A rustls client config trusting exactly the PEM certificate at `ca`.
+pub fn client_tls_trusting(ca: &std::path::Path) -> rustls::ClientConfig {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    rustls::ClientConfig::builder_with_provider(courtesy::tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
 }
