@@ -19,11 +19,11 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use rustls::ServerConfig;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio_rustls::LazyConfigAcceptor;
 use tracing::{debug, warn};
 
-use crate::config::HttpsMode;
 use crate::proxy::{Proxy, Target};
 
 /// How long a client may take to send its first bytes (and its TLS ClientHello) after the 200.
@@ -61,11 +61,12 @@ pub fn classify_opening(bytes: &[u8]) -> Opening {
 }
 
 /// Serves what comes through an accepted CONNECT to `target` (after the 200 has been sent).
+/// `leaf` is the server config for the CONNECT host in intercept mode, `None` in tunnel mode.
 pub(crate) async fn serve_connect(
     proxy: Arc<Proxy>,
     req: Request<Incoming>,
     target: Target,
-    mode: HttpsMode,
+    leaf: Option<Arc<ServerConfig>>,
     client: SocketAddr,
 ) {
     let upgraded = match hyper::upgrade::on(req).await {
@@ -96,19 +97,25 @@ pub(crate) async fn serve_connect(
         }
     };
     let stream = Prefixed::new(Bytes::from(first), io);
-    match (opening, mode) {
+    match (opening, leaf) {
         (Opening::PlainHttp, _) => serve_http(proxy, stream, target, "http", client).await,
-        (Opening::Tls, HttpsMode::Intercept) => intercept_tls(proxy, stream, target, client).await,
-        (_, HttpsMode::Tunnel) => proxy.tunnel_stream(stream, target).await,
-        (_, HttpsMode::Intercept) => {
+        (Opening::Tls, Some(leaf)) => intercept_tls(proxy, stream, target, leaf, client).await,
+        (_, None) => proxy.tunnel_stream(stream, target).await,
+        (_, Some(_)) => {
             warn!("refused a CONNECT tunnel that carries neither TLS nor HTTP");
         }
     }
 }
 
-/// Terminates TLS with a leaf for the name the client asked for (SNI, else the CONNECT host).
-async fn intercept_tls<S>(proxy: Arc<Proxy>, stream: S, target: Target, client: SocketAddr)
-where
+/// Terminates TLS with a leaf for the name the client asked for: SNI when it names another host
+/// than the CONNECT, else `leaf` (the CONNECT host's).
+async fn intercept_tls<S>(
+    proxy: Arc<Proxy>,
+    stream: S,
+    target: Target,
+    leaf: Arc<ServerConfig>,
+    client: SocketAddr,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
@@ -120,17 +127,19 @@ where
         }
         Err(_) => return,
     };
-    let name = start
+    let sni = start
         .client_hello()
         .server_name()
-        .map(str::to_ascii_lowercase)
-        .unwrap_or_else(|| target.host.clone());
-    let config = match proxy.interceptor().server_config(&name) {
-        Ok(c) => c,
-        Err(e) => {
-            warn!("cannot intercept: {e}");
-            return;
-        }
+        .map(str::to_ascii_lowercase);
+    let config = match sni.filter(|name| *name != target.host) {
+        None => leaf,
+        Some(name) => match proxy.interceptor().server_config(&name) {
+            Ok(c) => c,
+            Err(e) => {
+                warn!("cannot intercept: {e}");
+                return;
+            }
+        },
     };
     match start.into_stream(config).await {
         Ok(tls) => serve_http(proxy, tls, target, "https", client).await,

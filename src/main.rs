@@ -30,6 +30,15 @@ enum Command {
         /// The config file to check.
         file: PathBuf,
     },
+    /// Print where courtesy's local CA certificate is and how to trust it (creates it if needed).
+    Ca {
+        /// Config file (for [proxy] state_dir) [default: config/courtesy.toml if it exists].
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+        /// Replace the CA with a new one (clients must trust the new certificate).
+        #[arg(long)]
+        regenerate: bool,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -58,6 +67,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Check { file }) => check(&file),
+        Some(Command::Ca { config, regenerate }) => ca(config.as_deref(), regenerate),
         Some(Command::Run(args)) => run(args),
         None => run(cli.run),
     };
@@ -133,6 +143,55 @@ fn init_tracing(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+fn ca(config: Option<&Path>, regenerate: bool) -> anyhow::Result<()> {
+    let config = load(config)?;
+    let dir = &config.proxy.state_dir;
+    let ca = if regenerate {
+        courtesy::tls::LocalCa::regenerate(dir)?
+    } else {
+        courtesy::tls::LocalCa::load_or_create(dir)?
+    };
+    let path = ca.cert_path();
+    let p = path.display();
+    let admin = config.proxy.admin_listen;
+    println!("courtesy's CA certificate: {p}");
+    println!(
+        "(also served by a running courtesy at http://{admin}/ca.pem; the key never leaves {})",
+        dir.display()
+    );
+    if regenerate {
+        println!(
+            "A new CA was created: clients that trusted the old one must trust this one instead."
+        );
+    }
+    println!(
+        r#"
+courtesy decrypts https traffic to pace each request, so clients must trust this CA.
+Trust it in the crawler's environment rather than system-wide where you can:
+
+  curl              curl --cacert {p} -x http://{proxy} https://example.com/
+                    (or: export CURL_CA_BUNDLE={p})
+  Python requests   export REQUESTS_CA_BUNDLE={p}
+  httpx             export SSL_CERT_FILE={p}        (or httpx.Client(verify="{p}"))
+  aiohttp           ctx = ssl.create_default_context(cafile="{p}")
+                    aiohttp.TCPConnector(ssl=ctx); session.get(url, proxy="http://{proxy}")
+  Scrapy            verifies no certificates by default: set HTTPS_PROXY and nothing else
+  Node.js           export NODE_EXTRA_CA_CERTS={p}
+  Playwright/Chromium
+                    certutil -d sql:$HOME/.pki/nssdb -A -t "C,," -n courtesy -i {p}
+                    then launch with proxy: {{ server: "http://{proxy}" }}
+  System store (Debian/Ubuntu)
+                    sudo cp {p} /usr/local/share/ca-certificates/courtesy.crt
+                    sudo update-ca-certificates
+
+REQUESTS_CA_BUNDLE and SSL_CERT_FILE replace the default roots. That is enough while every https
+host is intercepted; if some use https = "tunnel", trust both:
+  cat "$(python3 -m certifi)" {p} > courtesy-bundle.pem"#,
+        proxy = config.proxy.listen
+    );
+    Ok(())
 }
 
 fn check(file: &Path) -> anyhow::Result<()> {

@@ -365,20 +365,23 @@ impl Proxy {
         }
         let mode = self.config.policy_for(&target.host, target.port).https;
         let span = info_span!("connect", client = %client, host = %target.key(), ?mode);
-        if mode == HttpsMode::Intercept {
-            // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
-            if let Err(e) = self.interceptor.server_config(&target.host) {
-                return local(
-                    StatusCode::BAD_REQUEST,
-                    ProxyError::HttpRequestError,
-                    &e.to_string(),
-                    None,
-                );
-            }
-        }
-        tokio::spawn(
-            crate::intercept::serve_connect(self, req, target, mode, client).instrument(span),
-        );
+        // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
+        let leaf = match mode {
+            HttpsMode::Intercept => match self.interceptor.server_config(&target.host) {
+                Ok(config) => Some(config),
+                Err(e) => {
+                    return local(
+                        StatusCode::BAD_REQUEST,
+                        ProxyError::HttpRequestError,
+                        &e.to_string(),
+                        None,
+                    )
+                }
+            },
+            HttpsMode::Tunnel => None,
+        };
+        let inside = crate::intercept::serve_connect(self, req, target, leaf, client);
+        tokio::spawn(inside.instrument(span));
         Response::new(ProxyBody::empty())
     }
 
@@ -673,8 +676,13 @@ fn classify_client_error(
             return tls_failure(tls);
         }
         if let Some(io) = e.downcast_ref::<io::Error>() {
-            if let Some(tls) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                return tls_failure(tls);
+            // TLS errors arrive wrapped in one or more io::Errors.
+            let mut inner = io.get_ref();
+            while let Some(i) = inner {
+                if let Some(tls) = i.downcast_ref::<rustls::Error>() {
+                    return tls_failure(tls);
+                }
+                inner = i.downcast_ref::<io::Error>().and_then(|io| io.get_ref());
             }
             return io_failure(io, "the origin");
         }

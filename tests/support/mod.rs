@@ -203,6 +203,8 @@ impl Courtesy {
     pub async fn start_in(toml: &str, state_dir: &std::path::Path) -> Courtesy {
         let mut config = courtesy::config::Config::parse(toml, "test.toml").expect("test config");
         config.proxy.state_dir = state_dir.to_path_buf();
+        // Make the CA before returning, so tests can read ca.pem at once (run() then loads it).
+        courtesy::tls::LocalCa::load_or_create(state_dir).expect("local CA");
         let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, admin_addr) = (proxy.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -358,6 +360,13 @@ pub fn direct_client(
 {
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build(hyper_util::client::legacy::connect::HttpConnector::new())
+}
+
+/// GETs `url` directly (no proxy) and returns the body as text.
+pub async fn fetch_direct(url: &str) -> String {
+    let response = direct_client().get(url.parse().unwrap()).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
 }
 
 /// Waits up to `limit` for `cond`, checking every 10 ms (test code only).
