@@ -154,7 +154,6 @@ async fn requests_inside_one_kept_alive_tls_connection_are_paced() {
     for pair in at.windows(2) {
         assert!(pair[1].duration_since(pair[0]) >= Duration::from_millis(450));
     }
-    // One CONNECT carried them all: one leaf minted, and no other lookup.
     let admin = fetch_direct(&format!("http://{}/", courtesy.admin)).await;
     assert!(
         admin.contains("leaf certificates: 0 cache hits, 1 minted"),
