@@ -1,35 +1,49 @@
-//! The admin listener: a health check and a plain-text view of the host table.
+//! The admin listener: the live dashboard, Prometheus metrics, the host API, operator overrides,
+//! reload, and the CA certificate.
 //!
-//! It runs on its own port so that it is never confused with proxy traffic. Metrics, the JSON host
-//! API, the dashboard and operator overrides are added here by the see-and-steer issue.
+//! It runs on its own port so that it is never confused with proxy traffic. With `[admin] token`
+//! set, every request must carry it as a bearer token (and the token is required to bind beyond
+//! loopback). Every failure is a response; nothing here panics on input.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use serde_json::{json, Value};
 
-use crate::config::{canonical_ip, Config};
-use crate::limiter::Limiter;
+use crate::config::{canonical_ip, HttpsMode, OnCooldown};
+use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
+use crate::metrics::Metrics;
 use crate::response::{local, ProxyBody, ProxyError};
 use crate::tls::Interceptor;
+
+/// The dashboard: one self-contained page that polls `/hosts`.
+const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// State for the admin service.
 #[derive(Debug)]
 pub struct Admin {
-    config: Arc<Config>,
     limiter: Arc<Limiter>,
+    metrics: Arc<Metrics>,
     interceptor: Arc<Interceptor>,
 }
 
 impl Admin {
     /// The admin service over the shared limiter.
-    pub fn new(config: Arc<Config>, limiter: Arc<Limiter>, interceptor: Arc<Interceptor>) -> Self {
+    pub fn new(
+        limiter: Arc<Limiter>,
+        metrics: Arc<Metrics>,
+        interceptor: Arc<Interceptor>,
+    ) -> Self {
         Admin {
-            config,
             limiter,
+            metrics,
             interceptor,
         }
     }
@@ -40,7 +54,8 @@ impl Admin {
         req: Request<Incoming>,
         client: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
-        if !self.config.client_allowed(client.ip()) {
+        let config = self.limiter.config();
+        if !config.client_allowed(client.ip()) {
             return Ok(local(
                 StatusCode::FORBIDDEN,
                 ProxyError::HttpRequestDenied,
@@ -51,45 +66,322 @@ impl Admin {
                 None,
             ));
         }
-        let response = match (req.method(), req.uri().path()) {
-            (&Method::GET | &Method::HEAD, "/healthz") => text(StatusCode::OK, "ok\n".into()),
-            (&Method::GET | &Method::HEAD, "/ca.pem") => {
-                let mut r = text(StatusCode::OK, self.interceptor.ca().cert_pem().to_string());
-                r.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("application/x-pem-file"),
+        if let Some(token) = &config.admin.token {
+            if !bearer_matches(req.headers().get(AUTHORIZATION), token) {
+                let mut r = local(
+                    StatusCode::UNAUTHORIZED,
+                    ProxyError::HttpRequestDenied,
+                    "the admin API needs `Authorization: Bearer <[admin] token>`",
+                    None,
                 );
-                r
+                r.headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return Ok(r);
             }
-            (&Method::GET | &Method::HEAD, "/") => {
-                let (hits, misses) = self.interceptor.cache_stats();
-                text(
+        }
+        Ok(self.route(req).await)
+    }
+
+    async fn route(&self, req: Request<Incoming>) -> Response<ProxyBody> {
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let method = req.method().clone();
+        match (&method, segments.as_slice()) {
+            (&Method::GET | &Method::HEAD, [""]) => {
+                with_type(DASHBOARD.to_string(), "text/html; charset=utf-8")
+            }
+            (&Method::GET | &Method::HEAD, ["healthz"]) => with_type("ok\n".into(), TEXT),
+            (&Method::GET | &Method::HEAD, ["metrics"]) => with_type(
+                self.metrics
+                    .render(&self.limiter, self.interceptor.cache_stats()),
+                "text/plain; version=0.0.4; charset=utf-8",
+            ),
+            (&Method::GET | &Method::HEAD, ["ca.pem"]) => with_type(
+                self.interceptor.ca().cert_pem().to_string(),
+                "application/x-pem-file",
+            ),
+            (&Method::GET | &Method::HEAD, ["hosts"]) => {
+                let hosts: Vec<Value> = self.limiter.snapshots().iter().map(host_json).collect();
+                json_response(
                     StatusCode::OK,
-                    format!(
-                        "courtesy {}\nconfig: {}\nhosts known: {}\nleaf certificates: {hits} cache hits, {misses} minted\n",
-                        env!("CARGO_PKG_VERSION"),
-                        self.config.source,
-                        self.limiter.host_count()
-                    ),
+                    &json!({ "now_unix_ms": unix_ms(SystemTime::now()), "hosts": hosts }),
                 )
             }
-            _ => local(
+            (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key) {
+                Ok((host, port)) => match self.limiter.snapshot(&host, port) {
+                    Some(s) => json_response(StatusCode::OK, &host_json(&s)),
+                    None => error_json(StatusCode::NOT_FOUND, &format!("no host {host}:{port}")),
+                },
+                Err(response) => response,
+            },
+            (&Method::POST, ["hosts", key, "pause"]) => {
+                let seconds = query_param(&query, "seconds")
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .filter(|s| s.is_finite() && *s > 0.0 && *s <= 30.0 * 86400.0);
+                match seconds {
+                    Some(s) => self.operate(key, OperatorAction::Pause(Duration::from_secs_f64(s))),
+                    None => error_json(
+                        StatusCode::BAD_REQUEST,
+                        "pause needs ?seconds=N with 0 < N <= 2592000",
+                    ),
+                }
+            }
+            (&Method::POST, ["hosts", key, "resume"]) => self.operate(key, OperatorAction::Resume),
+            (&Method::PUT, ["hosts", key, "rate"]) => {
+                let force = query_param(&query, "force").is_some_and(|v| v == "true" || v == "1");
+                match read_small_body(req).await {
+                    Ok(text) => match text.trim().parse::<f64>() {
+                        Ok(rate) => self.operate(key, OperatorAction::SetRate { rate, force }),
+                        Err(_) => error_json(
+                            StatusCode::BAD_REQUEST,
+                            &format!(
+                                "the body must be a number of requests per second, got {:?}",
+                                text.trim()
+                            ),
+                        ),
+                    },
+                    Err(response) => response,
+                }
+            }
+            (&Method::DELETE, ["hosts", key, "rate"]) => {
+                self.operate(key, OperatorAction::ClearRate)
+            }
+            (&Method::POST, ["reload"]) => match crate::server::reload(&self.limiter) {
+                Ok(summary) => json_response(StatusCode::OK, &json!({ "reloaded": summary })),
+                Err(errors) => json_response(
+                    StatusCode::BAD_REQUEST,
+                    &json!({ "error": "the new config was rejected; the old one stays", "errors": errors }),
+                ),
+            },
+            _ => error_json(
                 StatusCode::NOT_FOUND,
-                ProxyError::HttpRequestError,
-                &format!("no admin endpoint {} {}", req.method(), req.uri().path()),
-                None,
+                &format!("no admin endpoint {method} {path}"),
             ),
+        }
+    }
+
+    fn operate(&self, key: &str, action: OperatorAction) -> Response<ProxyBody> {
+        let (host, port) = match self.find(key) {
+            Ok(found) => found,
+            Err(response) => return response,
         };
-        Ok(response)
+        match self.limiter.operate(&host, port, action) {
+            Ok(snapshot) => json_response(StatusCode::OK, &host_json(&snapshot)),
+            Err(e) => error_json(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
+        }
+    }
+
+    /// Resolves a path segment to a host and port: `host:port`, `[v6]:port`, or a bare host that
+    /// matches exactly one known key.
+    fn find(&self, segment: &str) -> Result<(String, u16), Response<ProxyBody>> {
+        let decoded = percent_decode(segment).to_ascii_lowercase();
+        if let Some((host, port)) = split_key(&decoded) {
+            return Ok((host, port));
+        }
+        let matches: Vec<HostSnapshot> = self
+            .limiter
+            .snapshots()
+            .into_iter()
+            .filter(|s| s.host == decoded)
+            .collect();
+        match matches.as_slice() {
+            [one] => Ok((one.host.clone(), one.port)),
+            [] => Err(error_json(
+                StatusCode::NOT_FOUND,
+                &format!("no known host {decoded:?}; name it as host:port"),
+            )),
+            many => Err(error_json(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "{decoded:?} is ambiguous: {}",
+                    many.iter()
+                        .map(|s| s.key.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
     }
 }
 
-fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// The JSON view of one host (the shape the dashboard and `courtesy status` read).
+pub fn host_json(s: &HostSnapshot) -> Value {
+    let now_wall = SystemTime::now();
+    let cooldown = match (&s.block, s.block_remaining) {
+        (Some(block), Some(left)) => json!({
+            "remaining_seconds": round3(left.as_secs_f64()),
+            "until_unix_ms": unix_ms(now_wall + left),
+            "cause": block.cause.to_string(),
+        }),
+        _ => Value::Null,
+    };
+    let p = &s.policy;
+    let refused: serde_json::Map<String, Value> = s
+        .stats
+        .refusals()
+        .iter()
+        .map(|(name, n)| (name.to_string(), json!(n)))
+        .collect();
+    json!({
+        "host": s.key,
+        "state": s.state(),
+        "rate": round3(s.rate),
+        "own_rate": round3(s.own_rate),
+        "configured_rate": p.rate,
+        "queued": s.queued,
+        "in_flight": s.in_flight,
+        "cooldown": cooldown,
+        "operator": {
+            "paused_until_unix_ms": s.operator_pause_remaining.map(|left| unix_ms(now_wall + left)),
+            "rate": s.rate_override,
+            "forced": s.forced,
+        },
+        "policy": {
+            "rate": p.rate,
+            "burst": p.burst,
+            "concurrency": p.concurrency,
+            "adaptive": p.adaptive,
+            "min_rate": p.min_rate,
+            "max_rate": p.max_rate,
+            "on_cooldown": match p.on_cooldown { OnCooldown::Reject => "reject", OnCooldown::Hold => "hold" },
+            "https": match p.https { HttpsMode::Intercept => "intercept", HttpsMode::Tunnel => "tunnel" },
+            "max_queue": p.max_queue,
+            "max_wait_seconds": p.max_wait.as_secs_f64(),
+        },
+        "last_statuses": s.stats.last_statuses,
+        "counters": {
+            "sent": s.stats.sent,
+            "2xx": s.stats.by_class[0],
+            "3xx": s.stats.by_class[1],
+            "4xx": s.stats.by_class[2],
+            "5xx": s.stats.by_class[3],
+            "failed": s.stats.failed,
+            "refused": refused,
+        },
+    })
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Compares the bearer token without an early exit on the first differing byte.
+fn bearer_matches(header: Option<&HeaderValue>, token: &str) -> bool {
+    let Some(given) = header
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn split_key(key: &str) -> Option<(String, u16)> {
+    if let Some(rest) = key.strip_prefix('[') {
+        let (ip, port) = rest.split_once("]:")?;
+        return Some((ip.to_string(), port.parse().ok()?));
+    }
+    let (host, port) = key.rsplit_once(':')?;
+    if host.contains(':') || host.is_empty() {
+        return None;
+    }
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+async fn read_small_body(req: Request<Incoming>) -> Result<String, Response<ProxyBody>> {
+    match Limited::new(req.into_body(), 1024).collect().await {
+        Ok(body) => Ok(String::from_utf8_lossy(&body.to_bytes()).into_owned()),
+        Err(_) => Err(error_json(
+            StatusCode::BAD_REQUEST,
+            "the body could not be read (at most 1 KiB)",
+        )),
+    }
+}
+
+fn with_type(body: String, content_type: &'static str) -> Response<ProxyBody> {
     let mut r = Response::new(ProxyBody::Local(Some(Bytes::from(body))));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert("cache-control", HeaderValue::from_static("no-store"));
     r
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<ProxyBody> {
+    let mut r = with_type(
+        serde_json::to_string_pretty(value).unwrap_or_default() + "\n",
+        "application/json",
+    );
+    *r.status_mut() = status;
+    r
+}
+
+fn error_json(status: StatusCode, message: &str) -> Response<ProxyBody> {
+    json_response(status, &json!({ "error": message }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_queries_are_parsed() {
+        assert_eq!(split_key("a.test:443"), Some(("a.test".into(), 443)));
+        assert_eq!(split_key("[::1]:8080"), Some(("::1".into(), 8080)));
+        assert_eq!(split_key("a.test"), None);
+        assert_eq!(split_key("a.test:x"), None);
+        assert_eq!(percent_decode("%5B%3A%3A1%5D%3A80"), "[::1]:80");
+        assert_eq!(percent_decode("bad%zz%4"), "bad%zz%4");
+        assert_eq!(query_param("seconds=30&force=true", "force"), Some("true"));
+        assert_eq!(query_param("", "force"), None);
+    }
+
+    #[test]
+    fn bearer_tokens_must_match_exactly() {
+        let token = "0123456789abcdef";
+        let ok = HeaderValue::from_static("Bearer 0123456789abcdef");
+        assert!(bearer_matches(Some(&ok), token));
+        let wrong = HeaderValue::from_static("Bearer 0123456789abcdeX");
+        assert!(!bearer_matches(Some(&wrong), token));
+        let basic = HeaderValue::from_static("Basic 0123456789abcdef");
+        assert!(!bearer_matches(Some(&basic), token));
+        assert!(!bearer_matches(None, token));
+    }
 }

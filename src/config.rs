@@ -273,6 +273,26 @@ pub struct Config {
     pub defaults: Arc<HostPolicy>,
     /// `[[host]]` rules in file order.
     pub hosts: Vec<HostRule>,
+    /// `[admin]`.
+    pub admin: AdminSettings,
+}
+
+/// Settings of the admin listener (`[admin]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminSettings {
+    /// Bearer token required on every admin request when set; required to bind beyond loopback.
+    pub token: Option<String>,
+    /// Hosts that get their own `host` label in /metrics; the rest are summed as `host="other"`.
+    pub metrics_max_hosts: usize,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        AdminSettings {
+            token: None,
+            metrics_max_hosts: 1000,
+        }
+    }
 }
 
 impl Default for Config {
@@ -282,6 +302,7 @@ impl Default for Config {
             proxy: ProxySettings::default(),
             defaults: Arc::new(HostPolicy::default()),
             hosts: Vec::new(),
+            admin: AdminSettings::default(),
         }
     }
 }
@@ -310,6 +331,7 @@ impl Config {
             errors: Vec::new(),
         };
         let proxy = v.proxy(&file.proxy);
+        let admin = v.admin(&file.admin, &proxy);
         let defaults = v.policy(&HostPolicy::default(), &file.defaults, "[defaults]");
         let mut hosts = Vec::new();
         for (i, rule) in file.host.iter().enumerate() {
@@ -335,6 +357,7 @@ impl Config {
                 proxy,
                 defaults: Arc::new(defaults),
                 hosts,
+                admin,
             })
         } else {
             Err(ConfigErrors { errors: v.errors })
@@ -478,6 +501,15 @@ struct FileConfig {
     defaults: FilePolicy,
     #[serde(default)]
     host: Vec<FileHostRule>,
+    #[serde(default)]
+    admin: FileAdmin,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAdmin {
+    token: Option<Spanned<String>>,
+    metrics_max_hosts: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -674,6 +706,37 @@ impl Validator<'_> {
             }
         }
         p
+    }
+
+    fn admin(&mut self, file: &FileAdmin, proxy: &ProxySettings) -> AdminSettings {
+        let mut a = AdminSettings::default();
+        if let Some(t) = &file.token {
+            let token = t.get_ref().trim();
+            if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                self.error(
+                    t.span().start,
+                    "[admin] token must be at least 16 printable characters without spaces \
+                     (the value is not shown)",
+                );
+            } else {
+                a.token = Some(token.to_string());
+            }
+        }
+        let m = &file.metrics_max_hosts;
+        if let Some(n) = self.count(m, "[admin]", "metrics_max_hosts", 0, 1_000_000) {
+            a.metrics_max_hosts = n as usize;
+        }
+        if !proxy.admin_listen.ip().is_loopback() && file.token.is_none() {
+            self.error(
+                0,
+                &format!(
+                    "[admin] token is required when [proxy] admin_listen ({}) is not a loopback \
+                     address: the admin API can pause hosts and change rates",
+                    proxy.admin_listen
+                ),
+            );
+        }
+        a
     }
 
     fn policy(&mut self, base: &HostPolicy, file: &FilePolicy, label: &str) -> HostPolicy {

@@ -15,7 +15,9 @@
 //! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
 //! | [`intercept`] | inside an accepted CONNECT: sniff, terminate TLS, serve the requests |
 //! | [`feedback`] | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
-//! | [`admin`] | the admin listener |
+//! | [`metrics`] | Prometheus metrics, host label bounded |
+//! | [`state`] | what survives a restart: cooldowns, pauses, overrides, learned rates |
+//! | [`admin`] | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
 //!
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls [`run`].
 
@@ -24,11 +26,13 @@ pub mod config;
 pub mod feedback;
 pub mod intercept;
 pub mod limiter;
+pub mod metrics;
 pub mod policy;
 pub mod proxy;
 pub mod resolve;
 pub mod response;
 pub mod server;
+pub mod state;
 pub mod tls;
 
 pub use server::{run, Listeners};

@@ -29,6 +29,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 use crate::config::{canonical_ip, Config, HostPolicy, HttpsMode};
 use crate::feedback::{self, Feedback};
 use crate::limiter::{Answer, Limiter, Permit};
+use crate::metrics::Metrics;
 use crate::resolve::{Connector, DnsError, Resolver};
 use crate::response::{self, local, ProxyBody, ProxyError, PROXY_NAME};
 use crate::tls::Interceptor;
@@ -49,11 +50,11 @@ const HOP_BY_HOP: [&str; 9] = [
 /// Everything the service needs, shared by every connection.
 #[derive(Debug)]
 pub struct Proxy {
-    config: Arc<Config>,
     limiter: Arc<Limiter>,
     client: Client<HttpsConnector<Connector>, UpstreamBody>,
     resolver: Resolver,
     interceptor: Arc<Interceptor>,
+    metrics: Arc<Metrics>,
     /// Addresses courtesy listens on: a request aimed at one of them is a loop.
     own_addrs: Vec<SocketAddr>,
     /// The `Via` entry this instance adds; seeing it on an incoming request means a loop.
@@ -63,13 +64,16 @@ pub struct Proxy {
 
 impl Proxy {
     /// Builds the service state: the pooled upstream client (verifying upstream TLS with
-    /// `upstream_tls`), the interceptor for CONNECTs, and the loop guards.
+    /// `upstream_tls`), the interceptor for CONNECTs, and the loop guards. Per-request settings are
+    /// read from the limiter's config, so a reload reaches them; the timeouts of the connector are
+    /// fixed at start.
     pub fn new(
         config: Arc<Config>,
         limiter: Arc<Limiter>,
         own_addrs: Vec<SocketAddr>,
         interceptor: Arc<Interceptor>,
         upstream_tls: rustls::ClientConfig,
+        metrics: Arc<Metrics>,
     ) -> Self {
         let resolver = Resolver::new(config.proxy.connect_timeout);
         let mut connector = Connector::new_with_resolver(resolver.clone());
@@ -89,11 +93,11 @@ impl Proxy {
         let via = HeaderValue::from_str(&format!("1.1 {via_token}"))
             .unwrap_or_else(|_| HeaderValue::from_static("1.1 courtesy"));
         Proxy {
-            config,
             limiter,
             client,
             resolver,
             interceptor,
+            metrics,
             own_addrs,
             via,
             via_token,
@@ -116,7 +120,7 @@ impl Proxy {
         req: Request<Incoming>,
         client: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
-        if !self.config.client_allowed(client.ip()) {
+        if !self.limiter.config().client_allowed(client.ip()) {
             return Ok(local(
                 StatusCode::FORBIDDEN,
                 ProxyError::HttpRequestDenied,
@@ -183,7 +187,9 @@ impl Proxy {
                 Ok(p) => p,
                 Err(refusal) => {
                     info!(reason = ?refusal, "refused locally");
-                    return response::refusal(&refusal, &target.key());
+                    let key = target.key();
+                    self.metrics.refusal(&key, &refusal);
+                    return response::refusal(&refusal, &key);
                 }
             };
             let request = match upstream.take() {
@@ -203,7 +209,7 @@ impl Proxy {
             permit.mark_sent();
             let started = Instant::now();
             let result = tokio::time::timeout(
-                self.config.proxy.response_timeout,
+                self.limiter.config().proxy.response_timeout,
                 self.client.request(request),
             )
             .await;
@@ -216,7 +222,7 @@ impl Proxy {
                     return local(status, kind, &details, None);
                 }
                 Err(_) => {
-                    let secs = self.config.proxy.response_timeout.as_secs_f64();
+                    let secs = self.limiter.config().proxy.response_timeout.as_secs_f64();
                     let details =
                         format!("no response headers from {} within {secs}s", target.key());
                     self.report_failure(
@@ -237,6 +243,8 @@ impl Proxy {
             let answer = answer_of(&response, latency, &policy);
             let reaction = permit.report(&answer);
             let status = response.status().as_u16();
+            self.metrics
+                .response(permit.host_key(), status, latency, permit.waited());
             info!(
                 status,
                 latency_ms = latency.as_millis() as u64,
@@ -291,6 +299,7 @@ impl Proxy {
             retry_after: None,
             server: None,
         });
+        self.metrics.failure(permit.host_key(), permit.waited());
         warn!(
             error = kind.token(),
             latency_ms = latency.as_millis() as u64,
@@ -349,13 +358,14 @@ impl Proxy {
                 )
             }
         };
-        if !self.config.proxy.connect_ports.contains(&target.port) {
+        let config = self.limiter.config();
+        if !config.proxy.connect_ports.contains(&target.port) {
             return local(
                 StatusCode::FORBIDDEN,
                 ProxyError::HttpRequestDenied,
                 &format!(
                     "CONNECT to port {} is not allowed ([proxy] connect_ports = {:?})",
-                    target.port, self.config.proxy.connect_ports
+                    target.port, config.proxy.connect_ports
                 ),
                 None,
             );
@@ -363,7 +373,7 @@ impl Proxy {
         if let Some(refused) = self.refuse_loop(&target, req.headers()) {
             return refused;
         }
-        let mode = self.config.policy_for(&target.host, target.port).https;
+        let mode = config.policy_for(&target.host, target.port).https;
         let span = info_span!("connect", client = %client, host = %target.key(), ?mode);
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
@@ -427,7 +437,7 @@ impl Proxy {
                 Err(e) => return Err(dns_failure(&e)),
             },
         };
-        let timeout = self.config.proxy.connect_timeout;
+        let timeout = self.limiter.config().proxy.connect_timeout;
         let mut last = None;
         for addr in addrs {
             match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {

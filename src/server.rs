@@ -19,7 +19,9 @@ use tracing::{debug, info, warn};
 use crate::admin::Admin;
 use crate::config::Config;
 use crate::limiter::Limiter;
+use crate::metrics::Metrics;
 use crate::proxy::Proxy;
+use crate::state;
 use crate::tls::{self, Interceptor, LocalCa};
 
 /// The already-bound sockets courtesy serves on. Binding is the caller's job, so tests can bind
@@ -71,15 +73,20 @@ pub async fn run(
     let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;
     let config = Arc::new(config);
     let limiter = Limiter::new(config.clone());
+    limiter.restore(&state::load(&config.proxy.state_dir));
+    let metrics = Arc::new(Metrics::new(config.admin.metrics_max_hosts));
     let proxy = Arc::new(Proxy::new(
         config.clone(),
         limiter.clone(),
         vec![proxy_addr, admin_addr],
         interceptor.clone(),
         upstream_tls,
+        metrics.clone(),
     ));
-    let admin = Arc::new(Admin::new(config.clone(), limiter.clone(), interceptor));
+    let admin = Arc::new(Admin::new(limiter.clone(), metrics, interceptor));
     let sweeper = tokio::spawn(sweep_idle_hosts(limiter.clone(), config.proxy.idle_host));
+    let saver = tokio::spawn(save_state_periodically(limiter.clone()));
+    let mut hangups = hangup_signals();
     info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
 
     let graceful = GracefulShutdown::new();
@@ -118,6 +125,11 @@ pub async fn run(
                     }
                 });
             }
+            Some(()) = hangups.recv() => {
+                if let Err(errors) = reload(&limiter) {
+                    warn!("SIGHUP: the new config was rejected, the old one stays:\n{}", errors.join("\n"));
+                }
+            }
             () = &mut shutdown => break,
         }
     }
@@ -135,8 +147,103 @@ pub async fn run(
             "requests still in flight after shutdown_grace_seconds; closing them"
         );
     }
+    saver.abort();
+    let dir = limiter.config().proxy.state_dir.clone();
+    state::save(&dir, &limiter.records(), "");
     info!("courtesy stopped");
     Ok(())
+}
+
+/// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
+/// directory and upstream TLS settings need a restart; a change to them is reported and ignored.
+/// On errors the old config stays.
+pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
+    let old = limiter.config();
+    let path = std::path::Path::new(&old.source);
+    if !path.is_file() {
+        return Err(vec![format!(
+            "courtesy was started without a config file ({}): nothing to reload",
+            old.source
+        )]);
+    }
+    let mut new = Config::load(path).map_err(|e| e.errors)?;
+    let mut kept = Vec::new();
+    if new.proxy.listen != old.proxy.listen {
+        kept.push("listen");
+    }
+    if new.proxy.admin_listen != old.proxy.admin_listen {
+        kept.push("admin_listen");
+    }
+    if new.proxy.state_dir != old.proxy.state_dir {
+        kept.push("state_dir");
+    }
+    if new.proxy.upstream_ca != old.proxy.upstream_ca {
+        kept.push("upstream_ca");
+    }
+    if new.proxy.connect_timeout != old.proxy.connect_timeout {
+        kept.push("connect_timeout_seconds");
+    }
+    new.proxy.listen = old.proxy.listen;
+    new.proxy.admin_listen = old.proxy.admin_listen;
+    new.proxy.state_dir = old.proxy.state_dir.clone();
+    new.proxy.upstream_ca = old.proxy.upstream_ca.clone();
+    new.proxy.connect_timeout = old.proxy.connect_timeout;
+    if !kept.is_empty() {
+        warn!(keys = ?kept, "these [proxy] keys change only at a restart; their old values stay");
+    }
+    let summary = format!(
+        "{}: {} host rules{}",
+        new.source,
+        new.hosts.len(),
+        if kept.is_empty() {
+            String::new()
+        } else {
+            format!(" (kept until a restart: {})", kept.join(", "))
+        }
+    );
+    limiter.reload(Arc::new(new));
+    Ok(summary)
+}
+
+/// SIGHUPs as a stream; a stream that never yields where they cannot be watched.
+fn hangup_signals() -> tokio::sync::mpsc::Receiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hup) => {
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    if tx.send(()).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Err(e) => warn!("cannot watch SIGHUP (reload through POST /reload instead): {e}"),
+    }
+    rx
+}
+
+/// Saves what must survive a restart every few seconds, when it changed.
+async fn save_state_periodically(limiter: Arc<Limiter>) {
+    let mut last = String::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let dir = limiter.config().proxy.state_dir.clone();
+        let records = limiter.records();
+        let previous = last.clone();
+        let saved =
+            tokio::task::spawn_blocking(move || state::save(&dir, &records, &previous)).await;
+        match saved {
+            Ok(Some(text)) => last = text,
+            Ok(None) => {}
+            Err(e) => {
+                warn!("state saver failed: {e}");
+                last = String::new();
+            }
+        }
+    }
 }
 
 /// The accepted connection, or `None` after logging a failed accept (and pausing briefly when the

@@ -278,18 +278,16 @@ impl Interceptor {
 
     /// The server config presenting a certificate for `name` (lowercase host or IP literal).
     pub fn server_config(&self, name: &str) -> Result<Arc<ServerConfig>, LeafError> {
-        {
-            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((config, minted)) = cache.get(name) {
-                if minted.elapsed() < LEAF_REFRESH {
-                    self.hits.fetch_add(1, Ordering::Relaxed);
-                    return Ok(config.clone());
-                }
+        // Minting (an ECDSA key and a signature, well under a millisecond with ring) happens under
+        // the lock, so that two first CONNECTs to one host never both mint.
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((config, minted)) = cache.get(name) {
+            if minted.elapsed() < LEAF_REFRESH {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(config.clone());
             }
         }
         self.misses.fetch_add(1, Ordering::Relaxed);
-        // Minting happens outside the lock: two first CONNECTs to one host may both mint; the
-        // second result simply replaces the first.
         let (chain, key) = self.ca.mint(name)?;
         let mut config = ServerConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()
@@ -300,10 +298,7 @@ impl Interceptor {
             })?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         let config = Arc::new(config);
-        self.cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(name.to_string(), (config.clone(), Instant::now()));
+        cache.put(name.to_string(), (config.clone(), Instant::now()));
         Ok(config)
     }
 }

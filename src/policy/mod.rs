@@ -27,6 +27,10 @@ pub enum CooldownCause {
     Failure,
     /// The host's RateLimit headers said no budget is left until the reset.
     ServerBudget,
+    /// An operator paused the host (admin API).
+    Operator,
+    /// The cause was saved by an earlier run and is not known in detail.
+    Restored,
 }
 
 impl fmt::Display for CooldownCause {
@@ -35,6 +39,8 @@ impl fmt::Display for CooldownCause {
             CooldownCause::Status(s) => write!(f, "the host answered {s}"),
             CooldownCause::Failure => f.write_str("requests to the host failed"),
             CooldownCause::ServerBudget => f.write_str("the host's RateLimit budget is spent"),
+            CooldownCause::Operator => f.write_str("an operator paused it"),
+            CooldownCause::Restored => f.write_str("it was cooling down before a restart"),
         }
     }
 }
@@ -102,6 +108,23 @@ pub struct Pacing {
     backoff_level: u32,
     server_window: Option<ServerWindow>,
     server_policy_rate: Option<f64>,
+    /// An operator's pause: ends only by time or by the operator's resume.
+    operator_pause: Option<Instant>,
+    /// An operator's rate, used instead of our own while set.
+    rate_override: Option<f64>,
+}
+
+/// The part of a host's pacing worth keeping across a restart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PacingRecord {
+    /// Our own (learned) rate.
+    pub rate: f64,
+    /// A cooldown still running, and its cause.
+    pub cooldown: Option<(Instant, CooldownCause)>,
+    /// An operator's pause still running.
+    pub operator_pause: Option<Instant>,
+    /// An operator's rate.
+    pub rate_override: Option<f64>,
 }
 
 impl Pacing {
@@ -121,6 +144,90 @@ impl Pacing {
             backoff_level: 0,
             server_window: None,
             server_policy_rate: None,
+            operator_pause: None,
+            rate_override: None,
+        }
+    }
+
+    /// What a restart must not forget, at `now`.
+    pub fn record(&self, now: Instant) -> PacingRecord {
+        PacingRecord {
+            rate: self.rate,
+            cooldown: self.cooldown(now).map(|c| (c.until, c.cause)),
+            operator_pause: self.operator_pause.filter(|p| *p > now),
+            rate_override: self.rate_override,
+        }
+    }
+
+    /// Puts back what an earlier run saved. Cooldowns only ever grow, here too.
+    pub fn restore(&mut self, record: &PacingRecord, policy: &HostPolicy, now: Instant) {
+        let ceiling = if policy.adaptive {
+            policy.max_rate
+        } else {
+            policy.rate
+        };
+        if record.rate.is_finite() && record.rate > 0.0 {
+            self.rate = record.rate.min(ceiling);
+        }
+        if let Some((until, cause)) = record.cooldown {
+            self.extend_cooldown(until, cause, now);
+        }
+        self.operator_pause = record.operator_pause.filter(|p| *p > now);
+        self.rate_override = record.rate_override.filter(|r| r.is_finite() && *r > 0.0);
+        self.sync(now);
+    }
+
+    /// Applies a reloaded policy: burst and bounds change at once; a rate that had been lowered by
+    /// feedback stays lowered (never above the new configured rate).
+    pub fn apply_policy(&mut self, old: &HostPolicy, new: &HostPolicy, now: Instant) {
+        self.bucket.set_burst(new.burst, now);
+        self.rate = if new.adaptive {
+            self.rate.clamp(new.min_rate, new.max_rate)
+        } else if self.rate < old.rate {
+            self.rate.min(new.rate)
+        } else {
+            new.rate
+        };
+        self.sync(now);
+    }
+
+    /// Pauses the host until `until` on an operator's word.
+    pub fn operator_pause(&mut self, until: Instant) {
+        self.operator_pause = Some(until);
+    }
+
+    /// Ends an operator's pause. A cooldown the server asked for is not shortened.
+    pub fn operator_resume(&mut self) {
+        self.operator_pause = None;
+    }
+
+    /// Sets or clears an operator's rate.
+    pub fn set_rate_override(&mut self, rate: Option<f64>, now: Instant) {
+        self.rate_override = rate;
+        self.sync(now);
+    }
+
+    /// The operator's rate, if set.
+    pub fn rate_override(&self) -> Option<f64> {
+        self.rate_override
+    }
+
+    /// The operator's pause end, if one is running.
+    pub fn operator_paused_until(&self, now: Instant) -> Option<Instant> {
+        self.operator_pause.filter(|p| *p > now)
+    }
+
+    /// Whatever keeps requests from leaving at `now`: the later of a cooldown and an operator's
+    /// pause, as a cooldown with its cause.
+    pub fn block(&self, now: Instant) -> Option<Cooldown> {
+        let pause = self.operator_paused_until(now).map(|until| Cooldown {
+            started: now,
+            until,
+            cause: CooldownCause::Operator,
+        });
+        match (self.cooldown(now), pause) {
+            (Some(c), Some(p)) => Some(if p.until > c.until { p } else { c }),
+            (c, p) => c.or(p),
         }
     }
 
@@ -129,9 +236,9 @@ impl Pacing {
         self.rate
     }
 
-    /// The rate in effect: our own, capped by what the server announced.
+    /// The rate in effect: the operator's or our own, capped by what the server announced.
     pub fn effective_rate(&self, now: Instant) -> f64 {
-        let mut rate = self.rate;
+        let mut rate = self.rate_override.unwrap_or(self.rate);
         if let Some(cap) = self.server_policy_rate {
             rate = rate.min(cap);
         }
@@ -154,6 +261,8 @@ impl Pacing {
         self.sync(now);
         let fresh_rate = Pacing::new(policy, now).rate;
         self.cooldown(now).is_none()
+            && self.operator_pause.is_none()
+            && self.rate_override.is_none()
             && self.server_window.is_none()
             && self.server_policy_rate.is_none()
             && self.backoff_level == 0
@@ -176,7 +285,7 @@ impl Pacing {
     pub fn ready_at(&mut self, now: Instant) -> Instant {
         self.sync(now);
         let mut at = self.bucket.ready_at(now);
-        if let Some(c) = self.cooldown(now) {
+        if let Some(c) = self.block(now) {
             at = at.max(c.until);
         }
         if let Some(w) = self.server_window.filter(|w| w.remaining == 0) {
@@ -712,6 +821,99 @@ mod tests {
             ..answer(Feedback::Success, 200, t0)
         };
         assert_eq!(p.observe(&obs, &policy, t0, 0.0).cooldown, Some(secs(5.0)));
+    }
+
+    #[test]
+    fn an_operator_pause_blocks_until_resumed_but_never_shortens_a_server_cooldown() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        p.operator_pause(t0 + secs(100.0));
+        assert_eq!(p.block(t0).unwrap().cause, CooldownCause::Operator);
+        assert_eq!(p.ready_at(t0), t0 + secs(100.0));
+        p.operator_resume();
+        assert_eq!(p.ready_at(t0), t0);
+        let obs = Observation {
+            retry_after: Some(secs(30.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        p.observe(&obs, &policy, t0, 0.0);
+        p.operator_pause(t0 + secs(10.0));
+        p.operator_resume();
+        assert_eq!(p.ready_at(t0 + secs(1.0)), t0 + secs(30.0));
+        assert_eq!(p.block(t0).unwrap().cause, CooldownCause::Status(429));
+    }
+
+    #[test]
+    fn an_operator_rate_replaces_ours_but_server_caps_still_apply() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        p.set_rate_override(Some(4.0), t0);
+        assert_eq!(p.effective_rate(t0), 4.0);
+        let obs = Observation {
+            server: Some(ServerBudget {
+                remaining: None,
+                reset: None,
+                policy_rate: Some(2.0),
+            }),
+            ..answer(Feedback::Success, 200, t0)
+        };
+        p.observe(&obs, &policy, t0, 0.0);
+        assert_eq!(p.effective_rate(t0), 2.0);
+        p.set_rate_override(None, t0);
+        assert_eq!(p.effective_rate(t0), 1.0);
+    }
+
+    #[test]
+    fn a_record_restores_cooldowns_rates_and_overrides() {
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            adaptive: true,
+            ..HostPolicy::default()
+        };
+        let mut p = Pacing::new(&policy, t0);
+        let obs = Observation {
+            retry_after: Some(secs(120.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        p.observe(&obs, &policy, t0, 0.0);
+        p.set_rate_override(Some(0.7), t0);
+        let record = p.record(t0 + secs(10.0));
+        let mut fresh = Pacing::new(&policy, t0 + secs(10.0));
+        fresh.restore(&record, &policy, t0 + secs(10.0));
+        assert_eq!(
+            fresh.cooldown(t0 + secs(10.0)).unwrap().until,
+            t0 + secs(120.0)
+        );
+        assert_eq!(fresh.rate(), p.rate());
+        assert_eq!(fresh.rate_override(), Some(0.7));
+    }
+
+    #[test]
+    fn a_reloaded_policy_keeps_a_lowered_rate_lowered() {
+        let t0 = Instant::now();
+        let old = HostPolicy::default();
+        let mut p = Pacing::new(&old, t0);
+        let new = HostPolicy {
+            rate: 3.0,
+            burst: 3,
+            ..HostPolicy::default()
+        };
+        p.apply_policy(&old, &new, t0);
+        assert_eq!(p.rate(), 3.0, "an unlowered rate follows the config");
+        let obs = Observation {
+            retry_after: Some(secs(1.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        p.observe(&obs, &new, t0, 0.0);
+        assert_eq!(p.rate(), 1.5);
+        let newer = HostPolicy {
+            rate: 10.0,
+            ..new.clone()
+        };
+        p.apply_policy(&new, &newer, t0);
+        assert_eq!(p.rate(), 1.5, "a lowered rate is not raised by a reload");
     }
 
     #[test]

@@ -18,6 +18,12 @@ use dashmap::DashMap;
 use tokio::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{sleep_until, timeout_at, Instant};
 
+mod stats;
+mod steer;
+
+pub use stats::HostStats;
+pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
+
 use crate::config::{Config, HostPolicy, OnCooldown};
 use crate::feedback::{Feedback, ServerBudget};
 use crate::policy::{CooldownCause, InFlight, Observation, Pacing, Reaction};
@@ -46,6 +52,22 @@ pub enum Refusal {
         /// What started it.
         cause: CooldownCause,
     },
+}
+
+impl Refusal {
+    /// A short name for the reason, for counters and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::QueueFull { .. } => "queue_full",
+            Refusal::WaitedTooLong { .. } => "waited_too_long",
+            Refusal::ShuttingDown => "shutting_down",
+            Refusal::CoolingDown {
+                cause: CooldownCause::Operator,
+                ..
+            } => "paused",
+            Refusal::CoolingDown { .. } => "cooling_down",
+        }
+    }
 }
 
 /// An upstream answer, reported back through its [`Permit`] so the host's pacing can react.
@@ -111,9 +133,10 @@ impl Permit {
         let reaction = state
             .pacing
             .observe(&observation, &policy, now, rand::random::<f64>());
+        state.stats.answered(answer.status);
         let mut refused = Vec::new();
         if reaction.cooldown.is_some() && policy.on_cooldown == OnCooldown::Reject {
-            if let Some(c) = state.pacing.cooldown(now) {
+            if let Some(c) = state.pacing.block(now) {
                 let refusal = Refusal::CoolingDown {
                     remaining: c.until.saturating_duration_since(now),
                     cause: c.cause,
@@ -123,6 +146,9 @@ impl Permit {
                     .drain(..)
                     .map(|w| (w, refusal.clone()))
                     .collect();
+                for _ in &refused {
+                    state.stats.refused(&refusal);
+                }
             }
         }
         drop(state);
@@ -183,6 +209,8 @@ impl Drop for Permit {
 #[derive(Debug)]
 pub struct Host {
     key: Arc<str>,
+    host: String,
+    port: u16,
     state: Mutex<HostState>,
     /// Tells the dispatcher to look again: a slot came free, a waiter left, shutdown.
     wake: Notify,
@@ -200,6 +228,9 @@ struct HostState {
     /// look the host up again, so that one host never has two budgets.
     retired: bool,
     last_active: Instant,
+    stats: HostStats,
+    /// The operator's rate override was forced past the config's ceiling.
+    forced: bool,
 }
 
 #[derive(Debug)]
@@ -210,9 +241,11 @@ struct Waiter {
 }
 
 impl Host {
-    fn new(key: Arc<str>, policy: Arc<HostPolicy>, now: Instant) -> Self {
+    fn new(key: Arc<str>, host: &str, port: u16, policy: Arc<HostPolicy>, now: Instant) -> Self {
         Host {
             key,
+            host: host.to_string(),
+            port,
             state: Mutex::new(HostState {
                 pacing: Pacing::new(&policy, now),
                 policy,
@@ -222,6 +255,8 @@ impl Host {
                 dispatcher_running: false,
                 retired: false,
                 last_active: now,
+                stats: HostStats::default(),
+                forced: false,
             }),
             wake: Notify::new(),
         }
@@ -234,19 +269,6 @@ impl Host {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-}
-
-/// A snapshot of one host, for logs, tests and (later) the admin API.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostSnapshot {
-    /// `host:port`.
-    pub key: String,
-    /// Tokens per second in effect.
-    pub rate: f64,
-    /// Requests waiting.
-    pub queued: usize,
-    /// Requests in flight.
-    pub in_flight: u32,
 }
 
 /// The table of hosts and the global in-flight cap, shared by every connection.
@@ -269,7 +291,8 @@ impl Limiter {
         })
     }
 
-    fn config(&self) -> Arc<Config> {
+    /// The config in force (replaced by a reload).
+    pub fn config(&self) -> Arc<Config> {
         self.config
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -305,11 +328,13 @@ impl Limiter {
             state.last_active = now;
             let rejecting =
                 state.policy.on_cooldown == OnCooldown::Reject && !hold_through_cooldown;
-            if let Some(c) = state.pacing.cooldown(now).filter(|_| rejecting) {
-                return Err(Refusal::CoolingDown {
+            if let Some(c) = state.pacing.block(now).filter(|_| rejecting) {
+                let refusal = Refusal::CoolingDown {
                     remaining: c.until.saturating_duration_since(now),
                     cause: c.cause,
-                });
+                };
+                state.stats.refused(&refusal);
+                return Err(refusal);
             }
             if state.queue.is_empty() {
                 if let Some(global) = self.try_turn(&mut state, now) {
@@ -321,10 +346,12 @@ impl Limiter {
                 let rate = state.pacing.effective_rate(now);
                 let ahead = state.queue.len() as f64 + 1.0;
                 let retry_after = Duration::from_secs_f64((ahead / rate).clamp(1.0, 3600.0));
-                return Err(Refusal::QueueFull {
+                let refusal = Refusal::QueueFull {
                     max_queue: state.policy.max_queue,
                     retry_after,
-                });
+                };
+                state.stats.refused(&refusal);
+                return Err(refusal);
             }
             let (tx, rx) = oneshot::channel();
             let id = state.next_id;
@@ -352,8 +379,8 @@ impl Limiter {
             Ok(Err(_)) => Err(Refusal::ShuttingDown),
             Err(_) => {
                 let now = Instant::now();
-                let cooldown = entry.host.lock().pacing.cooldown(now);
-                Err(match cooldown {
+                let mut state = entry.host.lock();
+                let refusal = match state.pacing.block(now) {
                     Some(c) => Refusal::CoolingDown {
                         remaining: c.until.saturating_duration_since(now),
                         cause: c.cause,
@@ -361,7 +388,9 @@ impl Limiter {
                     None => Refusal::WaitedTooLong {
                         waited: now.saturating_duration_since(arrived),
                     },
-                })
+                };
+                state.stats.refused(&refusal);
+                Err(refusal)
             }
         }
     }
@@ -392,7 +421,7 @@ impl Limiter {
         let key: Arc<str> = Arc::from(key);
         self.hosts
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(Host::new(key, policy, Instant::now())))
+            .or_insert_with(|| Arc::new(Host::new(key, host, port, policy, Instant::now())))
             .value()
             .clone()
     }
@@ -402,7 +431,14 @@ impl Limiter {
         self.shutting_down.store(true, Ordering::Release);
         let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
         for host in hosts {
-            let drained: Vec<Waiter> = host.lock().queue.drain(..).collect();
+            let drained: Vec<Waiter> = {
+                let mut state = host.lock();
+                let drained: Vec<Waiter> = state.queue.drain(..).collect();
+                for _ in &drained {
+                    state.stats.refused(&Refusal::ShuttingDown);
+                }
+                drained
+            };
             for waiter in drained {
                 let _ = waiter.reply.send(Err(Refusal::ShuttingDown));
             }
@@ -434,19 +470,6 @@ impl Limiter {
     /// How many hosts are in the table.
     pub fn host_count(&self) -> usize {
         self.hosts.len()
-    }
-
-    /// A snapshot of one host, if known.
-    pub fn snapshot(&self, host: &str, port: u16) -> Option<HostSnapshot> {
-        let key = host_key(host, port);
-        let entry = self.hosts.get(key.as_str())?.value().clone();
-        let state = entry.lock();
-        Some(HostSnapshot {
-            key,
-            rate: state.pacing.effective_rate(Instant::now()),
-            queued: state.queue.len(),
-            in_flight: state.in_flight.current,
-        })
     }
 }
 

@@ -1,0 +1,115 @@
+//! Per-host counters: what was sent, what came back, what was refused locally.
+//!
+//! Kept next to the host's pacing state (same lock, updated where the events happen) so that
+//! `/hosts` and `/metrics` read one consistent picture without a second lock on the request path.
+
+use std::collections::VecDeque;
+
+use super::Refusal;
+use crate::policy::CooldownCause;
+
+/// How many recent statuses a host remembers.
+pub const LAST_STATUSES: usize = 10;
+
+/// Counters of one host since it was first seen (or last forgotten).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Requests sent upstream (answered or failed).
+    pub sent: u64,
+    /// Responses by class: 1xx/2xx, 3xx, 4xx, 5xx.
+    pub by_class: [u64; 4],
+    /// Requests that got no response (connect error, reset, timeout).
+    pub failed: u64,
+    /// Local refusals: queue full.
+    pub refused_queue_full: u64,
+    /// Local refusals: waited `max_wait_seconds`.
+    pub refused_waited_too_long: u64,
+    /// Local refusals: the host was cooling down.
+    pub refused_cooling_down: u64,
+    /// Local refusals: an operator paused the host.
+    pub refused_paused: u64,
+    /// Local refusals: courtesy was shutting down.
+    pub refused_shutting_down: u64,
+    /// The last statuses, newest last; 0 for a request that got no response.
+    pub last_statuses: VecDeque<u16>,
+}
+
+impl HostStats {
+    /// Counts an upstream answer (`None`: no response).
+    pub fn answered(&mut self, status: Option<u16>) {
+        self.sent += 1;
+        match status {
+            Some(s) => {
+                let class = match s {
+                    0..=299 => 0,
+                    300..=399 => 1,
+                    400..=499 => 2,
+                    _ => 3,
+                };
+                self.by_class[class] += 1;
+            }
+            None => self.failed += 1,
+        }
+        if self.last_statuses.len() == LAST_STATUSES {
+            self.last_statuses.pop_front();
+        }
+        self.last_statuses.push_back(status.unwrap_or(0));
+    }
+
+    /// Counts a local refusal.
+    pub fn refused(&mut self, refusal: &Refusal) {
+        match refusal {
+            Refusal::QueueFull { .. } => self.refused_queue_full += 1,
+            Refusal::WaitedTooLong { .. } => self.refused_waited_too_long += 1,
+            Refusal::ShuttingDown => self.refused_shutting_down += 1,
+            Refusal::CoolingDown {
+                cause: CooldownCause::Operator,
+                ..
+            } => self.refused_paused += 1,
+            Refusal::CoolingDown { .. } => self.refused_cooling_down += 1,
+        }
+    }
+
+    /// The refusal reason names and counts, for /hosts and /metrics.
+    pub fn refusals(&self) -> [(&'static str, u64); 5] {
+        [
+            ("queue_full", self.refused_queue_full),
+            ("waited_too_long", self.refused_waited_too_long),
+            ("cooling_down", self.refused_cooling_down),
+            ("paused", self.refused_paused),
+            ("shutting_down", self.refused_shutting_down),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn answers_and_refusals_are_counted() {
+        let mut s = HostStats::default();
+        for status in [200, 204, 301, 404, 429, 503] {
+            s.answered(Some(status));
+        }
+        s.answered(None);
+        assert_eq!((s.sent, s.by_class, s.failed), (7, [2, 1, 2, 1], 1));
+        s.refused(&Refusal::ShuttingDown);
+        s.refused(&Refusal::CoolingDown {
+            remaining: Duration::from_secs(1),
+            cause: CooldownCause::Operator,
+        });
+        s.refused(&Refusal::CoolingDown {
+            remaining: Duration::from_secs(1),
+            cause: CooldownCause::Status(429),
+        });
+        assert_eq!(s.refused_paused, 1);
+        assert_eq!(s.refused_cooling_down, 1);
+        assert_eq!(s.refused_shutting_down, 1);
+        for _ in 0..20 {
+            s.answered(Some(200));
+        }
+        assert_eq!(s.last_statuses.len(), LAST_STATUSES);
+    }
+}

@@ -1,0 +1,289 @@
+//! Prometheus metrics: per-host rate, queue, in-flight, cooldown; requests by outcome; histograms
+//! of queue wait and upstream latency; process totals.
+//!
+//! Counters and histograms are updated where the events happen; gauges are filled from the host
+//! table when `/metrics` is scraped. The `host` label is bounded by `[admin] metrics_max_hosts`:
+//! the first hosts seen get their own label, the rest are summed as `host="other"`, so a crawl over
+//! a million hosts cannot blow up the scrape.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::limiter::{Limiter, Refusal};
+
+/// The label value for hosts beyond `metrics_max_hosts`.
+pub const OTHER: &str = "other";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostLabel {
+    host: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    host: String,
+    outcome: String,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 1 ms to about 65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// All of courtesy's metrics and the registry that renders them.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<OutcomeLabels, Counter>,
+    queue_wait: Family<HostLabel, Histogram, fn() -> Histogram>,
+    latency: Family<HostLabel, Histogram, fn() -> Histogram>,
+    rate: Family<HostLabel, Gauge<f64, AtomicU64>>,
+    queue_depth: Family<HostLabel, Gauge>,
+    in_flight: Family<HostLabel, Gauge>,
+    cooldown: Family<HostLabel, Gauge<f64, AtomicU64>>,
+    hosts_known: Gauge,
+    leaf_minted: Counter,
+    leaf_hits: Counter,
+    labelled: Mutex<HashSet<String>>,
+    max_hosts: usize,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("max_hosts", &self.max_hosts)
+            .finish()
+    }
+}
+
+impl Metrics {
+    /// Metrics with at most `max_hosts` distinct host labels.
+    pub fn new(max_hosts: usize) -> Self {
+        let mut registry = Registry::with_prefix("courtesy");
+        let requests = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests by host and outcome: upstream_2xx..upstream_5xx, upstream_failed, or local_<reason> for answers courtesy made itself",
+            requests.clone(),
+        );
+        let queue_wait = Family::new_with_constructor(seconds_histogram as fn() -> Histogram);
+        registry.register(
+            "queue_wait_seconds",
+            "Time requests waited for their turn",
+            queue_wait.clone(),
+        );
+        let latency = Family::new_with_constructor(seconds_histogram as fn() -> Histogram);
+        registry.register(
+            "upstream_latency_seconds",
+            "Time from sending a request upstream to its response headers",
+            latency.clone(),
+        );
+        let rate = Family::<HostLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "host_rate",
+            "Requests per second in effect per host",
+            rate.clone(),
+        );
+        let queue_depth = Family::<HostLabel, Gauge>::default();
+        registry.register(
+            "host_queue_depth",
+            "Requests waiting per host",
+            queue_depth.clone(),
+        );
+        let in_flight = Family::<HostLabel, Gauge>::default();
+        registry.register(
+            "host_in_flight",
+            "Requests in flight per host",
+            in_flight.clone(),
+        );
+        let cooldown = Family::<HostLabel, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "host_cooldown_remaining_seconds",
+            "Seconds left in a host's cooldown or operator pause (0 when none)",
+            cooldown.clone(),
+        );
+        let hosts_known = Gauge::default();
+        registry.register(
+            "hosts_known",
+            "Hosts in the host table",
+            hosts_known.clone(),
+        );
+        let leaf_minted = Counter::default();
+        registry.register(
+            "leaf_certificates_minted",
+            "Leaf certificates minted for intercepted hosts",
+            leaf_minted.clone(),
+        );
+        let leaf_hits = Counter::default();
+        registry.register(
+            "leaf_certificate_cache_hits",
+            "CONNECTs served from the leaf certificate cache",
+            leaf_hits.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            queue_wait,
+            latency,
+            rate,
+            queue_depth,
+            in_flight,
+            cooldown,
+            hosts_known,
+            leaf_minted,
+            leaf_hits,
+            labelled: Mutex::new(HashSet::new()),
+            max_hosts,
+        }
+    }
+
+    /// The label for `host`: itself while there is room, else `other`.
+    fn label(&self, host: &str) -> String {
+        let mut labelled = self.labelled.lock().unwrap_or_else(|p| p.into_inner());
+        if labelled.contains(host) {
+            return host.to_string();
+        }
+        if labelled.len() < self.max_hosts {
+            labelled.insert(host.to_string());
+            return host.to_string();
+        }
+        OTHER.to_string()
+    }
+
+    /// Counts an upstream response and records its timings.
+    pub fn response(&self, host: &str, status: u16, latency: Duration, waited: Duration) {
+        let host = self.label(host);
+        let outcome = match status {
+            0..=299 => "upstream_2xx",
+            300..=399 => "upstream_3xx",
+            400..=499 => "upstream_4xx",
+            _ => "upstream_5xx",
+        };
+        self.count(&host, outcome);
+        let label = HostLabel { host };
+        self.latency
+            .get_or_create(&label)
+            .observe(latency.as_secs_f64());
+        self.queue_wait
+            .get_or_create(&label)
+            .observe(waited.as_secs_f64());
+    }
+
+    /// Counts a request that got no upstream response.
+    pub fn failure(&self, host: &str, waited: Duration) {
+        let host = self.label(host);
+        self.count(&host, "upstream_failed");
+        self.queue_wait
+            .get_or_create(&HostLabel { host })
+            .observe(waited.as_secs_f64());
+    }
+
+    /// Counts an answer courtesy made itself instead of sending the request.
+    pub fn refusal(&self, host: &str, refusal: &Refusal) {
+        let host = self.label(host);
+        self.count(&host, &format!("local_{}", refusal.reason()));
+    }
+
+    fn count(&self, host: &str, outcome: &str) {
+        self.requests
+            .get_or_create(&OutcomeLabels {
+                host: host.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+    }
+
+    /// Renders the Prometheus text format, filling the gauges from the host table first.
+    pub fn render(&self, limiter: &Limiter, leaf: (u64, u64)) -> String {
+        let snapshots = limiter.snapshots();
+        let mut per_label: HashMap<String, (f64, i64, i64, f64)> = HashMap::new();
+        for s in &snapshots {
+            let entry = per_label.entry(self.label(&s.key)).or_default();
+            entry.0 += s.rate;
+            entry.1 += s.queued as i64;
+            entry.2 += i64::from(s.in_flight);
+            let left = s.block_remaining.unwrap_or_default().as_secs_f64();
+            entry.3 = entry.3.max(left);
+        }
+        self.rate.clear();
+        self.queue_depth.clear();
+        self.in_flight.clear();
+        self.cooldown.clear();
+        for (host, (rate, queued, in_flight, cooldown)) in per_label {
+            let label = HostLabel { host };
+            self.rate.get_or_create(&label).set(rate);
+            self.queue_depth.get_or_create(&label).set(queued);
+            self.in_flight.get_or_create(&label).set(in_flight);
+            self.cooldown.get_or_create(&label).set(cooldown);
+        }
+        self.hosts_known.set(snapshots.len() as i64);
+        let (hits, minted) = leaf;
+        self.leaf_hits
+            .inc_by(hits.saturating_sub(self.leaf_hits.get()));
+        self.leaf_minted
+            .inc_by(minted.saturating_sub(self.leaf_minted.get()));
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!("cannot encode metrics: {e}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::sync::Arc;
+
+    #[test]
+    fn host_labels_are_bounded() {
+        let m = Metrics::new(2);
+        assert_eq!(m.label("a:80"), "a:80");
+        assert_eq!(m.label("b:80"), "b:80");
+        assert_eq!(m.label("c:80"), OTHER);
+        assert_eq!(m.label("a:80"), "a:80");
+    }
+
+    #[tokio::test]
+    async fn counts_and_gauges_render_in_the_text_format() {
+        let limiter = Limiter::new(Arc::new(Config::default()));
+        let mut p = limiter.admit("shop.test", 443).await.unwrap();
+        p.mark_sent();
+        let m = Metrics::new(10);
+        m.response(
+            "shop.test:443",
+            200,
+            Duration::from_millis(20),
+            Duration::ZERO,
+        );
+        m.response(
+            "shop.test:443",
+            503,
+            Duration::from_millis(20),
+            Duration::ZERO,
+        );
+        m.refusal("shop.test:443", &Refusal::ShuttingDown);
+        let text = m.render(&limiter, (3, 1));
+        for line in [
+            "courtesy_requests_total{host=\"shop.test:443\",outcome=\"upstream_2xx\"} 1",
+            "courtesy_requests_total{host=\"shop.test:443\",outcome=\"upstream_5xx\"} 1",
+            "courtesy_requests_total{host=\"shop.test:443\",outcome=\"local_shutting_down\"} 1",
+            "courtesy_host_in_flight{host=\"shop.test:443\"} 1",
+            "courtesy_host_rate{host=\"shop.test:443\"} 1.0",
+            "courtesy_hosts_known 1",
+            "courtesy_leaf_certificate_cache_hits_total 3",
+            "courtesy_upstream_latency_seconds_count{host=\"shop.test:443\"} 2",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}
