@@ -33,6 +33,7 @@ pub mod resolve;
 pub mod response;
 pub mod server;
 pub mod state;
+pub mod status;
 pub mod tls;
 
 pub use server::{run, Listeners};

@@ -30,6 +30,18 @@ enum Command {
         /// The config file to check.
         file: PathBuf,
     },
+    /// Print the host table of a running courtesy (from its admin API).
+    Status {
+        /// Config file (for [proxy] admin_listen and [admin] token) [default: config/courtesy.toml if it exists].
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+        /// The admin listener's address [default: [proxy] admin_listen].
+        #[arg(long)]
+        admin: Option<std::net::SocketAddr>,
+        /// Bearer token [default: $COURTESY_ADMIN_TOKEN, else [admin] token].
+        #[arg(long)]
+        token: Option<String>,
+    },
     /// Print where courtesy's local CA certificate is and how to trust it (creates it if needed).
     Ca {
         /// Config file (for [proxy] state_dir) [default: config/courtesy.toml if it exists].
@@ -68,6 +80,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Check { file }) => check(&file),
         Some(Command::Ca { config, regenerate }) => ca(config.as_deref(), regenerate),
+        Some(Command::Status {
+            config,
+            admin,
+            token,
+        }) => status(config.as_deref(), admin, token),
         Some(Command::Run(args)) => run(args),
         None => run(cli.run),
     };
@@ -143,6 +160,29 @@ fn init_tracing(format: LogFormat) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+fn status(
+    config: Option<&Path>,
+    admin: Option<std::net::SocketAddr>,
+    token: Option<String>,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
+    let config = load(config)?;
+    let admin = admin.unwrap_or(config.proxy.admin_listen);
+    let token = token
+        .or_else(|| std::env::var("COURTESY_ADMIN_TOKEN").ok())
+        .or(config.admin.token);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let hosts = runtime.block_on(courtesy::status::fetch_hosts(admin, token.as_deref()))?;
+    print!(
+        "{}",
+        courtesy::status::render(&hosts, std::io::stdout().is_terminal())
+    );
+    Ok(())
 }
 
 fn ca(config: Option<&Path>, regenerate: bool) -> anyhow::Result<()> {

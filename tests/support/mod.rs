@@ -201,7 +201,20 @@ impl Courtesy {
 
     /// Like [`Courtesy::start`], with state (the local CA) kept in `state_dir`.
     pub async fn start_in(toml: &str, state_dir: &std::path::Path) -> Courtesy {
-        let mut config = courtesy::config::Config::parse(toml, "test.toml").expect("test config");
+        let config = courtesy::config::Config::parse(toml, "test.toml").expect("test config");
+        Courtesy::start_with(config, state_dir).await
+    }
+
+    /// Starts courtesy from a config file (so that it can be reloaded), state in `state_dir`.
+    pub async fn start_file(path: &std::path::Path, state_dir: &std::path::Path) -> Courtesy {
+        let config = courtesy::config::Config::load(path).expect("test config file");
+        Courtesy::start_with(config, state_dir).await
+    }
+
+    async fn start_with(
+        mut config: courtesy::config::Config,
+        state_dir: &std::path::Path,
+    ) -> Courtesy {
         config.proxy.state_dir = state_dir.to_path_buf();
         // Make the CA before returning, so tests can read ca.pem at once (run() then loads it).
         courtesy::tls::LocalCa::load_or_create(state_dir).expect("local CA");
@@ -360,6 +373,25 @@ pub fn direct_client(
 {
     hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build(hyper_util::client::legacy::connect::HttpConnector::new())
+}
+
+/// Sends `method` to `url` directly (no proxy) with an optional bearer token and body; returns the
+/// status and body text.
+pub async fn admin_call(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (StatusCode, String) {
+    let mut req = Request::builder().method(method).uri(url);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = req.body(full(body.to_string())).unwrap();
+    let response = direct_client().request(req).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// GETs `url` directly (no proxy) and returns the body as text.

@@ -1,0 +1,161 @@
+//! `courtesy status`: the host table of a running instance, read from its admin API, printed like
+//! `kubectl get`. Colours only on a terminal.
+
+use std::net::SocketAddr;
+
+use anyhow::{bail, Context as _};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+
+/// Fetches `/hosts` from the admin listener at `admin`, with `token` as a bearer token if given.
+pub async fn fetch_hosts(admin: SocketAddr, token: Option<&str>) -> anyhow::Result<Value> {
+    let client: Client<_, Empty<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut request = http::Request::get(format!("http://{admin}/hosts"));
+    if let Some(token) = token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request
+        .body(Empty::new())
+        .context("cannot build the request")?;
+    let response =
+        tokio::time::timeout(std::time::Duration::from_secs(10), client.request(request))
+            .await
+            .with_context(|| format!("the admin listener at {admin} did not answer within 10 s"))?
+            .with_context(|| {
+                format!("cannot reach courtesy's admin listener at {admin} (is courtesy running?)")
+            })?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .context("cannot read the admin answer")?
+        .to_bytes();
+    if status == http::StatusCode::UNAUTHORIZED {
+        bail!("the admin API wants a token: pass --token or set COURTESY_ADMIN_TOKEN");
+    }
+    if !status.is_success() {
+        bail!(
+            "the admin API answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    serde_json::from_slice(&body).context("the admin API did not answer JSON")
+}
+
+/// Renders the `/hosts` JSON as an aligned table; `color` adds ANSI colours to the state.
+pub fn render(hosts: &Value, color: bool) -> String {
+    let empty = Vec::new();
+    let list = hosts["hosts"].as_array().unwrap_or(&empty);
+    if list.is_empty() {
+        return "no hosts yet\n".to_string();
+    }
+    let header = [
+        "HOST",
+        "STATE",
+        "RATE/S",
+        "QUEUE",
+        "IN-FLIGHT",
+        "COOLDOWN",
+        "SENT",
+        "LAST",
+    ];
+    let mut rows: Vec<[String; 8]> = Vec::new();
+    for h in list {
+        let cooldown = match h["cooldown"]["remaining_seconds"].as_f64() {
+            Some(left) => format!("{left:.0}s"),
+            None => "-".into(),
+        };
+        let last: Vec<String> = h["last_statuses"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .rev()
+                    .take(5)
+                    .rev()
+                    .map(|s| match s.as_u64() {
+                        Some(0) => "ERR".to_string(),
+                        Some(n) => n.to_string(),
+                        None => "?".into(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        rows.push([
+            h["host"].as_str().unwrap_or("?").to_string(),
+            h["state"].as_str().unwrap_or("?").to_string(),
+            format!("{:.2}", h["rate"].as_f64().unwrap_or(0.0)),
+            h["queued"].to_string(),
+            h["in_flight"].to_string(),
+            cooldown,
+            h["counters"]["sent"].to_string(),
+            if last.is_empty() {
+                "-".into()
+            } else {
+                last.join(",")
+            },
+        ]);
+    }
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: &[String], out: &mut String, paint: Option<&str>| {
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            let padded = format!("{cell:<w$}");
+            match (i, paint) {
+                (1, Some(code)) => out.push_str(&format!("\x1b[{code}m{padded}\x1b[0m")),
+                _ => out.push_str(&padded),
+            }
+            out.push_str(if i + 1 < cells.len() { "  " } else { "\n" });
+        }
+    };
+    line(&header.map(String::from), &mut out, None);
+    for row in &rows {
+        let paint = color.then(|| match row[1].as_str() {
+            "cooling_down" => "33",
+            "paused" => "35",
+            "queued" => "36",
+            "active" => "32",
+            _ => "2",
+        });
+        line(row, &mut out, paint);
+    }
+    out.lines()
+        .map(|l| l.trim_end().to_string() + "\n")
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_table_is_aligned_and_plain_without_a_terminal() {
+        let hosts = json!({"hosts": [
+            {"host": "shop.test:443", "state": "cooling_down", "rate": 0.5, "queued": 3, "in_flight": 1,
+             "cooldown": {"remaining_seconds": 41.6}, "counters": {"sent": 12}, "last_statuses": [200, 200, 429]},
+            {"host": "a.test:80", "state": "idle", "rate": 1.0, "queued": 0, "in_flight": 0,
+             "cooldown": null, "counters": {"sent": 1}, "last_statuses": [0]},
+        ]});
+        let text = render(&hosts, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("HOST           STATE"));
+        assert!(
+            lines[1].contains("cooling_down")
+                && lines[1].contains("42s")
+                && lines[1].contains("200,200,429")
+        );
+        assert!(lines[2].contains("ERR"));
+        assert!(!text.contains('\x1b'));
+        assert!(render(&hosts, true).contains("\x1b[33m"));
+        assert_eq!(render(&json!({"hosts": []}), false), "no hosts yet\n");
+    }
+}

@@ -1,0 +1,403 @@
+//! End-to-end: see and steer. Metrics after known traffic, the host API, operator overrides taking
+//! effect on the next request, state surviving a restart, reload (API and SIGHUP) with requests
+//! queued, bad reloads rejected, the admin token, and `courtesy status`.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use http::{Response, StatusCode};
+use serde_json::Value;
+use support::*;
+use tokio::time::Instant;
+
+fn admin_url(courtesy: &Courtesy, path: &str) -> String {
+    format!("http://{}{}", courtesy.admin, path)
+}
+
+async fn hosts(courtesy: &Courtesy) -> Value {
+    let (status, body) = admin_call("GET", &admin_url(courtesy, "/hosts"), None, "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_the_host_api_show_known_traffic() {
+    let origin = Origin::ok("127.0.0.2").await;
+    let throttling = Origin::start("127.0.0.3", |_req| async {
+        Response::builder()
+            .status(429)
+            .header("retry-after", "60")
+            .body(full("no"))
+            .unwrap()
+    })
+    .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 10\n").await;
+    let client = courtesy.client();
+    for i in 0..3 {
+        assert_eq!(client.get(&origin.url(&format!("/{i}"))).await.status, 200);
+    }
+    assert_eq!(client.get(&throttling.url("/")).await.status, 429);
+    assert_eq!(client.get(&throttling.url("/again")).await.status, 429); // local
+
+    let (status, metrics) = admin_call("GET", &admin_url(&courtesy, "/metrics"), None, "").await;
+    assert_eq!(status, StatusCode::OK);
+    let ok = origin.addr.to_string();
+    let slow = throttling.addr.to_string();
+    for line in [
+        format!("courtesy_requests_total{{host=\"{ok}\",outcome=\"upstream_2xx\"}} 3"),
+        format!("courtesy_requests_total{{host=\"{slow}\",outcome=\"upstream_4xx\"}} 1"),
+        format!("courtesy_requests_total{{host=\"{slow}\",outcome=\"local_cooling_down\"}} 1"),
+        format!("courtesy_upstream_latency_seconds_count{{host=\"{ok}\"}} 3"),
+        format!("courtesy_queue_wait_seconds_count{{host=\"{ok}\"}} 3"),
+        format!("courtesy_host_queue_depth{{host=\"{ok}\"}} 0"),
+        format!("courtesy_host_rate{{host=\"{ok}\"}} 100.0"),
+        "courtesy_hosts_known 2".to_string(),
+    ] {
+        assert!(metrics.contains(&line), "missing {line:?} in\n{metrics}");
+    }
+    let cooldown_line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!(
+                "courtesy_host_cooldown_remaining_seconds{{host=\"{slow}\"}}"
+            ))
+        })
+        .unwrap();
+    let left: f64 = cooldown_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((55.0..=60.0).contains(&left), "{cooldown_line}");
+
+    let all = hosts(&courtesy).await;
+    let list = all["hosts"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    let one = list.iter().find(|h| h["host"] == ok.as_str()).unwrap();
+    assert_eq!(one["state"], "idle");
+    assert_eq!(one["counters"]["sent"], 3);
+    assert_eq!(one["counters"]["2xx"], 3);
+    assert_eq!(one["last_statuses"], serde_json::json!([200, 200, 200]));
+    assert_eq!(one["policy"]["rate"], 100.0);
+    let other = list.iter().find(|h| h["host"] == slow.as_str()).unwrap();
+    assert_eq!(other["state"], "cooling_down");
+    assert_eq!(other["counters"]["refused"]["cooling_down"], 1);
+    assert!(other["cooldown"]["cause"].as_str().unwrap().contains("429"));
+
+    let (status, single) = admin_call(
+        "GET",
+        &admin_url(&courtesy, &format!("/hosts/{ok}")),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<Value>(&single).unwrap()["host"],
+        ok.as_str()
+    );
+    let (status, _) = admin_call(
+        "GET",
+        &admin_url(&courtesy, "/hosts/nowhere.test:80"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_rate_take_effect_on_the_next_request() {
+    let origin = Origin::ok("127.0.0.4").await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 1\nburst = 1\n").await;
+    let key = origin.addr.to_string();
+    let client = courtesy.client();
+
+    let (status, body) = admin_call(
+        "POST",
+        &admin_url(&courtesy, &format!("/hosts/{key}/pause?seconds=300")),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["state"],
+        "paused"
+    );
+    let got = client.get(&origin.url("/paused")).await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        got.header("proxy-status").contains("operator paused it"),
+        "{}",
+        got.header("proxy-status")
+    );
+    assert_eq!(origin.count(), 0);
+
+    let (status, _) = admin_call(
+        "POST",
+        &admin_url(&courtesy, &format!("/hosts/{key}/resume")),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(client.get(&origin.url("/resumed")).await.status, 200);
+
+    // Above the configured ceiling (rate 1) only when forced.
+    let rate_url = admin_url(&courtesy, &format!("/hosts/{key}/rate"));
+    let (status, body) = admin_call("PUT", &rate_url, None, "20").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.contains("force"));
+    let (status, _) = admin_call("PUT", &rate_url, None, "not a number").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, body) = admin_call("PUT", &format!("{rate_url}?force=true"), None, "20").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let view: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            view["operator"]["rate"].as_f64(),
+            view["operator"]["forced"].as_bool()
+        ),
+        (Some(20.0), Some(true))
+    );
+    // At 20/s five more requests take about 0.2 s instead of 4 s at the configured 1/s.
+    let start = Instant::now();
+    for i in 0..5 {
+        assert_eq!(
+            client.get(&origin.url(&format!("/fast/{i}"))).await.status,
+            200
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        start.elapsed()
+    );
+    let (status, _) = admin_call("DELETE", &rate_url, None, "").await;
+    assert_eq!(status, StatusCode::OK);
+    let snapshot = hosts(&courtesy).await;
+    assert_eq!(snapshot["hosts"][0]["operator"]["rate"], Value::Null);
+    assert_eq!(snapshot["hosts"][0]["rate"], 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_a_cooldown() {
+    let origin = Origin::start("127.0.0.5", |_req| async {
+        Response::builder()
+            .status(429)
+            .header("retry-after", "120")
+            .body(full("later"))
+            .unwrap()
+    })
+    .await;
+    let dir = temp_dir("restart");
+    let first = Courtesy::start_in("[defaults]\nrate = 10\n", &dir).await;
+    assert_eq!(first.client().get(&origin.url("/")).await.status, 429);
+    first.shutdown().await.unwrap();
+    assert!(dir.join("state.json").exists(), "state saved at shutdown");
+
+    let second = Courtesy::start_in("[defaults]\nrate = 10\n", &dir).await;
+    let got = second.client().get(&origin.url("/after-restart")).await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = got.header("retry-after").parse().unwrap();
+    assert!(
+        (110..=120).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
+    assert!(
+        got.header("proxy-status").contains("answered 429"),
+        "{}",
+        got.header("proxy-status")
+    );
+    assert_eq!(
+        origin.count(),
+        1,
+        "nothing reached the origin after the restart"
+    );
+
+    // A corrupt state file is a warning and a fresh start, never a crash.
+    second.shutdown().await.unwrap();
+    std::fs::write(dir.join("state.json"), "{ this is not json").unwrap();
+    let third = Courtesy::start_in("[defaults]\nrate = 10\n", &dir).await;
+    assert_eq!(third.client().get(&origin.url("/fresh")).await.status, 429);
+    assert_eq!(origin.count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_applies_to_queued_requests_and_a_bad_config_is_rejected() {
+    let origin = Origin::ok("127.0.0.6").await;
+    let dir = temp_dir("reload");
+    let file = dir.join("courtesy.toml");
+    std::fs::write(&file, "[defaults]\nrate = 0.1\nburst = 1\n").unwrap();
+    let courtesy = Courtesy::start_file(&file, &dir).await;
+    let client = courtesy.client();
+    assert_eq!(client.get(&origin.url("/first")).await.status, 200);
+    let mut queued = Vec::new();
+    for i in 0..3 {
+        let url = origin.url(&format!("/queued/{i}"));
+        queued.push(tokio::spawn(async move { client.get(&url).await.status }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(hosts(&courtesy).await["hosts"][0]["queued"], 3);
+
+    // A bad new config is rejected with its errors, and the old one stays.
+    std::fs::write(&file, "[defaults]\nrate = -5\nburst = 1\n").unwrap();
+    let (status, body) = admin_call("POST", &admin_url(&courtesy, "/reload"), None, "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("courtesy.toml:2") && body.contains("rate"),
+        "{body}"
+    );
+    assert_eq!(hosts(&courtesy).await["hosts"][0]["policy"]["rate"], 0.1);
+    assert_eq!(
+        hosts(&courtesy).await["hosts"][0]["queued"],
+        3,
+        "nothing queued was dropped"
+    );
+
+    std::fs::write(&file, "[defaults]\nrate = 20\nburst = 1\n").unwrap();
+    let start = Instant::now();
+    let (status, body) = admin_call("POST", &admin_url(&courtesy, "/reload"), None, "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for q in queued {
+        assert_eq!(q.await.unwrap(), StatusCode::OK);
+    }
+    // At 0.1/s the three would have needed 30 s.
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(origin.count(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_wants_its_token() {
+    let token = "s3cret-token-0123456789";
+    let courtesy = Courtesy::start(&format!("[admin]\ntoken = \"{token}\"\n")).await;
+    for path in ["/hosts", "/metrics", "/", "/ca.pem"] {
+        let (status, _) = admin_call("GET", &admin_url(&courtesy, path), None, "").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        let (status, _) = admin_call(
+            "GET",
+            &admin_url(&courtesy, path),
+            Some("wrong-token-000000000"),
+            "",
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        let (status, _) = admin_call("GET", &admin_url(&courtesy, path), Some(token), "").await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+    }
+    // Bound beyond loopback, the token is required at start-up.
+    let err = courtesy::config::Config::parse(
+        "[proxy]\nadmin_listen = \"0.0.0.0:3129\"\nallow_clients = [\"10.0.0.0/8\"]\n",
+        "t.toml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("[admin] token is required"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_and_courtesy_status_prints_the_table() {
+    let origin = Origin::ok("127.0.0.7").await;
+    let dir = temp_dir("sighup");
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (port, admin_port) = (
+        probe.local_addr().unwrap().port(),
+        admin_probe.local_addr().unwrap().port(),
+    );
+    drop((probe, admin_probe));
+    let file = dir.join("c.toml");
+    let write = |rate: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "[proxy]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
+                 state_dir = \"{}\"\n[defaults]\nrate = {rate}\n",
+                dir.display()
+            ),
+        )
+        .unwrap()
+    };
+    write("2");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["run", "--config"])
+        .arg(&file)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let proxy = ProxyClient {
+        proxy: format!("127.0.0.1:{port}").parse().unwrap(),
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(
+            proxy.proxy
+        )
+        .is_ok())
+        .await
+    );
+    assert_eq!(proxy.get(&origin.url("/")).await.status, 200);
+    let admin = format!("http://127.0.0.1:{admin_port}");
+    let rate_of = |body: String| -> f64 {
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["hosts"][0]["policy"]["rate"].as_f64().unwrap()
+    };
+    assert_eq!(rate_of(fetch_direct(&format!("{admin}/hosts")).await), 2.0);
+
+    write("4");
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut reloaded = false;
+    for _ in 0..50 {
+        if rate_of(fetch_direct(&format!("{admin}/hosts")).await) == 4.0 {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reloaded, "SIGHUP did not reload the config");
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["status", "--config"])
+        .arg(&file)
+        .output()
+        .await
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(table.starts_with("HOST"), "{table}");
+    let row = table.lines().nth(1).unwrap_or_default();
+    assert!(
+        row.contains(&origin.addr.to_string()) && row.contains("idle") && row.contains("200"),
+        "{table}"
+    );
+    assert!(
+        !table.contains('\x1b'),
+        "no colours when stdout is not a terminal"
+    );
+
+    // SIGTERM: a clean exit that saves the state.
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "courtesy exited with {status}");
+}
