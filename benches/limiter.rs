@@ -25,13 +25,15 @@ const HOSTS: usize = 10_000;
 
 /// A limiter whose pacing never makes a request wait.
 fn open_limiter() -> Arc<Limiter> {
-    let mut config = Config::default();
-    config.defaults = Arc::new(HostPolicy {
-        rate: 1e9,
-        burst: 1_000_000,
-        concurrency: 1_000_000,
-        ..HostPolicy::default()
-    });
+    let mut config = Config {
+        defaults: Arc::new(HostPolicy {
+            rate: 1e9,
+            burst: 1_000_000,
+            concurrency: 1_000_000,
+            ..HostPolicy::default()
+        }),
+        ..Config::default()
+    };
     config.proxy.max_in_flight = 1_000_000;
     Limiter::new(Arc::new(config))
 }

@@ -113,7 +113,7 @@ impl Admin {
                     Some(s) => json_response(StatusCode::OK, &host_json(&s)),
                     None => error_json(StatusCode::NOT_FOUND, &format!("no host {host}:{port}")),
                 },
-                Err(response) => response,
+                Err((status, message)) => error_json(status, &message),
             },
             (&Method::POST, ["hosts", key, "pause"]) => {
                 let seconds = query_param(&query, "seconds")
@@ -164,7 +164,7 @@ impl Admin {
     fn operate(&self, key: &str, action: OperatorAction) -> Response<ProxyBody> {
         let (host, port) = match self.find(key) {
             Ok(found) => found,
-            Err(response) => return response,
+            Err((status, message)) => return error_json(status, &message),
         };
         match self.limiter.operate(&host, port, action) {
             Ok(snapshot) => json_response(StatusCode::OK, &host_json(&snapshot)),
@@ -174,7 +174,7 @@ impl Admin {
 
     /// Resolves a path segment to a host and port: `host:port`, `[v6]:port`, or a bare host that
     /// matches exactly one known key.
-    fn find(&self, segment: &str) -> Result<(String, u16), Response<ProxyBody>> {
+    fn find(&self, segment: &str) -> Result<(String, u16), (StatusCode, String)> {
         let decoded = percent_decode(segment).to_ascii_lowercase();
         if let Some((host, port)) = split_key(&decoded) {
             return Ok((host, port));
@@ -187,13 +187,13 @@ impl Admin {
             .collect();
         match matches.as_slice() {
             [one] => Ok((one.host.clone(), one.port)),
-            [] => Err(error_json(
+            [] => Err((
                 StatusCode::NOT_FOUND,
-                &format!("no known host {decoded:?}; name it as host:port"),
+                format!("no known host {decoded:?}; name it as host:port"),
             )),
-            many => Err(error_json(
+            many => Err((
                 StatusCode::BAD_REQUEST,
-                &format!(
+                format!(
                     "{decoded:?} is ambiguous: {}",
                     many.iter()
                         .map(|s| s.key.as_str())

@@ -291,7 +291,7 @@ impl Interceptor {
         let (chain, key) = self.ca.mint(name)?;
         let mut config = ServerConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()
-            .and_then(|b| Ok(b.with_no_client_auth().with_single_cert(chain, key)?))
+            .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
             .map_err(|e: rustls::Error| LeafError::BadName {
                 name: name.to_string(),
                 reason: e.to_string(),
