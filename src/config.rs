@@ -60,7 +60,149 @@ pub struct HostPolicy {
     pub retry_idempotent: u32,
     /// What a CONNECT to this host becomes.
     pub https: HttpsMode,
+    /// Whether robots.txt is fetched and obeyed for this host.
+    pub obey_robots: bool,
+    /// The robots.txt group to obey; `None`: the product token of the client's User-Agent.
+    pub robots_user_agent: Option<String>,
+    /// The longest Crawl-delay honoured as such; longer ones pace at this and log a warning.
+    pub max_crawl_delay: Duration,
+    /// How much of a text response is scanned for block markers.
+    pub block_scan_bytes: usize,
+    /// Lowercased byte strings that mark a challenge or block page.
+    pub block_markers: Arc<Vec<String>>,
+    /// How long a detected block pauses the host.
+    pub block_pause: Duration,
+    /// After a block pause, the rate resumes at this fraction of the rate before it.
+    pub block_resume_factor: f64,
+    /// This many 403s in a row count as a hard block (0: never).
+    pub hard_block_after: u32,
+    /// Resource kinds answered locally with 403 instead of being fetched.
+    pub skip_resources: Vec<ResourceKind>,
+    /// A different rate inside a daily time window.
+    pub off_peak: Option<OffPeak>,
 }
+
+/// Kinds of sub-resources a plain crawler rarely needs (`skip_resources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// Pictures: .png, .jpg, image/*.
+    Image,
+    /// Web fonts.
+    Font,
+    /// JavaScript.
+    Script,
+    /// CSS.
+    Stylesheet,
+    /// Audio and video.
+    Media,
+}
+
+impl ResourceKind {
+    /// The config word for this kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            ResourceKind::Image => "image",
+            ResourceKind::Font => "font",
+            ResourceKind::Script => "script",
+            ResourceKind::Stylesheet => "stylesheet",
+            ResourceKind::Media => "media",
+        }
+    }
+
+    fn parse(word: &str) -> Option<ResourceKind> {
+        [
+            ResourceKind::Image,
+            ResourceKind::Font,
+            ResourceKind::Script,
+            ResourceKind::Stylesheet,
+            ResourceKind::Media,
+        ]
+        .into_iter()
+        .find(|k| k.name() == word)
+    }
+}
+
+/// A daily window with its own rate (`off_peak = { hours, timezone, rate }`).
+#[derive(Debug, Clone)]
+pub struct OffPeak {
+    /// Start of the window, minutes after local midnight.
+    pub start_minute: u16,
+    /// End of the window (exclusive), minutes after local midnight; may be before the start
+    /// (a window across midnight).
+    pub end_minute: u16,
+    /// The IANA time zone name, as written.
+    pub timezone_name: String,
+    /// The time zone.
+    pub timezone: jiff::tz::TimeZone,
+    /// The rate inside the window.
+    pub rate: f64,
+}
+
+impl PartialEq for OffPeak {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.start_minute,
+            self.end_minute,
+            &self.timezone_name,
+            self.rate,
+        ) == (
+            other.start_minute,
+            other.end_minute,
+            &other.timezone_name,
+            other.rate,
+        )
+    }
+}
+
+impl OffPeak {
+    /// The first wall-clock time after `after` at which the window opens or closes.
+    pub fn next_edge(&self, after: std::time::SystemTime) -> Option<std::time::SystemTime> {
+        let now = jiff::Timestamp::try_from(after).ok()?;
+        let today = self.timezone.to_datetime(now).date();
+        let mut best: Option<jiff::Timestamp> = None;
+        for date in [Some(today), today.tomorrow().ok()].into_iter().flatten() {
+            for minute in [self.start_minute, self.end_minute] {
+                let local = date.at((minute / 60) as i8, (minute % 60) as i8, 0, 0);
+                let Ok(at) = self.timezone.to_ambiguous_timestamp(local).compatible() else {
+                    continue;
+                };
+                if at > now && best.is_none_or(|b| at < b) {
+                    best = Some(at);
+                }
+            }
+        }
+        std::time::SystemTime::try_from(best?).ok()
+    }
+
+    /// Whether the wall-clock time `at` falls inside the window.
+    pub fn contains(&self, at: std::time::SystemTime) -> bool {
+        let Ok(ts) = jiff::Timestamp::try_from(at) else {
+            return false;
+        };
+        let local = self.timezone.to_datetime(ts);
+        let minute = local.hour() as u16 * 60 + local.minute() as u16;
+        if self.start_minute <= self.end_minute {
+            (self.start_minute..self.end_minute).contains(&minute)
+        } else {
+            minute >= self.start_minute || minute < self.end_minute
+        }
+    }
+}
+
+/// The markers of challenge and block pages courtesy looks for by default.
+pub const DEFAULT_BLOCK_MARKERS: [&str; 11] = [
+    "unusual traffic from your computer network",
+    "our systems have detected unusual traffic",
+    "/sorry/index",
+    "cf-challenge",
+    "challenge-platform",
+    "cf_chl_opt",
+    "<title>just a moment...</title>",
+    "g-recaptcha",
+    "h-captcha",
+    "px-captcha",
+    "_incapsula_resource",
+];
 
 /// What courtesy does with a `CONNECT` tunnel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +247,21 @@ impl Default for HostPolicy {
             resume_factor: 0.5,
             retry_idempotent: 0,
             https: HttpsMode::Intercept,
+            obey_robots: true,
+            robots_user_agent: None,
+            max_crawl_delay: Duration::from_secs(60),
+            block_scan_bytes: 64 * 1024,
+            block_markers: Arc::new(
+                DEFAULT_BLOCK_MARKERS
+                    .iter()
+                    .map(|m| m.to_string())
+                    .collect(),
+            ),
+            block_pause: Duration::from_secs(3600),
+            block_resume_factor: 0.25,
+            hard_block_after: 5,
+            skip_resources: Vec::new(),
+            off_peak: None,
         }
     }
 }
@@ -275,6 +432,26 @@ pub struct Config {
     pub hosts: Vec<HostRule>,
     /// `[admin]`.
     pub admin: AdminSettings,
+    /// `[alerts]`.
+    pub alerts: AlertSettings,
+}
+
+/// Where courtesy tells a human that a host blocked it (`[alerts]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertSettings {
+    /// A URL that receives a JSON POST when a host is blocked.
+    pub webhook: Option<http::Uri>,
+    /// How long one POST may take; it is never retried in a loop.
+    pub webhook_timeout: Duration,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        AlertSettings {
+            webhook: None,
+            webhook_timeout: Duration::from_secs(5),
+        }
+    }
 }
 
 /// Settings of the admin listener (`[admin]`).
@@ -303,6 +480,7 @@ impl Default for Config {
             defaults: Arc::new(HostPolicy::default()),
             hosts: Vec::new(),
             admin: AdminSettings::default(),
+            alerts: AlertSettings::default(),
         }
     }
 }
@@ -332,6 +510,7 @@ impl Config {
         };
         let proxy = v.proxy(&file.proxy);
         let admin = v.admin(&file.admin, &proxy);
+        let alerts = v.alerts(&file.alerts);
         let defaults = v.policy(&HostPolicy::default(), &file.defaults, "[defaults]");
         let mut hosts = Vec::new();
         for (i, rule) in file.host.iter().enumerate() {
@@ -358,6 +537,7 @@ impl Config {
                 defaults: Arc::new(defaults),
                 hosts,
                 admin,
+                alerts,
             })
         } else {
             Err(ConfigErrors { errors: v.errors })
@@ -490,6 +670,24 @@ policy_keys! {
     resume_factor: f64,
     retry_idempotent: i64,
     https: String,
+    obey_robots: bool,
+    robots_user_agent: String,
+    max_crawl_delay_seconds: f64,
+    block_scan_bytes: i64,
+    block_markers: Vec<String>,
+    block_pause_seconds: f64,
+    block_resume_factor: f64,
+    hard_block_after: i64,
+    skip_resources: Vec<String>,
+    off_peak: FileOffPeak,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileOffPeak {
+    hours: String,
+    timezone: String,
+    rate: f64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -503,6 +701,15 @@ struct FileConfig {
     host: Vec<FileHostRule>,
     #[serde(default)]
     admin: FileAdmin,
+    #[serde(default)]
+    alerts: FileAlerts,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAlerts {
+    webhook: Option<Spanned<String>>,
+    webhook_timeout_seconds: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -708,6 +915,32 @@ impl Validator<'_> {
         p
     }
 
+    fn alerts(&mut self, file: &FileAlerts) -> AlertSettings {
+        let mut a = AlertSettings::default();
+        if let Some(w) = &file.webhook {
+            match w.get_ref().parse::<http::Uri>() {
+                Ok(uri)
+                    if matches!(uri.scheme_str(), Some("http" | "https"))
+                        && uri.host().is_some() =>
+                {
+                    a.webhook = Some(uri)
+                }
+                _ => self.error(
+                    w.span().start,
+                    &format!(
+                        "[alerts] webhook must be an http:// or https:// URL, got {:?}",
+                        w.get_ref()
+                    ),
+                ),
+            }
+        }
+        let t = &file.webhook_timeout_seconds;
+        if let Some(d) = self.seconds(t, "[alerts]", "webhook_timeout_seconds", 0.1, 60.0) {
+            a.webhook_timeout = d;
+        }
+        a
+    }
+
     fn admin(&mut self, file: &FileAdmin, proxy: &ProxySettings) -> AdminSettings {
         let mut a = AdminSettings::default();
         if let Some(t) = &file.token {
@@ -873,6 +1106,70 @@ impl Validator<'_> {
                 ),
             }
         }
+        if let Some(v) = &file.obey_robots {
+            p.obey_robots = *v.get_ref();
+        }
+        if let Some(v) = &file.robots_user_agent {
+            let agent = v.get_ref().trim();
+            p.robots_user_agent = (!agent.is_empty()).then(|| agent.to_string());
+        }
+        let c = &file.max_crawl_delay_seconds;
+        if let Some(d) = self.seconds(c, label, "max_crawl_delay_seconds", 0.001, 86400.0) {
+            p.max_crawl_delay = d;
+        }
+        let b = &file.block_scan_bytes;
+        if let Some(n) = self.count(b, label, "block_scan_bytes", 0, 16 * 1024 * 1024) {
+            p.block_scan_bytes = n as usize;
+        }
+        if let Some(list) = &file.block_markers {
+            let markers: Vec<String> = list.get_ref().iter().map(|m| m.to_lowercase()).collect();
+            if markers.iter().any(|m| m.trim().len() < 3) {
+                self.error(
+                    list.span().start,
+                    &format!(
+                        "{label}: block_markers must each have at least 3 characters, got {:?}",
+                        list.get_ref()
+                    ),
+                );
+            } else {
+                p.block_markers = Arc::new(markers);
+            }
+        }
+        let b = &file.block_pause_seconds;
+        if let Some(d) = self.seconds(b, label, "block_pause_seconds", 1.0, 30.0 * 86400.0) {
+            p.block_pause = d;
+        }
+        if let Some(x) = self.number(
+            &file.block_resume_factor,
+            label,
+            "block_resume_factor",
+            0.01,
+            1.0,
+        ) {
+            p.block_resume_factor = x;
+        }
+        if let Some(n) = self.count(&file.hard_block_after, label, "hard_block_after", 0, 1000) {
+            p.hard_block_after = n as u32;
+        }
+        if let Some(list) = &file.skip_resources {
+            let mut kinds = Vec::new();
+            for word in list.get_ref() {
+                match ResourceKind::parse(word) {
+                    Some(kind) => kinds.push(kind),
+                    None => self.error(
+                        list.span().start,
+                        &format!("{label}: skip_resources takes \"image\", \"font\", \"script\", \"stylesheet\", \"media\", got {word:?}"),
+                    ),
+                }
+            }
+            p.skip_resources = kinds;
+        }
+        if let Some(v) = &file.off_peak {
+            match parse_off_peak(v.get_ref()) {
+                Ok(o) => p.off_peak = Some(o),
+                Err(why) => self.error(v.span().start, &format!("{label}: off_peak {why}")),
+            }
+        }
         let span = [&file.rate, &file.min_rate, &file.max_rate]
             .into_iter()
             .flatten()
@@ -933,6 +1230,38 @@ impl Validator<'_> {
             None
         }
     }
+}
+
+fn parse_off_peak(file: &FileOffPeak) -> Result<OffPeak, String> {
+    let minute = |t: &str| -> Option<u16> {
+        let (h, m) = t.trim().split_once(':')?;
+        let (h, m): (u16, u16) = (h.parse().ok()?, m.parse().ok()?);
+        (h <= 24 && m < 60 && h * 60 + m <= 24 * 60).then_some(h * 60 + m)
+    };
+    let (start, end) = file
+        .hours
+        .split_once('-')
+        .and_then(|(a, b)| Some((minute(a)?, minute(b)?)))
+        .ok_or_else(|| format!("hours must look like \"01:00-06:00\", got {:?}", file.hours))?;
+    if start == end {
+        return Err(format!("hours {:?} is an empty window", file.hours));
+    }
+    let timezone = jiff::tz::TimeZone::get(&file.timezone).map_err(|_| {
+        format!(
+            "timezone must be an IANA name such as \"Europe/Berlin\" or \"UTC\", got {:?}",
+            file.timezone
+        )
+    })?;
+    if !(file.rate.is_finite() && file.rate > 0.0) {
+        return Err(format!("rate must be > 0, got {}", file.rate));
+    }
+    Ok(OffPeak {
+        start_minute: start,
+        end_minute: end % (24 * 60),
+        timezone_name: file.timezone.clone(),
+        timezone,
+        rate: file.rate,
+    })
 }
 
 fn expand_home(path: &str) -> PathBuf {

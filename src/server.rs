@@ -85,7 +85,8 @@ pub async fn run(
     ));
     let admin = Arc::new(Admin::new(limiter.clone(), metrics, interceptor));
     let sweeper = tokio::spawn(sweep_idle_hosts(limiter.clone(), config.proxy.idle_host));
-    let saver = tokio::spawn(save_state_periodically(limiter.clone()));
+    let (stop_saver, saver_stop) = tokio::sync::oneshot::channel();
+    let saver = tokio::spawn(save_state(limiter.clone(), saver_stop));
     let mut hangups = hangup_signals();
     info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
 
@@ -147,9 +148,10 @@ pub async fn run(
             "requests still in flight after shutdown_grace_seconds; closing them"
         );
     }
-    saver.abort();
-    let dir = limiter.config().proxy.state_dir.clone();
-    state::save(&dir, &limiter.records(), "");
+    let _ = stop_saver.send(());
+    if let Err(e) = saver.await {
+        warn!("the final state save failed: {e}");
+    }
     info!("courtesy stopped");
     Ok(())
 }
@@ -223,16 +225,24 @@ fn hangup_signals() -> tokio::sync::mpsc::Receiver<()> {
     rx
 }
 
-/// Saves what must survive a restart every few seconds, when it changed.
-async fn save_state_periodically(limiter: Arc<Limiter>) {
+/// Saves what must survive a restart every few seconds when it changed, and once more when `stop`
+/// fires; one task does all the writing, so a late periodic save can never overwrite the final one.
+async fn save_state(limiter: Arc<Limiter>, mut stop: tokio::sync::oneshot::Receiver<()>) {
     let mut last = String::new();
     let mut ticker = tokio::time::interval(Duration::from_secs(5));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        ticker.tick().await;
+        let stopping = tokio::select! {
+            _ = ticker.tick() => false,
+            _ = &mut stop => true,
+        };
         let dir = limiter.config().proxy.state_dir.clone();
         let records = limiter.records();
-        let previous = last.clone();
+        let previous = if stopping {
+            String::new()
+        } else {
+            last.clone()
+        };
         let saved =
             tokio::task::spawn_blocking(move || state::save(&dir, &records, &previous)).await;
         match saved {
@@ -242,6 +252,9 @@ async fn save_state_periodically(limiter: Arc<Limiter>) {
                 warn!("state saver failed: {e}");
                 last = String::new();
             }
+        }
+        if stopping {
+            return;
         }
     }
 }

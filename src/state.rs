@@ -160,6 +160,8 @@ fn cause_name(cause: CooldownCause) -> String {
         CooldownCause::Failure => "failure".into(),
         CooldownCause::ServerBudget => "server_budget".into(),
         CooldownCause::Operator => "operator".into(),
+        CooldownCause::SoftBlock => "soft_block".into(),
+        CooldownCause::HardBlock => "hard_block".into(),
         CooldownCause::Restored => "restored".into(),
     }
 }
@@ -169,6 +171,8 @@ fn cause_from(name: Option<&str>) -> CooldownCause {
         Some("failure") => CooldownCause::Failure,
         Some("server_budget") => CooldownCause::ServerBudget,
         Some("operator") => CooldownCause::Operator,
+        Some("soft_block") => CooldownCause::SoftBlock,
+        Some("hard_block") => CooldownCause::HardBlock,
         Some(s) => s
             .strip_prefix("status:")
             .and_then(|n| n.parse().ok())

@@ -215,7 +215,12 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
 
 /// Writes `data` to `path` through a temporary file and a rename, created with `mode` from the start.
 pub fn write_atomically(path: &Path, data: &[u8], mode: u32) -> anyhow::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let tmp = path.with_extension(format!(
+        "tmp-{}-{}",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = fs::remove_file(&tmp);
     let mut file = fs::OpenOptions::new()
         .write(true)

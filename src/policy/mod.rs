@@ -29,6 +29,10 @@ pub enum CooldownCause {
     ServerBudget,
     /// An operator paused the host (admin API).
     Operator,
+    /// A response carried a block marker (a challenge page).
+    SoftBlock,
+    /// The host answered 403 `hard_block_after` times in a row.
+    HardBlock,
     /// The cause was saved by an earlier run and is not known in detail.
     Restored,
 }
@@ -40,6 +44,8 @@ impl fmt::Display for CooldownCause {
             CooldownCause::Failure => f.write_str("requests to the host failed"),
             CooldownCause::ServerBudget => f.write_str("the host's RateLimit budget is spent"),
             CooldownCause::Operator => f.write_str("an operator paused it"),
+            CooldownCause::SoftBlock => f.write_str("it sent a challenge page (soft block)"),
+            CooldownCause::HardBlock => f.write_str("it answered 403 again and again (hard block)"),
             CooldownCause::Restored => f.write_str("it was cooling down before a restart"),
         }
     }
@@ -86,6 +92,8 @@ pub struct Reaction {
     pub rate_after: f64,
     /// A cooldown that this observation started or extended: its new length from now.
     pub cooldown: Option<Duration>,
+    /// Set when this observation started a hard-block pause.
+    pub hard_block: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -112,6 +120,16 @@ pub struct Pacing {
     operator_pause: Option<Instant>,
     /// An operator's rate, used instead of our own while set.
     rate_override: Option<f64>,
+    /// 1 / Crawl-delay from robots.txt: a cap on the rate and on adaptation.
+    robots_cap: Option<f64>,
+    /// 403s in a row.
+    consecutive_403: u32,
+    /// The host's policy's off-peak window, if any.
+    off_peak: Option<crate::config::OffPeak>,
+    /// The policy's configured rate (what off-peak scales against).
+    configured_rate: f64,
+    /// An instant and the wall-clock time it corresponds to, for off-peak windows.
+    wall_anchor: (Instant, std::time::SystemTime),
 }
 
 /// The part of a host's pacing worth keeping across a restart.
@@ -146,7 +164,72 @@ impl Pacing {
             server_policy_rate: None,
             operator_pause: None,
             rate_override: None,
+            robots_cap: None,
+            consecutive_403: 0,
+            off_peak: policy.off_peak.clone(),
+            configured_rate: policy.rate,
+            wall_anchor: (now, std::time::SystemTime::now()),
         }
+    }
+
+    /// Like [`Pacing::new`], with `now` corresponding to the wall-clock time `wall` (tests of
+    /// off-peak windows under a paused clock).
+    pub fn with_wall_clock(policy: &HostPolicy, now: Instant, wall: std::time::SystemTime) -> Self {
+        Pacing {
+            wall_anchor: (now, wall),
+            ..Pacing::new(policy, now)
+        }
+    }
+
+    fn wall(&self, now: Instant) -> std::time::SystemTime {
+        let (anchor, wall) = self.wall_anchor;
+        if now >= anchor {
+            wall + now.duration_since(anchor)
+        } else {
+            wall - anchor.duration_since(now)
+        }
+    }
+
+    /// Whether the off-peak window is open at `now`.
+    pub fn in_off_peak(&self, now: Instant) -> bool {
+        self.off_peak
+            .as_ref()
+            .is_some_and(|o| o.contains(self.wall(now)))
+    }
+
+    /// Caps the rate (and adaptation) at `rate` (1 / Crawl-delay), or lifts the cap.
+    pub fn set_robots_cap(&mut self, rate: Option<f64>, now: Instant) {
+        self.robots_cap = rate.filter(|r| r.is_finite() && *r > 0.0);
+        self.sync(now);
+    }
+
+    /// The robots.txt cap, if any.
+    pub fn robots_cap(&self) -> Option<f64> {
+        self.robots_cap
+    }
+
+    /// Pauses the host for a detected block (`block_pause_seconds`); the rate then resumes at
+    /// `block_resume_factor` of the rate before it. Returns whether a new pause started.
+    pub fn pause_for_block(
+        &mut self,
+        cause: CooldownCause,
+        policy: &HostPolicy,
+        now: Instant,
+    ) -> bool {
+        let before = self.rate;
+        let fresh = self.cooldown(now).is_none_or(|c| {
+            !matches!(c.cause, CooldownCause::SoftBlock | CooldownCause::HardBlock)
+        });
+        let changed = self.extend_cooldown(now + policy.block_pause, cause, now);
+        if changed && fresh {
+            self.rate = lowered(
+                before,
+                policy.block_resume_factor,
+                policy.min_rate.min(before),
+            );
+            self.sync(now);
+        }
+        changed && fresh
     }
 
     /// What a restart must not forget, at `now`.
@@ -181,6 +264,8 @@ impl Pacing {
     /// feedback stays lowered (never above the new configured rate).
     pub fn apply_policy(&mut self, old: &HostPolicy, new: &HostPolicy, now: Instant) {
         self.bucket.set_burst(new.burst, now);
+        self.off_peak = new.off_peak.clone();
+        self.configured_rate = new.rate;
         self.rate = if new.adaptive {
             self.rate.clamp(new.min_rate, new.max_rate)
         } else if self.rate < old.rate {
@@ -236,9 +321,19 @@ impl Pacing {
         self.rate
     }
 
-    /// The rate in effect: the operator's or our own, capped by what the server announced.
+    /// The rate in effect: the operator's or our own (the off-peak rate inside its window, scaled
+    /// by any cut feedback made), capped by robots.txt and by what the server announced.
     pub fn effective_rate(&self, now: Instant) -> f64 {
-        let mut rate = self.rate_override.unwrap_or(self.rate);
+        let own = match &self.off_peak {
+            Some(o) if o.contains(self.wall(now)) => {
+                o.rate * (self.rate / self.configured_rate).min(1.0)
+            }
+            _ => self.rate,
+        };
+        let mut rate = self.rate_override.unwrap_or(own);
+        if let Some(cap) = self.robots_cap {
+            rate = rate.min(cap);
+        }
         if let Some(cap) = self.server_policy_rate {
             rate = rate.min(cap);
         }
@@ -291,7 +386,19 @@ impl Pacing {
         if let Some(w) = self.server_window.filter(|w| w.remaining == 0) {
             at = at.max(w.reset_at);
         }
+        // Wake at an off-peak edge: the rate changes there.
+        if let Some(edge) = self.off_peak_edge(now) {
+            if edge < at {
+                return edge;
+            }
+        }
         at
+    }
+
+    fn off_peak_edge(&self, now: Instant) -> Option<Instant> {
+        let wall = self.wall(now);
+        let edge = self.off_peak.as_ref()?.next_edge(wall)?;
+        Some(now + edge.duration_since(wall).ok()?)
     }
 
     /// Takes a turn at `now` if one is free. `sample` is uniform in [0, 1) for jitter.
@@ -331,6 +438,19 @@ impl Pacing {
         self.sync(now);
         let rate_before = self.rate;
         let mut cooldown = None;
+        let mut hard_block = false;
+        if obs.status == Some(403) {
+            self.consecutive_403 += 1;
+            if policy.hard_block_after > 0 && self.consecutive_403 >= policy.hard_block_after {
+                self.consecutive_403 = 0;
+                if self.pause_for_block(CooldownCause::HardBlock, policy, now) {
+                    hard_block = true;
+                    cooldown = Some(policy.block_pause);
+                }
+            }
+        } else if obs.status.is_some() {
+            self.consecutive_403 = 0;
+        }
         if let Some(budget) = &obs.server {
             cooldown = self.apply_server_budget(budget, obs.others_in_flight, policy, now);
         }
@@ -343,11 +463,14 @@ impl Pacing {
                         self.last_cut = Some(now);
                     }
                 } else if obs.limited {
-                    let ceiling = if policy.adaptive {
+                    let mut ceiling = if policy.adaptive {
                         policy.max_rate
                     } else {
                         policy.rate
                     };
+                    if let Some(cap) = self.robots_cap {
+                        ceiling = ceiling.min(cap).max(self.rate.min(ceiling));
+                    }
                     if self.rate < ceiling {
                         self.rate = (self.rate + policy.increase_step).min(ceiling);
                     }
@@ -389,6 +512,7 @@ impl Pacing {
             rate_before,
             rate_after: self.rate,
             cooldown,
+            hard_block,
         }
     }
 
@@ -914,6 +1038,101 @@ mod tests {
         };
         p.apply_policy(&new, &newer, t0);
         assert_eq!(p.rate(), 1.5, "a lowered rate is not raised by a reload");
+    }
+
+    #[test]
+    fn five_403s_in_a_row_are_a_hard_block() {
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            rate: 4.0,
+            ..HostPolicy::default()
+        };
+        let mut p = Pacing::new(&policy, t0);
+        for _ in 0..4 {
+            let r = p.observe(&answer(Feedback::Neutral, 403, t0), &policy, t0, 0.0);
+            assert!(!r.hard_block);
+        }
+        // A 200 in between starts the count again.
+        p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
+        for i in 0..5 {
+            let r = p.observe(&answer(Feedback::Neutral, 403, t0), &policy, t0, 0.0);
+            assert_eq!(r.hard_block, i == 4);
+        }
+        let c = p.cooldown(t0).unwrap();
+        assert_eq!(
+            (c.cause, c.until),
+            (CooldownCause::HardBlock, t0 + secs(3600.0))
+        );
+        assert_eq!(p.rate(), 1.0, "resumes at block_resume_factor (0.25) x 4");
+    }
+
+    #[test]
+    fn a_soft_block_pauses_once_and_never_shortens() {
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            rate: 2.0,
+            ..HostPolicy::default()
+        };
+        let mut p = Pacing::new(&policy, t0);
+        assert!(p.pause_for_block(CooldownCause::SoftBlock, &policy, t0));
+        assert!(!p.pause_for_block(CooldownCause::SoftBlock, &policy, t0 + secs(1.0)));
+        assert_eq!(p.rate(), 0.5, "cut once, not twice");
+        assert_eq!(p.ready_at(t0 + secs(10.0)), t0 + secs(3601.0));
+    }
+
+    #[test]
+    fn a_robots_crawl_delay_caps_the_rate_and_adaptation() {
+        let t0 = Instant::now();
+        let policy = adaptive(5.0);
+        let mut p = Pacing::new(&policy, t0);
+        p.set_robots_cap(Some(0.5), t0);
+        assert_eq!(p.effective_rate(t0), 0.5);
+        for _ in 0..100 {
+            p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
+        }
+        assert_eq!(p.effective_rate(t0), 0.5);
+        assert_eq!(p.rate(), 5.0, "adaptation does not climb past where it was");
+    }
+
+    #[test]
+    fn off_peak_switches_the_rate_at_the_window_edges() {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let off_peak = crate::config::Config::parse(
+            "[defaults]\nrate = 1\noff_peak = { hours = \"01:00-06:00\", timezone = \"Europe/Berlin\", rate = 5.0 }\n",
+            "t.toml",
+        )
+        .unwrap()
+        .defaults
+        .as_ref()
+        .clone();
+        // 2026-01-15 00:59:00 in Berlin (UTC+1) is 23:59:00 UTC the day before.
+        let wall = UNIX_EPOCH + Duration::from_secs(1_768_435_140);
+        let t0 = Instant::now();
+        let mut p = Pacing::with_wall_clock(&off_peak, t0, wall);
+        assert_eq!(p.effective_rate(t0), 1.0);
+        assert!(p.try_take(t0, 0.0, 0.0));
+        // The next token would be 1 s away at 1/s, but the window opens in 60 s: wake then.
+        assert_eq!(p.ready_at(t0 + secs(0.5)), t0 + secs(1.0));
+        let opens = t0 + secs(60.0);
+        assert!(!p.in_off_peak(opens - secs(0.001)));
+        assert!(p.in_off_peak(opens));
+        assert_eq!(p.effective_rate(opens), 5.0);
+        // Five hours later it closes again.
+        let closes = opens + secs(5.0 * 3600.0);
+        assert_eq!(p.effective_rate(closes - secs(0.001)), 5.0);
+        assert_eq!(p.effective_rate(closes), 1.0);
+        // While waiting at 1/s a minute before the window, a sleeper wakes exactly at its edge.
+        let mut q = Pacing::with_wall_clock(
+            &HostPolicy {
+                rate: 0.001,
+                ..off_peak.clone()
+            },
+            t0,
+            wall,
+        );
+        assert!(q.try_take(t0, 0.0, 0.0));
+        assert_eq!(q.ready_at(t0), opens);
+        let _ = SystemTime::now();
     }
 
     #[test]
