@@ -66,7 +66,11 @@ impl Admin {
                 None,
             ));
         }
-        if let Some(token) = &config.admin.token {
+        // The dashboard page itself holds no data: it is served without the token, and reads the
+        // token for its /hosts calls from the URL fragment (`/#token=...`).
+        let is_page =
+            req.uri().path() == "/" && matches!(*req.method(), Method::GET | Method::HEAD);
+        if let Some(token) = config.admin.token.as_ref().filter(|_| !is_page) {
             if !bearer_matches(req.headers().get(AUTHORIZATION), token) {
                 let mut r = local(
                     StatusCode::UNAUTHORIZED,

@@ -15,6 +15,8 @@
 //! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
 //! | [`intercept`] | inside an accepted CONNECT: sniff, terminate TLS, serve the requests |
 //! | [`feedback`] | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
+//! | [`robots`] | robots.txt cache and verdicts (the fetch itself is the proxy's) |
+//! | [`alerts`] | the block webhook |
 //! | [`metrics`] | Prometheus metrics, host label bounded |
 //! | [`state`] | what survives a restart: cooldowns, pauses, overrides, learned rates |
 //! | [`admin`] | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
@@ -22,6 +24,7 @@
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls [`run`].
 
 pub mod admin;
+pub mod alerts;
 pub mod config;
 pub mod feedback;
 pub mod intercept;
@@ -31,6 +34,7 @@ pub mod policy;
 pub mod proxy;
 pub mod resolve;
 pub mod response;
+pub mod robots;
 pub mod server;
 pub mod state;
 pub mod status;

@@ -15,9 +15,13 @@ use std::time::Duration;
 
 use std::time::SystemTime;
 
-use http::header::{HeaderName, HeaderValue, CONNECTION, HOST, RETRY_AFTER, VIA};
+use http::header::{
+    HeaderName, HeaderValue, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, HOST, LOCATION,
+    RETRY_AFTER, USER_AGENT, VIA,
+};
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
+use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -26,12 +30,14 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::config::{canonical_ip, Config, HostPolicy, HttpsMode};
+use crate::alerts::Alerts;
+use crate::config::{canonical_ip, Config, HostPolicy, HttpsMode, ResourceKind};
 use crate::feedback::{self, Feedback};
 use crate::limiter::{Answer, Limiter, Permit};
 use crate::metrics::Metrics;
 use crate::resolve::{Connector, DnsError, Resolver};
-use crate::response::{self, local, ProxyBody, ProxyError, PROXY_NAME};
+use crate::response::{self, local, BlockScan, ProxyBody, ProxyError, PROXY_NAME};
+use crate::robots::{self, Fetched, RobotsCache, Step, Verdict};
 use crate::tls::Interceptor;
 
 /// Headers that describe one connection, not the message: never forwarded either way.
@@ -55,6 +61,8 @@ pub struct Proxy {
     resolver: Resolver,
     interceptor: Arc<Interceptor>,
     metrics: Arc<Metrics>,
+    alerts: Arc<Alerts>,
+    robots: RobotsCache,
     /// Addresses courtesy listens on: a request aimed at one of them is a loop.
     own_addrs: Vec<SocketAddr>,
     /// The `Via` entry this instance adds; seeing it on an incoming request means a loop.
@@ -75,6 +83,7 @@ impl Proxy {
         upstream_tls: rustls::ClientConfig,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let alerts = Arc::new(Alerts::new(limiter.clone(), upstream_tls.clone()));
         let resolver = Resolver::new(config.proxy.connect_timeout);
         let mut connector = Connector::new_with_resolver(resolver.clone());
         connector.set_connect_timeout(Some(config.proxy.connect_timeout));
@@ -98,6 +107,8 @@ impl Proxy {
             resolver,
             interceptor,
             metrics,
+            alerts,
+            robots: RobotsCache::new(),
             own_addrs,
             via,
             via_token,
@@ -159,6 +170,22 @@ impl Proxy {
     }
 
     async fn forward_to(&self, req: Request<Incoming>, target: Target) -> Response<ProxyBody> {
+        let host_policy = self.limiter.config().policy_for(&target.host, target.port);
+        if let Some(kind) = skipped_resource(&req, &host_policy.skip_resources) {
+            let reason = format!("skip_resources: {} ({})", kind.name(), req.uri().path());
+            info!(%reason, "skipped locally");
+            return local(
+                StatusCode::FORBIDDEN,
+                ProxyError::HttpRequestDenied,
+                &reason,
+                None,
+            );
+        }
+        if host_policy.obey_robots && req.uri().path() != "/robots.txt" {
+            if let Some(refused) = self.obey_robots(&req, &target, &host_policy).await {
+                return refused;
+            }
+        }
         let (mut parts, body) = req.into_parts();
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.append(VIA, via_for(parts.version, &self.via));
@@ -253,7 +280,21 @@ impl Proxy {
                 attempt,
                 "upstream response"
             );
-            if let Some(window) = reaction.cooldown {
+            if reaction.hard_block {
+                warn!(
+                    status,
+                    pause_s = policy.block_pause.as_secs_f64(),
+                    rate = reaction.rate_after,
+                    "hard block: {} 403s in a row; pausing the host",
+                    policy.hard_block_after
+                );
+                self.alerts.host_blocked(
+                    permit.host_key(),
+                    "hard_block",
+                    &format!("{} consecutive 403 answers", policy.hard_block_after),
+                    policy.block_pause,
+                );
+            } else if let Some(window) = reaction.cooldown {
                 warn!(
                     status,
                     window_s = window.as_secs_f64(),
@@ -274,13 +315,247 @@ impl Proxy {
             strip_hop_by_hop(&mut parts.headers);
             parts.headers.append(VIA, via_for(parts.version, &self.via));
             parts.version = Version::HTTP_11;
+            if is_block_redirect(&parts, &policy) {
+                self.soft_blocked(&permit, "a redirect to a block page");
+            }
+            let scan = self.block_scan(&parts.headers, &policy, permit.host_key());
             return Response::from_parts(
                 parts,
                 ProxyBody::Upstream {
                     body,
                     permit: Some(permit),
+                    scan,
                 },
             );
+        }
+    }
+
+    /// Checks `req` against the host's robots.txt (fetching it first if needed); applies the
+    /// Crawl-delay. Returns the local answer when the request must not go.
+    async fn obey_robots(
+        &self,
+        req: &Request<Incoming>,
+        target: &Target,
+        policy: &HostPolicy,
+    ) -> Option<Response<ProxyBody>> {
+        let scheme = req.uri().scheme_str().unwrap_or("http");
+        let user_agent = req.headers().get(USER_AGENT).cloned();
+        let agent = robots::agent_for(
+            policy.robots_user_agent.as_deref(),
+            user_agent.as_ref().and_then(|v| v.to_str().ok()),
+        );
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let key = format!("{scheme}://{}", target.key());
+        let verdict = loop {
+            match self.robots.step(&key, &agent, &path) {
+                Step::Known(verdict) => break verdict,
+                Step::Wait(done) => done.await,
+                Step::Fetch(guard) => {
+                    match self.fetch_robots(target, scheme, user_agent.clone()).await {
+                        Ok(fetched) => guard.finish(fetched),
+                        Err(refusal) => {
+                            // The host refuses every request right now (a cooldown in reject mode):
+                            // this one gets that answer, and a later request fetches robots.txt.
+                            drop(guard);
+                            self.metrics.refusal(&target.key(), &refusal);
+                            return Some(response::refusal(&refusal, &target.key()));
+                        }
+                    }
+                }
+            }
+        };
+        match verdict {
+            Verdict::Allowed { crawl_delay } => {
+                let max = policy.max_crawl_delay.as_secs_f64();
+                let cap = crawl_delay.filter(|d| *d > 0.0).map(|d| 1.0 / d.min(max));
+                if self.limiter.set_robots_cap(&target.host, target.port, cap) {
+                    match crawl_delay {
+                        Some(d) if d > max => warn!(
+                            crawl_delay_s = d,
+                            max_crawl_delay_s = max,
+                            "robots.txt asks for a Crawl-delay beyond max_crawl_delay_seconds; pacing at that cap"
+                        ),
+                        Some(d) => info!(crawl_delay_s = d, "robots.txt Crawl-delay caps the rate"),
+                        None => {}
+                    }
+                }
+                None
+            }
+            Verdict::Disallowed { reason } => {
+                info!(%reason, "refused by robots.txt");
+                Some(local(
+                    StatusCode::FORBIDDEN,
+                    ProxyError::HttpRequestDenied,
+                    &reason,
+                    None,
+                ))
+            }
+        }
+    }
+
+    /// Fetches robots.txt for `target` through the host's budget like any request: up to
+    /// [`robots::MAX_REDIRECTS`] redirects, at most [`robots::MAX_BYTES`] read.
+    async fn fetch_robots(
+        &self,
+        target: &Target,
+        scheme: &str,
+        user_agent: Option<HeaderValue>,
+    ) -> Result<Fetched, crate::limiter::Refusal> {
+        let mut url = format!("{scheme}://{}/robots.txt", target.authority);
+        for _ in 0..=robots::MAX_REDIRECTS {
+            let Ok(uri) = url.parse::<Uri>() else {
+                return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
+            };
+            let Ok(next) = Target::of_any(&uri) else {
+                return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
+            };
+            let mut permit = self.limiter.admit(&next.host, next.port).await?;
+            let mut request = Request::new(UpstreamBody::Empty);
+            *request.uri_mut() = uri.clone();
+            let headers = request.headers_mut();
+            if let Some(ua) = &user_agent {
+                headers.insert(USER_AGENT, ua.clone());
+            }
+            headers.insert(VIA, self.via.clone());
+            if let Ok(host) = HeaderValue::from_str(next.host_header(uri.scheme_str())) {
+                headers.insert(HOST, host);
+            }
+            permit.mark_sent();
+            let started = Instant::now();
+            let timeout = self.limiter.config().proxy.response_timeout;
+            let result = tokio::time::timeout(timeout, self.client.request(request)).await;
+            let latency = started.elapsed();
+            let response = match result {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    let (_, kind, details) = classify_client_error(&e);
+                    self.report_failure(&permit, kind, latency, &details);
+                    return Ok(Fetched::Unreachable(details));
+                }
+                Err(_) => {
+                    self.report_failure(
+                        &permit,
+                        ProxyError::HttpResponseTimeout,
+                        latency,
+                        "robots.txt timed out",
+                    );
+                    return Ok(Fetched::Unreachable("no answer in time".into()));
+                }
+            };
+            let policy = permit.policy();
+            permit.report(&answer_of(&response, latency, &policy));
+            let status = response.status();
+            self.metrics
+                .response(permit.host_key(), status.as_u16(), latency, permit.waited());
+            info!(status = status.as_u16(), url = %uri, "robots.txt");
+            if status.is_redirection() {
+                let Some(location) = response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                else {
+                    return Ok(Fetched::Unavailable(status.as_u16()));
+                };
+                url = if location.starts_with("http://") || location.starts_with("https://") {
+                    location.to_string()
+                } else {
+                    let base = format!(
+                        "{}://{}",
+                        uri.scheme_str().unwrap_or("http"),
+                        next.authority
+                    );
+                    format!("{base}/{}", location.trim_start_matches('/'))
+                };
+                continue;
+            }
+            if status.as_u16() == 429 || status.is_server_error() {
+                return Ok(Fetched::Unreachable(format!(
+                    "it answered {}",
+                    status.as_u16()
+                )));
+            }
+            if !status.is_success() {
+                return Ok(Fetched::Unavailable(status.as_u16()));
+            }
+            let mut body = response.into_body();
+            let mut text = Vec::new();
+            while text.len() < robots::MAX_BYTES {
+                match body.frame().await {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            let room = robots::MAX_BYTES - text.len();
+                            text.extend_from_slice(&data[..data.len().min(room)]);
+                        }
+                    }
+                    Some(Err(e)) => {
+                        return Ok(Fetched::Unreachable(format!(
+                            "reading robots.txt failed: {e}"
+                        )))
+                    }
+                    None => break,
+                }
+            }
+            return Ok(Fetched::Rules(text));
+        }
+        Ok(Fetched::Unreachable(format!(
+            "more than {} redirects",
+            robots::MAX_REDIRECTS
+        )))
+    }
+
+    /// A scanner for block markers in a text response's first bytes, if the policy asks for one.
+    fn block_scan(
+        &self,
+        headers: &HeaderMap,
+        policy: &HostPolicy,
+        key: &str,
+    ) -> Option<Box<BlockScan>> {
+        if policy.block_scan_bytes == 0 || policy.block_markers.is_empty() {
+            return None;
+        }
+        let textual = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_ascii_lowercase)
+            .is_some_and(|t| t.starts_with("text/") || t.contains("html") || t.contains("json"));
+        let encoded = headers
+            .get(CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|e| !e.eq_ignore_ascii_case("identity"));
+        if !textual || encoded {
+            return None;
+        }
+        let alerts = self.alerts.clone();
+        let key = key.to_string();
+        Some(Box::new(BlockScan::new(
+            policy.block_markers.clone(),
+            policy.block_scan_bytes,
+            Box::new(move |permit: &Permit, marker: &str| {
+                if let Some(pause) = permit.soft_block() {
+                    warn!(host = %key, marker, pause_s = pause.as_secs_f64(), "soft block: the host sent a challenge page; pausing it");
+                    alerts.host_blocked(
+                        &key,
+                        "soft_block",
+                        &format!("block marker {marker:?}"),
+                        pause,
+                    );
+                }
+            }),
+        )))
+    }
+
+    fn soft_blocked(&self, permit: &Permit, what: &str) {
+        if let Some(pause) = permit.soft_block() {
+            warn!(
+                pause_s = pause.as_secs_f64(),
+                "soft block: {what}; pausing the host"
+            );
+            self.alerts
+                .host_blocked(permit.host_key(), "soft_block", what, pause);
         }
     }
 
@@ -532,6 +807,21 @@ impl Target {
         )
     }
 
+    /// The target of any absolute http:// or https:// URL (robots.txt redirects).
+    fn of_any(uri: &Uri) -> Result<Target, &'static str> {
+        let authority = uri.authority().ok_or("no authority")?;
+        let default = match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("https") => 443,
+            Some(s) if s.eq_ignore_ascii_case("http") => 80,
+            _ => return Err("only http and https"),
+        };
+        Target::new(
+            authority.host(),
+            authority.port_u16().unwrap_or(default),
+            authority.as_str(),
+        )
+    }
+
     /// The target of a CONNECT: authority-form `host:port`, port required.
     fn of_connect(uri: &Uri) -> Result<Target, &'static str> {
         let authority = uri.authority().ok_or("CONNECT needs a host:port target")?;
@@ -586,6 +876,62 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for name in HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// The kind of sub-resource `req` asks for, if `skip` lists it: by path extension, else by the
+/// Accept header.
+fn skipped_resource<B>(req: &Request<B>, skip: &[ResourceKind]) -> Option<ResourceKind> {
+    if skip.is_empty() {
+        return None;
+    }
+    let path = req.uri().path().to_ascii_lowercase();
+    let extension = path.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+    let by_extension = match extension {
+        "png" | "jpg" | "jpeg" | "gif" | "webp" | "svg" | "ico" | "bmp" | "avif" | "tif"
+        | "tiff" => Some(ResourceKind::Image),
+        "woff" | "woff2" | "ttf" | "otf" | "eot" => Some(ResourceKind::Font),
+        "js" | "mjs" => Some(ResourceKind::Script),
+        "css" => Some(ResourceKind::Stylesheet),
+        "mp4" | "webm" | "mp3" | "ogg" | "oga" | "wav" | "m4a" | "mov" | "avi" | "mkv" | "flac"
+        | "m3u8" | "ts" => Some(ResourceKind::Media),
+        _ => None,
+    };
+    let accept = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let first = accept.split(',').next().unwrap_or("").trim();
+    let by_accept = if first.starts_with("image/") {
+        Some(ResourceKind::Image)
+    } else if first.starts_with("font/") {
+        Some(ResourceKind::Font)
+    } else if first.contains("javascript") {
+        Some(ResourceKind::Script)
+    } else if first.starts_with("text/css") {
+        Some(ResourceKind::Stylesheet)
+    } else if first.starts_with("video/") || first.starts_with("audio/") {
+        Some(ResourceKind::Media)
+    } else {
+        None
+    };
+    by_extension.or(by_accept).filter(|k| skip.contains(k))
+}
+
+/// Whether a redirect points at a block page (Google's `/sorry/` and the like).
+fn is_block_redirect(parts: &http::response::Parts, policy: &HostPolicy) -> bool {
+    if !parts.status.is_redirection() {
+        return false;
+    }
+    let Some(location) = parts.headers.get(LOCATION).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let location = location.to_ascii_lowercase();
+    policy
+        .block_markers
+        .iter()
+        .any(|m| m.starts_with('/') && location.contains(m.as_str()))
 }
 
 /// A fresh bodiless request from a kept template (for retries).
@@ -824,6 +1170,56 @@ mod tests {
         assert!(Target::of_request(&"ftp://a.test/".parse().unwrap()).is_err());
         let c = Target::of_connect(&"a.test:443".parse().unwrap()).unwrap();
         assert_eq!(c.key(), "a.test:443");
+    }
+
+    #[test]
+    fn skipped_resources_are_told_by_extension_and_accept() {
+        let all = [
+            ResourceKind::Image,
+            ResourceKind::Font,
+            ResourceKind::Script,
+            ResourceKind::Stylesheet,
+            ResourceKind::Media,
+        ];
+        let req = |path: &str, accept: &str| {
+            Request::get(format!("http://a.test{path}"))
+                .header("accept", accept)
+                .body(())
+                .unwrap()
+        };
+        assert_eq!(
+            skipped_resource(&req("/logo.PNG", "*/*"), &all),
+            Some(ResourceKind::Image)
+        );
+        assert_eq!(
+            skipped_resource(&req("/f.woff2", "*/*"), &all),
+            Some(ResourceKind::Font)
+        );
+        assert_eq!(
+            skipped_resource(&req("/app.js?v=1", "*/*"), &all),
+            Some(ResourceKind::Script)
+        );
+        assert_eq!(
+            skipped_resource(&req("/s.css", "*/*"), &all),
+            Some(ResourceKind::Stylesheet)
+        );
+        assert_eq!(
+            skipped_resource(&req("/v.mp4", "*/*"), &all),
+            Some(ResourceKind::Media)
+        );
+        assert_eq!(
+            skipped_resource(&req("/pic", "image/avif,image/webp"), &all),
+            Some(ResourceKind::Image)
+        );
+        assert_eq!(
+            skipped_resource(&req("/page.html", "text/html"), &all),
+            None
+        );
+        assert_eq!(
+            skipped_resource(&req("/logo.png", "*/*"), &[ResourceKind::Font]),
+            None
+        );
+        assert_eq!(skipped_resource(&req("/logo.png", "*/*"), &[]), None);
     }
 
     #[test]

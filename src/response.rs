@@ -30,6 +30,8 @@ pub enum ProxyBody {
         body: Incoming,
         /// Released at the end of the body.
         permit: Option<Permit>,
+        /// Looks for block markers in the first bytes as they stream by.
+        scan: Option<Box<BlockScan>>,
     },
     /// A small body made by courtesy.
     Local(Option<Bytes>),
@@ -51,8 +53,20 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { body, permit } => {
+            ProxyBody::Upstream { body, permit, scan } => {
                 let polled = Pin::new(body).poll_frame(cx);
+                if let (Poll::Ready(Some(Ok(frame))), Some(scanner)) = (&polled, scan.as_mut()) {
+                    if let Some(data) = frame.data_ref() {
+                        if let Some(marker) = scanner.feed(data) {
+                            if let Some(p) = permit.as_ref() {
+                                (scanner.on_match)(p, &marker);
+                            }
+                            *scan = None;
+                        } else if scanner.done() {
+                            *scan = None;
+                        }
+                    }
+                }
                 if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
                     permit.take();
                 }
@@ -76,6 +90,70 @@ impl Body for ProxyBody {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }
+    }
+}
+
+/// What to do when a block marker is found: called once with the response's permit and the marker.
+pub type OnBlockMarker = Box<dyn Fn(&Permit, &str) + Send + Sync>;
+
+/// Scans the first `limit` bytes of a body for block markers (lowercase), across chunk edges,
+/// without holding the body back.
+pub struct BlockScan {
+    markers: std::sync::Arc<Vec<String>>,
+    remaining: usize,
+    /// The end of the previous chunk, lowercased, so a marker split across chunks is found.
+    tail: Vec<u8>,
+    longest: usize,
+    on_match: OnBlockMarker,
+}
+
+impl std::fmt::Debug for BlockScan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockScan")
+            .field("remaining", &self.remaining)
+            .finish()
+    }
+}
+
+impl BlockScan {
+    /// A scanner over the first `limit` bytes; `on_match` runs once when a marker is seen.
+    pub fn new(
+        markers: std::sync::Arc<Vec<String>>,
+        limit: usize,
+        on_match: OnBlockMarker,
+    ) -> Self {
+        let longest = markers.iter().map(String::len).max().unwrap_or(0);
+        BlockScan {
+            markers,
+            remaining: limit,
+            tail: Vec::new(),
+            longest,
+            on_match,
+        }
+    }
+
+    /// Looks at the next chunk; returns the marker found, if any.
+    pub fn feed(&mut self, chunk: &[u8]) -> Option<String> {
+        let take = chunk.len().min(self.remaining);
+        self.remaining -= take;
+        let mut window = std::mem::take(&mut self.tail);
+        window.extend(chunk[..take].iter().map(u8::to_ascii_lowercase));
+        let found = self
+            .markers
+            .iter()
+            .find(|m| {
+                let m = m.as_bytes();
+                !m.is_empty() && window.windows(m.len()).any(|w| w == m)
+            })
+            .cloned();
+        let keep = self.longest.saturating_sub(1).min(window.len());
+        self.tail = window.split_off(window.len() - keep);
+        found
+    }
+
+    /// Whether the scan limit is reached.
+    pub fn done(&self) -> bool {
+        self.remaining == 0
     }
 }
 
@@ -236,6 +314,22 @@ fn sf_string(text: &str) -> String {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    #[test]
+    fn markers_are_found_across_chunks_case_insensitively_within_the_limit() {
+        let markers =
+            std::sync::Arc::new(vec!["unusual traffic".to_string(), "cf-challenge".into()]);
+        let mut scan = BlockScan::new(markers.clone(), 1000, Box::new(|_, _| {}));
+        assert_eq!(scan.feed(b"<html>our systems saw Unusual Tra"), None);
+        assert_eq!(
+            scan.feed(b"ffic from you"),
+            Some("unusual traffic".to_string())
+        );
+        let mut late = BlockScan::new(markers, 20, Box::new(|_, _| {}));
+        assert_eq!(late.feed(b"0123456789012345678"), None);
+        assert_eq!(late.feed(b"9 cf-challenge"), None, "past the limit");
+        assert!(late.done());
+    }
 
     #[test]
     fn details_are_quoted_as_sf_strings() {

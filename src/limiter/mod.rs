@@ -134,29 +134,38 @@ impl Permit {
             .pacing
             .observe(&observation, &policy, now, rand::random::<f64>());
         state.stats.answered(answer.status);
-        let mut refused = Vec::new();
-        if reaction.cooldown.is_some() && policy.on_cooldown == OnCooldown::Reject {
-            if let Some(c) = state.pacing.block(now) {
-                let refusal = Refusal::CoolingDown {
-                    remaining: c.until.saturating_duration_since(now),
-                    cause: c.cause,
-                };
-                refused = state
-                    .queue
-                    .drain(..)
-                    .map(|w| (w, refusal.clone()))
-                    .collect();
-                for _ in &refused {
-                    state.stats.refused(&refusal);
-                }
-            }
-        }
+        let refused = if reaction.cooldown.is_some() {
+            refuse_queue(&mut state, now)
+        } else {
+            Vec::new()
+        };
         drop(state);
         for (waiter, refusal) in refused {
             let _ = waiter.reply.send(Err(refusal));
         }
         self.host.wake.notify_one();
         reaction
+    }
+
+    /// Pauses this permit's host for a soft block (a challenge page was seen in its response).
+    /// Returns the pause if a new one started (so the caller logs and alerts once).
+    pub fn soft_block(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut state = self.host.lock();
+        let policy = state.policy.clone();
+        if !state
+            .pacing
+            .pause_for_block(CooldownCause::SoftBlock, &policy, now)
+        {
+            return None;
+        }
+        let refused = refuse_queue(&mut state, now);
+        drop(state);
+        for (waiter, refusal) in refused {
+            let _ = waiter.reply.send(Err(refusal));
+        }
+        self.host.wake.notify_one();
+        Some(policy.block_pause)
     }
 
     /// The cooldown in force for this permit's host, if any: time left and cause.
@@ -471,6 +480,30 @@ impl Limiter {
     pub fn host_count(&self) -> usize {
         self.hosts.len()
     }
+}
+
+/// With `on_cooldown = "reject"` and a cooldown or pause in force, takes every queued request out
+/// with its refusal (to be sent after the lock is released).
+fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, Refusal)> {
+    if state.policy.on_cooldown != OnCooldown::Reject {
+        return Vec::new();
+    }
+    let Some(c) = state.pacing.block(now) else {
+        return Vec::new();
+    };
+    let refusal = Refusal::CoolingDown {
+        remaining: c.until.saturating_duration_since(now),
+        cause: c.cause,
+    };
+    let refused: Vec<(Waiter, Refusal)> = state
+        .queue
+        .drain(..)
+        .map(|w| (w, refusal.clone()))
+        .collect();
+    for _ in &refused {
+        state.stats.refused(&refusal);
+    }
+    refused
 }
 
 /// The canonical key of a target: lowercased host, explicit port, IPv6 in brackets.

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{host_key, Host, HostStats, Limiter, Refusal, Waiter};
-use crate::config::{Config, HostPolicy, OnCooldown};
+use super::{host_key, refuse_queue, Host, HostStats, Limiter, Refusal, Waiter};
+use crate::config::{Config, HostPolicy};
 use crate::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
 
 /// One host as the operator sees it.
@@ -145,20 +145,7 @@ impl Limiter {
             match action {
                 OperatorAction::Pause(length) => {
                     state.pacing.operator_pause(now + length);
-                    if state.policy.on_cooldown == OnCooldown::Reject {
-                        let refusal = Refusal::CoolingDown {
-                            remaining: length,
-                            cause: CooldownCause::Operator,
-                        };
-                        refused = state
-                            .queue
-                            .drain(..)
-                            .map(|w| (w, refusal.clone()))
-                            .collect();
-                        for _ in &refused {
-                            state.stats.refused(&refusal);
-                        }
-                    }
+                    refused = refuse_queue(&mut state, now);
                 }
                 OperatorAction::Resume => state.pacing.operator_resume(),
                 OperatorAction::SetRate { rate, force } => {
@@ -184,6 +171,21 @@ impl Limiter {
         }
         entry.wake.notify_one();
         Ok(snapshot_of(&entry))
+    }
+
+    /// Caps `host`:`port` at `rate` (1 / robots.txt Crawl-delay) or lifts the cap; returns
+    /// whether that changed anything.
+    pub fn set_robots_cap(&self, host: &str, port: u16, rate: Option<f64>) -> bool {
+        let key = host_key(host, port);
+        let entry = self.host(&key, host, port);
+        let mut state = entry.lock();
+        if state.pacing.robots_cap() == rate {
+            return false;
+        }
+        state.pacing.set_robots_cap(rate, Instant::now());
+        drop(state);
+        entry.wake.notify_one();
+        true
     }
 
     /// Switches to a new config: every known host gets its new policy at once (queued requests

@@ -180,6 +180,29 @@ impl Drop for Origin {
     }
 }
 
+/// Turns robots.txt off in a test config that does not mention `obey_robots`: most tests count
+/// what reaches their origin exactly, and a robots.txt fetch would be one more request. The tests
+/// of robots.txt say `obey_robots = true`.
+fn robots_off_unless_asked(
+    mut config: courtesy::config::Config,
+    text: &str,
+) -> courtesy::config::Config {
+    if text.contains("obey_robots") {
+        return config;
+    }
+    let off = |p: &Arc<courtesy::config::HostPolicy>| {
+        Arc::new(courtesy::config::HostPolicy {
+            obey_robots: false,
+            ..p.as_ref().clone()
+        })
+    };
+    config.defaults = off(&config.defaults);
+    for rule in &mut config.hosts {
+        rule.policy = off(&rule.policy);
+    }
+    config
+}
+
 /// courtesy running in this test process.
 pub struct Courtesy {
     /// The proxy port.
@@ -202,13 +225,14 @@ impl Courtesy {
     /// Like [`Courtesy::start`], with state (the local CA) kept in `state_dir`.
     pub async fn start_in(toml: &str, state_dir: &std::path::Path) -> Courtesy {
         let config = courtesy::config::Config::parse(toml, "test.toml").expect("test config");
-        Courtesy::start_with(config, state_dir).await
+        Courtesy::start_with(robots_off_unless_asked(config, toml), state_dir).await
     }
 
     /// Starts courtesy from a config file (so that it can be reloaded), state in `state_dir`.
     pub async fn start_file(path: &std::path::Path, state_dir: &std::path::Path) -> Courtesy {
         let config = courtesy::config::Config::load(path).expect("test config file");
-        Courtesy::start_with(config, state_dir).await
+        let text = std::fs::read_to_string(path).unwrap();
+        Courtesy::start_with(robots_off_unless_asked(config, &text), state_dir).await
     }
 
     async fn start_with(
