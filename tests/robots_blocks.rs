@@ -1,0 +1,288 @@
+//! End-to-end: robots.txt (fetched once, through the budget, before anything else leaves),
+//! Crawl-delay, soft blocks (challenge pages), hard blocks (403 walls), the block webhook, and
+//! skipped resources.
+
+mod support;
+
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use support::*;
+use tokio::time::Instant;
+
+/// An origin whose /robots.txt answers `status` with `body` (after `delay`), and "page" elsewhere.
+async fn robots_origin(ip: &str, status: u16, body: &'static str, delay: Duration) -> Origin {
+    Origin::start(ip, move |req: Request<hyper::body::Incoming>| async move {
+        if req.uri().path() == "/robots.txt" {
+            tokio::time::sleep(delay).await;
+            return Response::builder()
+                .status(status)
+                .header("content-type", "text/plain")
+                .body(full(body))
+                .unwrap();
+        }
+        Response::new(full("page"))
+    })
+    .await
+}
+
+fn pages(origin: &Origin) -> Vec<Instant> {
+    origin
+        .arrivals()
+        .into_iter()
+        .filter(|a| a.path != "/robots.txt")
+        .map(|a| a.at)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crawl_delay_caps_the_rate_below_the_configured_one() {
+    let origin = robots_origin(
+        "127.0.0.2",
+        200,
+        "User-agent: *\nCrawl-delay: 2\n",
+        Duration::ZERO,
+    )
+    .await;
+    let courtesy =
+        Courtesy::start("[defaults]\nrate = 5\nburst = 1\nconcurrency = 4\nobey_robots = true\n")
+            .await;
+    let end = Instant::now() + Duration::from_secs(6);
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let client = courtesy.client();
+        let url = origin.url(&format!("/c{c}"));
+        clients.push(tokio::spawn(async move {
+            let mut conn = client.connect().await;
+            while Instant::now() < end {
+                assert_eq!(conn.get(&url).await.status, StatusCode::OK);
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let arrivals = origin.arrivals();
+    assert_eq!(
+        arrivals[0].path, "/robots.txt",
+        "robots.txt is fetched first"
+    );
+    assert_eq!(
+        arrivals.iter().filter(|a| a.path == "/robots.txt").count(),
+        1
+    );
+    let at = pages(&origin);
+    for pair in at.windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(
+            gap >= Duration::from_millis(1950),
+            "pages {gap:?} apart with Crawl-delay 2"
+        );
+    }
+    let span = at
+        .last()
+        .unwrap()
+        .duration_since(at[0])
+        .as_secs_f64()
+        .max(1.0);
+    let rate = (at.len() - 1) as f64 / span;
+    assert!(rate <= 0.5 + 1e-9, "{rate:.2} pages/s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disallowed_path_never_reaches_the_origin() {
+    let origin = robots_origin(
+        "127.0.0.3",
+        200,
+        "User-agent: *\nDisallow: /private\n\nUser-agent: strictbot\nDisallow: /\n",
+        Duration::ZERO,
+    )
+    .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 50\nobey_robots = true\n").await;
+    let client = courtesy.client();
+    let got = client.get(&origin.url("/private/data")).await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    let status = got.header("proxy-status");
+    assert!(
+        status.contains("error=http_request_denied") && status.contains("robots.txt disallows"),
+        "{status}"
+    );
+    assert_eq!(
+        client.get(&origin.url("/public")).await.status,
+        StatusCode::OK
+    );
+    // The group follows the client's User-Agent product token.
+    let strict = Request::get(origin.url("/public"))
+        .header("user-agent", "StrictBot/1.0")
+        .body(empty())
+        .unwrap();
+    assert_eq!(client.send(strict).await.status, StatusCode::FORBIDDEN);
+    let paths: Vec<String> = origin.arrivals().into_iter().map(|a| a.path).collect();
+    assert_eq!(paths, vec!["/robots.txt", "/public"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn robots_404_allows_and_robots_500_disallows() {
+    let missing = robots_origin("127.0.0.4", 404, "not here", Duration::ZERO).await;
+    let broken = robots_origin("127.0.0.5", 500, "oops", Duration::ZERO).await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 50\nobey_robots = true\n").await;
+    let client = courtesy.client();
+    assert_eq!(
+        client.get(&missing.url("/anything")).await.status,
+        StatusCode::OK
+    );
+    let got = client.get(&broken.url("/anything")).await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    assert!(
+        got.header("proxy-status").contains("could not be read"),
+        "{}",
+        got.header("proxy-status")
+    );
+    assert_eq!(pages(&broken).len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_arrive_during_the_robots_fetch_wait_for_it() {
+    let origin = robots_origin(
+        "127.0.0.6",
+        200,
+        "User-agent: *\nAllow: /\n",
+        Duration::from_millis(500),
+    )
+    .await;
+    let courtesy = Courtesy::start(
+        "[defaults]\nrate = 100\nburst = 10\nconcurrency = 10\nobey_robots = true\n",
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let client = courtesy.client();
+        let url = origin.url(&format!("/p{i}"));
+        tasks.push(tokio::spawn(async move { client.get(&url).await.status }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    let arrivals = origin.arrivals();
+    assert_eq!(arrivals[0].path, "/robots.txt");
+    assert_eq!(
+        arrivals.iter().filter(|a| a.path == "/robots.txt").count(),
+        1,
+        "fetched once"
+    );
+    for page in &arrivals[1..] {
+        assert!(
+            page.at.duration_since(arrivals[0].at) >= Duration::from_millis(490),
+            "a page slipped out before the rules were known"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_challenge_page_pauses_the_host_and_the_webhook_hears_of_it() {
+    let hook = Origin::ok("127.0.0.7").await;
+    let origin = Origin::start("127.0.0.8", |req: Request<hyper::body::Incoming>| async move {
+        let page = if req.uri().path() == "/challenge" {
+            "<html><head><title>Just a moment...</title></head><body><div id=\"cf-challenge-running\"></div></body></html>"
+        } else {
+            "<html><body>fine</body></html>"
+        };
+        Response::builder()
+            .header("content-type", "text/html; charset=utf-8")
+            .body(full(page))
+            .unwrap()
+    })
+    .await;
+    let config = format!(
+        "[alerts]\nwebhook = \"{}\"\n[defaults]\nrate = 50\nburst = 5\n",
+        hook.url("/hook")
+    );
+    let courtesy = Courtesy::start(&config).await;
+    let client = courtesy.client();
+    assert_eq!(client.get(&origin.url("/ok")).await.status, StatusCode::OK);
+    let got = client.get(&origin.url("/challenge")).await;
+    assert_eq!(got.status, StatusCode::OK, "the client still gets the page");
+    assert!(String::from_utf8_lossy(&got.body).contains("cf-challenge"));
+    let next = client.get(&origin.url("/after")).await;
+    assert_eq!(next.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        next.header("proxy-status").contains("soft block"),
+        "{}",
+        next.header("proxy-status")
+    );
+    let retry_after: u64 = next.header("retry-after").parse().unwrap();
+    assert!((3590..=3600).contains(&retry_after), "{retry_after}");
+    assert_eq!(
+        origin.count(),
+        2,
+        "nothing reaches the origin during the pause"
+    );
+
+    assert!(
+        eventually(Duration::from_secs(5), || hook.count() == 1).await,
+        "one webhook POST"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let posts = hook.arrivals();
+    assert_eq!(posts.len(), 1, "exactly one POST");
+    assert_eq!(posts[0].method, "POST");
+    assert_eq!(posts[0].headers["content-type"], "application/json");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_403s_in_a_row_pause_the_host() {
+    let origin = Origin::start("127.0.0.9", |_req| async {
+        Response::builder()
+            .status(403)
+            .body(full("forbidden"))
+            .unwrap()
+    })
+    .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 50\nburst = 10\n").await;
+    let client = courtesy.client();
+    for i in 0..5 {
+        let got = client.get(&origin.url(&format!("/{i}"))).await;
+        assert_eq!(got.status, StatusCode::FORBIDDEN);
+        assert!(
+            got.headers.get("proxy-status").is_none(),
+            "the origin's own 403"
+        );
+    }
+    let got = client.get(&origin.url("/sixth")).await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        got.header("proxy-status").contains("hard block"),
+        "{}",
+        got.header("proxy-status")
+    );
+    assert_eq!(origin.count(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipped_resources_never_leave() {
+    let origin = Origin::ok("127.0.0.10").await;
+    let courtesy = Courtesy::start(
+        "[defaults]\nrate = 50\nskip_resources = [\"image\", \"script\", \"font\"]\n",
+    )
+    .await;
+    let client = courtesy.client();
+    for path in ["/logo.png", "/app.js", "/f.woff2"] {
+        let got = client.get(&origin.url(path)).await;
+        assert_eq!(got.status, StatusCode::FORBIDDEN, "{path}");
+        assert!(
+            got.header("proxy-status").contains("skip_resources"),
+            "{}",
+            got.header("proxy-status")
+        );
+    }
+    let by_accept = Request::get(origin.url("/picture"))
+        .header("accept", "image/webp,image/*")
+        .body(empty())
+        .unwrap();
+    assert_eq!(client.send(by_accept).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        client.get(&origin.url("/style.css")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(origin.count(), 1);
+}
