@@ -80,6 +80,20 @@ pub struct HostPolicy {
     pub skip_resources: Vec<ResourceKind>,
     /// A different rate inside a daily time window.
     pub off_peak: Option<OffPeak>,
+    /// Whether GET responses are stored, revalidated or served from the store.
+    pub cache: CacheMode,
+}
+
+/// What courtesy does with stored GET responses (`cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Nothing is stored.
+    Off,
+    /// Responses with an ETag or Last-Modified are stored; repeats are revalidated with
+    /// If-None-Match / If-Modified-Since, and a 304 is answered from the store as the full 200.
+    Revalidate,
+    /// Development: repeated GETs are answered from the store without asking the origin.
+    Dev,
 }
 
 /// Kinds of sub-resources a plain crawler rarely needs (`skip_resources`).
@@ -262,6 +276,7 @@ impl Default for HostPolicy {
             hard_block_after: 5,
             skip_resources: Vec::new(),
             off_peak: None,
+            cache: CacheMode::Off,
         }
     }
 }
@@ -291,6 +306,8 @@ pub struct ProxySettings {
     pub connect_ports: Vec<u16>,
     /// A PEM file of extra roots trusted for upstream TLS (private CAs).
     pub upstream_ca: Option<PathBuf>,
+    /// The response store's size bound, in bytes.
+    pub cache_max_bytes: u64,
 }
 
 impl Default for ProxySettings {
@@ -307,6 +324,7 @@ impl Default for ProxySettings {
             idle_host: Duration::from_secs(600),
             connect_ports: vec![443, 80],
             upstream_ca: None,
+            cache_max_bytes: 512 * 1024 * 1024,
         }
     }
 }
@@ -680,6 +698,7 @@ policy_keys! {
     hard_block_after: i64,
     skip_resources: Vec<String>,
     off_peak: FileOffPeak,
+    cache: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -733,6 +752,7 @@ struct FileProxy {
     idle_host_seconds: Option<Spanned<f64>>,
     connect_ports: Option<Spanned<Vec<Spanned<i64>>>>,
     upstream_ca: Option<Spanned<String>>,
+    cache_max_mb: Option<Spanned<i64>>,
 }
 
 // ---- stage two: meanings and ranges -------------------------------------------------------------
@@ -862,6 +882,9 @@ impl Validator<'_> {
                     ),
                 }
             }
+        }
+        if let Some(n) = self.count(&file.cache_max_mb, l, "cache_max_mb", 1, 1024 * 1024) {
+            p.cache_max_bytes = n as u64 * 1024 * 1024;
         }
         if let Some(path) = &file.upstream_ca {
             let resolved = expand_home(path.get_ref());
@@ -1163,6 +1186,19 @@ impl Validator<'_> {
                 }
             }
             p.skip_resources = kinds;
+        }
+        if let Some(v) = &file.cache {
+            match v.get_ref().as_str() {
+                "off" => p.cache = CacheMode::Off,
+                "revalidate" => p.cache = CacheMode::Revalidate,
+                "dev" => p.cache = CacheMode::Dev,
+                other => self.error(
+                    v.span().start,
+                    &format!(
+                        "{label}: cache must be \"off\", \"revalidate\" or \"dev\", got {other:?}"
+                    ),
+                ),
+            }
         }
         if let Some(v) = &file.off_peak {
             match parse_off_peak(v.get_ref()) {

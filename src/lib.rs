@@ -17,6 +17,7 @@
 //! | [`feedback`] | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
 //! | [`robots`] | robots.txt cache and verdicts (the fetch itself is the proxy's) |
 //! | [`alerts`] | the block webhook |
+//! | [`cache`] | the on-disk response store (`cache = "revalidate" \| "dev"`) |
 //! | [`metrics`] | Prometheus metrics, host label bounded |
 //! | [`state`] | what survives a restart: cooldowns, pauses, overrides, learned rates |
 //! | [`admin`] | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
@@ -25,6 +26,7 @@
 
 pub mod admin;
 pub mod alerts;
+pub mod cache;
 pub mod config;
 pub mod feedback;
 pub mod intercept;

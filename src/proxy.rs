@@ -16,8 +16,8 @@ use std::time::Duration;
 use std::time::SystemTime;
 
 use http::header::{
-    HeaderName, HeaderValue, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, HOST, LOCATION,
-    RETRY_AFTER, USER_AGENT, VIA,
+    HeaderName, HeaderValue, CONNECTION, CONTENT_ENCODING, CONTENT_TYPE, ETAG, HOST,
+    IF_MODIFIED_SINCE, IF_NONE_MATCH, LOCATION, RETRY_AFTER, USER_AGENT, VIA,
 };
 use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
@@ -31,7 +31,8 @@ use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::alerts::Alerts;
-use crate::config::{canonical_ip, Config, HostPolicy, HttpsMode, ResourceKind};
+use crate::cache;
+use crate::config::{canonical_ip, CacheMode, Config, HostPolicy, HttpsMode, ResourceKind};
 use crate::feedback::{self, Feedback};
 use crate::limiter::{Answer, Limiter, Permit};
 use crate::metrics::Metrics;
@@ -63,6 +64,7 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     alerts: Arc<Alerts>,
     robots: RobotsCache,
+    cache: Arc<cache::Store>,
     /// Addresses courtesy listens on: a request aimed at one of them is a loop.
     own_addrs: Vec<SocketAddr>,
     /// The `Via` entry this instance adds; seeing it on an incoming request means a loop.
@@ -109,6 +111,10 @@ impl Proxy {
             metrics,
             alerts,
             robots: RobotsCache::new(),
+            cache: Arc::new(cache::Store::open(
+                config.proxy.state_dir.join("cache"),
+                config.proxy.cache_max_bytes,
+            )),
             own_addrs,
             via,
             via_token,
@@ -196,6 +202,41 @@ impl Proxy {
         // Only a bodiless GET/HEAD/OPTIONS can be sent again: keep what is needed to rebuild it.
         let replayable = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
             && body.is_end_stream();
+        // The response store: only for bodiless GETs whose client sent no validators of its own
+        // (a client that did gets the origin's 304 untouched).
+        let url = parts.uri.to_string();
+        let use_cache = host_policy.cache != CacheMode::Off
+            && parts.method == Method::GET
+            && replayable
+            && !parts.headers.contains_key(IF_NONE_MATCH)
+            && !parts.headers.contains_key(IF_MODIFIED_SINCE);
+        if use_cache && host_policy.cache == CacheMode::Dev {
+            if let Some((head, body)) = self.cache.get(&url) {
+                info!(url = %url, "answered from the cache (dev)");
+                return self.from_cache(head, body, "hit; dev");
+            }
+        }
+        let mut revalidating = false;
+        if use_cache && host_policy.cache == CacheMode::Revalidate {
+            if let Some(head) = self.cache.head(&url) {
+                if let Some(v) = head
+                    .etag
+                    .as_deref()
+                    .and_then(|e| HeaderValue::from_str(e).ok())
+                {
+                    parts.headers.insert(IF_NONE_MATCH, v);
+                    revalidating = true;
+                }
+                if let Some(v) = head
+                    .last_modified
+                    .as_deref()
+                    .and_then(|l| HeaderValue::from_str(l).ok())
+                {
+                    parts.headers.insert(IF_MODIFIED_SINCE, v);
+                    revalidating = true;
+                }
+            }
+        }
         let template = replayable.then(|| {
             (
                 parts.method.clone(),
@@ -270,6 +311,18 @@ impl Proxy {
             let answer = answer_of(&response, latency, &policy);
             let reaction = permit.report(&answer);
             let status = response.status().as_u16();
+            if revalidating && status == 304 {
+                if let Some((head, body)) = self.cache.get(&url) {
+                    self.metrics
+                        .response(permit.host_key(), status, latency, permit.waited());
+                    info!(
+                        status,
+                        latency_ms = latency.as_millis() as u64,
+                        "revalidated: answered from the cache"
+                    );
+                    return self.from_cache(head, body, "revalidated");
+                }
+            }
             self.metrics
                 .response(permit.host_key(), status, latency, permit.waited());
             info!(
@@ -319,12 +372,24 @@ impl Proxy {
                 self.soft_blocked(&permit, "a redirect to a block page");
             }
             let scan = self.block_scan(&parts.headers, &policy, permit.host_key());
+            let validated = parts.headers.contains_key(ETAG)
+                || parts.headers.contains_key(http::header::LAST_MODIFIED);
+            let store = (use_cache
+                && cache::storable(parts.status, &parts.headers)
+                && (validated || policy.cache == CacheMode::Dev))
+                .then(|| {
+                    self.cache
+                        .writer(cache::head_of(&url, parts.status, &parts.headers))
+                })
+                .flatten()
+                .map(Box::new);
             return Response::from_parts(
                 parts,
                 ProxyBody::Upstream {
                     body,
                     permit: Some(permit),
                     scan,
+                    store,
                 },
             );
         }
@@ -505,6 +570,23 @@ impl Proxy {
             "more than {} redirects",
             robots::MAX_REDIRECTS
         )))
+    }
+
+    /// A stored response as the full 200, saying where it came from in `x-courtesy-cache`.
+    fn from_cache(
+        &self,
+        head: cache::Head,
+        body: bytes::Bytes,
+        how: &'static str,
+    ) -> Response<ProxyBody> {
+        let mut response = Response::new(ProxyBody::Local(Some(body)));
+        *response.status_mut() = head.status();
+        let headers = response.headers_mut();
+        *headers = head.header_map();
+        headers.remove(http::header::CONTENT_LENGTH);
+        headers.append(VIA, self.via.clone());
+        headers.insert("x-courtesy-cache", HeaderValue::from_static(how));
+        response
     }
 
     /// A scanner for block markers in a text response's first bytes, if the policy asks for one.

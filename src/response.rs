@@ -32,6 +32,8 @@ pub enum ProxyBody {
         permit: Option<Permit>,
         /// Looks for block markers in the first bytes as they stream by.
         scan: Option<Box<BlockScan>>,
+        /// Stores the body as it streams by (response cache).
+        store: Option<Box<crate::cache::Writer>>,
     },
     /// A small body made by courtesy.
     Local(Option<Bytes>),
@@ -53,8 +55,33 @@ impl Body for ProxyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         match self.get_mut() {
-            ProxyBody::Upstream { body, permit, scan } => {
-                let polled = Pin::new(body).poll_frame(cx);
+            ProxyBody::Upstream {
+                body,
+                permit,
+                scan,
+                store,
+            } => {
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let (Some(data), Some(writer)) = (frame.data_ref(), store.as_mut()) {
+                            writer.write(data);
+                        }
+                        // hyper stops polling a body that says it has ended: finish here too.
+                        if body.is_end_stream() {
+                            if let Some(writer) = store.take() {
+                                writer.finish();
+                            }
+                        }
+                    }
+                    Poll::Ready(None) => {
+                        if let Some(writer) = store.take() {
+                            writer.finish();
+                        }
+                    }
+                    Poll::Ready(Some(Err(_))) => *store = None,
+                    Poll::Pending => {}
+                }
                 if let (Poll::Ready(Some(Ok(frame))), Some(scanner)) = (&polled, scan.as_mut()) {
                     if let Some(data) = frame.data_ref() {
                         if let Some(marker) = scanner.feed(data) {

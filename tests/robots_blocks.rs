@@ -286,3 +286,82 @@ async fn skipped_resources_never_leave() {
     );
     assert_eq!(origin.count(), 1);
 }
+
+/// An origin with a validated document: ETag "v1", 304 when the client already has it.
+async fn validating_origin(ip: &str) -> Origin {
+    Origin::start(ip, |req: Request<hyper::body::Incoming>| async move {
+        let matches = req
+            .headers()
+            .get("if-none-match")
+            .is_some_and(|v| v == "\"v1\"");
+        if matches {
+            return Response::builder()
+                .status(304)
+                .header("etag", "\"v1\"")
+                .body(empty())
+                .unwrap();
+        }
+        Response::builder()
+            .header("etag", "\"v1\"")
+            .header("content-type", "text/plain")
+            .body(full("the document, version one"))
+            .unwrap()
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revalidate_turns_a_repeat_into_a_304_upstream_and_a_200_downstream() {
+    let origin = validating_origin("127.0.0.11").await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 50\ncache = \"revalidate\"\n").await;
+    let client = courtesy.client();
+    let first = client.get(&origin.url("/doc")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    let second = client.get(&origin.url("/doc")).await;
+    assert_eq!(
+        second.status,
+        StatusCode::OK,
+        "the client gets the full 200"
+    );
+    assert_eq!(second.body, first.body, "the same bytes");
+    assert_eq!(second.header("x-courtesy-cache"), "revalidated");
+    let arrivals = origin.arrivals();
+    assert_eq!(arrivals.len(), 2);
+    assert!(arrivals[0].headers.get("if-none-match").is_none());
+    assert_eq!(
+        arrivals[1].headers["if-none-match"], "\"v1\"",
+        "courtesy revalidated"
+    );
+    // A client with its own validators gets the origin's 304.
+    let own = Request::get(origin.url("/doc"))
+        .header("if-none-match", "\"v1\"")
+        .body(empty())
+        .unwrap();
+    let got = client.send(own).await;
+    assert_eq!(got.status, StatusCode::NOT_MODIFIED);
+    assert_eq!(origin.count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_cache_serves_a_repeat_without_asking_the_origin() {
+    let origin = Origin::ok("127.0.0.12").await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 50\ncache = \"dev\"\n").await;
+    let client = courtesy.client();
+    let first = client.get(&origin.url("/page")).await;
+    assert_eq!(
+        (first.status, &first.body[..]),
+        (StatusCode::OK, &b"ok"[..])
+    );
+    let second = client.get(&origin.url("/page")).await;
+    assert_eq!(
+        (second.status, &second.body[..]),
+        (StatusCode::OK, &b"ok"[..])
+    );
+    assert_eq!(second.header("x-courtesy-cache"), "hit; dev");
+    assert_eq!(origin.count(), 1, "the repeat never left");
+    assert_eq!(
+        client.get(&origin.url("/other")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(origin.count(), 2);
+}

@@ -1,0 +1,373 @@
+//! Asking less: a small on-disk store of GET responses, for revalidation (`cache = "revalidate"`)
+//! and for development (`cache = "dev"`, the seed's HTTPCACHE_ENABLED).
+//!
+//! Entries live under `state_dir/cache/` as a JSON head (URL, status, headers, validators) and a
+//! body file, keyed by a hash of the URL (the URL itself is stored and checked, so a collision is
+//! a miss). The store is bounded in bytes and evicts the least recently used entries. Bodies are
+//! written as they stream to the client and only become visible when complete. This module does
+//! not decide when to use the store (`proxy.rs` does).
+
+use std::collections::hash_map::DefaultHasher;
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use lru::LruCache;
+use serde::{Deserialize, Serialize};
+use tracing::{debug, warn};
+
+/// The largest body stored; larger responses stream through unstored.
+pub const MAX_ENTRY_BYTES: u64 = 8 * 1024 * 1024;
+
+/// A stored response head.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Head {
+    /// The absolute URL.
+    pub url: String,
+    /// The status (200).
+    pub status: u16,
+    /// Response headers (hop-by-hop headers already removed).
+    pub headers: Vec<(String, String)>,
+    /// `ETag`, if any.
+    pub etag: Option<String>,
+    /// `Last-Modified`, if any.
+    pub last_modified: Option<String>,
+    /// When it was stored.
+    pub stored_at_unix_ms: u64,
+    /// Body size in bytes.
+    pub size: u64,
+}
+
+impl Head {
+    /// The headers as a map (invalid ones skipped).
+    pub fn header_map(&self) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in &self.headers {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(v),
+            ) {
+                map.append(k, v);
+            }
+        }
+        map
+    }
+
+    /// The status as a `StatusCode`.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::OK)
+    }
+}
+
+/// The response store, shared by all requests.
+pub struct Store {
+    dir: PathBuf,
+    max_bytes: u64,
+    /// Entry name → size, in least-recently-used order.
+    index: Mutex<LruCache<String, u64>>,
+    total: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("dir", &self.dir).finish()
+    }
+}
+
+impl Store {
+    /// Opens (and indexes) the store in `dir`, bounded to `max_bytes`.
+    pub fn open(dir: PathBuf, max_bytes: u64) -> Store {
+        let mut entries: Vec<(SystemTime, String, u64)> = Vec::new();
+        if let Ok(read) = fs::read_dir(&dir) {
+            for e in read.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if let Some(stem) = name.strip_suffix(".body") {
+                    if let Ok(meta) = e.metadata() {
+                        let when = meta.modified().unwrap_or(UNIX_EPOCH);
+                        entries.push((when, stem.to_string(), meta.len()));
+                    }
+                }
+            }
+        }
+        entries.sort();
+        let mut index = LruCache::unbounded();
+        let mut total = 0;
+        for (_, name, size) in entries {
+            total += size;
+            index.put(name, size);
+        }
+        Store {
+            dir,
+            max_bytes,
+            index: Mutex::new(index),
+            total: AtomicU64::new(total),
+            writes: AtomicU64::new(0),
+        }
+    }
+
+    fn name(url: &str) -> String {
+        let mut h = DefaultHasher::new();
+        url.hash(&mut h);
+        format!("{:016x}", h.finish())
+    }
+
+    /// The stored head for `url`, if any (and marks it recently used).
+    pub fn head(&self, url: &str) -> Option<Head> {
+        let name = Store::name(url);
+        let text = fs::read_to_string(self.dir.join(format!("{name}.json"))).ok()?;
+        let head: Head = serde_json::from_str(&text).ok()?;
+        if head.url != url {
+            return None;
+        }
+        self.index
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&name);
+        Some(head)
+    }
+
+    /// The stored head and body for `url`, if any.
+    pub fn get(&self, url: &str) -> Option<(Head, Bytes)> {
+        let head = self.head(url)?;
+        let body = fs::read(self.dir.join(format!("{}.body", Store::name(url)))).ok()?;
+        (body.len() as u64 == head.size).then(|| (head, Bytes::from(body)))
+    }
+
+    /// Starts storing a response for `url`; `None` if the store cannot be written.
+    pub fn writer(self: &Arc<Self>, head: Head) -> Option<Writer> {
+        if let Err(e) = fs::create_dir_all(&self.dir) {
+            warn!(
+                "cannot create the cache directory {}: {e}",
+                self.dir.display()
+            );
+            return None;
+        }
+        let n = self.writes.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.dir.join(format!(
+            "{}.tmp-{}-{n}",
+            Store::name(&head.url),
+            std::process::id()
+        ));
+        let file = fs::File::create(&tmp).ok()?;
+        Some(Writer {
+            store: self.clone(),
+            head,
+            tmp,
+            file: Some(file),
+            written: 0,
+        })
+    }
+
+    fn commit(&self, mut head: Head, tmp: &Path, size: u64) {
+        let name = Store::name(&head.url);
+        head.size = size;
+        let body = self.dir.join(format!("{name}.body"));
+        let meta = self.dir.join(format!("{name}.json"));
+        let json = serde_json::to_vec(&head).unwrap_or_default();
+        let result = fs::rename(tmp, &body)
+            .and_then(|()| fs::write(meta.with_extension("json.tmp"), json))
+            .and_then(|()| fs::rename(meta.with_extension("json.tmp"), &meta));
+        if let Err(e) = result {
+            warn!("cannot store {} in the cache: {e}", head.url);
+            let _ = fs::remove_file(tmp);
+            return;
+        }
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = index.put(name, size) {
+            self.total.fetch_sub(old, Ordering::Relaxed);
+        }
+        self.total.fetch_add(size, Ordering::Relaxed);
+        while self.total.load(Ordering::Relaxed) > self.max_bytes {
+            let Some((victim, victim_size)) = index.pop_lru() else {
+                break;
+            };
+            let _ = fs::remove_file(self.dir.join(format!("{victim}.body")));
+            let _ = fs::remove_file(self.dir.join(format!("{victim}.json")));
+            self.total.fetch_sub(victim_size, Ordering::Relaxed);
+            debug!(entry = %victim, "evicted from the cache");
+        }
+    }
+
+    /// Bytes stored.
+    pub fn total_bytes(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+}
+
+/// A response body being stored as it streams; committed only when complete.
+pub struct Writer {
+    store: Arc<Store>,
+    head: Head,
+    tmp: PathBuf,
+    file: Option<fs::File>,
+    written: u64,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("url", &self.head.url)
+            .finish()
+    }
+}
+
+impl Writer {
+    /// Appends a chunk; gives up (silently, the client is unaffected) past [`MAX_ENTRY_BYTES`] or
+    /// on a write error.
+    pub fn write(&mut self, chunk: &[u8]) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        self.written += chunk.len() as u64;
+        if self.written > MAX_ENTRY_BYTES || file.write_all(chunk).is_err() {
+            self.file = None;
+        }
+    }
+
+    /// The body ended: make the entry visible.
+    pub fn finish(mut self) {
+        if self.file.take().is_some() {
+            self.store
+                .commit(self.head.clone(), &self.tmp, self.written);
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Not finished (client gone, upstream error, too large): nothing becomes visible. After a
+        // commit the temporary file has been renamed away and this does nothing.
+        let _ = fs::remove_file(&self.tmp);
+    }
+}
+
+/// A head for `url` from a response's status and headers.
+pub fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Head {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    Head {
+        url: url.to_string(),
+        status: status.as_u16(),
+        headers: headers
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect(),
+        etag: get("etag"),
+        last_modified: get("last-modified"),
+        stored_at_unix_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        size: 0,
+    }
+}
+
+/// Whether a response may be stored at all: a 200 that does not say `no-store` or `private`.
+pub fn storable(status: StatusCode, headers: &HeaderMap) -> bool {
+    let cache_control = headers
+        .get_all(http::header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",")
+        .to_ascii_lowercase();
+    status == StatusCode::OK
+        && !cache_control.contains("no-store")
+        && !cache_control.contains("private")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "courtesy-cache-{tag}-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    fn headers() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("etag", HeaderValue::from_static("\"v1\""));
+        h.insert("content-type", HeaderValue::from_static("text/html"));
+        h
+    }
+
+    #[test]
+    fn entries_appear_only_when_complete() {
+        let store = Arc::new(Store::open(temp("complete"), 1 << 20));
+        let url = "http://a.test/page";
+        let mut w = store
+            .writer(head_of(url, StatusCode::OK, &headers()))
+            .unwrap();
+        w.write(b"hello ");
+        assert!(store.get(url).is_none(), "not visible before the end");
+        w.write(b"world");
+        w.finish();
+        let (head, body) = store.get(url).unwrap();
+        assert_eq!(&body[..], b"hello world");
+        assert_eq!(head.etag.as_deref(), Some("\"v1\""));
+        assert_eq!(head.header_map()["content-type"], "text/html");
+        let abandoned = store
+            .writer(head_of("http://a.test/other", StatusCode::OK, &headers()))
+            .unwrap();
+        drop(abandoned);
+        assert!(store.get("http://a.test/other").is_none());
+    }
+
+    #[test]
+    fn the_store_is_bounded_and_evicts_the_least_recently_used() {
+        let dir = temp("bounded");
+        let store = Arc::new(Store::open(dir.clone(), 25));
+        for name in ["a", "b", "c"] {
+            let mut w = store
+                .writer(head_of(
+                    &format!("http://t/{name}"),
+                    StatusCode::OK,
+                    &headers(),
+                ))
+                .unwrap();
+            w.write(&[0u8; 10]);
+            w.finish();
+            if name == "b" {
+                store.head("http://t/a"); // touch a: b becomes the oldest
+            }
+        }
+        assert!(store.total_bytes() <= 25);
+        assert!(
+            store.get("http://t/b").is_none(),
+            "b was least recently used"
+        );
+        assert!(store.get("http://t/a").is_some() && store.get("http://t/c").is_some());
+        // Reopening finds the entries again.
+        let again = Store::open(dir, 25);
+        assert_eq!(again.total_bytes(), 20);
+    }
+
+    #[test]
+    fn only_plain_200s_are_storable() {
+        assert!(storable(StatusCode::OK, &headers()));
+        assert!(!storable(StatusCode::NOT_FOUND, &headers()));
+        let mut h = headers();
+        h.insert(
+            "cache-control",
+            HeaderValue::from_static("private, max-age=0"),
+        );
+        assert!(!storable(StatusCode::OK, &h));
+    }
+}
