@@ -50,6 +50,7 @@ pub struct Metrics {
     in_flight: Family<HostLabel, Gauge>,
     cooldown: Family<HostLabel, Gauge<f64, AtomicU64>>,
     hosts_known: Gauge,
+    blocks: Family<OutcomeLabels, Counter>,
     leaf_minted: Counter,
     leaf_hits: Counter,
     labelled: Mutex<HashSet<String>>,
@@ -110,6 +111,12 @@ impl Metrics {
             "Seconds left in a host's cooldown or operator pause (0 when none)",
             cooldown.clone(),
         );
+        let blocks = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "blocks",
+            "Block pauses by host and kind (outcome=soft_block: a challenge page; hard_block: 403s in a row)",
+            blocks.clone(),
+        );
         let hosts_known = Gauge::default();
         registry.register(
             "hosts_known",
@@ -138,6 +145,7 @@ impl Metrics {
             in_flight,
             cooldown,
             hosts_known,
+            blocks,
             leaf_minted,
             leaf_hits,
             labelled: Mutex::new(HashSet::new()),
@@ -190,6 +198,17 @@ impl Metrics {
     pub fn refusal(&self, host: &str, refusal: &Refusal) {
         let host = self.label(host);
         self.count(&host, &format!("local_{}", refusal.reason()));
+    }
+
+    /// Counts a block pause (`soft_block` or `hard_block`).
+    pub fn block(&self, host: &str, kind: &str) {
+        let host = self.label(host);
+        self.blocks
+            .get_or_create(&OutcomeLabels {
+                host,
+                outcome: kind.to_string(),
+            })
+            .inc();
     }
 
     fn count(&self, host: &str, outcome: &str) {

@@ -341,6 +341,7 @@ impl Proxy {
                     "hard block: {} 403s in a row; pausing the host",
                     policy.hard_block_after
                 );
+                self.metrics.block(permit.host_key(), "hard_block");
                 self.alerts.host_blocked(
                     permit.host_key(),
                     "hard_block",
@@ -612,12 +613,14 @@ impl Proxy {
             return None;
         }
         let alerts = self.alerts.clone();
+        let metrics = self.metrics.clone();
         let key = key.to_string();
         Some(Box::new(BlockScan::new(
             policy.block_markers.clone(),
             policy.block_scan_bytes,
             Box::new(move |permit: &Permit, marker: &str| {
                 if let Some(pause) = permit.soft_block() {
+                    metrics.block(&key, "soft_block");
                     warn!(host = %key, marker, pause_s = pause.as_secs_f64(), "soft block: the host sent a challenge page; pausing it");
                     alerts.host_blocked(
                         &key,
@@ -632,6 +635,7 @@ impl Proxy {
 
     fn soft_blocked(&self, permit: &Permit, what: &str) {
         if let Some(pause) = permit.soft_block() {
+            self.metrics.block(permit.host_key(), "soft_block");
             warn!(
                 pause_s = pause.as_secs_f64(),
                 "soft block: {what}; pausing the host"

@@ -218,6 +218,20 @@ async fn a_challenge_page_pauses_the_host_and_the_webhook_hears_of_it() {
         "nothing reaches the origin during the pause"
     );
 
+    let (_, metrics) = admin_call(
+        "GET",
+        &format!("http://{}/metrics", courtesy.admin),
+        None,
+        "",
+    )
+    .await;
+    let line = format!(
+        "courtesy_blocks_total{{host=\"{}\",outcome=\"soft_block\"}} 1",
+        origin.addr
+    );
+    assert!(metrics.contains(&line), "missing {line} in\n{metrics}");
+    let (_, hosts) = admin_call("GET", &format!("http://{}/hosts", courtesy.admin), None, "").await;
+    assert!(hosts.contains("soft block"), "{hosts}");
     assert!(
         eventually(Duration::from_secs(5), || hook.count() == 1).await,
         "one webhook POST"
