@@ -17,10 +17,10 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
-use crate::config::{canonical_ip, HttpsMode, OnCooldown};
+use crate::config::{HttpsMode, OnCooldown};
 use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::metrics::Metrics;
-use crate::response::{local, ProxyBody, ProxyError};
+use crate::response::{self, local, ProxyBody, ProxyError};
 use crate::tls::Interceptor;
 
 /// The dashboard: one self-contained page that polls `/hosts`.
@@ -56,15 +56,7 @@ impl Admin {
     ) -> Result<Response<ProxyBody>, Infallible> {
         let config = self.limiter.config();
         if !config.client_allowed(client.ip()) {
-            return Ok(local(
-                StatusCode::FORBIDDEN,
-                ProxyError::HttpRequestDenied,
-                &format!(
-                    "client {} is not in [proxy] allow_clients",
-                    canonical_ip(client.ip())
-                ),
-                None,
-            ));
+            return Ok(response::client_not_allowed(client.ip()));
         }
         // The dashboard page itself holds no data: it is served without the token, and reads the
         // token for its /hosts calls from the URL fragment (`/#token=...`).

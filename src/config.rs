@@ -1106,28 +1106,27 @@ impl Validator<'_> {
             }
             p.backoff_statuses = statuses;
         }
-        if let Some(v) = &file.on_cooldown {
-            match v.get_ref().as_str() {
-                "reject" => p.on_cooldown = OnCooldown::Reject,
-                "hold" => p.on_cooldown = OnCooldown::Hold,
-                other => self.error(
-                    v.span().start,
-                    &format!("{label}: on_cooldown must be \"reject\" or \"hold\", got {other:?}"),
-                ),
-            }
+        if let Some(x) = self.choice(
+            &file.on_cooldown,
+            label,
+            "on_cooldown",
+            &[("reject", OnCooldown::Reject), ("hold", OnCooldown::Hold)],
+        ) {
+            p.on_cooldown = x;
         }
         if let Some(n) = self.count(&file.retry_idempotent, label, "retry_idempotent", 0, 10) {
             p.retry_idempotent = n as u32;
         }
-        if let Some(v) = &file.https {
-            match v.get_ref().as_str() {
-                "intercept" => p.https = HttpsMode::Intercept,
-                "tunnel" => p.https = HttpsMode::Tunnel,
-                other => self.error(
-                    v.span().start,
-                    &format!("{label}: https must be \"intercept\" or \"tunnel\", got {other:?}"),
-                ),
-            }
+        if let Some(x) = self.choice(
+            &file.https,
+            label,
+            "https",
+            &[
+                ("intercept", HttpsMode::Intercept),
+                ("tunnel", HttpsMode::Tunnel),
+            ],
+        ) {
+            p.https = x;
         }
         if let Some(v) = &file.obey_robots {
             p.obey_robots = *v.get_ref();
@@ -1187,18 +1186,17 @@ impl Validator<'_> {
             }
             p.skip_resources = kinds;
         }
-        if let Some(v) = &file.cache {
-            match v.get_ref().as_str() {
-                "off" => p.cache = CacheMode::Off,
-                "revalidate" => p.cache = CacheMode::Revalidate,
-                "dev" => p.cache = CacheMode::Dev,
-                other => self.error(
-                    v.span().start,
-                    &format!(
-                        "{label}: cache must be \"off\", \"revalidate\" or \"dev\", got {other:?}"
-                    ),
-                ),
-            }
+        if let Some(x) = self.choice(
+            &file.cache,
+            label,
+            "cache",
+            &[
+                ("off", CacheMode::Off),
+                ("revalidate", CacheMode::Revalidate),
+                ("dev", CacheMode::Dev),
+            ],
+        ) {
+            p.cache = x;
         }
         if let Some(v) = &file.off_peak {
             match parse_off_peak(v.get_ref()) {
@@ -1243,6 +1241,32 @@ impl Validator<'_> {
             );
         }
         p
+    }
+
+    /// One of a closed set of words, as its enum value.
+    fn choice<T: Copy>(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        label: &str,
+        key: &str,
+        choices: &[(&str, T)],
+    ) -> Option<T> {
+        let v = value.as_ref()?;
+        let found = choices
+            .iter()
+            .find(|(word, _)| *word == v.get_ref().as_str());
+        if found.is_none() {
+            let words: Vec<String> = choices.iter().map(|(w, _)| format!("{w:?}")).collect();
+            self.error(
+                v.span().start,
+                &format!(
+                    "{label}: {key} must be one of {}, got {:?}",
+                    words.join(", "),
+                    v.get_ref()
+                ),
+            );
+        }
+        found.map(|(_, x)| *x)
     }
 
     /// A number in `min..=max`.

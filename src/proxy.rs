@@ -138,15 +138,7 @@ impl Proxy {
         client: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
         if !self.limiter.config().client_allowed(client.ip()) {
-            return Ok(local(
-                StatusCode::FORBIDDEN,
-                ProxyError::HttpRequestDenied,
-                &format!(
-                    "client {} is not in [proxy] allow_clients",
-                    canonical_ip(client.ip())
-                ),
-                None,
-            ));
+            return Ok(response::client_not_allowed(client.ip()));
         }
         if req.method() == Method::CONNECT {
             return Ok(self.connect(req, client).await);
@@ -213,7 +205,7 @@ impl Proxy {
         if use_cache && host_policy.cache == CacheMode::Dev {
             if let Some((head, body)) = self.cache.get(&url) {
                 info!(url = %url, "answered from the cache (dev)");
-                return self.from_cache(head, body, "hit; dev");
+                return self.answer_from_cache(head, body, "hit; dev");
             }
         }
         let mut revalidating = false;
@@ -320,7 +312,7 @@ impl Proxy {
                         latency_ms = latency.as_millis() as u64,
                         "revalidated: answered from the cache"
                     );
-                    return self.from_cache(head, body, "revalidated");
+                    return self.answer_from_cache(head, body, "revalidated");
                 }
             }
             self.metrics
@@ -574,7 +566,7 @@ impl Proxy {
     }
 
     /// A stored response as the full 200, saying where it came from in `x-courtesy-cache`.
-    fn from_cache(
+    fn answer_from_cache(
         &self,
         head: cache::Head,
         body: bytes::Bytes,

@@ -280,6 +280,19 @@ pub fn local(
     response
 }
 
+/// The answer for a client outside `[proxy] allow_clients`.
+pub fn client_not_allowed(ip: std::net::IpAddr) -> Response<ProxyBody> {
+    local(
+        StatusCode::FORBIDDEN,
+        ProxyError::HttpRequestDenied,
+        &format!(
+            "client {} is not in [proxy] allow_clients",
+            crate::config::canonical_ip(ip)
+        ),
+        None,
+    )
+}
+
 /// The local answer for a pacing refusal.
 pub fn refusal(refusal: &Refusal, host: &str) -> Response<ProxyBody> {
     match refusal {

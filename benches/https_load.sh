@@ -1,0 +1,562 @@
+#!/usr/bin/env bash
+# HTTPS load benchmark: courtesy's TLS interception against the same TLS origin reached directly,
+# on loopback only.
+#
+# The client is benches/https_load.rs (hyper 1 client connections over tokio-rustls, ring, no
+# OpenSSL). The origin is nginx (1 worker, TLS on a loopback port, a certificate for IP 127.0.0.1
+# signed by a test CA made here with the openssl CLI, serving a 1 KiB static file). Cases:
+#   direct         client -TLS-> nginx
+#   courtesy       client -CONNECT, TLS with courtesy's local CA-> courtesy (RUST_LOG=warn)
+#                  -its own verified TLS (upstream_ca = the test CA)-> nginx
+#   courtesy-info  the same at the default log level (one line per request), for INFO_CONNS only
+# in two modes:
+#   keep  kept-alive: N connections opened before the clock starts, GETs back to back on each
+#   new   a new connection per request: TCP (+ CONNECT through courtesy) + a full TLS handshake
+#         (the client never resumes sessions) + one GET with Connection: close
+# at CONNS (keep) and NEW_CONNS (new) concurrent connections, each run DURATION seconds, REPEATS
+# times, the cases interleaved within each repeat. Pacing is effectively off (rate and burst
+# 1000000): this measures the proxy's own cost. After the runs it reads courtesy's admin page for
+# the leaf-certificate cache counts.
+#
+# Usage: bash benches/https_load.sh > out.md   (progress on stderr, the Markdown report on stdout)
+# Knobs (environment): DURATION=8 REPEATS=3 CONNS="1 16 64" NEW_CONNS="1 16 64" INFO_CONNS=16
+#   THREADS=1 (client tokio worker threads), MAX_REQUESTS=5000000 (per run), NOISE_PCT=10 and
+#   RETRY_BUDGET=10 (a run during which other processes used more than NOISE_PCT % of a core is
+#   run again, at most twice, at most RETRY_BUDGET times in all), QUIET_BUDGET=600 (before each
+#   run, wait in 0.5 s steps while other processes use more than NOISE_PCT % of a core, at most
+#   this many seconds in all), ORIGIN_PORT=18443 (its plain
+#   status port is +1), COURTESY_PORT=18228 COURTESY_INFO_PORT=18238 (admin ports are +1),
+#   COURTESY_BIN and LOAD_BIN (prebuilt binaries; by default both are built here with cargo).
+# With the defaults one run takes about 7 minutes on 2 cores.
+#
+# Needs: nginx, openssl, curl (Debian packages; installed with apt-get when missing, as root).
+# Everything it starts lives in one temp dir and is stopped by PID on exit.
+
+set -Eeuo pipefail
+# set -e stops the script at a failed command; this says which one.
+trap 'printf "[https_load] error: line %s: %s failed\n" "$LINENO" "$BASH_COMMAND" >&2' ERR
+
+export PATH="$PATH:/usr/sbin:/sbin"
+export LC_ALL=C
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DURATION=${DURATION:-8}
+REPEATS=${REPEATS:-3}
+CONNS=${CONNS:-"1 16 64"}
+NEW_CONNS=${NEW_CONNS:-"1 16 64"}
+INFO_CONNS=${INFO_CONNS:-16}
+THREADS=${THREADS:-1}
+MAX_REQUESTS=${MAX_REQUESTS:-5000000}
+NOISE_PCT=${NOISE_PCT:-10}
+RETRY_BUDGET=${RETRY_BUDGET:-10}
+QUIET_BUDGET=${QUIET_BUDGET:-600}
+ORIGIN_PORT=${ORIGIN_PORT:-18443}
+STATUS_PORT=$((ORIGIN_PORT + 1))
+COURTESY_PORT=${COURTESY_PORT:-18228}
+COURTESY_INFO_PORT=${COURTESY_INFO_PORT:-18238}
+COURTESY_BIN=${COURTESY_BIN:-}
+LOAD_BIN=${LOAD_BIN:-}
+HOST=127.0.0.1
+
+log() { printf '[https_load %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+# Every loop below is bounded: these caps keep a typo in the environment from making it long.
+[[ $DURATION =~ ^[0-9]+$ ]] && ((DURATION >= 1 && DURATION <= 60)) || die "DURATION must be 1..60 seconds"
+[[ $REPEATS =~ ^[0-9]+$ ]] && ((REPEATS >= 1 && REPEATS <= 10)) || die "REPEATS must be 1..10"
+[[ $THREADS =~ ^[0-9]+$ ]] && ((THREADS >= 1 && THREADS <= 16)) || die "THREADS must be 1..16"
+[[ $MAX_REQUESTS =~ ^[0-9]+$ ]] && ((MAX_REQUESTS >= 1 && MAX_REQUESTS <= 20000000)) ||
+    die "MAX_REQUESTS must be 1..20000000"
+[[ $NOISE_PCT =~ ^[0-9]+$ ]] || die "NOISE_PCT must be a whole number (percent of one core)"
+[[ $RETRY_BUDGET =~ ^[0-9]+$ ]] && ((RETRY_BUDGET <= 30)) || die "RETRY_BUDGET must be 0..30"
+[[ $QUIET_BUDGET =~ ^[0-9]+$ ]] && ((QUIET_BUDGET <= 3600)) || die "QUIET_BUDGET must be 0..3600 seconds"
+for c in $CONNS $NEW_CONNS $INFO_CONNS; do
+    [[ $c =~ ^[0-9]+$ ]] && ((c >= 1 && c <= 1000)) || die "connection counts must be 1..1000, got $c"
+done
+for port in "$ORIGIN_PORT" "$COURTESY_PORT" "$COURTESY_INFO_PORT"; do
+    [[ $port =~ ^[0-9]+$ ]] && ((port >= 1024 && port <= 65534)) || die "ports must be 1024..65534"
+done
+
+# ---- tools and binaries --------------------------------------------------------------------------
+
+missing=()
+command -v nginx >/dev/null || missing+=(nginx)
+command -v openssl >/dev/null || missing+=(openssl)
+command -v curl >/dev/null || missing+=(curl)
+if ((${#missing[@]})); then
+    ((EUID == 0)) || die "missing ${missing[*]}: install them (apt-get install -y ${missing[*]})"
+    log "installing ${missing[*]}"
+    apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+fi
+
+BUILT_HERE=0
+if [[ -z $COURTESY_BIN || -z $LOAD_BIN ]]; then
+    [[ -z $COURTESY_BIN ]] && BUILT_HERE=1
+    log "building courtesy and the https_load bench (release)"
+    json=$(cd "$ROOT" && cargo build --release --bin courtesy --bench https_load \
+        --message-format=json-render-diagnostics) || die "cargo build failed"
+    # The executables cargo reports for the two targets.
+    exe_of() {
+        grep -F '"reason":"compiler-artifact"' <<<"$json" | grep -F "\"name\":\"$1\"" |
+            grep -o '"executable":"[^"]*"' | tail -n 1 | sed 's/^"executable":"//; s/"$//'
+    }
+    [[ -n $COURTESY_BIN ]] || COURTESY_BIN=$(exe_of courtesy)
+    [[ -n $LOAD_BIN ]] || LOAD_BIN=$(exe_of https_load)
+fi
+[[ -x $COURTESY_BIN ]] || die "no courtesy binary at '$COURTESY_BIN'"
+[[ -x $LOAD_BIN ]] || die "no https_load binary at '$LOAD_BIN'"
+log "courtesy: $COURTESY_BIN"
+log "client:   $LOAD_BIN"
+CLK_TCK=$(getconf CLK_TCK)
+
+# ---- temp dir, processes, cleanup ----------------------------------------------------------------
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/courtesy-https-load.XXXXXX")
+chmod 755 "$TMP"
+PIDS=()
+
+cleanup() {
+    local rc=$? pid i
+    trap - EXIT INT TERM
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+port_busy() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# Waits (at most 10 s) until `port` accepts connections, failing early if `pid` died.
+wait_port() {
+    local pid=$1 port=$2 name=$3 i
+    for ((i = 0; i < 100; i++)); do
+        port_busy "$port" && return 0
+        kill -0 "$pid" 2>/dev/null || die "$name exited at start-up: $(tail -n 5 "$TMP"/*/log* 2>/dev/null)"
+        sleep 0.1
+    done
+    die "$name did not listen on $HOST:$port within 10 s"
+}
+
+for port in "$ORIGIN_PORT" "$STATUS_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) \
+    "$COURTESY_INFO_PORT" $((COURTESY_INFO_PORT + 1)); do
+    port_busy "$port" && die "port $HOST:$port is already in use (set the *_PORT variables)"
+done
+
+# "utime stime" in clock ticks of a process (all its threads).
+cpu_ticks() {
+    local stat
+    local -a f
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || {
+        echo "0 0"
+        return
+    }
+    read -r -a f <<<"${stat##*) }"
+    echo "${f[11]} ${f[12]}"
+}
+
+# CPU ticks (utime+stime+cutime+cstime) of every process on the machine except this script and
+# the servers it started: what else ran during a run (a build, a test suite) and disturbed it.
+# The client is this script's child: once reaped, it is counted in this script's cutime (skipped).
+other_ticks() {
+    # A process may exit between the glob and the read: cat then fails, which is no error here.
+    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v skip=" $$ ${PIDS[*]} " '{
+        pid = $1
+        sub(/^.*\) /, "")
+        if (index(skip, " " pid " ") == 0) total += $12 + $13 + $14 + $15
+    } END { printf "%d\n", total }'
+}
+
+# Waits (0.5 s at a time, out of QUIET_BUDGET seconds in all) until the other processes on the
+# machine use at most NOISE_PCT % of a core: other engineers' builds share these 2 cores.
+QUIET_WAITED=0
+wait_quiet() {
+    local a b pct waited=0
+    while ((QUIET_BUDGET * 2 > QUIET_WAITED)); do
+        a=$(other_ticks)
+        sleep 0.5
+        b=$(other_ticks)
+        pct=$(((b - a) * 200 / CLK_TCK))
+        ((pct > NOISE_PCT)) || break
+        QUIET_WAITED=$((QUIET_WAITED + 1))
+        waited=$((waited + 1))
+    done
+    ((waited == 0)) || log "waited $((waited / 2)).$((waited % 2 * 5)) s for other processes to quieten (last 0.5 s: ${pct}% of a core)"
+}
+
+# ---- test CA and origin certificate (ECDSA P-256, like courtesy's leaves) -------------------------
+
+mkdir -p "$TMP/pki"
+(
+    cd "$TMP/pki"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -keyout ca.key -out ca.pem -subj "/CN=courtesy https_load test CA" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -keyout origin.key -out origin.csr -subj "/CN=$HOST" 2>/dev/null
+    printf '%s\n' "basicConstraints = critical, CA:FALSE" "keyUsage = critical, digitalSignature" \
+        "extendedKeyUsage = serverAuth" "subjectAltName = IP:$HOST" >origin.ext
+    openssl x509 -req -in origin.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+        -extfile origin.ext -out origin.pem 2>/dev/null
+) || die "openssl could not make the test certificates"
+ORIGIN_CA=$TMP/pki/ca.pem
+
+# ---- origin: nginx with TLS ----------------------------------------------------------------------
+
+mkdir -p "$TMP/nginx/www" "$TMP/nginx/tmp"
+head -c 1024 /dev/urandom >"$TMP/nginx/www/1k"
+chmod -R a+rX "$TMP/nginx" "$TMP/pki"
+cat >"$TMP/nginx/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log warn;
+worker_rlimit_nofile 16384;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_timeout 300s;
+    keepalive_requests 100000000;
+    client_body_temp_path $TMP/nginx/tmp/body;
+    proxy_temp_path $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path $TMP/nginx/tmp/scgi;
+    server {
+        listen $HOST:$ORIGIN_PORT ssl;
+        ssl_certificate $TMP/pki/origin.pem;
+        ssl_certificate_key $TMP/pki/origin.key;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        root $TMP/nginx/www;
+    }
+    server {
+        listen $HOST:$STATUS_PORT;
+        location = /nginx_status { stub_status; }
+    }
+}
+EOF
+nginx -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$TMP/nginx/nginx.conf" >"$TMP/nginx/log" 2>&1 &
+NGINX_PID=$!
+PIDS+=("$NGINX_PID")
+wait_port "$NGINX_PID" "$ORIGIN_PORT" nginx
+
+# "accepts requests" of the origin so far (stub_status); each status request counts itself.
+origin_counts() {
+    curl -sS --max-time 5 "http://$HOST:$STATUS_PORT/nginx_status" | awk 'NR == 3 { print $1, $3 }'
+}
+
+# ---- courtesy ------------------------------------------------------------------------------------
+
+# Starts courtesy as `name` on `port`; its PID goes to STARTED_PID (not echoed: a command
+# substitution would run this in a subshell and lose PIDS).
+start_courtesy() {
+    local name=$1 port=$2 rust_log=$3 dir="$TMP/$1" i
+    mkdir -p "$dir"
+    cat >"$dir/courtesy.toml" <<EOF
+# Pacing effectively off: this measures the proxy's own cost.
+[proxy]
+listen = "$HOST:$port"
+admin_listen = "$HOST:$((port + 1))"
+state_dir = "$dir/state"
+upstream_ca = "$ORIGIN_CA"
+connect_ports = [$ORIGIN_PORT]
+max_in_flight = 100000
+
+[defaults]
+rate = 1000000
+burst = 1000000
+concurrency = 100000
+max_queue = 1000000
+EOF
+    if [[ -n $rust_log ]]; then
+        RUST_LOG=$rust_log "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
+    else
+        env -u RUST_LOG "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
+    fi
+    STARTED_PID=$!
+    PIDS+=("$STARTED_PID")
+    wait_port "$STARTED_PID" "$port" "$name"
+    for ((i = 0; i < 50; i++)); do
+        [[ -s $dir/state/ca.pem ]] && return 0
+        sleep 0.1
+    done
+    die "$name wrote no CA certificate at $dir/state/ca.pem"
+}
+
+start_courtesy courtesy "$COURTESY_PORT" warn
+COURTESY_PID=$STARTED_PID
+start_courtesy courtesy-info "$COURTESY_INFO_PORT" ""
+COURTESY_INFO_PID=$STARTED_PID
+
+proxy_port() {
+    case $1 in
+        courtesy) echo "$COURTESY_PORT" ;;
+        courtesy-info) echo "$COURTESY_INFO_PORT" ;;
+    esac
+}
+proxy_pid() {
+    case $1 in
+        courtesy) echo "$COURTESY_PID" ;;
+        courtesy-info) echo "$COURTESY_INFO_PID" ;;
+        *) echo "" ;;
+    esac
+}
+ca_of() {
+    case $1 in
+        direct) echo "$ORIGIN_CA" ;;
+        *) echo "$TMP/$1/state/ca.pem" ;;
+    esac
+}
+
+# ---- check the paths with curl: direct TLS, and interception (courtesy's CA, its Via header) --------
+
+URL="https://$HOST:$ORIGIN_PORT/1k"
+status=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' --cacert "$ORIGIN_CA" "$URL") ||
+    die "curl could not reach the TLS origin directly"
+[[ $status == 200 ]] || die "direct: expected 200 from the origin, got $status"
+for case in courtesy courtesy-info; do
+    headers=$(curl -sS --max-time 5 -D - -o /dev/null --cacert "$(ca_of "$case")" \
+        -x "http://$HOST:$(proxy_port "$case")" "$URL") || die "$case: curl through courtesy failed"
+    status=$(head -n 1 <<<"$headers" | tr -d '\r')
+    # The first head is the CONNECT's 200; the last one is the origin's answer.
+    last=$(awk 'BEGIN { RS = "\r\n\r\n" } NF { h = $0 } END { print h }' <<<"$headers")
+    via=$(grep -i '^via:' <<<"$last" | tr -d '\r' || true)
+    [[ $(head -n 1 <<<"$last") == *" 200"* ]] || die "$case: expected 200 through courtesy, got: $last"
+    [[ $via == *courtesy* ]] || die "$case: no courtesy Via header inside the tunnel: not intercepted? ($via)"
+    log "$case intercepts: $status, then $(head -n 1 <<<"$last" | tr -d '\r'), $via"
+done
+
+# ---- runs ----------------------------------------------------------------------------------------
+
+RUNS="$TMP/runs.tsv"
+: >"$RUNS"
+OPENED="$TMP/opened.tsv" # connections each courtesy instance was sent (CONNECTs), warm-ups included
+: >"$OPENED"
+
+# One bounded client run; with `rep` > 0 the result is appended to $RUNS.
+run_load() {
+    local case=$1 mode=$2 conns=$3 secs=$4 rep=$5
+    local pid out err c0 c1 o0 o1 x0 x1 before after logfile="" lines=0
+    local -a extra=()
+    pid=$(proxy_pid "$case")
+    [[ $case != direct ]] && extra+=(--proxy "$HOST:$(proxy_port "$case")")
+    [[ $mode == new ]] && extra+=(--new-conn)
+    [[ $case == courtesy-info ]] && logfile="$TMP/$case/log" && : >"$logfile"
+    wait_quiet
+    before=$(origin_counts)
+    x0=$(other_ticks)
+    o0=$(cpu_ticks "$NGINX_PID")
+    c0="0 0"
+    [[ -n $pid ]] && c0=$(cpu_ticks "$pid")
+    out=$(timeout $((secs + 60)) "$LOAD_BIN" --origin "$HOST:$ORIGIN_PORT" --ca "$(ca_of "$case")" \
+        --path /1k --body-bytes 1024 --conns "$conns" --duration "$secs" \
+        --max-requests "$MAX_REQUESTS" --threads "$THREADS" "${extra[@]}" 2>"$TMP/client.err") ||
+        die "client failed for $case $mode c=$conns: $(cat "$TMP/client.err")"
+    c1="0 0"
+    [[ -n $pid ]] && c1=$(cpu_ticks "$pid")
+    o1=$(cpu_ticks "$NGINX_PID")
+    x1=$(other_ticks)
+    after=$(origin_counts)
+    err=$(cat "$TMP/client.err")
+    local result
+    result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from the client: $out $err"
+    # shellcheck disable=SC2086
+    set -- $result $before $after $c0 $c1 $o0 $o1
+    # $2 requests, $3 errors, $4 elapsed µs, $5 p50 µs, $6 p99 µs, $7 connections opened,
+    # $8 client CPU ticks, $9/$10 origin accepts/requests before, $11/$12 after,
+    # $13/$14 proxy user/sys ticks before, $15/$16 after, $17..$20 the same for the origin.
+    [[ $case != direct ]] && printf '%s\t%s\n' "$case" "$7" >>"$OPENED"
+    ((rep > 0)) || {
+        log "warm-up $case $mode c=$conns: ${err%%$'\n'*}"
+        (($3 == 0)) || die "errors during the warm-up of $case $mode: $err"
+        return 0
+    }
+    [[ -n $logfile ]] && lines=$(grep -c 'upstream response' "$logfile" || true)
+    awk -v OFS='\t' -v case="$case" -v mode="$mode" -v conns="$conns" -v rep="$rep" \
+        -v n="$2" -v errs="$3" -v dur="$4" -v p50="$5" -v p99="$6" -v opened="$7" \
+        -v cticks="$8" -v acc=$((${11} - $9 - 1)) -v oreq=$((${12} - ${10} - 1)) -v lines="$lines" \
+        -v pticks=$((${15} + ${16} - ${13} - ${14})) -v haspid="${pid:+1}" \
+        -v oticks=$((${19} + ${20} - ${17} - ${18})) -v hz="$CLK_TCK" -v xticks=$((x1 - x0)) \
+        'BEGIN {
+            rps = n / (dur / 1e6)
+            pcpu = haspid ? sprintf("%.1f", pticks / hz * 1e6 / n) : "-"
+            ocpu = sprintf("%.1f", oticks / hz * 1e6 / n)
+            ccpu = sprintf("%.1f", cticks / hz * 1e6 / n)
+            other = sprintf("%.0f", xticks / hz * 100 / (dur / 1e6))
+            print mode, conns, case, rep, sprintf("%.0f", rps), p50, p99, pcpu, ocpu, ccpu, n,
+                errs, opened, oreq, acc, lines, other
+        }' >>"$RUNS"
+    log "$(tail -n 1 "$RUNS" | awk -F'\t' '{ printf "%-4s c=%-3s %-13s rep %s: %6s req/s  p50 %7.3f ms  p99 %7.3f ms  CPU µs/req proxy %6s origin %5s client %5s  requests %s errors %s conns %s  origin saw %s req, %s new conns  log lines %s  other CPU %s%%",
+        $1, $2, $3, $4, $5, $6 / 1000, $7 / 1000, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 }')"
+}
+
+contains() { [[ " $1 " == *" $2 "* ]]; }
+
+RETRIES=0
+START=$(date +%s)
+# Warm-ups at the largest connection counts, so that courtesy's upstream pool has grown.
+max_of() { tr ' ' '\n' <<<"$1" | sort -n | tail -n 1; }
+for case in direct courtesy courtesy-info; do
+    run_load "$case" keep "$(max_of "$CONNS")" 2 0
+    run_load "$case" new "$(max_of "$NEW_CONNS")" 2 0
+done
+for mode in keep new; do
+    if [[ $mode == keep ]]; then list=$CONNS; else list=$NEW_CONNS; fi
+    for conns in $list; do
+        cases=(direct courtesy)
+        contains "$INFO_CONNS" "$conns" && cases+=(courtesy-info)
+        for ((rep = 1; rep <= REPEATS; rep++)); do
+            for case in "${cases[@]}"; do
+                for ((try = 0; try <= 2; try++)); do
+                    run_load "$case" "$mode" "$conns" "$DURATION" "$rep"
+                    other=$(tail -n 1 "$RUNS" | cut -f 17)
+                    ((other > NOISE_PCT && try < 2 && RETRY_BUDGET > 0)) || break
+                    RETRY_BUDGET=$((RETRY_BUDGET - 1))
+                    RETRIES=$((RETRIES + 1))
+                    log "other processes used ${other}% of a core during that run: running it again"
+                    sed -i '$d' "$RUNS"
+                    sleep 3
+                done
+            done
+        done
+    done
+done
+ELAPSED=$(($(date +%s) - START))
+
+# Leaf-certificate cache counts from each courtesy's admin listener: the plain-text line
+# `leaf certificates: N cache hits, M minted` of `GET /`, or, where `/` is an HTML dashboard, the
+# Prometheus counters of `GET /metrics`.
+leaf_line() {
+    local admin="http://$HOST:$(($(proxy_port "$1") + 1))" page hits minted
+    page=$(curl -sS --max-time 5 "$admin/" || true)
+    if grep -q '^leaf certificates:' <<<"$page"; then
+        grep '^leaf certificates:' <<<"$page" | head -n 1
+        return
+    fi
+    page=$(curl -sS --max-time 5 "$admin/metrics" || true)
+    hits=$(awk '$1 == "courtesy_leaf_certificate_cache_hits_total" { print $2 }' <<<"$page")
+    minted=$(awk '$1 == "courtesy_leaf_certificates_minted_total" { print $2 }' <<<"$page")
+    echo "leaf certificates: ${hits:-?} cache hits, ${minted:-?} minted (from /metrics)"
+}
+LEAF_WARN=$(leaf_line courtesy)
+LEAF_INFO=$(leaf_line courtesy-info)
+
+# ---- report --------------------------------------------------------------------------------------
+
+cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
+lock_version() { awk -v n="$1" '$0 == "name = \"" n "\"" { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"; }
+
+echo "## HTTPS load benchmark: courtesy's interception vs direct TLS, nginx origin, loopback"
+echo
+echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "- machine: $(nproc) CPUs, $cpu_model, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r)"
+if ((BUILT_HERE)); then
+    built="release build of this tree, git $rev"
+else
+    built="prebuilt binary COURTESY_BIN=$COURTESY_BIN; this tree is at git $rev"
+fi
+echo "- courtesy: $("$COURTESY_BIN" --version 2>/dev/null || echo '?') ($built)"
+echo "- client: benches/https_load.rs, hyper $(lock_version hyper), rustls $(lock_version rustls) (ring), tokio-rustls $(lock_version tokio-rustls), $THREADS tokio worker thread(s), HTTP/1.1, no TLS session resumption; $(rustc --version 2>/dev/null || echo 'rustc ?')"
+echo "- origin: nginx $(nginx -v 2>&1 | sed 's/^nginx version: nginx\///') ($(openssl version | cut -d' ' -f1-2)), 1 worker, TLS 1.2/1.3, ECDSA P-256 certificate for IP $HOST, a 1 KiB static file"
+echo "- courtesy: RUST_LOG=warn for the main figures; courtesy-info = the default level (info), at $INFO_CONNS connections; pacing effectively off (rate = burst = 1000000)"
+echo "- runs: ${DURATION} s each, $REPEATS repeats per cell (cases interleaved), 2 s warm-up per case and mode; $RETRIES runs repeated because other processes took more than ${NOISE_PCT}% of a core, $((QUIET_WAITED / 2)) s spent waiting for them to quieten before runs; whole run ${ELAPSED} s"
+echo "- all processes share the machine's CPUs: the client, nginx and courtesy"
+echo "- keep = kept-alive connections opened before the clock starts; new = a new TCP connection per request (+ CONNECT for courtesy), a full TLS handshake, one GET with Connection: close"
+echo
+awk -F'\t' -v noise="$NOISE_PCT" '
+    function sortv(a, n,    i, j, t) {
+        for (i = 2; i <= n; i++) {
+            t = a[i]
+            for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]
+            a[j + 1] = t
+        }
+    }
+    function med(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[int((n + 1) / 2)] }
+    function lo(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[1] }
+    function hi(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[n] }
+    function add(k, v) { vals[k] = (k in vals) ? vals[k] " " v : v }
+    {
+        key = $1 SUBSEP $2 SUBSEP $3
+        if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }
+        add(key SUBSEP "rps", $5); add(key SUBSEP "p50", $6); add(key SUBSEP "p99", $7)
+        if ($8 != "-") add(key SUBSEP "pcpu", $8)
+        add(key SUBSEP "ocpu", $9); add(key SUBSEP "ccpu", $10)
+        errs[key] += $12
+        add(key SUBSEP "fwd", $14 / $11); add(key SUBSEP "acc", $15)
+        add(key SUBSEP "lines", $16 / $11); add(key SUBSEP "other", $17)
+        if ($17 + 0 > noise) noisy++
+        runs++
+    }
+    END {
+        print "| mode | conns | case | req/s median (min–max) | p50 ms | p99 ms | req/s ÷ direct | p50 added vs direct, ms | courtesy CPU µs/req | nginx CPU µs/req | client CPU µs/req |"
+        print "|---|---|---|---|---|---|---|---|---|---|---|"
+        for (i = 1; i <= nkeys; i++) {
+            key = order[i]; split(key, k, SUBSEP)
+            dk = k[1] SUBSEP k[2] SUBSEP "direct"
+            rps = med(vals[key SUBSEP "rps"]); p50 = med(vals[key SUBSEP "p50"]) / 1000
+            p99 = med(vals[key SUBSEP "p99"]) / 1000
+            pcpu = (key SUBSEP "pcpu") in vals ? med(vals[key SUBSEP "pcpu"]) : "-"
+            ratio = "-"; added = "-"
+            if (k[3] != "direct" && (dk SUBSEP "rps") in vals) {
+                ratio = sprintf("%.2f", rps / med(vals[dk SUBSEP "rps"]))
+                added = sprintf("%+.3f", p50 - med(vals[dk SUBSEP "p50"]) / 1000)
+            }
+            flag = errs[key] > 0 ? " (" errs[key] " errors!)" : ""
+            printf "| %s | %s | %s%s | %s (%s–%s) | %.3f | %.3f | %s | %s | %s | %s | %s |\n",
+                k[1], k[2], k[3], flag, rps, lo(vals[key SUBSEP "rps"]), hi(vals[key SUBSEP "rps"]),
+                p50, p99, ratio, added, pcpu, med(vals[key SUBSEP "ocpu"]), med(vals[key SUBSEP "ccpu"])
+            if (k[1] == "keep" && k[3] == "courtesy" && ratio != "-") {
+                cells++
+                if (ratio + 0 >= 0.5) met++
+                worst = (worst == "" || ratio + 0 < worst + 0) ? ratio : worst
+            }
+        }
+        print ""
+        printf "Target (kept-alive intercepted, RUST_LOG=warn, ≥ 0.5 × direct TLS req/s): met in %d of %d cells (lowest ratio %s).\n", met, cells, worst
+        print ""
+        printf "Runs disturbed by other processes (more than %d%% of a core used outside this benchmark, after retries): %d of %d.\n", noise, noisy, runs
+        print ""
+        print "Checks (medians over repeats): origin requests per client request (1.00 = every request reached nginx), new TCP connections nginx accepted per run (courtesy keeps its upstream connections alive), courtesy log lines per request, and the CPU other processes used during the runs, in % of one core (median, max)."
+        print ""
+        print "| mode | conns | case | origin req / client req | origin new conns | log lines / req | other CPU % (max) |"
+        print "|---|---|---|---|---|---|---|"
+        for (i = 1; i <= nkeys; i++) {
+            key = order[i]; split(key, k, SUBSEP)
+            lines = k[3] == "courtesy-info" ? sprintf("%.2f", med(vals[key SUBSEP "lines"])) : "-"
+            printf "| %s | %s | %s | %.3f | %s | %s | %s (%s) |\n", k[1], k[2], k[3],
+                med(vals[key SUBSEP "fwd"]), med(vals[key SUBSEP "acc"]), lines,
+                med(vals[key SUBSEP "other"]), hi(vals[key SUBSEP "other"])
+        }
+    }' "$RUNS"
+echo
+# Leaf cache: one lookup per accepted CONNECT; the first for the host mints, the rest should hit.
+for case in courtesy courtesy-info; do
+    line=$LEAF_WARN
+    [[ $case == courtesy-info ]] && line=$LEAF_INFO
+    sent=$(awk -F'\t' -v c="$case" '$1 == c { s += $2 } END { print s + 1 }' "$OPENED") # +1: the curl check
+    awk -v c="$case" -v sent="$sent" -v line="$line" 'BEGIN {
+        n = split(line, w, " "); hits = w[3]; minted = w[6]
+        rate = (hits + minted > 0) ? sprintf("%.4f %%", 100 * hits / (hits + minted)) : "?"
+        src = line ~ /from \/metrics/ ? "admin /metrics" : "admin page"
+        printf "Leaf-certificate cache (%s, %s after the run): %s cache hits, %s minted: hit rate %s, over %d lookups for %d CONNECTs the clients sent (warm-ups included).\n\n",
+            c, src, hits, minted, rate, hits + minted, sent
+    }'
+done
