@@ -21,13 +21,14 @@
 # Usage: bash benches/https_load.sh > out.md   (progress on stderr, the Markdown report on stdout)
 # Knobs (environment): DURATION=8 REPEATS=3 CONNS="1 16 64" NEW_CONNS="1 16 64" INFO_CONNS=16
 #   THREADS=1 (client tokio worker threads), MAX_REQUESTS=5000000 (per run), NOISE_PCT=10 and
-#   RETRY_BUDGET=10 (a run during which other processes used more than NOISE_PCT % of a core is
+#   RETRY_BUDGET=20 (a run during which other processes used more than NOISE_PCT % of a core is
 #   run again, at most twice, at most RETRY_BUDGET times in all), QUIET_BUDGET=600 (before each
 #   run, wait in 0.5 s steps while other processes use more than NOISE_PCT % of a core, at most
 #   this many seconds in all), ORIGIN_PORT=18443 (its plain
 #   status port is +1), COURTESY_PORT=18228 COURTESY_INFO_PORT=18238 (admin ports are +1),
 #   COURTESY_BIN and LOAD_BIN (prebuilt binaries; by default both are built here with cargo).
-# With the defaults one run takes about 7 minutes on 2 cores.
+# With the defaults one run takes about 8 minutes on a quiet 2-core machine (plus the build, and
+# longer while it waits for other processes).
 #
 # Needs: nginx, openssl, curl (Debian packages; installed with apt-get when missing, as root).
 # Everything it starts lives in one temp dir and is stopped by PID on exit.
@@ -48,7 +49,7 @@ INFO_CONNS=${INFO_CONNS:-16}
 THREADS=${THREADS:-1}
 MAX_REQUESTS=${MAX_REQUESTS:-5000000}
 NOISE_PCT=${NOISE_PCT:-10}
-RETRY_BUDGET=${RETRY_BUDGET:-10}
+RETRY_BUDGET=${RETRY_BUDGET:-20}
 QUIET_BUDGET=${QUIET_BUDGET:-600}
 ORIGIN_PORT=${ORIGIN_PORT:-18443}
 STATUS_PORT=$((ORIGIN_PORT + 1))
@@ -107,7 +108,12 @@ if [[ -z $COURTESY_BIN || -z $LOAD_BIN ]]; then
     [[ -n $COURTESY_BIN ]] || COURTESY_BIN=$(exe_of courtesy)
     [[ -n $LOAD_BIN ]] || LOAD_BIN=$(exe_of https_load)
 fi
+# The tree as built (others may commit while the benchmark runs).
+rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
+rev="$rev at $(date -u +%H:%M) UTC"
 [[ -x $COURTESY_BIN ]] || die "no courtesy binary at '$COURTESY_BIN'"
+COURTESY_VERSION=$("$COURTESY_BIN" --version 2>/dev/null || echo 'courtesy ?')
 [[ -x $LOAD_BIN ]] || die "no https_load binary at '$LOAD_BIN'"
 log "courtesy: $COURTESY_BIN"
 log "client:   $LOAD_BIN"
@@ -460,8 +466,6 @@ LEAF_INFO=$(leaf_line courtesy-info)
 # ---- report --------------------------------------------------------------------------------------
 
 cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
 lock_version() { awk -v n="$1" '$0 == "name = \"" n "\"" { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"; }
 
 echo "## HTTPS load benchmark: courtesy's interception vs direct TLS, nginx origin, loopback"
@@ -473,7 +477,7 @@ if ((BUILT_HERE)); then
 else
     built="prebuilt binary COURTESY_BIN=$COURTESY_BIN; this tree is at git $rev"
 fi
-echo "- courtesy: $("$COURTESY_BIN" --version 2>/dev/null || echo '?') ($built)"
+echo "- courtesy: $COURTESY_VERSION ($built)"
 echo "- client: benches/https_load.rs, hyper $(lock_version hyper), rustls $(lock_version rustls) (ring), tokio-rustls $(lock_version tokio-rustls), $THREADS tokio worker thread(s), HTTP/1.1, no TLS session resumption; $(rustc --version 2>/dev/null || echo 'rustc ?')"
 echo "- origin: nginx $(nginx -v 2>&1 | sed 's/^nginx version: nginx\///') ($(openssl version | cut -d' ' -f1-2)), 1 worker, TLS 1.2/1.3, ECDSA P-256 certificate for IP $HOST, a 1 KiB static file"
 echo "- courtesy: RUST_LOG=warn for the main figures; courtesy-info = the default level (info), at $INFO_CONNS connections; pacing effectively off (rate = burst = 1000000)"
