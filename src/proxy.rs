@@ -126,6 +126,11 @@ impl Proxy {
         &self.limiter
     }
 
+    /// Forgets expired robots.txt answers (called by the idle-host sweeper).
+    pub fn sweep_robots(&self) -> usize {
+        self.robots.sweep()
+    }
+
     /// The interceptor that terminates TLS for CONNECTs.
     pub fn interceptor(&self) -> &Arc<Interceptor> {
         &self.interceptor

@@ -148,17 +148,20 @@ impl RobotsCache {
 
     /// What a request for `path` (path and query) by `agent` to the host `key` must do.
     pub fn step(&self, key: &str, agent: &str, path: &str) -> Step {
-        let entry = self
-            .entries
-            .entry(key.to_string())
-            .or_insert_with(|| {
-                Arc::new(Entry {
-                    state: Mutex::new(State::Unknown),
-                    done: Arc::new(Notify::new()),
+        // The common case (a known host) takes a shard read lock and allocates nothing.
+        let found = self.entries.get(key).map(|e| e.value().clone());
+        let entry = found.unwrap_or_else(|| {
+            self.entries
+                .entry(key.to_string())
+                .or_insert_with(|| {
+                    Arc::new(Entry {
+                        state: Mutex::new(State::Unknown),
+                        done: Arc::new(Notify::new()),
+                    })
                 })
-            })
-            .value()
-            .clone();
+                .value()
+                .clone()
+        });
         let now = Instant::now();
         let mut state = lock(&entry.state);
         let stale = match &*state {
@@ -211,6 +214,33 @@ impl RobotsCache {
             }
             State::Unknown => Step::Known(Verdict::Allowed { crawl_delay: None }),
         }
+    }
+}
+
+impl RobotsCache {
+    /// Forgets entries whose answer has expired (they would be fetched again anyway), so that the
+    /// cache follows the hosts in use. Returns how many were dropped.
+    pub fn sweep(&self) -> usize {
+        let now = Instant::now();
+        let before = self.entries.len();
+        self.entries.retain(|_, entry| match &*lock(&entry.state) {
+            State::Fetching => true,
+            State::Unknown => false,
+            State::Rules { until, .. }
+            | State::AllowAll { until }
+            | State::DisallowAll { until, .. } => *until > now,
+        });
+        before - self.entries.len()
+    }
+
+    /// How many hosts have an entry.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no host has an entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 }
 
@@ -267,8 +297,10 @@ mod tests {
             known(cache.step("http://a.test:80", "Special", "/page")),
             Verdict::Disallowed { .. }
         ));
-        // A day later it is fetched again.
+        // A day later it is forgotten, then fetched again.
         tokio::time::sleep(CACHE_FOR).await;
+        assert_eq!(cache.sweep(), 1);
+        assert!(cache.is_empty());
         assert!(matches!(
             cache.step("http://a.test:80", "bot", "/x"),
             Step::Fetch(_)

@@ -84,7 +84,11 @@ pub async fn run(
         metrics.clone(),
     ));
     let admin = Arc::new(Admin::new(limiter.clone(), metrics, interceptor));
-    let sweeper = tokio::spawn(sweep_idle_hosts(limiter.clone(), config.proxy.idle_host));
+    let sweeper = tokio::spawn(sweep_idle_hosts(
+        limiter.clone(),
+        proxy.clone(),
+        config.proxy.idle_host,
+    ));
     let (stop_saver, saver_stop) = tokio::sync::oneshot::channel();
     let saver = tokio::spawn(save_state(limiter.clone(), saver_stop));
     let mut hangups = hangup_signals();
@@ -278,13 +282,14 @@ async fn accepted_or_log(
 }
 
 /// Forgets idle hosts every so often; a timer, not a poll.
-async fn sweep_idle_hosts(limiter: Arc<Limiter>, idle: Duration) {
+async fn sweep_idle_hosts(limiter: Arc<Limiter>, proxy: Arc<Proxy>, idle: Duration) {
     let period = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         let swept = limiter.sweep(idle);
+        proxy.sweep_robots();
         if swept > 0 {
             debug!(swept, left = limiter.host_count(), "idle hosts forgotten");
         }

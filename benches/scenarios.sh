@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Performance scenarios (targets 2–5) against the real release binary: pacing precision, many hosts,
+# parked requests, fan-out fairness. See the header of benches/scenarios.rs for what each measures.
+#
+# Usage: benches/scenarios.sh [--only 1,2,3,4] [--e2e-hosts 5000] [--out PATH|-]
+#   Progress goes to stderr; the Markdown report to stdout and to benches/SCENARIOS_RESULTS.md.
+#   About 4–5 minutes on 2 cores, plus the builds (the release binary is built once and reused).
+#
+# Scenario 3 holds 10,000 client connections in the bench process and as many in courtesy, so the
+# open-file limit is raised first (courtesy inherits it). Loopback only; the only processes started
+# are courtesy (one per scenario) and the bench binary itself, each stopped by its own PID.
+
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+want=65536
+hard=$(ulimit -Hn)
+if [[ $hard != unlimited ]] && ((hard < want)); then
+    # Raising the hard limit needs privileges; fall back to what is allowed.
+    ulimit -Hn "$want" 2>/dev/null || want=$hard
+fi
+ulimit -n "$want" 2>/dev/null || ulimit -n "$hard"
+echo "[scenarios.sh] open files: $(ulimit -n)" >&2
+
+cargo build --release --bin courtesy >&2
+exec cargo bench --bench scenarios -- "$@"
