@@ -106,7 +106,8 @@ fn load(path: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_tracing(args.log_format);
+    // Keeps the log writer thread alive until the end of the run, so the last lines are flushed.
+    let _log_guard = init_tracing(args.log_format);
     let mut config = load(args.config.as_deref())?;
     if let Some(listen) = args.listen {
         config.proxy.listen = listen;
@@ -150,16 +151,25 @@ async fn shutdown_signal() {
     }
 }
 
-fn init_tracing(format: LogFormat) {
+/// Sets up logging to stderr through a writer thread: formatting stays on the request path, but
+/// the write system calls move off it and are batched (a line per request adds up under load).
+/// Lines are never dropped: when the thread falls behind, requests wait for it.
+fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::EnvFilter;
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("courtesy-log")
+        .finish(std::io::BufWriter::new(std::io::stderr()));
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    guard
 }
 
 fn status(
