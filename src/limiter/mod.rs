@@ -961,6 +961,42 @@ mod tests {
         assert!((last - 9.99).abs() < 0.01, "last left at {last}");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn off_peak_rates_switch_at_the_window_edges() {
+        // A one-minute window starting two minutes from now (UTC), at 50/s; 0.001/s outside.
+        let wall = jiff::Timestamp::now();
+        let local = jiff::tz::TimeZone::UTC.to_datetime(wall);
+        let minute = i32::from(local.hour()) * 60 + i32::from(local.minute());
+        let at = |m: i32| format!("{:02}:{:02}", (m % 1440) / 60, m % 60);
+        let toml = format!(
+            "[defaults]\nrate = 0.001\noff_peak = {{ hours = \"{}-{}\", timezone = \"UTC\", rate = 50.0 }}\n",
+            at(minute + 2),
+            at(minute + 3)
+        );
+        let config = Config::parse(&toml, "t.toml").unwrap();
+        let limiter = Limiter::new(Arc::new(config));
+        let start = Instant::now();
+        let mut first = limiter.admit("peak.test", 80).await.unwrap();
+        first.mark_sent();
+        drop(first);
+        assert_eq!(limiter.snapshot("peak.test", 80).unwrap().rate, 0.001);
+        // The next token is 1000 s away at the normal rate, but the window opens sooner: the
+        // waiting request leaves at the window's edge.
+        let mut second = limiter.admit("peak.test", 80).await.unwrap();
+        second.mark_sent();
+        let waited = start.elapsed();
+        let second_of_minute = u64::from(local.second().unsigned_abs());
+        let to_edge = Duration::from_secs(120 - second_of_minute);
+        assert!(
+            waited + Duration::from_secs(1) >= to_edge
+                && waited <= to_edge + Duration::from_secs(1),
+            "left after {waited:?}, the window opened after {to_edge:?}"
+        );
+        assert_eq!(limiter.snapshot("peak.test", 80).unwrap().rate, 50.0);
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!(limiter.snapshot("peak.test", 80).unwrap().rate, 0.001);
+    }
+
     #[test]
     fn keys_are_canonical() {
         assert_eq!(host_key("example.com", 80), "example.com:80");
