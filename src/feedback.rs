@@ -104,9 +104,13 @@ pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudge
             }
         }
     }
-    for prefix in ["ratelimit-", "x-ratelimit-"] {
-        let remaining = header(headers, &format!("{prefix}remaining")).and_then(first_number);
-        let reset = header(headers, &format!("{prefix}reset"))
+    // Read on every response: fixed names, no allocation.
+    for (remaining, reset) in [
+        ("ratelimit-remaining", "ratelimit-reset"),
+        ("x-ratelimit-remaining", "x-ratelimit-reset"),
+    ] {
+        let remaining = header(headers, remaining).and_then(first_number);
+        let reset = header(headers, reset)
             .and_then(first_number)
             .map(|n| reset_delay(n, now));
         if remaining.is_some() || reset.is_some() {

@@ -201,12 +201,16 @@ impl Proxy {
             && body.is_end_stream();
         // The response store: only for bodiless GETs whose client sent no validators of its own
         // (a client that did gets the origin's 304 untouched).
-        let url = parts.uri.to_string();
         let use_cache = host_policy.cache != CacheMode::Off
             && parts.method == Method::GET
             && replayable
             && !parts.headers.contains_key(IF_NONE_MATCH)
             && !parts.headers.contains_key(IF_MODIFIED_SINCE);
+        let url = if use_cache {
+            parts.uri.to_string()
+        } else {
+            String::new()
+        };
         if use_cache && host_policy.cache == CacheMode::Dev {
             if let Some((head, body)) = self.cache.get(&url) {
                 info!(url = %url, "answered from the cache (dev)");
