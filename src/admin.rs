@@ -247,7 +247,7 @@ pub fn host_json(s: &HostSnapshot) -> Value {
             "max_queue": p.max_queue,
             "max_wait_seconds": p.max_wait.as_secs_f64(),
         },
-        "last_statuses": s.stats.last_statuses,
+        "last_statuses": s.stats.last_statuses(),
         "counters": {
             "sent": s.stats.sent,
             "2xx": s.stats.by_class[0],

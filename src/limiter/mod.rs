@@ -217,8 +217,8 @@ impl Drop for Permit {
 /// The pacing state of one target host (`host:port`).
 #[derive(Debug)]
 pub struct Host {
+    /// `host:port` (`[v6]:port`); the host part is read from it, not stored twice.
     key: Arc<str>,
-    host: String,
     port: u16,
     state: Mutex<HostState>,
     /// Tells the dispatcher to look again: a slot came free, a waiter left, shutdown.
@@ -250,10 +250,9 @@ struct Waiter {
 }
 
 impl Host {
-    fn new(key: Arc<str>, host: &str, port: u16, policy: Arc<HostPolicy>, now: Instant) -> Self {
+    fn new(key: Arc<str>, port: u16, policy: Arc<HostPolicy>, now: Instant) -> Self {
         Host {
             key,
-            host: host.to_string(),
             port,
             state: Mutex::new(HostState {
                 pacing: Pacing::new(&policy, now),
@@ -269,6 +268,12 @@ impl Host {
             }),
             wake: Notify::new(),
         }
+    }
+
+    /// The host part of the key (without brackets for IPv6).
+    fn name(&self) -> &str {
+        let host = self.key.rsplit_once(':').map_or(&*self.key, |(h, _)| h);
+        host.trim_start_matches('[').trim_end_matches(']')
     }
 
     /// Locks the state. A panic while the lock was held cannot leave the plain counters in a state
@@ -430,7 +435,7 @@ impl Limiter {
         let key: Arc<str> = Arc::from(key);
         self.hosts
             .entry(key.clone())
-            .or_insert_with(|| Arc::new(Host::new(key, host, port, policy, Instant::now())))
+            .or_insert_with(|| Arc::new(Host::new(key, port, policy, Instant::now())))
             .value()
             .clone()
     }

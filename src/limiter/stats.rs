@@ -3,8 +3,6 @@
 //! Kept next to the host's pacing state (same lock, updated where the events happen) so that
 //! `/hosts` and `/metrics` read one consistent picture without a second lock on the request path.
 
-use std::collections::VecDeque;
-
 use super::Refusal;
 use crate::policy::CooldownCause;
 
@@ -30,8 +28,12 @@ pub struct HostStats {
     pub refused_paused: u64,
     /// Local refusals: courtesy was shutting down.
     pub refused_shutting_down: u64,
-    /// The last statuses, newest last; 0 for a request that got no response.
-    pub last_statuses: VecDeque<u16>,
+    /// The last statuses in a ring (see [`HostStats::last_statuses`]).
+    last: [u16; LAST_STATUSES],
+    /// How many of `last` are filled.
+    last_len: u8,
+    /// Where the next status goes in `last`.
+    last_next: u8,
 }
 
 impl HostStats {
@@ -50,10 +52,19 @@ impl HostStats {
             }
             None => self.failed += 1,
         }
-        if self.last_statuses.len() == LAST_STATUSES {
-            self.last_statuses.pop_front();
-        }
-        self.last_statuses.push_back(status.unwrap_or(0));
+        self.last[usize::from(self.last_next)] = status.unwrap_or(0);
+        self.last_next = ((usize::from(self.last_next) + 1) % LAST_STATUSES) as u8;
+        self.last_len = (self.last_len + 1).min(LAST_STATUSES as u8);
+    }
+
+    /// The last statuses, oldest first; 0 for a request that got no response. Kept in a fixed
+    /// ring inside the host's state: no allocation per host.
+    pub fn last_statuses(&self) -> Vec<u16> {
+        let len = usize::from(self.last_len);
+        let start = (usize::from(self.last_next) + LAST_STATUSES - len) % LAST_STATUSES;
+        (0..len)
+            .map(|i| self.last[(start + i) % LAST_STATUSES])
+            .collect()
     }
 
     /// Counts a local refusal.
@@ -107,9 +118,10 @@ mod tests {
         assert_eq!(s.refused_paused, 1);
         assert_eq!(s.refused_cooling_down, 1);
         assert_eq!(s.refused_shutting_down, 1);
-        for _ in 0..20 {
-            s.answered(Some(200));
+        assert_eq!(s.last_statuses(), vec![200, 204, 301, 404, 429, 503, 0]);
+        for i in 0..20 {
+            s.answered(Some(200 + i));
         }
-        assert_eq!(s.last_statuses.len(), LAST_STATUSES);
+        assert_eq!(s.last_statuses(), (210..220).collect::<Vec<u16>>());
     }
 }

@@ -212,7 +212,7 @@ impl Limiter {
         let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
         let now = Instant::now();
         for host in &hosts {
-            let policy = config.policy_for(&host.host, host.port);
+            let policy = config.policy_for(host.name(), host.port);
             {
                 let mut state = host.lock();
                 let old = state.policy.clone();
@@ -240,7 +240,7 @@ impl Limiter {
                 || (record.rate - fresh_rate).abs() > 1e-9;
             if worth_keeping {
                 out.push(HostRecord {
-                    host: host.host.clone(),
+                    host: host.name().to_string(),
                     port: host.port,
                     pacing: record,
                     forced: state.forced,
@@ -281,7 +281,7 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
     let block = state.pacing.block(now);
     HostSnapshot {
         key: host.key.to_string(),
-        host: host.host.clone(),
+        host: host.name().to_string(),
         port: host.port,
         policy: state.policy.clone(),
         rate: state.pacing.effective_rate(now),

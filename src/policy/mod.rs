@@ -124,12 +124,39 @@ pub struct Pacing {
     robots_cap: Option<f64>,
     /// 403s in a row.
     consecutive_403: u32,
-    /// The host's policy's off-peak window, if any.
-    off_peak: Option<crate::config::OffPeak>,
-    /// The policy's configured rate (what off-peak scales against).
+    /// The off-peak window, if the policy has one (boxed: most hosts have none).
+    off_peak: Option<Box<OffPeakClock>>,
+}
+
+/// An off-peak window with what it needs to be read from monotonic instants.
+#[derive(Debug, Clone)]
+struct OffPeakClock {
+    window: crate::config::OffPeak,
+    /// The policy's configured rate (what the off-peak rate scales against).
     configured_rate: f64,
-    /// An instant and the wall-clock time it corresponds to, for off-peak windows.
-    wall_anchor: (Instant, std::time::SystemTime),
+    /// An instant and the wall-clock time it corresponds to.
+    anchor: (Instant, std::time::SystemTime),
+}
+
+impl OffPeakClock {
+    fn new(policy: &HostPolicy, anchor: (Instant, std::time::SystemTime)) -> Option<Box<Self>> {
+        policy.off_peak.as_ref().map(|window| {
+            Box::new(OffPeakClock {
+                window: window.clone(),
+                configured_rate: policy.rate,
+                anchor,
+            })
+        })
+    }
+
+    fn wall(&self, now: Instant) -> std::time::SystemTime {
+        let (anchor, wall) = self.anchor;
+        if now >= anchor {
+            wall + now.duration_since(anchor)
+        } else {
+            wall - anchor.duration_since(now)
+        }
+    }
 }
 
 /// The part of a host's pacing worth keeping across a restart.
@@ -166,9 +193,7 @@ impl Pacing {
             rate_override: None,
             robots_cap: None,
             consecutive_403: 0,
-            off_peak: policy.off_peak.clone(),
-            configured_rate: policy.rate,
-            wall_anchor: (now, std::time::SystemTime::now()),
+            off_peak: OffPeakClock::new(policy, (now, std::time::SystemTime::now())),
         }
     }
 
@@ -176,17 +201,8 @@ impl Pacing {
     /// off-peak windows under a paused clock).
     pub fn with_wall_clock(policy: &HostPolicy, now: Instant, wall: std::time::SystemTime) -> Self {
         Pacing {
-            wall_anchor: (now, wall),
+            off_peak: OffPeakClock::new(policy, (now, wall)),
             ..Pacing::new(policy, now)
-        }
-    }
-
-    fn wall(&self, now: Instant) -> std::time::SystemTime {
-        let (anchor, wall) = self.wall_anchor;
-        if now >= anchor {
-            wall + now.duration_since(anchor)
-        } else {
-            wall - anchor.duration_since(now)
         }
     }
 
@@ -194,7 +210,7 @@ impl Pacing {
     pub fn in_off_peak(&self, now: Instant) -> bool {
         self.off_peak
             .as_ref()
-            .is_some_and(|o| o.contains(self.wall(now)))
+            .is_some_and(|o| o.window.contains(o.wall(now)))
     }
 
     /// Caps the rate (and adaptation) at `rate` (1 / Crawl-delay), or lifts the cap.
@@ -264,8 +280,9 @@ impl Pacing {
     /// feedback stays lowered (never above the new configured rate).
     pub fn apply_policy(&mut self, old: &HostPolicy, new: &HostPolicy, now: Instant) {
         self.bucket.set_burst(new.burst, now);
-        self.off_peak = new.off_peak.clone();
-        self.configured_rate = new.rate;
+        let anchor = (now, std::time::SystemTime::now());
+        let anchor = self.off_peak.as_ref().map_or(anchor, |o| o.anchor);
+        self.off_peak = OffPeakClock::new(new, anchor);
         self.rate = if new.adaptive {
             self.rate.clamp(new.min_rate, new.max_rate)
         } else if self.rate < old.rate {
@@ -325,8 +342,8 @@ impl Pacing {
     /// by any cut feedback made), capped by robots.txt and by what the server announced.
     pub fn effective_rate(&self, now: Instant) -> f64 {
         let own = match &self.off_peak {
-            Some(o) if o.contains(self.wall(now)) => {
-                o.rate * (self.rate / self.configured_rate).min(1.0)
+            Some(o) if o.window.contains(o.wall(now)) => {
+                o.window.rate * (self.rate / o.configured_rate).min(1.0)
             }
             _ => self.rate,
         };
@@ -396,8 +413,9 @@ impl Pacing {
     }
 
     fn off_peak_edge(&self, now: Instant) -> Option<Instant> {
-        let wall = self.wall(now);
-        let edge = self.off_peak.as_ref()?.next_edge(wall)?;
+        let clock = self.off_peak.as_ref()?;
+        let wall = clock.wall(now);
+        let edge = clock.window.next_edge(wall)?;
         Some(now + edge.duration_since(wall).ok()?)
     }
 
