@@ -9,25 +9,27 @@ use crate::policy::CooldownCause;
 /// How many recent statuses a host remembers.
 pub const LAST_STATUSES: usize = 10;
 
-/// Counters of one host since it was first seen (or last forgotten).
+/// Counters of one host since it was first seen (or last forgotten). 32-bit and saturating: they
+/// are for people reading `/hosts` (the Prometheus counters are separate), and every byte of a
+/// host counts when a crawl knows a million of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostStats {
     /// Requests sent upstream (answered or failed).
-    pub sent: u64,
+    pub sent: u32,
     /// Responses by class: 1xx/2xx, 3xx, 4xx, 5xx.
-    pub by_class: [u64; 4],
+    pub by_class: [u32; 4],
     /// Requests that got no response (connect error, reset, timeout).
-    pub failed: u64,
+    pub failed: u32,
     /// Local refusals: queue full.
-    pub refused_queue_full: u64,
+    pub refused_queue_full: u32,
     /// Local refusals: waited `max_wait_seconds`.
-    pub refused_waited_too_long: u64,
+    pub refused_waited_too_long: u32,
     /// Local refusals: the host was cooling down.
-    pub refused_cooling_down: u64,
+    pub refused_cooling_down: u32,
     /// Local refusals: an operator paused the host.
-    pub refused_paused: u64,
+    pub refused_paused: u32,
     /// Local refusals: courtesy was shutting down.
-    pub refused_shutting_down: u64,
+    pub refused_shutting_down: u32,
     /// The last statuses in a ring (see [`HostStats::last_statuses`]).
     last: [u16; LAST_STATUSES],
     /// How many of `last` are filled.
@@ -39,7 +41,7 @@ pub struct HostStats {
 impl HostStats {
     /// Counts an upstream answer (`None`: no response).
     pub fn answered(&mut self, status: Option<u16>) {
-        self.sent += 1;
+        self.sent = self.sent.saturating_add(1);
         match status {
             Some(s) => {
                 let class = match s {
@@ -48,9 +50,9 @@ impl HostStats {
                     400..=499 => 2,
                     _ => 3,
                 };
-                self.by_class[class] += 1;
+                self.by_class[class] = self.by_class[class].saturating_add(1);
             }
-            None => self.failed += 1,
+            None => self.failed = self.failed.saturating_add(1),
         }
         self.last[usize::from(self.last_next)] = status.unwrap_or(0);
         self.last_next = ((usize::from(self.last_next) + 1) % LAST_STATUSES) as u8;
@@ -70,19 +72,27 @@ impl HostStats {
     /// Counts a local refusal.
     pub fn refused(&mut self, refusal: &Refusal) {
         match refusal {
-            Refusal::QueueFull { .. } => self.refused_queue_full += 1,
-            Refusal::WaitedTooLong { .. } => self.refused_waited_too_long += 1,
-            Refusal::ShuttingDown => self.refused_shutting_down += 1,
+            Refusal::QueueFull { .. } => {
+                self.refused_queue_full = self.refused_queue_full.saturating_add(1)
+            }
+            Refusal::WaitedTooLong { .. } => {
+                self.refused_waited_too_long = self.refused_waited_too_long.saturating_add(1)
+            }
+            Refusal::ShuttingDown => {
+                self.refused_shutting_down = self.refused_shutting_down.saturating_add(1)
+            }
             Refusal::CoolingDown {
                 cause: CooldownCause::Operator,
                 ..
-            } => self.refused_paused += 1,
-            Refusal::CoolingDown { .. } => self.refused_cooling_down += 1,
+            } => self.refused_paused = self.refused_paused.saturating_add(1),
+            Refusal::CoolingDown { .. } => {
+                self.refused_cooling_down = self.refused_cooling_down.saturating_add(1)
+            }
         }
     }
 
     /// The refusal reason names and counts, for /hosts and /metrics.
-    pub fn refusals(&self) -> [(&'static str, u64); 5] {
+    pub fn refusals(&self) -> [(&'static str, u32); 5] {
         [
             ("queue_full", self.refused_queue_full),
             ("waited_too_long", self.refused_waited_too_long),

@@ -114,12 +114,9 @@ pub struct Pacing {
     /// When the rate was last cut: answers to requests sent before it belong to the same wave.
     last_cut: Option<Instant>,
     backoff_level: u32,
-    server_window: Option<ServerWindow>,
-    server_policy_rate: Option<f64>,
-    /// An operator's pause: ends only by time or by the operator's resume.
-    operator_pause: Option<Instant>,
-    /// An operator's rate, used instead of our own while set.
-    rate_override: Option<f64>,
+    /// State most hosts never have (server windows, operator overrides), boxed so that a host
+    /// without it costs one pointer.
+    rare: Option<Box<Rare>>,
     /// 1 / Crawl-delay from robots.txt: a cap on the rate and on adaptation.
     robots_cap: Option<f64>,
     /// 403s in a row.
@@ -159,6 +156,33 @@ impl OffPeakClock {
     }
 }
 
+/// Pacing state that most hosts never have.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rare {
+    server_window: Option<ServerWindow>,
+    server_policy_rate: Option<f64>,
+    /// An operator's pause: ends only by time or by the operator's resume.
+    operator_pause: Option<Instant>,
+    /// An operator's rate, used instead of our own while set.
+    rate_override: Option<f64>,
+}
+
+impl Rare {
+    const NONE: Rare = Rare {
+        server_window: None,
+        server_policy_rate: None,
+        operator_pause: None,
+        rate_override: None,
+    };
+
+    fn is_empty(&self) -> bool {
+        self.server_window.is_none()
+            && self.server_policy_rate.is_none()
+            && self.operator_pause.is_none()
+            && self.rate_override.is_none()
+    }
+}
+
 /// The part of a host's pacing worth keeping across a restart.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PacingRecord {
@@ -187,10 +211,7 @@ impl Pacing {
             clamp_burst: false,
             last_cut: None,
             backoff_level: 0,
-            server_window: None,
-            server_policy_rate: None,
-            operator_pause: None,
-            rate_override: None,
+            rare: None,
             robots_cap: None,
             consecutive_403: 0,
             off_peak: OffPeakClock::new(policy, (now, std::time::SystemTime::now())),
@@ -253,8 +274,8 @@ impl Pacing {
         PacingRecord {
             rate: self.rate,
             cooldown: self.cooldown(now).map(|c| (c.until, c.cause)),
-            operator_pause: self.operator_pause.filter(|p| *p > now),
-            rate_override: self.rate_override,
+            operator_pause: self.rare().operator_pause.filter(|p| *p > now),
+            rate_override: self.rare().rate_override,
         }
     }
 
@@ -271,8 +292,8 @@ impl Pacing {
         if let Some((until, cause)) = record.cooldown {
             self.extend_cooldown(until, cause, now);
         }
-        self.operator_pause = record.operator_pause.filter(|p| *p > now);
-        self.rate_override = record.rate_override.filter(|r| r.is_finite() && *r > 0.0);
+        self.rare_mut().operator_pause = record.operator_pause.filter(|p| *p > now);
+        self.rare_mut().rate_override = record.rate_override.filter(|r| r.is_finite() && *r > 0.0);
         self.sync(now);
     }
 
@@ -295,28 +316,28 @@ impl Pacing {
 
     /// Pauses the host until `until` on an operator's word.
     pub fn operator_pause(&mut self, until: Instant) {
-        self.operator_pause = Some(until);
+        self.rare_mut().operator_pause = Some(until);
     }
 
     /// Ends an operator's pause. A cooldown the server asked for is not shortened.
     pub fn operator_resume(&mut self) {
-        self.operator_pause = None;
+        self.rare_mut().operator_pause = None;
     }
 
     /// Sets or clears an operator's rate.
     pub fn set_rate_override(&mut self, rate: Option<f64>, now: Instant) {
-        self.rate_override = rate;
+        self.rare_mut().rate_override = rate;
         self.sync(now);
     }
 
     /// The operator's rate, if set.
     pub fn rate_override(&self) -> Option<f64> {
-        self.rate_override
+        self.rare().rate_override
     }
 
     /// The operator's pause end, if one is running.
     pub fn operator_paused_until(&self, now: Instant) -> Option<Instant> {
-        self.operator_pause.filter(|p| *p > now)
+        self.rare().operator_pause.filter(|p| *p > now)
     }
 
     /// Whatever keeps requests from leaving at `now`: the later of a cooldown and an operator's
@@ -333,6 +354,14 @@ impl Pacing {
         }
     }
 
+    fn rare(&self) -> &Rare {
+        self.rare.as_deref().unwrap_or(&Rare::NONE)
+    }
+
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
     /// Our own rate (before the server's caps).
     pub fn rate(&self) -> f64 {
         self.rate
@@ -347,14 +376,15 @@ impl Pacing {
             }
             _ => self.rate,
         };
-        let mut rate = self.rate_override.unwrap_or(own);
+        let rare = self.rare();
+        let mut rate = rare.rate_override.unwrap_or(own);
         if let Some(cap) = self.robots_cap {
             rate = rate.min(cap);
         }
-        if let Some(cap) = self.server_policy_rate {
+        if let Some(cap) = rare.server_policy_rate {
             rate = rate.min(cap);
         }
-        if let Some(w) = self.server_window.filter(|w| w.reset_at > now) {
+        if let Some(w) = rare.server_window.filter(|w| w.reset_at > now) {
             let left = w.reset_at.duration_since(now).as_secs_f64();
             if w.remaining > 0 && left > 0.0 {
                 rate = rate.min(w.remaining as f64 / left);
@@ -373,10 +403,7 @@ impl Pacing {
         self.sync(now);
         let fresh_rate = Pacing::new(policy, now).rate;
         self.cooldown(now).is_none()
-            && self.operator_pause.is_none()
-            && self.rate_override.is_none()
-            && self.server_window.is_none()
-            && self.server_policy_rate.is_none()
+            && self.rare().is_empty()
             && self.backoff_level == 0
             && self.rate >= fresh_rate
             && self.bucket.is_full(now)
@@ -384,8 +411,16 @@ impl Pacing {
 
     /// Expires what has run out and puts the effective rate into the bucket.
     fn sync(&mut self, now: Instant) {
-        if self.server_window.is_some_and(|w| w.reset_at <= now) {
-            self.server_window = None;
+        if let Some(rare) = self.rare.as_mut() {
+            if rare.server_window.is_some_and(|w| w.reset_at <= now) {
+                rare.server_window = None;
+            }
+            if rare.operator_pause.is_some_and(|p| p <= now) {
+                rare.operator_pause = None;
+            }
+            if rare.is_empty() {
+                self.rare = None;
+            }
         }
         let rate = self.effective_rate(now);
         if (rate - self.bucket.rate()).abs() > f64::EPSILON * rate.max(1.0) {
@@ -400,7 +435,7 @@ impl Pacing {
         if let Some(c) = self.block(now) {
             at = at.max(c.until);
         }
-        if let Some(w) = self.server_window.filter(|w| w.remaining == 0) {
+        if let Some(w) = self.rare().server_window.filter(|w| w.remaining == 0) {
             at = at.max(w.reset_at);
         }
         // Wake at an off-peak edge: the rate changes there.
@@ -431,7 +466,7 @@ impl Pacing {
         if !self.bucket.try_take(now, jitter, sample) {
             return false;
         }
-        if let Some(w) = &mut self.server_window {
+        if let Some(w) = self.rare.as_mut().and_then(|r| r.server_window.as_mut()) {
             w.remaining = w.remaining.saturating_sub(1);
         }
         true
@@ -440,7 +475,7 @@ impl Pacing {
     /// Gives back a turn that was taken for a request that never left.
     pub fn refund(&mut self, now: Instant) {
         self.bucket.refund(now);
-        if let Some(w) = &mut self.server_window {
+        if let Some(w) = self.rare.as_mut().and_then(|r| r.server_window.as_mut()) {
             w.remaining += 1;
         }
     }
@@ -579,23 +614,23 @@ impl Pacing {
         now: Instant,
     ) -> Option<Duration> {
         if let Some(rate) = budget.policy_rate.filter(|r| *r > 0.0) {
-            self.server_policy_rate = Some(rate);
+            self.rare_mut().server_policy_rate = Some(rate);
         }
         let (Some(remaining), Some(reset)) = (budget.remaining, budget.reset) else {
             return None;
         };
         let reset = reset.min(policy.max_retry_after);
         if reset.is_zero() {
-            self.server_window = None;
+            self.rare_mut().server_window = None;
             return None;
         }
         let remaining = remaining.saturating_sub(u64::from(others_in_flight));
         if remaining == 0 {
-            self.server_window = None;
+            self.rare_mut().server_window = None;
             let changed = self.extend_cooldown(now + reset, CooldownCause::ServerBudget, now);
             return changed.then_some(reset);
         }
-        self.server_window = Some(ServerWindow {
+        self.rare_mut().server_window = Some(ServerWindow {
             remaining,
             reset_at: now + reset,
         });
