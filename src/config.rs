@@ -68,8 +68,8 @@ pub struct HostPolicy {
     pub max_crawl_delay: Duration,
     /// How much of a text response is scanned for block markers.
     pub block_scan_bytes: usize,
-    /// Lowercased byte strings that mark a challenge or block page.
-    pub block_markers: Arc<Vec<String>>,
+    /// Strings that mark a challenge or block page (matched case-insensitively).
+    pub block_markers: Arc<BlockMarkers>,
     /// How long a detected block pauses the host.
     pub block_pause: Duration,
     /// After a block pause, the rate resumes at this fraction of the rate before it.
@@ -203,6 +203,62 @@ impl OffPeak {
     }
 }
 
+/// Block markers with one matcher built at config time: a single case-insensitive pass over a
+/// chunk finds any of them (scanning is on the streaming path of every text response).
+#[derive(Debug, Clone)]
+pub struct BlockMarkers {
+    list: Vec<String>,
+    matcher: Option<aho_corasick::AhoCorasick>,
+    longest: usize,
+}
+
+impl PartialEq for BlockMarkers {
+    fn eq(&self, other: &Self) -> bool {
+        self.list == other.list
+    }
+}
+
+impl BlockMarkers {
+    /// Markers from `list` (compared without regard to ASCII case).
+    pub fn new(list: Vec<String>) -> Self {
+        let matcher = (!list.is_empty())
+            .then(|| {
+                aho_corasick::AhoCorasick::builder()
+                    .ascii_case_insensitive(true)
+                    .build(&list)
+                    .ok()
+            })
+            .flatten();
+        let longest = list.iter().map(String::len).max().unwrap_or(0);
+        BlockMarkers {
+            list,
+            matcher,
+            longest,
+        }
+    }
+
+    /// Whether there is nothing to look for.
+    pub fn is_empty(&self) -> bool {
+        self.matcher.is_none()
+    }
+
+    /// The markers.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.list.iter().map(String::as_str)
+    }
+
+    /// The length of the longest marker, in bytes.
+    pub fn longest(&self) -> usize {
+        self.longest
+    }
+
+    /// The first marker found in `haystack`, if any.
+    pub fn find(&self, haystack: &[u8]) -> Option<&str> {
+        let m = self.matcher.as_ref()?.find(haystack)?;
+        self.list.get(m.pattern().as_usize()).map(String::as_str)
+    }
+}
+
 /// The markers of challenge and block pages courtesy looks for by default.
 pub const DEFAULT_BLOCK_MARKERS: [&str; 11] = [
     "unusual traffic from your computer network",
@@ -265,12 +321,12 @@ impl Default for HostPolicy {
             robots_user_agent: None,
             max_crawl_delay: Duration::from_secs(60),
             block_scan_bytes: 64 * 1024,
-            block_markers: Arc::new(
+            block_markers: Arc::new(BlockMarkers::new(
                 DEFAULT_BLOCK_MARKERS
                     .iter()
                     .map(|m| m.to_string())
                     .collect(),
-            ),
+            )),
             block_pause: Duration::from_secs(3600),
             block_resume_factor: 0.25,
             hard_block_after: 5,
@@ -1154,7 +1210,7 @@ impl Validator<'_> {
                     ),
                 );
             } else {
-                p.block_markers = Arc::new(markers);
+                p.block_markers = Arc::new(BlockMarkers::new(markers));
             }
         }
         let b = &file.block_pause_seconds;

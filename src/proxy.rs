@@ -1018,7 +1018,7 @@ fn is_block_redirect(parts: &http::response::Parts, policy: &HostPolicy) -> bool
     policy
         .block_markers
         .iter()
-        .any(|m| m.starts_with('/') && location.contains(m.as_str()))
+        .any(|m| m.starts_with('/') && location.contains(m))
 }
 
 /// A fresh bodiless request from a kept template (for retries).

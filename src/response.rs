@@ -126,11 +126,11 @@ pub type OnBlockMarker = Box<dyn Fn(&Permit, &str) + Send + Sync>;
 /// Scans the first `limit` bytes of a body for block markers (lowercase), across chunk edges,
 /// without holding the body back.
 pub struct BlockScan {
-    markers: std::sync::Arc<Vec<String>>,
+    markers: std::sync::Arc<crate::config::BlockMarkers>,
     remaining: usize,
-    /// The end of the previous chunk, lowercased, so a marker split across chunks is found.
+    /// The last bytes seen (shorter than the longest marker), so a marker split across chunks
+    /// is found.
     tail: Vec<u8>,
-    longest: usize,
     on_match: OnBlockMarker,
 }
 
@@ -145,37 +145,47 @@ impl std::fmt::Debug for BlockScan {
 impl BlockScan {
     /// A scanner over the first `limit` bytes; `on_match` runs once when a marker is seen.
     pub fn new(
-        markers: std::sync::Arc<Vec<String>>,
+        markers: std::sync::Arc<crate::config::BlockMarkers>,
         limit: usize,
         on_match: OnBlockMarker,
     ) -> Self {
-        let longest = markers.iter().map(String::len).max().unwrap_or(0);
         BlockScan {
             markers,
             remaining: limit,
             tail: Vec::new(),
-            longest,
             on_match,
         }
     }
 
-    /// Looks at the next chunk; returns the marker found, if any.
+    /// Looks at the next chunk; returns the marker found, if any. One pass over the chunk for all
+    /// markers, no copy of it: only the seam with the previous chunk is copied.
     pub fn feed(&mut self, chunk: &[u8]) -> Option<String> {
         let take = chunk.len().min(self.remaining);
         self.remaining -= take;
-        let mut window = std::mem::take(&mut self.tail);
-        window.extend(chunk[..take].iter().map(u8::to_ascii_lowercase));
-        let found = self
-            .markers
-            .iter()
-            .find(|m| {
-                let m = m.as_bytes();
-                !m.is_empty() && window.windows(m.len()).any(|w| w == m)
-            })
-            .cloned();
-        let keep = self.longest.saturating_sub(1).min(window.len());
-        self.tail = window.split_off(window.len() - keep);
-        found
+        let chunk = &chunk[..take];
+        let overlap = self.markers.longest().saturating_sub(1);
+        let old_tail = std::mem::take(&mut self.tail);
+        if !old_tail.is_empty() {
+            let mut seam = old_tail.clone();
+            seam.extend_from_slice(&chunk[..overlap.min(chunk.len())]);
+            if let Some(m) = self.markers.find(&seam) {
+                return Some(m.to_string());
+            }
+        }
+        if let Some(m) = self.markers.find(chunk) {
+            return Some(m.to_string());
+        }
+        // Keep the last `overlap` bytes seen, for the next seam.
+        if chunk.len() >= overlap {
+            self.tail = chunk[chunk.len() - overlap..].to_vec();
+        } else {
+            let mut tail = old_tail;
+            tail.extend_from_slice(chunk);
+            let cut = tail.len().saturating_sub(overlap);
+            tail.drain(..cut);
+            self.tail = tail;
+        }
+        None
     }
 
     /// Whether the scan limit is reached.
@@ -357,14 +367,26 @@ mod tests {
 
     #[test]
     fn markers_are_found_across_chunks_case_insensitively_within_the_limit() {
-        let markers =
-            std::sync::Arc::new(vec!["unusual traffic".to_string(), "cf-challenge".into()]);
+        let markers = std::sync::Arc::new(crate::config::BlockMarkers::new(vec![
+            "unusual traffic".to_string(),
+            "cf-challenge".into(),
+        ]));
         let mut scan = BlockScan::new(markers.clone(), 1000, Box::new(|_, _| {}));
         assert_eq!(scan.feed(b"<html>our systems saw Unusual Tra"), None);
         assert_eq!(
             scan.feed(b"ffic from you"),
             Some("unusual traffic".to_string())
         );
+        // Split over three chunks, one of them shorter than the overlap.
+        let mut split = BlockScan::new(markers.clone(), 1000, Box::new(|_, _| {}));
+        assert_eq!(split.feed(b"xxxx CF-CHAL"), None);
+        assert_eq!(split.feed(b"le"), None);
+        assert_eq!(split.feed(b"nge yyy"), Some("cf-challenge".to_string()));
+        let mut clean = BlockScan::new(markers.clone(), 1 << 20, Box::new(|_, _| {}));
+        let page = "<p>nothing to see here</p>".repeat(4000);
+        for part in page.as_bytes().chunks(1000) {
+            assert_eq!(clean.feed(part), None);
+        }
         let mut late = BlockScan::new(markers, 20, Box::new(|_, _| {}));
         assert_eq!(late.feed(b"0123456789012345678"), None);
         assert_eq!(late.feed(b"9 cf-challenge"), None, "past the limit");
