@@ -4,7 +4,9 @@
 //!
 //! 1. **Pacing precision**: one host at 20/s, burst 1; 64 kept-alive clients hammer for 30 s. The
 //!    origin records arrival instants: max arrivals in any closed 1 s window, achieved rate, and
-//!    |gap − 1/R| percentiles.
+//!    |gap − 1/R| percentiles. Timing is sensitive to other load on the machine: the scenario is run
+//!    again (at most 3 runs) while other processes used more than 20 % of a core, and the quietest
+//!    run is reported. Every scenario's row in the report says how busy the machine was.
 //! 2. **Many hosts**: (a) in process, `courtesy::limiter::Limiter` with N distinct hosts (1k, 10k,
 //!    100k, 1M when it fits): RSS per known host, then `sweep` and RSS again (each N in a child
 //!    process of this binary, so that one N's heap does not blur the next). (b) end to end through
@@ -1703,48 +1705,89 @@ async fn run(args: Args) -> anyhow::Result<String> {
     let mut sections = Vec::new();
     let mut failures = Vec::new();
     for number in args.only.clone() {
-        let t = Instant::now();
-        let (busy0, own0) = (machine_ticks(), own_and_children_ticks());
-        eprintln!("[scenarios] scenario {number} …");
-        let result = match number {
-            1 => pacing(&args.bin).await,
-            2 => {
-                let mut s = Section::new(2, "Many hosts");
-                let mut r = host_table(&mut s).await;
-                for close in [false, true] {
-                    if r.is_ok() {
-                        r = many_hosts_e2e(&args.bin, &mut s, args.e2e_hosts, close).await;
+        // Scenario 1 is about timing: on a shared machine, run it again (at most twice more) when
+        // other processes used more than NOISE_PCT of a core meanwhile, and keep the quietest run.
+        let attempts = if number == 1 { 3 } else { 1 };
+        let mut best: Option<Section> = None;
+        let mut tried = Vec::new();
+        for attempt in 1..=attempts {
+            eprintln!("[scenarios] scenario {number} (attempt {attempt}) …");
+            match measured(&args, number).await {
+                Ok(s) => {
+                    eprintln!(
+                        "[scenarios] scenario {number} done in {:.1} s (other processes: {:.0} % \
+                         of a core)",
+                        s.ran.as_secs_f64(),
+                        s.others_pct
+                    );
+                    tried.push(format!(
+                        "attempt {attempt}: other processes {:.0} % of a core; {}",
+                        s.others_pct,
+                        s.rows
+                            .iter()
+                            .map(|r| format!("{} {}", r.what, r.measured))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ));
+                    let quiet = s.others_pct <= NOISE_PCT;
+                    if best.as_ref().is_none_or(|b| s.others_pct < b.others_pct) {
+                        best = Some(s);
+                    }
+                    if quiet {
+                        break;
                     }
                 }
-                r.map(|()| s)
-            }
-            3 => parked(&args.bin).await,
-            4 => fan_out(&args.bin).await,
-            other => Err(anyhow!("there is no scenario {other}")),
-        };
-        match result {
-            Ok(mut s) => {
-                s.ran = t.elapsed();
-                if let (Some((b0, i0)), Some(o0), Some((b1, i1)), Some(o1)) =
-                    (busy0, own0, machine_ticks(), own_and_children_ticks())
-                {
-                    let per_core = clk_tck() * s.ran.as_secs_f64() / 100.0;
-                    s.others_pct = (b1 - b0).saturating_sub(o1 - o0) as f64 / per_core;
-                    s.irq_pct = (i1 - i0) as f64 / per_core;
+                Err(e) => {
+                    eprintln!("[scenarios] scenario {number} failed: {e:#}");
+                    failures.push(format!("scenario {number}: {e:#}").replace('|', "/"));
+                    break;
                 }
-                eprintln!(
-                    "[scenarios] scenario {number} done in {:.1} s",
-                    s.ran.as_secs_f64()
-                );
-                sections.push(s);
             }
-            Err(e) => {
-                eprintln!("[scenarios] scenario {number} failed: {e:#}");
-                failures.push(format!("scenario {number}: {e:#}").replace('|', "/"));
+        }
+        if let Some(mut s) = best {
+            if tried.len() > 1 {
+                s.notes.push(format!(
+                    "Runs (the quietest is reported; a run is repeated when other processes used \
+                     more than {NOISE_PCT:.0} % of a core): {}.",
+                    tried.join(" / ").replace("\\|", "|")
+                ));
             }
+            sections.push(s);
         }
     }
     Ok(render(&sections, &failures, &started, begin.elapsed()))
+}
+
+/// Other processes' CPU (% of a core) above which scenario 1 is run again.
+const NOISE_PCT: f64 = 20.0;
+
+/// Runs one scenario and notes how long it took and what else the machine did meanwhile.
+async fn measured(args: &Args, number: u32) -> anyhow::Result<Section> {
+    let t = Instant::now();
+    let (busy0, own0) = (machine_ticks(), own_and_children_ticks());
+    let mut s = match number {
+        1 => pacing(&args.bin).await?,
+        2 => {
+            let mut s = Section::new(2, "Many hosts");
+            host_table(&mut s).await?;
+            for close in [false, true] {
+                many_hosts_e2e(&args.bin, &mut s, args.e2e_hosts, close).await?;
+            }
+            s
+        }
+        3 => parked(&args.bin).await?,
+        4 => fan_out(&args.bin).await?,
+        other => bail!("there is no scenario {other}"),
+    };
+    s.ran = t.elapsed();
+    if let (Some((b0, i0)), Some(o0), Some((b1, i1)), Some(o1)) =
+        (busy0, own0, machine_ticks(), own_and_children_ticks())
+    {
+        let per_core = clk_tck() * s.ran.as_secs_f64() / 100.0;
+        s.others_pct = (b1 - b0).saturating_sub(o1 - o0) as f64 / per_core;
+        s.irq_pct = (i1 - i0) as f64 / per_core;
+    }
+    Ok(s)
 }
 
 fn main() -> anyhow::Result<()> {
