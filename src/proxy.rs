@@ -121,11 +121,6 @@ impl Proxy {
         }
     }
 
-    /// The limiter this proxy admits requests through.
-    pub fn limiter(&self) -> &Arc<Limiter> {
-        &self.limiter
-    }
-
     /// Forgets expired robots.txt answers (called by the idle-host sweeper).
     pub fn sweep_robots(&self) -> usize {
         self.robots.sweep()

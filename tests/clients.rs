@@ -7,27 +7,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use tokio::process::Command;
 use tokio::time::Instant;
-
-/// A command with proxy variables cleared, so the machine's own settings cannot bypass courtesy.
-fn clean(program: &str) -> Command {
-    let mut cmd = Command::new(program);
-    for var in [
-        "NO_PROXY",
-        "no_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.kill_on_drop(true);
-    cmd
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_through_courtesy_is_paced() {
@@ -35,7 +15,7 @@ async fn curl_through_courtesy_is_paced() {
     let courtesy = Courtesy::start("[defaults]\nrate = 4\nburst = 1\n").await;
     let proxy = format!("http://{}", courtesy.addr);
     let start = Instant::now();
-    let out = clean("curl")
+    let out = client_command("curl")
         .args(["-sS", "-i", "-x", &proxy])
         .args((0..5).map(|i| origin.url(&format!("/curl/{i}"))))
         .output()
@@ -70,7 +50,7 @@ print(statuses, r.status_code, r.headers.get("Via"), r.text)
         origin.url("/py"),
         origin.url("/py/last")
     );
-    let out = clean("python3")
+    let out = client_command("python3")
         .env("HTTP_PROXY", format!("http://{}", courtesy.addr))
         .args(["-c", &script])
         .output()

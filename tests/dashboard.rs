@@ -13,7 +13,6 @@ use std::time::Duration;
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use support::*;
-use tokio::process::Command;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -132,25 +131,12 @@ async fn chromium_shows_the_hosts_on_the_dashboard() {
 
     let host = origin.addr.to_string();
     let url = format!("http://{}/", courtesy.admin);
-    let mut cmd = Command::new("node");
+    // The browser must talk to the admin listener directly, whatever this machine's proxy settings.
+    let mut cmd = client_command("node");
     cmd.current_dir(&root)
         .arg(node.join("dashboard.mjs"))
         .args([&url, &host])
-        .arg(&screenshot)
-        .kill_on_drop(true);
-    // The browser must talk to the admin listener directly, whatever this machine's proxy settings.
-    for var in [
-        "HTTP_PROXY",
-        "http_proxy",
-        "HTTPS_PROXY",
-        "https_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-        "NO_PROXY",
-        "no_proxy",
-    ] {
-        cmd.env_remove(var);
-    }
+        .arg(&screenshot);
     let out = tokio::time::timeout(Duration::from_secs(90), cmd.output())
         .await
         .expect("tests/node/dashboard.mjs finishes within 90 s")

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use http::Response;
 use support::*;
-use tokio::process::Command;
 use tokio::time::Instant;
 
 /// A megabyte of bytes that are not all the same.
@@ -102,9 +101,7 @@ async fn reqwest_and_curl_get_byte_identical_bodies_through_interception() {
     }
 
     let out_file = https.dir.join("curl-body");
-    let out = Command::new("curl")
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
+    let out = client_command("curl")
         .args(["-sS", "--fail", "--cacert"])
         .arg(courtesy.ca_path())
         .args(["-x", &format!("http://{}", courtesy.addr), "-o"])
@@ -263,9 +260,7 @@ with httpx.Client() as c:
     print("httpx", r.status_code, r.text)
 "#;
     let ca = courtesy.ca_path();
-    let out = Command::new("python3")
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
+    let out = client_command("python3")
         .env("HTTPS_PROXY", format!("http://{}", courtesy.addr))
         .env("REQUESTS_CA_BUNDLE", &ca)
         .env("SSL_CERT_FILE", &ca)
@@ -356,9 +351,7 @@ async fn node_undici_proxy_agent_works_for_http_and_https() {
     );
     let courtesy = Courtesy::start(&config).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/undici_proxy.mjs");
-    let out = Command::new("node")
-        .env_remove("NO_PROXY")
-        .env_remove("no_proxy")
+    let out = client_command("node")
         .env("NODE_EXTRA_CA_CERTS", courtesy.ca_path())
         .arg(script)
         .arg(format!("http://{}", courtesy.addr))

@@ -168,16 +168,6 @@ impl Permit {
         Some(policy.block_pause)
     }
 
-    /// The cooldown in force for this permit's host, if any: time left and cause.
-    pub fn cooldown(&self) -> Option<(Duration, CooldownCause)> {
-        let now = Instant::now();
-        let state = self.host.lock();
-        state
-            .pacing
-            .cooldown(now)
-            .map(|c| (c.until.saturating_duration_since(now), c.cause))
-    }
-
     /// How long the request waited in the queue for this permit.
     pub fn waited(&self) -> Duration {
         self.waited

@@ -447,6 +447,27 @@ pub fn vm_hwm_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// A command for a real client program with the machine's proxy variables cleared (so neither
+/// NO_PROXY nor an inherited HTTP_PROXY can bypass or redirect what the test sets), killed when
+/// dropped.
+pub fn client_command(program: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    for var in [
+        "NO_PROXY",
+        "no_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.kill_on_drop(true);
+    cmd
+}
+
 /// A fresh, empty temporary directory for one test.
 pub fn temp_dir(tag: &str) -> std::path::PathBuf {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
