@@ -20,6 +20,8 @@
 //! | [`cache`] | the on-disk response store (`cache = "revalidate" \| "dev"`) |
 //! | [`metrics`] | Prometheus metrics, host label bounded |
 //! | [`state`] | what survives a restart: cooldowns, pauses, overrides, learned rates |
+//! | [`heap`] | freed memory back to the OS after a large sweep |
+//! | [`log_writer`] | log lines to stderr in batches, off the request path |
 //! | [`admin`] | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
 //!
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls [`run`].
@@ -29,8 +31,10 @@ pub mod alerts;
 pub mod cache;
 pub mod config;
 pub mod feedback;
+pub mod heap;
 pub mod intercept;
 pub mod limiter;
+pub mod log_writer;
 pub mod metrics;
 pub mod policy;
 pub mod proxy;

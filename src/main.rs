@@ -106,8 +106,8 @@ fn load(path: Option<&Path>) -> anyhow::Result<Config> {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    // Keeps the log writer thread alive until the end of the run, so the last lines are flushed.
-    let _log_guard = init_tracing(args.log_format);
+    // Keeps the log writer thread alive until the end of the run, so the last lines are written.
+    let _log_guard = init_tracing(args.log_format)?;
     let mut config = load(args.config.as_deref())?;
     if let Some(listen) = args.listen {
         config.proxy.listen = listen;
@@ -151,15 +151,12 @@ async fn shutdown_signal() {
     }
 }
 
-/// Sets up logging to stderr through a writer thread: formatting stays on the request path, but
-/// the write system calls move off it and are batched (a line per request adds up under load).
-/// Lines are never dropped: when the thread falls behind, requests wait for it.
-fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+/// Sets up logging to stderr in batches (see `courtesy::log_writer`): a line per response must
+/// not cost a system call or a thread wake-up per request. Lines are never dropped.
+fn init_tracing(format: LogFormat) -> anyhow::Result<courtesy::log_writer::FlushGuard> {
     use tracing_subscriber::EnvFilter;
-    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .lossy(false)
-        .thread_name("courtesy-log")
-        .finish(std::io::BufWriter::new(std::io::stderr()));
+    let (writer, guard) = courtesy::log_writer::BatchedWriter::start(Box::new(std::io::stderr()))
+        .context("cannot start the log writer thread")?;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -169,7 +166,7 @@ fn init_tracing(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
-    guard
+    Ok(guard)
 }
 
 fn status(

@@ -96,8 +96,11 @@ impl Proxy {
             .https_or_http()
             .enable_http1()
             .wrap_connector(connector);
+        // An idle connection is closed after 90 s, or sooner when idle hosts are forgotten sooner:
+        // a host courtesy no longer knows should not keep a socket and its buffers.
+        let pool_idle = Duration::from_secs(90).min(config.proxy.idle_host);
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(pool_idle)
             .pool_max_idle_per_host(64)
             .build(connector);
         let via_token = format!("{PROXY_NAME}-{:08x}", rand::random::<u32>());

@@ -288,7 +288,12 @@ async fn sweep_idle_hosts(limiter: Arc<Limiter>, proxy: Arc<Proxy>, idle: Durati
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let swept = limiter.sweep(idle);
+        // With a million known hosts a sweep takes a few hundred milliseconds: not on a worker
+        // that serves requests.
+        let table = limiter.clone();
+        let swept = tokio::task::spawn_blocking(move || table.sweep(idle))
+            .await
+            .unwrap_or(0);
         proxy.sweep_robots();
         if swept > 0 {
             debug!(swept, left = limiter.host_count(), "idle hosts forgotten");

@@ -108,19 +108,10 @@ pub struct Pacing {
     bucket: Bucket,
     /// Our own rate: the configured one, moved by adaptation and cooldowns.
     rate: f64,
-    cooldown: Option<Cooldown>,
-    /// Set when a cooldown starts: the first request after it may not use a saved-up burst.
-    clamp_burst: bool,
-    /// When the rate was last cut: answers to requests sent before it belong to the same wave.
-    last_cut: Option<Instant>,
-    backoff_level: u32,
-    /// State most hosts never have (server windows, operator overrides), boxed so that a host
-    /// without it costs one pointer.
+    /// State a healthy host does not have (cooldowns, backoff, server windows, operator
+    /// overrides, a Crawl-delay), boxed so that a host without it costs one pointer: with a
+    /// million known hosts, every byte here is a megabyte.
     rare: Option<Box<Rare>>,
-    /// 1 / Crawl-delay from robots.txt: a cap on the rate and on adaptation.
-    robots_cap: Option<f64>,
-    /// 403s in a row.
-    consecutive_403: u32,
     /// The off-peak window, if the policy has one (boxed: most hosts have none).
     off_peak: Option<Box<OffPeakClock>>,
 }
@@ -156,9 +147,26 @@ impl OffPeakClock {
     }
 }
 
-/// Pacing state that most hosts never have.
+/// How long the instant of the last rate cut is remembered. An answer to a request sent before the
+/// cut belongs to the same wave and must not cut again; such answers come within the response
+/// timeout (60 s by default), so ten minutes is ample. Forgetting it only risks one more cut.
+const WAVE_MEMORY: Duration = Duration::from_secs(600);
+
+/// Pacing state that a healthy host does not have. Each field goes back to its empty value when
+/// its episode ends, and then the box is freed.
 #[derive(Debug, Clone, Copy, Default)]
 struct Rare {
+    cooldown: Option<Cooldown>,
+    /// Set when a cooldown starts: the first request after it may not use a saved-up burst.
+    clamp_burst: bool,
+    /// When the rate was last cut: answers to requests sent before it belong to the same wave.
+    last_cut: Option<Instant>,
+    /// Backoffs without Retry-After in a row (the exponent of the next one).
+    backoff_level: u32,
+    /// 403s in a row.
+    consecutive_403: u32,
+    /// 1 / Crawl-delay from robots.txt: a cap on the rate and on adaptation.
+    robots_cap: Option<f64>,
     server_window: Option<ServerWindow>,
     server_policy_rate: Option<f64>,
     /// An operator's pause: ends only by time or by the operator's resume.
@@ -169,6 +177,12 @@ struct Rare {
 
 impl Rare {
     const NONE: Rare = Rare {
+        cooldown: None,
+        clamp_burst: false,
+        last_cut: None,
+        backoff_level: 0,
+        consecutive_403: 0,
+        robots_cap: None,
         server_window: None,
         server_policy_rate: None,
         operator_pause: None,
@@ -176,10 +190,35 @@ impl Rare {
     };
 
     fn is_empty(&self) -> bool {
-        self.server_window.is_none()
+        self.cooldown.is_none()
+            && !self.clamp_burst
+            && self.last_cut.is_none()
+            && self.backoff_level == 0
+            && self.consecutive_403 == 0
+            && self.robots_cap.is_none()
+            && self.server_window.is_none()
             && self.server_policy_rate.is_none()
             && self.operator_pause.is_none()
             && self.rate_override.is_none()
+    }
+
+    /// Clears what has run out by `now`.
+    fn expire(&mut self, now: Instant) {
+        if self.cooldown.is_some_and(|c| c.until <= now) {
+            self.cooldown = None;
+        }
+        if self
+            .last_cut
+            .is_some_and(|cut| now.saturating_duration_since(cut) > WAVE_MEMORY)
+        {
+            self.last_cut = None;
+        }
+        if self.server_window.is_some_and(|w| w.reset_at <= now) {
+            self.server_window = None;
+        }
+        if self.operator_pause.is_some_and(|p| p <= now) {
+            self.operator_pause = None;
+        }
     }
 }
 
@@ -207,13 +246,7 @@ impl Pacing {
         Pacing {
             bucket: Bucket::new(rate, policy.burst, now),
             rate,
-            cooldown: None,
-            clamp_burst: false,
-            last_cut: None,
-            backoff_level: 0,
             rare: None,
-            robots_cap: None,
-            consecutive_403: 0,
             off_peak: OffPeakClock::new(policy, (now, std::time::SystemTime::now())),
         }
     }
@@ -236,13 +269,16 @@ impl Pacing {
 
     /// Caps the rate (and adaptation) at `rate` (1 / Crawl-delay), or lifts the cap.
     pub fn set_robots_cap(&mut self, rate: Option<f64>, now: Instant) {
-        self.robots_cap = rate.filter(|r| r.is_finite() && *r > 0.0);
+        let cap = rate.filter(|r| r.is_finite() && *r > 0.0);
+        if cap.is_some() || self.rare.is_some() {
+            self.rare_mut().robots_cap = cap;
+        }
         self.sync(now);
     }
 
     /// The robots.txt cap, if any.
     pub fn robots_cap(&self) -> Option<f64> {
-        self.robots_cap
+        self.rare().robots_cap
     }
 
     /// Pauses the host for a detected block (`block_pause_seconds`); the rate then resumes at
@@ -292,8 +328,13 @@ impl Pacing {
         if let Some((until, cause)) = record.cooldown {
             self.extend_cooldown(until, cause, now);
         }
-        self.rare_mut().operator_pause = record.operator_pause.filter(|p| *p > now);
-        self.rare_mut().rate_override = record.rate_override.filter(|r| r.is_finite() && *r > 0.0);
+        let pause = record.operator_pause.filter(|p| *p > now);
+        let rate_override = record.rate_override.filter(|r| r.is_finite() && *r > 0.0);
+        if pause.is_some() || rate_override.is_some() || self.rare.is_some() {
+            let rare = self.rare_mut();
+            rare.operator_pause = pause;
+            rare.rate_override = rate_override;
+        }
         self.sync(now);
     }
 
@@ -378,7 +419,7 @@ impl Pacing {
         };
         let rare = self.rare();
         let mut rate = rare.rate_override.unwrap_or(own);
-        if let Some(cap) = self.robots_cap {
+        if let Some(cap) = rare.robots_cap {
             rate = rate.min(cap);
         }
         if let Some(cap) = rare.server_policy_rate {
@@ -395,29 +436,26 @@ impl Pacing {
 
     /// The cooldown in force at `now`, if any.
     pub fn cooldown(&self, now: Instant) -> Option<Cooldown> {
-        self.cooldown.filter(|c| c.until > now)
+        self.rare().cooldown.filter(|c| c.until > now)
     }
 
     /// Whether the host is exactly as a fresh one would be (so it may be forgotten).
     pub fn is_fresh(&mut self, policy: &HostPolicy, now: Instant) -> bool {
         self.sync(now);
         let fresh_rate = Pacing::new(policy, now).rate;
-        self.cooldown(now).is_none()
-            && self.rare().is_empty()
-            && self.backoff_level == 0
-            && self.rate >= fresh_rate
-            && self.bucket.is_full(now)
+        // A burst clamp left from a cooldown that ended does not count: a host idle that long may
+        // come back with its full burst, as a fresh one would.
+        let settled = Rare {
+            clamp_burst: false,
+            ..*self.rare()
+        };
+        settled.is_empty() && self.rate >= fresh_rate && self.bucket.is_full(now)
     }
 
     /// Expires what has run out and puts the effective rate into the bucket.
     fn sync(&mut self, now: Instant) {
         if let Some(rare) = self.rare.as_mut() {
-            if rare.server_window.is_some_and(|w| w.reset_at <= now) {
-                rare.server_window = None;
-            }
-            if rare.operator_pause.is_some_and(|p| p <= now) {
-                rare.operator_pause = None;
-            }
+            rare.expire(now);
             if rare.is_empty() {
                 self.rare = None;
             }
@@ -459,9 +497,9 @@ impl Pacing {
         if self.ready_at(now) > now {
             return false;
         }
-        if self.clamp_burst {
+        if let Some(rare) = self.rare.as_mut().filter(|r| r.clamp_burst) {
+            rare.clamp_burst = false;
             self.bucket.clamp_tokens(1.0, now);
-            self.clamp_burst = false;
         }
         if !self.bucket.try_take(now, jitter, sample) {
             return false;
@@ -493,27 +531,30 @@ impl Pacing {
         let mut cooldown = None;
         let mut hard_block = false;
         if obs.status == Some(403) {
-            self.consecutive_403 += 1;
-            if policy.hard_block_after > 0 && self.consecutive_403 >= policy.hard_block_after {
-                self.consecutive_403 = 0;
+            let rare = self.rare_mut();
+            rare.consecutive_403 = rare.consecutive_403.saturating_add(1);
+            if policy.hard_block_after > 0 && rare.consecutive_403 >= policy.hard_block_after {
+                rare.consecutive_403 = 0;
                 if self.pause_for_block(CooldownCause::HardBlock, policy, now) {
                     hard_block = true;
                     cooldown = Some(policy.block_pause);
                 }
             }
-        } else if obs.status.is_some() {
-            self.consecutive_403 = 0;
+        } else if let Some(rare) = self.rare.as_mut().filter(|_| obs.status.is_some()) {
+            rare.consecutive_403 = 0;
         }
         if let Some(budget) = &obs.server {
             cooldown = self.apply_server_budget(budget, obs.others_in_flight, policy, now);
         }
         match obs.feedback {
             Feedback::Success => {
-                self.backoff_level = 0;
+                if let Some(rare) = self.rare.as_mut() {
+                    rare.backoff_level = 0;
+                }
                 if obs.latency > policy.slow_response {
                     if policy.adaptive && self.new_wave(obs.sent_at) {
                         self.rate = lowered(self.rate, policy.slow_factor, policy.min_rate);
-                        self.last_cut = Some(now);
+                        self.rare_mut().last_cut = Some(now);
                     }
                 } else if obs.limited {
                     let mut ceiling = if policy.adaptive {
@@ -521,7 +562,7 @@ impl Pacing {
                     } else {
                         policy.rate
                     };
-                    if let Some(cap) = self.robots_cap {
+                    if let Some(cap) = self.rare().robots_cap {
                         ceiling = ceiling.min(cap).max(self.rate.min(ceiling));
                     }
                     if self.rate < ceiling {
@@ -540,7 +581,7 @@ impl Pacing {
                     if policy.adaptive {
                         self.rate = lowered(self.rate, policy.decrease_factor, policy.min_rate);
                     }
-                    self.last_cut = Some(now);
+                    self.rare_mut().last_cut = Some(now);
                 }
                 if let Some(window) = window.filter(|w| !w.is_zero()) {
                     let cause = match obs.status {
@@ -575,12 +616,13 @@ impl Pacing {
     }
 
     fn new_wave(&self, sent_at: Instant) -> bool {
-        self.last_cut.is_none_or(|cut| sent_at >= cut)
+        self.rare().last_cut.is_none_or(|cut| sent_at >= cut)
     }
 
     fn next_backoff(&mut self, policy: &HostPolicy, sample: f64) -> Duration {
-        let doubling = 2f64.powi(self.backoff_level.min(30) as i32);
-        self.backoff_level = self.backoff_level.saturating_add(1);
+        let rare = self.rare_mut();
+        let doubling = 2f64.powi(rare.backoff_level.min(30) as i32);
+        rare.backoff_level = rare.backoff_level.saturating_add(1);
         let base = policy.backoff_initial.as_secs_f64() * doubling;
         let with_jitter = base * (1.0 + 0.25 * sample.clamp(0.0, 1.0));
         Duration::from_secs_f64(with_jitter.min(policy.backoff_max.as_secs_f64()))
@@ -591,16 +633,17 @@ impl Pacing {
         match self.cooldown(now) {
             Some(c) if c.until >= until => false,
             Some(c) => {
-                self.cooldown = Some(Cooldown { until, cause, ..c });
+                self.rare_mut().cooldown = Some(Cooldown { until, cause, ..c });
                 true
             }
             None => {
-                self.cooldown = Some(Cooldown {
+                let rare = self.rare_mut();
+                rare.cooldown = Some(Cooldown {
                     started: now,
                     until,
                     cause,
                 });
-                self.clamp_burst = true;
+                rare.clamp_burst = true;
                 true
             }
         }
@@ -1200,5 +1243,34 @@ mod tests {
         };
         p.observe(&obs, &policy, t0, 0.0);
         assert!(!p.is_fresh(&policy, t0 + secs(10.0)), "rate still lowered");
+    }
+
+    #[test]
+    fn what_an_episode_left_is_freed_when_it_ends() {
+        // The boxed state costs a healthy host nothing; after a 429 it exists until the cooldown,
+        // the wave memory and the burst clamp have all run out.
+        let t0 = Instant::now();
+        let policy = HostPolicy {
+            resume_factor: 1.0,
+            ..HostPolicy::default()
+        };
+        let mut p = Pacing::new(&policy, t0);
+        assert!(p.rare.is_none());
+        let obs = Observation {
+            retry_after: Some(secs(5.0)),
+            ..answer(Feedback::Throttled, 429, t0)
+        };
+        p.observe(&obs, &policy, t0, 0.0);
+        assert!(p.rare.is_some());
+        assert!(
+            !p.is_fresh(&policy, t0 + secs(10.0)),
+            "the wave is remembered"
+        );
+        let later = t0 + WAVE_MEMORY + secs(1.0);
+        // The pending burst clamp alone does not keep a long-idle host from being forgotten.
+        assert!(p.is_fresh(&policy, later));
+        assert!(p.try_take(later, 0.0, 0.0));
+        p.ready_at(later);
+        assert!(p.rare.is_none(), "nothing is left to remember");
     }
 }
