@@ -12,7 +12,8 @@
 //!    process of this binary, so that one N's heap does not blur the next). (b) end to end through
 //!    the proxy: one request to each of N distinct loopback addresses `127.0.x.y` (one origin
 //!    listener per address, all on one port): courtesy's RSS growth per host, and after
-//!    `idle_host_seconds` plus a sweep period, its RSS and `GET /hosts` again; then the same hosts
+//!    `idle_host_seconds` plus a sweep period plus the upstream pool's idle timeout (when courtesy
+//!    hands the closed connections' memory back), its RSS and `GET /hosts` again; then the same hosts
 //!    once more, and what one `GET /metrics` and one `GET /hosts` listing them all add to RSS. Run
 //!    once with kept-alive upstream connections (what a crawl looks like) and once with
 //!    `Connection: close` answers (no pooled connections: the host table and per-host state).
@@ -1031,9 +1032,11 @@ async fn many_hosts_e2e(
     let took = t.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss1 = courtesy.rss_kib();
-    // Idle for idle_host_seconds, then at least one sweep (period idle / 4, at least 1 s). No
-    // admin call before this point: `/hosts` itself allocates per host (measured below).
-    tokio::time::sleep(Duration::from_secs(IDLE_HOST_SECONDS + 4)).await;
+    // Idle for idle_host_seconds, then at least one sweep (period idle / 4, at least 1 s), then
+    // the upstream pool's idle timeout (min(90 s, idle_host_seconds)) and one more sweep period,
+    // after which courtesy hands the closed connections' memory back too. No admin call before
+    // this point: `/hosts` itself allocates per host (measured below).
+    tokio::time::sleep(Duration::from_secs(2 * IDLE_HOST_SECONDS + 5)).await;
     let rss2 = courtesy.rss_kib();
     let hosts2 = courtesy.hosts().await?.len();
     // The same hosts again (new entries in the table), then one `GET /hosts` listing them all.

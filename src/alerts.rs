@@ -12,7 +12,7 @@ use http_body_util::Full;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tracing::{info, warn};
 
 use crate::limiter::Limiter;
@@ -39,7 +39,11 @@ impl Alerts {
             .build();
         Alerts {
             limiter,
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            // Webhook posts are rare: an idle connection is closed after 30 s.
+            client: Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(std::time::Duration::from_secs(30))
+                .build(connector),
         }
     }
 

@@ -25,7 +25,7 @@ use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, info, info_span, warn, Instrument};
@@ -72,6 +72,13 @@ pub struct Proxy {
     via_token: String,
 }
 
+/// How long an idle upstream connection is kept: 90 s, or less when idle hosts are forgotten
+/// sooner (`idle_host_seconds`), since a host courtesy no longer knows should not keep a socket
+/// and its buffers.
+pub fn upstream_idle_timeout(idle_host: Duration) -> Duration {
+    Duration::from_secs(90).min(idle_host)
+}
+
 impl Proxy {
     /// Builds the service state: the pooled upstream client (verifying upstream TLS with
     /// `upstream_tls`), the interceptor for CONNECTs, and the loop guards. Per-request settings are
@@ -96,11 +103,11 @@ impl Proxy {
             .https_or_http()
             .enable_http1()
             .wrap_connector(connector);
-        // An idle connection is closed after 90 s, or sooner when idle hosts are forgotten sooner:
-        // a host courtesy no longer knows should not keep a socket and its buffers.
-        let pool_idle = Duration::from_secs(90).min(config.proxy.idle_host);
+        // Without a pool timer hyper-util never closes an idle connection by itself (only finds
+        // it stale at the next checkout): a crawl over many hosts would keep a socket per host.
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(pool_idle)
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(upstream_idle_timeout(config.proxy.idle_host))
             .pool_max_idle_per_host(64)
             .build(connector);
         let via_token = format!("{PROXY_NAME}-{:08x}", rand::random::<u32>());

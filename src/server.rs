@@ -286,6 +286,9 @@ async fn sweep_idle_hosts(limiter: Arc<Limiter>, proxy: Arc<Proxy>, idle: Durati
     let period = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // After a large sweep the forgotten hosts' idle upstream connections close within the pool's
+    // idle timeout; their buffers are handed back to the OS once that has passed.
+    let mut release_at: Option<tokio::time::Instant> = None;
     loop {
         ticker.tick().await;
         // With a million known hosts a sweep takes a few hundred milliseconds: not on a worker
@@ -297,6 +300,13 @@ async fn sweep_idle_hosts(limiter: Arc<Limiter>, proxy: Arc<Proxy>, idle: Durati
         proxy.sweep_robots();
         if swept > 0 {
             debug!(swept, left = limiter.host_count(), "idle hosts forgotten");
+        }
+        let now = tokio::time::Instant::now();
+        if swept >= crate::limiter::RELEASE_AFTER_SWEEPING {
+            release_at = Some(now + crate::proxy::upstream_idle_timeout(idle) + period);
+        } else if release_at.is_some_and(|at| at <= now) {
+            release_at = None;
+            let _ = tokio::task::spawn_blocking(crate::heap::release_free_memory).await;
         }
     }
 }

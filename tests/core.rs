@@ -646,3 +646,49 @@ async fn plain_http_inside_a_connect_is_paced_request_by_request() {
         "{span:?}"
     );
 }
+
+/// An idle upstream connection is closed by courtesy within the pool's idle timeout
+/// (min(90 s, idle_host_seconds)), not kept until the host is asked again: a crawl over many
+/// hosts must not keep a socket per host it ever visited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_upstream_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // One keep-alive answer, then wait for courtesy to hang up (bounded by a timeout).
+    let origin = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "courtesy hung up before sending the request");
+            got.extend_from_slice(&buf[..n]);
+        }
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        let answered = Instant::now();
+        let closed = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf)).await;
+        (closed.map(|r| r.unwrap_or(0)), answered.elapsed())
+    });
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nidle_host_seconds = 1\n{}",
+        pacing(100.0, 10, 10)
+    ))
+    .await;
+    let got = courtesy.client().get(&format!("http://{addr}/")).await;
+    assert_eq!(got.status, StatusCode::OK);
+    let (closed, after) = origin.await.unwrap();
+    assert_eq!(
+        closed,
+        Ok(0),
+        "the idle connection was still open after 20 s"
+    );
+    // Idle timeout 1 s, checked every second: closed after about 1–2 s (generous bound).
+    assert!(
+        after < Duration::from_secs(10),
+        "closed only after {after:?}"
+    );
+}

@@ -28,9 +28,13 @@ use crate::config::{Config, HostPolicy, OnCooldown};
 use crate::feedback::{Feedback, ServerBudget};
 use crate::policy::{CooldownCause, InFlight, Observation, Pacing, Reaction};
 
+/// The rate from which a host's turns are timed to the sub-millisecond. Below one turn a second,
+/// tokio's ~1 ms of lateness is under 0.1 % of the budget, not worth a thread wake-up per turn.
+const FINE_MIN_RATE: f64 = 1.0;
+
 /// Hosts a sweep must forget before it shrinks the table and returns freed memory to the OS (a
 /// few hundred KiB at least; below that, trimming costs more than it gives).
-const RELEASE_AFTER_SWEEPING: usize = 1024;
+pub const RELEASE_AFTER_SWEEPING: usize = 1024;
 
 /// How long before a token's instant the dispatcher hands over from tokio's millisecond timer to an
 /// OS sleep with nanosecond resolution: tokio wakes up to about 1.5 ms late, and the OS sleep should
@@ -337,8 +341,9 @@ impl Limiter {
     /// with the OS's nanosecond timer (Linux keeps it within its 50 µs timer slack). Waiting still
     /// costs no CPU. tokio does not auto-advance a paused test clock while a blocking task runs, and
     /// the final check on tokio's clock lets the paused clock do the last stretch exactly.
-    async fn sleep_until(&self, at: Instant) {
-        if !self.fine_waits {
+    /// Without `fine` (slow hosts, see [`FINE_MIN_RATE`]), tokio's timer does it all.
+    async fn sleep_until(&self, at: Instant, fine: bool) {
+        if !(fine && self.fine_waits) {
             return sleep_until(at).await;
         }
         if let Some(coarse) = at.checked_sub(FINE_MARGIN) {
@@ -605,8 +610,8 @@ impl Drop for QueuedTurn {
 enum Next {
     /// The queue is empty: the task ends.
     Exit,
-    /// The head needs a token that arrives at this instant.
-    SleepUntil(Instant),
+    /// The head needs a token that arrives at this instant; with `true`, timed to the sub-millisecond.
+    SleepUntil(Instant, bool),
     /// The head needs a host slot.
     WaitForSlot,
     /// The head is ready but the global cap is full.
@@ -638,7 +643,8 @@ async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
             } else {
                 let ready = state.pacing.ready_at(now);
                 if ready > now {
-                    Next::SleepUntil(ready)
+                    let fine = state.pacing.effective_rate(now) >= FINE_MIN_RATE;
+                    Next::SleepUntil(ready, fine)
                 } else {
                     match global
                         .take()
@@ -676,10 +682,10 @@ async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
         match next {
             Next::Exit => return,
             Next::Again => {}
-            Next::SleepUntil(at) => {
+            Next::SleepUntil(at, fine) => {
                 global = None;
                 tokio::select! {
-                    _ = limiter.sleep_until(at) => {}
+                    _ = limiter.sleep_until(at, fine) => {}
                     _ = host.wake.notified() => {}
                 }
             }
