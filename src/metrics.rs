@@ -3,8 +3,9 @@
 //!
 //! Counters and histograms are updated where the events happen; gauges are filled from the host
 //! table when `/metrics` is scraped. The `host` label is bounded by `[admin] metrics_max_hosts`:
-//! the first hosts seen get their own label, the rest are summed as `host="other"`, so a crawl over
-//! a million hosts cannot blow up the scrape.
+//! hosts get their own label while there is room, the rest are summed as `host="other"`, so a crawl
+//! over a million hosts cannot blow up the scrape. When the host table forgets an idle host, its
+//! series go too and its label slot is free for a host in use.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
@@ -33,6 +34,23 @@ struct OutcomeLabels {
     host: String,
     outcome: String,
 }
+
+/// Every `outcome` of `courtesy_requests_total`: what a forgotten host's series are removed by.
+const REQUEST_OUTCOMES: [&str; 10] = [
+    "upstream_2xx",
+    "upstream_3xx",
+    "upstream_4xx",
+    "upstream_5xx",
+    "upstream_failed",
+    "local_queue_full",
+    "local_waited_too_long",
+    "local_shutting_down",
+    "local_paused",
+    "local_cooling_down",
+];
+
+/// Every `outcome` of `courtesy_blocks_total`.
+pub const BLOCK_KINDS: [&str; 2] = ["soft_block", "hard_block"];
 
 fn seconds_histogram() -> Histogram {
     // 1 ms to about 65 s.
@@ -166,6 +184,41 @@ impl Metrics {
         OTHER.to_string()
     }
 
+    /// Drops the series and label slots of labelled hosts the host table no longer knows (after
+    /// a sweep), so that the slots serve the hosts in use. Returns how many hosts were dropped.
+    pub fn forget_unknown_hosts(&self, limiter: &Limiter) -> usize {
+        let gone: Vec<String> = {
+            let mut labelled = self.labelled.lock().unwrap_or_else(|p| p.into_inner());
+            let gone: Vec<String> = labelled
+                .iter()
+                .filter(|host| !limiter.knows(host))
+                .cloned()
+                .collect();
+            for host in &gone {
+                labelled.remove(host);
+            }
+            gone
+        };
+        for host in &gone {
+            let label = HostLabel { host: host.clone() };
+            self.latency.remove(&label);
+            self.queue_wait.remove(&label);
+            let mut outcome = OutcomeLabels {
+                host: host.clone(),
+                outcome: String::new(),
+            };
+            for name in REQUEST_OUTCOMES {
+                outcome.outcome = name.to_string();
+                self.requests.remove(&outcome);
+            }
+            for kind in BLOCK_KINDS {
+                outcome.outcome = kind.to_string();
+                self.blocks.remove(&outcome);
+            }
+        }
+        gone.len()
+    }
+
     /// Counts an upstream response and records its timings.
     pub fn response(&self, host: &str, status: u16, latency: Duration, waited: Duration) {
         let host = self.label(host);
@@ -200,8 +253,9 @@ impl Metrics {
         self.count(&host, &format!("local_{}", refusal.reason()));
     }
 
-    /// Counts a block pause (`soft_block` or `hard_block`).
+    /// Counts a block pause (`kind` is one of [`BLOCK_KINDS`]).
     pub fn block(&self, host: &str, kind: &str) {
+        debug_assert!(BLOCK_KINDS.contains(&kind), "unknown block kind {kind}");
         let host = self.label(host);
         self.blocks
             .get_or_create(&OutcomeLabels {
@@ -262,6 +316,53 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use std::sync::Arc;
+
+    #[test]
+    fn every_refusal_is_a_known_outcome() {
+        let refusals = [
+            Refusal::QueueFull {
+                max_queue: 1,
+                retry_after: Duration::ZERO,
+            },
+            Refusal::WaitedTooLong {
+                waited: Duration::ZERO,
+            },
+            Refusal::ShuttingDown,
+            Refusal::CoolingDown {
+                remaining: Duration::ZERO,
+                cause: crate::policy::CooldownCause::Failure,
+            },
+            Refusal::CoolingDown {
+                remaining: Duration::ZERO,
+                cause: crate::policy::CooldownCause::Operator,
+            },
+        ];
+        for refusal in refusals {
+            let outcome = format!("local_{}", refusal.reason());
+            assert!(REQUEST_OUTCOMES.contains(&outcome.as_str()), "{outcome}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_forgotten_host_gives_its_label_and_series_back() {
+        let limiter = Limiter::new(Arc::new(Config::default()));
+        let m = Metrics::new(1);
+        let mut p = limiter.admit("old.test", 80).await.unwrap();
+        p.mark_sent();
+        drop(p);
+        m.response("old.test:80", 200, Duration::from_millis(5), Duration::ZERO);
+        m.refusal("old.test:80", &Refusal::ShuttingDown);
+        m.block("old.test:80", "soft_block");
+        assert_eq!(m.label("new.test:80"), OTHER, "the only slot is taken");
+        // Still known: nothing is dropped.
+        assert_eq!(m.forget_unknown_hosts(&limiter), 0);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(limiter.sweep(Duration::ZERO), 1);
+        assert_eq!(m.forget_unknown_hosts(&limiter), 1);
+        let text = m.render(&limiter, (0, 0));
+        assert!(!text.contains("old.test"), "series left behind:\n{text}");
+        assert_eq!(m.label("new.test:80"), "new.test:80");
+    }
 
     #[test]
     fn host_labels_are_bounded() {

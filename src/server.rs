@@ -83,10 +83,11 @@ pub async fn run(
         upstream_tls,
         metrics.clone(),
     ));
-    let admin = Arc::new(Admin::new(limiter.clone(), metrics, interceptor));
+    let admin = Arc::new(Admin::new(limiter.clone(), metrics.clone(), interceptor));
     let sweeper = tokio::spawn(sweep_idle_hosts(
         limiter.clone(),
         proxy.clone(),
+        metrics,
         config.proxy.idle_host,
     ));
     let (stop_saver, saver_stop) = tokio::sync::oneshot::channel();
@@ -281,8 +282,13 @@ async fn accepted_or_log(
     }
 }
 
-/// Forgets idle hosts every so often; a timer, not a poll.
-async fn sweep_idle_hosts(limiter: Arc<Limiter>, proxy: Arc<Proxy>, idle: Duration) {
+/// Forgets idle hosts (and their metrics series) every so often; a timer, not a poll.
+async fn sweep_idle_hosts(
+    limiter: Arc<Limiter>,
+    proxy: Arc<Proxy>,
+    metrics: Arc<Metrics>,
+    idle: Duration,
+) {
     let period = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -299,7 +305,13 @@ async fn sweep_idle_hosts(limiter: Arc<Limiter>, proxy: Arc<Proxy>, idle: Durati
             .unwrap_or(0);
         proxy.sweep_robots();
         if swept > 0 {
-            debug!(swept, left = limiter.host_count(), "idle hosts forgotten");
+            let unlabelled = metrics.forget_unknown_hosts(&limiter);
+            debug!(
+                swept,
+                unlabelled,
+                left = limiter.host_count(),
+                "idle hosts forgotten"
+            );
         }
         let now = tokio::time::Instant::now();
         if swept >= crate::limiter::RELEASE_AFTER_SWEEPING {

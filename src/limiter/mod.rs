@@ -540,6 +540,11 @@ impl Limiter {
         swept
     }
 
+    /// Whether the table knows the host with this key (`host:port`, as [`Permit::host_key`]).
+    pub fn knows(&self, key: &str) -> bool {
+        self.hosts.contains_key(key)
+    }
+
     /// How many hosts are in the table.
     pub fn host_count(&self) -> usize {
         self.hosts.len()
