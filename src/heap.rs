@@ -31,6 +31,7 @@ unsafe extern "C" {
 #[cfg(test)]
 mod tests {
     #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     fn freed_memory_goes_back_to_the_os() {
         // Many small blocks (below the mmap threshold, so they live in the arena), freed again.
         let blocks: Vec<Vec<u8>> = (0..200_000).map(|i| vec![(i % 251) as u8; 400]).collect();
@@ -38,18 +39,24 @@ mod tests {
         drop(blocks);
         super::release_free_memory();
         let after = rss_kib();
-        if let (Some(before), Some(after)) = (before, after) {
-            // 200,000 × ~416 B ≈ 80 MiB were resident; most of it must have left.
-            assert!(
-                before.saturating_sub(after) > 40 * 1024,
-                "RSS {before} KiB → {after} KiB"
-            );
-        }
+        // 200,000 × ~416 B ≈ 80 MiB were resident; most of it must have left (other tests in this
+        // process allocate far less than the 40 MiB of slack).
+        assert!(
+            before.saturating_sub(after) > 40 * 1024,
+            "RSS {before} KiB → {after} KiB"
+        );
     }
 
-    fn rss_kib() -> Option<u64> {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .expect("VmRSS line");
+        line.split_whitespace()
+            .nth(1)
+            .and_then(|kib| kib.parse().ok())
+            .expect("VmRSS value")
     }
 }

@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 
 use crate::admin::Admin;
 use crate::config::Config;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, Swept};
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::state;
@@ -300,21 +300,25 @@ async fn sweep_idle_hosts(
         // With a million known hosts a sweep takes a few hundred milliseconds: not on a worker
         // that serves requests.
         let table = limiter.clone();
-        let swept = tokio::task::spawn_blocking(move || table.sweep(idle))
+        let swept = tokio::task::spawn_blocking(move || table.sweep_idle(idle))
             .await
-            .unwrap_or(0);
+            .unwrap_or(Swept {
+                forgotten: 0,
+                released: false,
+            });
         proxy.sweep_robots();
-        if swept > 0 {
+        if swept.forgotten > 0 {
             let unlabelled = metrics.forget_unknown_hosts(&limiter);
             debug!(
-                swept,
+                swept = swept.forgotten,
+                released = swept.released,
                 unlabelled,
                 left = limiter.host_count(),
                 "idle hosts forgotten"
             );
         }
         let now = tokio::time::Instant::now();
-        if swept >= crate::limiter::RELEASE_AFTER_SWEEPING {
+        if swept.released {
             release_at = Some(now + crate::proxy::upstream_idle_timeout(idle) + period);
         } else if release_at.is_some_and(|at| at <= now) {
             release_at = None;

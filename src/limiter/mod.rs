@@ -10,7 +10,7 @@
 //! responses (`feedback.rs`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -32,9 +32,9 @@ use crate::policy::{CooldownCause, InFlight, Observation, Pacing, Reaction};
 /// tokio's ~1 ms of lateness is under 0.1 % of the budget, not worth a thread wake-up per turn.
 const FINE_MIN_RATE: f64 = 1.0;
 
-/// Hosts a sweep must forget before it shrinks the table and returns freed memory to the OS (a
-/// few hundred KiB at least; below that, trimming costs more than it gives).
-pub const RELEASE_AFTER_SWEEPING: usize = 1024;
+/// Hosts a sweep must have forgotten (since the peak) before it shrinks the table and returns freed
+/// memory to the OS (a few hundred KiB at least; below that, trimming costs more than it gives).
+const RELEASE_AFTER_SWEEPING: usize = 1024;
 
 /// How long before a token's instant the dispatcher hands over from tokio's millisecond timer to an
 /// OS sleep with nanosecond resolution: tokio wakes up to about 1.5 ms late, and the OS sleep should
@@ -295,6 +295,8 @@ pub struct Limiter {
     config: RwLock<Arc<Config>>,
     global: Arc<Semaphore>,
     shutting_down: AtomicBool,
+    /// The most hosts known at a sweep since memory was last handed back to the OS.
+    peak_hosts: AtomicUsize,
     /// Whether the last stretch of each wait for a token is an OS sleep (sub-millisecond) rather
     /// than tokio's timer (whole milliseconds, about 1 ms late).
     fine_waits: bool,
@@ -320,6 +322,7 @@ impl Limiter {
             global: Arc::new(Semaphore::new(config.proxy.max_in_flight)),
             config: RwLock::new(config),
             shutting_down: AtomicBool::new(false),
+            peak_hosts: AtomicUsize::new(0),
             fine_waits,
         })
     }
@@ -510,9 +513,17 @@ impl Limiter {
 
     /// Forgets hosts idle for `idle` with nothing queued or in flight and a full bucket, so that a
     /// host that comes back starts exactly as a fresh one would. Returns how many were dropped.
-    /// After a large sweep, also gives the freed memory back to the OS. Takes about 0.3 µs per
-    /// known host: call it off the async workers (`spawn_blocking`) when the table is large.
+    /// See [`Limiter::sweep_idle`].
     pub fn sweep(&self, idle: Duration) -> usize {
+        self.sweep_idle(idle).forgotten
+    }
+
+    /// Like [`Limiter::sweep`], and says whether freed memory went back to the OS: when the table
+    /// has shrunk to half its peak since the last release, by at least `RELEASE_AFTER_SWEEPING`
+    /// hosts. A crawl in steady state (as many new hosts as forgotten ones) reuses the memory
+    /// instead, and never pays for a trim, which briefly holds the allocator's locks. Takes about
+    /// 0.3 µs per known host: call it off the async workers (`spawn_blocking`).
+    pub fn sweep_idle(&self, idle: Duration) -> Swept {
         let now = Instant::now();
         let before = self.hosts.len();
         self.hosts.retain(|_, host| {
@@ -528,16 +539,25 @@ impl Limiter {
             }
             !forget
         });
-        let swept = before - self.hosts.len();
-        if swept >= RELEASE_AFTER_SWEEPING {
+        let after = self.hosts.len();
+        let peak = self
+            .peak_hosts
+            .fetch_max(before, Ordering::Relaxed)
+            .max(before);
+        let released = peak - after >= RELEASE_AFTER_SWEEPING && after <= peak / 2;
+        if released {
             // The table keeps its capacity and the allocator its freed blocks: hand both back, so
             // that memory returns close to where it was before those hosts came.
-            if self.hosts.len() < self.hosts.capacity() / 4 {
+            if after < self.hosts.capacity() / 4 {
                 self.hosts.shrink_to_fit();
             }
             crate::heap::release_free_memory();
+            self.peak_hosts.store(after, Ordering::Relaxed);
         }
-        swept
+        Swept {
+            forgotten: before - after,
+            released,
+        }
     }
 
     /// Whether the table knows the host with this key (`host:port`, as [`Permit::host_key`]).
@@ -549,6 +569,15 @@ impl Limiter {
     pub fn host_count(&self) -> usize {
         self.hosts.len()
     }
+}
+
+/// What one sweep did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    /// Hosts forgotten.
+    pub forgotten: usize,
+    /// Whether freed memory was handed back to the OS.
+    pub released: bool,
 }
 
 /// With `on_cooldown = "reject"` and a cooldown or pause in force, takes every queued request out
@@ -1033,20 +1062,30 @@ mod tests {
 
     #[tokio::test]
     async fn fine_waits_give_turns_within_a_fraction_of_a_millisecond() {
-        // Real clock: 20/s, burst 1, 21 queued requests. No turn may come early (invariant 1), and
-        // the 20 gaps should add up to barely more than 1 s (tokio's timer alone adds ~1 ms a turn).
-        // The bound is loose so that a busy machine does not fail it; the benchmark measures it.
+        // Real clock: 20/s, burst 1, 21 queued requests. No turn may come early (invariant 1). The
+        // median gap should be within 0.6 ms of 50 ms: tokio's timer alone makes it ~51.1 ms. A
+        // busy machine can delay wake-ups, so the best of three attempts counts; the benchmark
+        // measures the precision properly.
         let config = Config {
             defaults: Arc::new(policy(20.0, 1, 100)),
             ..Config::default()
         };
-        let limiter = Limiter::new(Arc::new(config));
-        let times = burst_of(&limiter, "fine.test", 21, Duration::ZERO).await;
-        for pair in times.windows(2) {
-            assert!(pair[1] - pair[0] >= 0.0499, "gap {} s", pair[1] - pair[0]);
+        let mut best = f64::MAX;
+        for attempt in 0..3 {
+            let limiter = Limiter::new(Arc::new(config.clone()));
+            let host: &'static str = ["fine0.test", "fine1.test", "fine2.test"][attempt];
+            let times = burst_of(&limiter, host, 21, Duration::ZERO).await;
+            let mut gaps: Vec<f64> = times.windows(2).map(|p| p[1] - p[0]).collect();
+            for gap in &gaps {
+                assert!(*gap >= 0.0499, "gap {gap} s");
+            }
+            gaps.sort_by(f64::total_cmp);
+            best = best.min(gaps[gaps.len() / 2]);
+            if best < 0.0506 {
+                break;
+            }
         }
-        let span = times[20] - times[0];
-        assert!(span < 1.015, "20 gaps took {span} s");
+        assert!(best < 0.0506, "median gap {best} s");
     }
 
     #[tokio::test(start_paused = true)]
@@ -1122,11 +1161,57 @@ mod tests {
         }
         let grown = limiter.hosts.capacity();
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(limiter.sweep(Duration::ZERO), 5000);
+        let swept = limiter.sweep_idle(Duration::ZERO);
+        assert_eq!(
+            swept,
+            Swept {
+                forgotten: 5000,
+                released: true
+            }
+        );
         assert!(
             limiter.hosts.capacity() < grown / 4,
             "capacity {grown} → {}",
             limiter.hosts.capacity()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crawl_in_steady_state_does_not_trim_at_every_sweep() {
+        let limiter = limiter_with(policy(1000.0, 10, 10), 1000);
+        let visit = |prefix: &'static str, n: usize| {
+            let limiter = limiter.clone();
+            async move {
+                for i in 0..n {
+                    let mut permit = limiter
+                        .admit(&format!("{prefix}{i}.test"), 80)
+                        .await
+                        .unwrap();
+                    permit.mark_sent();
+                }
+            }
+        };
+        visit("a", 2000).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        visit("b", 2100).await;
+        // The 2000 old hosts go, but the table is still above half its peak: no trim.
+        let first = limiter.sweep_idle(Duration::from_secs(1));
+        assert_eq!(
+            first,
+            Swept {
+                forgotten: 2000,
+                released: false
+            }
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Now the crawl is over: everything goes, and the memory with it.
+        let second = limiter.sweep_idle(Duration::from_secs(1));
+        assert_eq!(
+            second,
+            Swept {
+                forgotten: 2100,
+                released: true
+            }
         );
     }
 

@@ -149,8 +149,9 @@ impl OffPeakClock {
 
 /// How long the instant of the last rate cut is remembered. An answer to a request sent before the
 /// cut belongs to the same wave and must not cut again; such answers come within the response
-/// timeout (60 s by default), so ten minutes is ample. Forgetting it only risks one more cut.
-const WAVE_MEMORY: Duration = Duration::from_secs(600);
+/// timeout, which the config caps at a day. (A host idle for `idle_host_seconds` is forgotten
+/// all the same: it has nothing in flight that could still answer.)
+const WAVE_MEMORY: Duration = Duration::from_secs(25 * 3600);
 
 /// Pacing state that a healthy host does not have. Each field goes back to its empty value when
 /// its episode ends, and then the box is freed.
@@ -443,10 +444,15 @@ impl Pacing {
     pub fn is_fresh(&mut self, policy: &HostPolicy, now: Instant) -> bool {
         self.sync(now);
         let fresh_rate = Pacing::new(policy, now).rate;
-        // A burst clamp left from a cooldown that ended does not count: a host idle that long may
-        // come back with its full burst, as a fresh one would.
+        // What a host idle that long may forget: a burst clamp left from a cooldown that ended (it
+        // may come back with its full burst, as a fresh one would), the last cut (nothing sent
+        // before it can still answer), a 403 streak, and the Crawl-delay cap (set again from
+        // robots.txt before its next request is admitted).
         let settled = Rare {
             clamp_burst: false,
+            last_cut: None,
+            consecutive_403: 0,
+            robots_cap: None,
             ..*self.rare()
         };
         settled.is_empty() && self.rate >= fresh_rate && self.bucket.is_full(now)
@@ -1246,6 +1252,17 @@ mod tests {
     }
 
     #[test]
+    fn a_crawl_delay_or_a_403_streak_does_not_keep_a_host_known() {
+        let t0 = Instant::now();
+        let policy = HostPolicy::default();
+        let mut p = Pacing::new(&policy, t0);
+        p.set_robots_cap(Some(0.5), t0);
+        p.observe(&answer(Feedback::Neutral, 403, t0), &policy, t0, 0.0);
+        assert!(p.rare.is_some());
+        assert!(p.is_fresh(&policy, t0 + secs(10.0)));
+    }
+
+    #[test]
     fn what_an_episode_left_is_freed_when_it_ends() {
         // The boxed state costs a healthy host nothing; after a 429 it exists until the cooldown,
         // the wave memory and the burst clamp have all run out.
@@ -1262,13 +1279,12 @@ mod tests {
         };
         p.observe(&obs, &policy, t0, 0.0);
         assert!(p.rare.is_some());
-        assert!(
-            !p.is_fresh(&policy, t0 + secs(10.0)),
-            "the wave is remembered"
-        );
+        assert!(!p.is_fresh(&policy, t0 + secs(4.0)), "cooling down");
+        // The wave and the burst clamp are remembered, but do not keep an idle host from being
+        // forgotten.
+        assert!(p.is_fresh(&policy, t0 + secs(10.0)));
+        assert!(p.rare.is_some());
         let later = t0 + WAVE_MEMORY + secs(1.0);
-        // The pending burst clamp alone does not keep a long-idle host from being forgotten.
-        assert!(p.is_fresh(&policy, later));
         assert!(p.try_take(later, 0.0, 0.0));
         p.ready_at(later);
         assert!(p.rare.is_none(), "nothing is left to remember");
