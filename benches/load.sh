@@ -7,7 +7,9 @@
 #   direct         wrk -> nginx
 #   courtesy       wrk -> courtesy (pacing effectively off, default log level) -> nginx
 #   courtesy-warn  the same with RUST_LOG=warn (no per-request log line)      [WARN_CASE=1]
-#   squid          wrk -> squid (caching off) -> nginx
+#   squid          wrk -> squid (caching off, access_log none) -> nginx
+#   squid-log      the same with Debian's default access log (a line per request through the
+#                  log_file_daemon helper), to set against courtesy's default   [SQUID_LOG_CASE=1]
 # at 1, 16 and 64 connections, with a 1 KiB and a 64 KiB body, each run REPEATS times; the cases
 # are interleaved within each repeat so that drift on the machine hits them alike. All servers run
 # at once on their own loopback ports; an idle one costs nothing.
@@ -16,14 +18,15 @@
 # Knobs (environment): DURATION=8 (seconds per run), REPEATS=3, CONNS="1 16 64", SIZES="1k 64k",
 #   BODY_TYPE=text/html (the origin's Content-Type: what crawlers fetch, and what courtesy scans
 #   for block markers; application/octet-stream skips that scan),
-#   WRK_THREADS=1, WARN_CASE=1, COURTESY_BIN=target/release/courtesy (built if missing),
+#   WRK_THREADS=1, WARN_CASE=1, SQUID_LOG_CASE=1, COURTESY_BIN=target/release/courtesy (built if missing),
 #   NOISE_PCT=10, RETRY_BUDGET=10, QUIET_WAIT=120 (a run during which other processes on the
 #   machine used more than NOISE_PCT % of a core is run again, at most twice and at most
 #   RETRY_BUDGET times in all, after waiting for the machine to calm down, at most QUIET_WAIT
 #   seconds in all; the report counts the runs that stayed disturbed),
 #   ORIGIN_PORT=18080 COURTESY_PORT=18128 COURTESY_WARN_PORT=18138 SQUID_PORT=18130
+#   SQUID_LOG_PORT=18140
 #   (admin ports are the proxy port + 1).
-# With the defaults one run takes about 11 minutes on a quiet 2-core machine (at most about 14
+# With the defaults one run takes about 14 minutes on a quiet 2-core machine (at most about 18
 # with every retry and wait used).
 #
 # Needs: nginx, squid, wrk, curl (Debian packages; installed with apt-get when missing, as root).
@@ -42,6 +45,7 @@ SIZES=${SIZES:-"1k 64k"}
 WRK_THREADS=${WRK_THREADS:-1}
 BODY_TYPE=${BODY_TYPE:-text/html}
 WARN_CASE=${WARN_CASE:-1}
+SQUID_LOG_CASE=${SQUID_LOG_CASE:-1}
 NOISE_PCT=${NOISE_PCT:-10}
 RETRY_BUDGET=${RETRY_BUDGET:-10}
 QUIET_WAIT=${QUIET_WAIT:-120}
@@ -50,6 +54,7 @@ ORIGIN_PORT=${ORIGIN_PORT:-18080}
 COURTESY_PORT=${COURTESY_PORT:-18128}
 COURTESY_WARN_PORT=${COURTESY_WARN_PORT:-18138}
 SQUID_PORT=${SQUID_PORT:-18130}
+SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
 COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
 HOST=127.0.0.1
 
@@ -130,7 +135,7 @@ wait_port() {
 }
 
 for port in "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COURTESY_WARN_PORT" \
-    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT"; do
+    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT"; do
     port_busy "$port" && die "port $HOST:$port is already in use (set the *_PORT variables)"
 done
 
@@ -151,8 +156,11 @@ cpu_ticks() {
 # the servers it started: what else ran during a run (a build, a test suite) and disturbed it.
 # Processes that came and went are counted through their parent's cutime/cstime.
 other_ticks() {
+    # The servers' helper processes (Squid's log daemon) count as the server, not as others.
+    local kids p
+    kids=$(for p in "${PIDS[@]}"; do pgrep -P "$p" 2>/dev/null || true; done | tr '\n' ' ')
     # A process may exit between the glob and cat: cat then fails, which is fine here.
-    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v skip=" $$ ${PIDS[*]} " '{
+    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v skip=" $$ ${PIDS[*]} $kids " '{
         pid = $1
         sub(/^.*\) /, "")
         if (index(skip, " " pid " ") == 0) total += $12 + $13 + $14 + $15
@@ -262,36 +270,50 @@ CASES+=(squid)
 
 # ---- squid ---------------------------------------------------------------------------------------
 
-mkdir -p "$TMP/squid"
-cat >"$TMP/squid/squid.conf" <<EOF
+# Starts Squid as `name` on `port` with the given access_log line; its PID goes to STARTED_PID.
+start_squid() {
+    local name=$1 port=$2 access_log=$3 dir="$TMP/$1"
+    mkdir -p "$dir"
+    cat >"$dir/squid.conf" <<EOF
 # A plain forward proxy with caching off, as close to the defaults as a temp dir allows.
-http_port $HOST:$SQUID_PORT
+http_port $HOST:$port
 http_access allow localhost
 http_access deny all
 cache deny all
-access_log none
+access_log $access_log
 cache_store_log none
-cache_log $TMP/squid/cache.log
-pid_filename $TMP/squid/squid.pid
-coredump_dir $TMP/squid
+cache_log $dir/cache.log
+pid_filename $dir/squid.pid
+coredump_dir $dir
 netdb_filename none
 pinger_enable off
 visible_hostname load.localhost
 shutdown_lifetime 0 seconds
 max_filedescriptors 16384
 EOF
-# Squid started as root switches to its effective user (proxy on Debian), which writes the logs.
-if id proxy >/dev/null 2>&1; then chown -R proxy: "$TMP/squid"; else chmod 777 "$TMP/squid"; fi
-squid -N -f "$TMP/squid/squid.conf" >"$TMP/squid/out.log" 2>&1 &
-SQUID_PID=$!
-PIDS+=("$SQUID_PID")
-wait_port "$SQUID_PID" "$SQUID_PORT" squid
+    # Squid started as root switches to its effective user (proxy on Debian), which writes the logs.
+    if id proxy >/dev/null 2>&1; then chown -R proxy: "$dir"; else chmod 777 "$dir"; fi
+    squid -N -f "$dir/squid.conf" >"$dir/out.log" 2>&1 &
+    STARTED_PID=$!
+    PIDS+=("$STARTED_PID")
+    wait_port "$STARTED_PID" "$port" "$name"
+}
+
+start_squid squid "$SQUID_PORT" none
+SQUID_PID=$STARTED_PID
+if [[ $SQUID_LOG_CASE == 1 ]]; then
+    # Debian's default: the squid log format, written by the log_file_daemon helper.
+    start_squid squid-log "$SQUID_LOG_PORT" "daemon:$TMP/squid-log/access.log squid"
+    SQUID_LOG_PID=$STARTED_PID
+    CASES+=(squid-log)
+fi
 
 proxy_port() {
     case $1 in
         courtesy) echo "$COURTESY_PORT" ;;
         courtesy-warn) echo "$COURTESY_WARN_PORT" ;;
         squid) echo "$SQUID_PORT" ;;
+        squid-log) echo "$SQUID_LOG_PORT" ;;
         *) echo "$ORIGIN_PORT" ;;
     esac
 }
@@ -300,6 +322,7 @@ proxy_pid() {
         courtesy) echo "$COURTESY_PID" ;;
         courtesy-warn) echo "$COURTESY_WARN_PID" ;;
         squid) echo "$SQUID_PID" ;;
+        squid-log) echo "$SQUID_LOG_PID" ;;
         *) echo "" ;;
     esac
 }
@@ -315,7 +338,7 @@ for case in "${CASES[@]}"; do
     [[ $status == *" 200"* ]] || die "$case: expected 200 through the proxy, got: $status"
     case $case in
         courtesy*) [[ $via == *courtesy* ]] || die "$case: no courtesy Via header ($via)" ;;
-        squid) [[ $via == *squid* ]] || die "squid: no squid Via header ($via)" ;;
+        squid*) [[ $via == *squid* ]] || die "$case: no squid Via header ($via)" ;;
     esac
     log "$case forwards: $status, $via"
 done
@@ -507,6 +530,27 @@ awk -F'\t' -v noise="$NOISE_PCT" '
         for (c in cells)
             printf "- %s: req/s met in %d of %d cells, CPU in %d of %d, p50 added in %d of %d.\n", c,
                 met_rps[c], cells[c], met_cpu[c], cells[c], met_p50[c], cells[c]
+        # Defaults against defaults: courtesy (a line per response) and squid-log (access.log).
+        header = 0
+        for (i = 1; i <= nkeys; i++) {
+            key = order[i]; split(key, k, SUBSEP)
+            sl = k[1] SUBSEP k[2] SUBSEP "squid-log"; dk = k[1] SUBSEP k[2] SUBSEP "direct"
+            if (k[3] != "courtesy" || !((sl SUBSEP "rps") in vals)) continue
+            if (!header) {
+                print ""
+                print "Both with a line per request: courtesy at its default log level against squid-log (Debian default access log):"
+                print ""
+                print "| body | conns | req/s ÷ squid-log | CPU ÷ squid-log | p50 added: courtesy / squid-log, ms |"
+                print "|---|---|---|---|---|"
+                header = 1
+            }
+            lcpu = med(vals[sl SUBSEP "pcpu"])
+            dp50 = med(vals[dk SUBSEP "p50"]) / 1000
+            printf "| %s | %s | %.2f | %s | %+.3f / %+.3f |\n", k[1], k[2],
+                med(vals[key SUBSEP "rps"]) / med(vals[sl SUBSEP "rps"]),
+                (lcpu > 0 ? sprintf("%.2f", med(vals[key SUBSEP "pcpu"]) / lcpu) : "-"),
+                med(vals[key SUBSEP "p50"]) / 1000 - dp50, med(vals[sl SUBSEP "p50"]) / 1000 - dp50
+        }
         print ""
         printf "Runs disturbed by other processes (more than %d%% of a core used outside this benchmark, after retries): %d of %d.\n", noise, noisy, runs
         print ""
