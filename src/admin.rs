@@ -98,10 +98,29 @@ impl Admin {
                 "application/x-pem-file",
             ),
             (&Method::GET | &Method::HEAD, ["hosts"]) => {
-                let hosts: Vec<Value> = self.limiter.snapshots().iter().map(host_json).collect();
+                let limit = match query_param(&query, "limit").map(str::parse::<usize>) {
+                    None => None,
+                    Some(Ok(n)) => Some(n),
+                    Some(Err(_)) => {
+                        return error_json(
+                            StatusCode::BAD_REQUEST,
+                            "limit must be a whole number of hosts",
+                        )
+                    }
+                };
+                let mut snapshots = self.limiter.snapshots();
+                let total = totals_json(&snapshots);
+                if let Some(limit) = limit {
+                    keep_most_relevant(&mut snapshots, limit);
+                }
+                let hosts: Vec<Value> = snapshots.iter().map(host_json).collect();
                 json_response(
                     StatusCode::OK,
-                    &json!({ "now_unix_ms": unix_ms(SystemTime::now()), "hosts": hosts }),
+                    &json!({
+                        "now_unix_ms": unix_ms(SystemTime::now()),
+                        "total": total,
+                        "hosts": hosts,
+                    }),
                 )
             }
             (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key) {
@@ -202,6 +221,45 @@ impl Admin {
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Counts over every known host, whatever `limit` leaves out: what the dashboard's header shows.
+fn totals_json(snapshots: &[HostSnapshot]) -> Value {
+    let count = |state: &str| snapshots.iter().filter(|s| s.state() == state).count();
+    json!({
+        "hosts": snapshots.len(),
+        "in_flight": snapshots.iter().map(|s| u64::from(s.in_flight)).sum::<u64>(),
+        "queued": snapshots.iter().map(|s| s.queued).sum::<usize>(),
+        "cooling_down": count("cooling_down"),
+        "paused": count("paused"),
+    })
+}
+
+/// Keeps the `limit` hosts an operator most needs to see, still in key order: paused and cooling
+/// down first, then by requests queued, in flight, and sent. With a hundred thousand known hosts,
+/// the dashboard's once-a-second poll then costs a snapshot of each, not a JSON object of each.
+fn keep_most_relevant(snapshots: &mut Vec<HostSnapshot>, limit: usize) {
+    if snapshots.len() <= limit {
+        return;
+    }
+    let rank = |s: &HostSnapshot| match s.state() {
+        "paused" => 0,
+        "cooling_down" => 1,
+        _ => 2,
+    };
+    let order = |a: &HostSnapshot, b: &HostSnapshot| {
+        rank(a)
+            .cmp(&rank(b))
+            .then(b.queued.cmp(&a.queued))
+            .then(b.in_flight.cmp(&a.in_flight))
+            .then(b.stats.sent.cmp(&a.stats.sent))
+            .then(a.key.cmp(&b.key))
+    };
+    if limit > 0 {
+        snapshots.select_nth_unstable_by(limit - 1, order);
+    }
+    snapshots.truncate(limit);
+    snapshots.sort_by(|a, b| a.key.cmp(&b.key));
+}
 
 /// The JSON view of one host (the shape the dashboard and `courtesy status` read).
 pub fn host_json(s: &HostSnapshot) -> Value {

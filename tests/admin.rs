@@ -81,6 +81,28 @@ async fn metrics_and_the_host_api_show_known_traffic() {
     assert_eq!(other["state"], "cooling_down");
     assert_eq!(other["counters"]["refused"]["cooling_down"], 1);
     assert!(other["cooldown"]["cause"].as_str().unwrap().contains("429"));
+    assert_eq!(
+        all["total"],
+        serde_json::json!({ "hosts": 2, "in_flight": 0, "queued": 0, "cooling_down": 1, "paused": 0 })
+    );
+
+    // `limit` keeps the hosts that most need an operator's eye; the totals still count them all.
+    let (status, body) = admin_call("GET", &admin_url(&courtesy, "/hosts?limit=1"), None, "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let limited: Value = serde_json::from_str(&body).unwrap();
+    let list = limited["hosts"].as_array().unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["host"], slow.as_str());
+    assert_eq!(limited["total"]["hosts"], 2);
+    let (status, body) = admin_call("GET", &admin_url(&courtesy, "/hosts?limit=0"), None, "").await;
+    assert_eq!(status, StatusCode::OK);
+    let none: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(none["hosts"], serde_json::json!([]));
+    assert_eq!(none["total"]["cooling_down"], 1);
+    let (status, body) =
+        admin_call("GET", &admin_url(&courtesy, "/hosts?limit=all"), None, "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("limit"), "{body}");
 
     let (status, single) = admin_call(
         "GET",
