@@ -113,14 +113,13 @@ impl Admin {
                 if let Some(limit) = limit {
                     keep_most_relevant(&mut snapshots, limit);
                 }
-                let hosts: Vec<Value> = snapshots.iter().map(host_json).collect();
                 json_response(
                     StatusCode::OK,
-                    &json!({
-                        "now_unix_ms": unix_ms(SystemTime::now()),
-                        "total": total,
-                        "hosts": hosts,
-                    }),
+                    &HostsPage {
+                        now_unix_ms: unix_ms(SystemTime::now()),
+                        total,
+                        hosts: HostList(&snapshots),
+                    },
                 )
             }
             (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key) {
@@ -398,7 +397,29 @@ fn with_type(body: String, content_type: &'static str) -> Response<ProxyBody> {
     r
 }
 
-fn json_response(status: StatusCode, value: &Value) -> Response<ProxyBody> {
+/// The answer to `GET /hosts`. Each host's JSON is made, written and dropped in turn, so that a
+/// listing of many hosts costs its text and not also a tree of values for every host.
+#[derive(serde::Serialize)]
+struct HostsPage<'a> {
+    now_unix_ms: u64,
+    total: Value,
+    hosts: HostList<'a>,
+}
+
+struct HostList<'a>(&'a [HostSnapshot]);
+
+impl serde::Serialize for HostList<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for snapshot in self.0 {
+            seq.serialize_element(&host_json(snapshot))?;
+        }
+        seq.end()
+    }
+}
+
+fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Response<ProxyBody> {
     let mut r = with_type(
         serde_json::to_string_pretty(value).unwrap_or_default() + "\n",
         "application/json",
