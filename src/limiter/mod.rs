@@ -1063,7 +1063,7 @@ mod tests {
     #[tokio::test]
     async fn fine_waits_give_turns_within_a_fraction_of_a_millisecond() {
         // Real clock: 20/s, burst 1, 21 queued requests. No turn may come early (invariant 1). The
-        // median gap should be within 0.6 ms of 50 ms: tokio's timer alone makes it ~51.1 ms. A
+        // median gap should be within 0.8 ms of 50 ms: tokio's timer alone makes it ~51.1 ms. A
         // busy machine can delay wake-ups, so the best of three attempts counts; the benchmark
         // measures the precision properly.
         let config = Config {
@@ -1081,11 +1081,11 @@ mod tests {
             }
             gaps.sort_by(f64::total_cmp);
             best = best.min(gaps[gaps.len() / 2]);
-            if best < 0.0506 {
+            if best < 0.0508 {
                 break;
             }
         }
-        assert!(best < 0.0506, "median gap {best} s");
+        assert!(best < 0.0508, "median gap {best} s");
     }
 
     #[tokio::test(start_paused = true)]
