@@ -33,6 +33,7 @@
 # Needs: nginx, openssl, curl (Debian packages; installed with apt-get when missing, as root).
 # Everything it starts lives in one temp dir and is stopped by PID on exit.
 
+# shellcheck disable=SC2015  # "check && check || die" is meant: die when either check fails
 set -Eeuo pipefail
 # set -e stops the script at a failed command; this says which one.
 trap 'printf "[https_load] error: line %s: %s failed\n" "$LINENO" "$BASH_COMMAND" >&2' ERR
@@ -59,11 +60,9 @@ COURTESY_BIN=${COURTESY_BIN:-}
 LOAD_BIN=${LOAD_BIN:-}
 HOST=127.0.0.1
 
-log() { printf '[https_load %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
+LOG_TAG=https_load
+# shellcheck source=benches/common.sh
+. "$ROOT/benches/common.sh"
 
 # Every loop below is bounded: these caps keep a typo in the environment from making it long.
 [[ $DURATION =~ ^[0-9]+$ ]] && ((DURATION >= 1 && DURATION <= 60)) || die "DURATION must be 1..60 seconds"
@@ -83,16 +82,7 @@ done
 
 # ---- tools and binaries --------------------------------------------------------------------------
 
-missing=()
-command -v nginx >/dev/null || missing+=(nginx)
-command -v openssl >/dev/null || missing+=(openssl)
-command -v curl >/dev/null || missing+=(curl)
-if ((${#missing[@]})); then
-    ((EUID == 0)) || die "missing ${missing[*]}: install them (apt-get install -y ${missing[*]})"
-    log "installing ${missing[*]}"
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
-fi
+install_missing nginx openssl curl
 
 BUILT_HERE=0
 if [[ -z $COURTESY_BIN || -z $LOAD_BIN ]]; then
@@ -121,70 +111,9 @@ CLK_TCK=$(getconf CLK_TCK)
 
 # ---- temp dir, processes, cleanup ----------------------------------------------------------------
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/courtesy-https-load.XXXXXX")
-chmod 755 "$TMP"
-PIDS=()
-
-cleanup() {
-    local rc=$? pid i
-    trap - EXIT INT TERM
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for ((i = 0; i < 50; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$TMP"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-port_busy() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
-
-# Waits (at most 10 s) until `port` accepts connections, failing early if `pid` died.
-wait_port() {
-    local pid=$1 port=$2 name=$3 i
-    for ((i = 0; i < 100; i++)); do
-        port_busy "$port" && return 0
-        kill -0 "$pid" 2>/dev/null || die "$name exited at start-up: $(tail -n 5 "$TMP"/*/log* 2>/dev/null)"
-        sleep 0.1
-    done
-    die "$name did not listen on $HOST:$port within 10 s"
-}
-
-for port in "$ORIGIN_PORT" "$STATUS_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) \
-    "$COURTESY_INFO_PORT" $((COURTESY_INFO_PORT + 1)); do
-    port_busy "$port" && die "port $HOST:$port is already in use (set the *_PORT variables)"
-done
-
-# "utime stime" in clock ticks of a process (all its threads).
-cpu_ticks() {
-    local stat
-    local -a f
-    stat=$(cat "/proc/$1/stat" 2>/dev/null) || {
-        echo "0 0"
-        return
-    }
-    read -r -a f <<<"${stat##*) }"
-    echo "${f[11]} ${f[12]}"
-}
-
-# CPU ticks (utime+stime+cutime+cstime) of every process on the machine except this script and
-# the servers it started: what else ran during a run (a build, a test suite) and disturbed it.
-# The client is this script's child: once reaped, it is counted in this script's cutime (skipped).
-other_ticks() {
-    # A process may exit between the glob and the read: cat then fails, which is no error here.
-    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v skip=" $$ ${PIDS[*]} " '{
-        pid = $1
-        sub(/^.*\) /, "")
-        if (index(skip, " " pid " ") == 0) total += $12 + $13 + $14 + $15
-    } END { printf "%d\n", total }'
-}
+setup_tmp courtesy-https-load
+require_free_ports "$ORIGIN_PORT" "$STATUS_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) \
+    "$COURTESY_INFO_PORT" $((COURTESY_INFO_PORT + 1))
 
 # Waits (0.5 s at a time, out of QUIET_BUDGET seconds in all) until the other processes on the
 # machine use at most NOISE_PCT % of a core: other engineers' builds share these 2 cores.

@@ -58,11 +58,9 @@ SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
 COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
 HOST=127.0.0.1
 
-log() { printf '[load %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
+LOG_TAG=load
+# shellcheck source=benches/common.sh
+. "$ROOT/benches/common.sh"
 
 # Every loop below is bounded: these caps keep a typo in the environment from making it long.
 [[ $DURATION =~ ^[0-9]+$ ]] && ((DURATION >= 1 && DURATION <= 60)) || die "DURATION must be 1..60 seconds"
@@ -78,17 +76,7 @@ for s in $SIZES; do [[ $s == 1k || $s == 64k ]] || die "SIZES entries must be 1k
 
 # ---- tools ---------------------------------------------------------------------------------------
 
-missing=()
-command -v nginx >/dev/null || missing+=(nginx)
-command -v squid >/dev/null || missing+=(squid)
-command -v wrk >/dev/null || missing+=(wrk)
-command -v curl >/dev/null || missing+=(curl)
-if ((${#missing[@]})); then
-    ((EUID == 0)) || die "missing ${missing[*]}: install them (apt-get install -y ${missing[*]})"
-    log "installing ${missing[*]}"
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
-fi
+install_missing nginx squid wrk curl
 if [[ ! -x $COURTESY_BIN ]]; then
     log "building courtesy (release)"
     (cd "$ROOT" && cargo build --release --bin courtesy >&2)
@@ -98,74 +86,9 @@ CLK_TCK=$(getconf CLK_TCK)
 
 # ---- temp dir, processes, cleanup ----------------------------------------------------------------
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/courtesy-load.XXXXXX")
-chmod 755 "$TMP"
-PIDS=()
-
-cleanup() {
-    local rc=$? pid i
-    trap - EXIT INT TERM
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do
-        for ((i = 0; i < 50; i++)); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$TMP"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-port_busy() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
-
-# Waits (at most 10 s) until `port` accepts connections, failing early if `pid` died.
-wait_port() {
-    local pid=$1 port=$2 name=$3 i
-    for ((i = 0; i < 100; i++)); do
-        port_busy "$port" && return 0
-        kill -0 "$pid" 2>/dev/null || die "$name exited at start-up (logs in $TMP)"
-        sleep 0.1
-    done
-    die "$name did not listen on $HOST:$port within 10 s"
-}
-
-for port in "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COURTESY_WARN_PORT" \
-    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT"; do
-    port_busy "$port" && die "port $HOST:$port is already in use (set the *_PORT variables)"
-done
-
-# "utime stime" in clock ticks of a process (all its threads) and of its direct children.
-cpu_ticks() {
-    local pid=$1 user=0 sys=0 p stat
-    local -a f
-    for p in "$pid" $(pgrep -P "$pid" 2>/dev/null || true); do
-        stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-        read -r -a f <<<"${stat##*) }"
-        user=$((user + f[11]))
-        sys=$((sys + f[12]))
-    done
-    echo "$user $sys"
-}
-
-# CPU ticks (utime+stime+cutime+cstime) of every process on the machine except this script and
-# the servers it started: what else ran during a run (a build, a test suite) and disturbed it.
-# Processes that came and went are counted through their parent's cutime/cstime.
-other_ticks() {
-    # The servers' helper processes (Squid's log daemon) count as the server, not as others.
-    local kids p
-    kids=$(for p in "${PIDS[@]}"; do pgrep -P "$p" 2>/dev/null || true; done | tr '\n' ' ')
-    # A process may exit between the glob and cat: cat then fails, which is fine here.
-    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v skip=" $$ ${PIDS[*]} $kids " '{
-        pid = $1
-        sub(/^.*\) /, "")
-        if (index(skip, " " pid " ") == 0) total += $12 + $13 + $14 + $15
-    } END { printf "%d\n", total }'
-}
+setup_tmp courtesy-load
+require_free_ports "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COURTESY_WARN_PORT" \
+    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT"
 
 # Waits until other processes use at most NOISE_PCT of a core over 2 s; all such waits together
 # last at most QUIET_WAIT seconds over the whole benchmark.

@@ -1,0 +1,100 @@
+# Shared by benches/load.sh and benches/https_load.sh (sourced, not run): logging, installing
+# missing Debian packages, the temp dir and the cleanup of every process started, ports, and the
+# CPU accounting of processes. Expects HOST and LOG_TAG to be set, and `set -euo pipefail`.
+# shellcheck shell=bash
+
+log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date +%T)" "$*" >&2; }
+die() {
+    log "error: $*"
+    exit 1
+}
+
+# Installs (as root, with apt-get) the given commands' Debian packages of the same name that are
+# missing.
+install_missing() {
+    local missing=() cmd
+    for cmd in "$@"; do command -v "$cmd" >/dev/null || missing+=("$cmd"); done
+    ((${#missing[@]})) || return 0
+    ((EUID == 0)) || die "missing ${missing[*]}: install them (apt-get install -y ${missing[*]})"
+    log "installing ${missing[*]}"
+    apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+}
+
+# Makes TMP (named after `name`) and arranges for every PID in PIDS to be stopped (TERM, then KILL
+# after 5 s) and TMP removed when the script exits, however it exits.
+setup_tmp() {
+    TMP=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+    chmod 755 "$TMP"
+    PIDS=()
+    trap cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+cleanup() {
+    local rc=$? pid i
+    trap - EXIT INT TERM
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+    exit "$rc"
+}
+
+port_busy() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# Fails when any of the given ports already accepts connections.
+require_free_ports() {
+    local port
+    for port in "$@"; do
+        port_busy "$port" && die "port $HOST:$port is already in use (set the *_PORT variables)"
+    done
+    return 0
+}
+
+# Waits (at most 10 s) until `port` accepts connections, failing early if `pid` died.
+wait_port() {
+    local pid=$1 port=$2 name=$3 i
+    for ((i = 0; i < 100; i++)); do
+        port_busy "$port" && return 0
+        kill -0 "$pid" 2>/dev/null ||
+            die "$name exited at start-up (logs in $TMP): $(tail -n 5 "$TMP"/*/log* 2>/dev/null)"
+        sleep 0.1
+    done
+    die "$name did not listen on $HOST:$port within 10 s"
+}
+
+# "utime stime" in clock ticks of a process (all its threads) and of its direct children.
+cpu_ticks() {
+    local pid=$1 user=0 sys=0 p stat
+    local -a f
+    for p in "$pid" $(pgrep -P "$pid" 2>/dev/null || true); do
+        stat=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+        read -r -a f <<<"${stat##*) }"
+        user=$((user + f[11]))
+        sys=$((sys + f[12]))
+    done
+    echo "$user $sys"
+}
+
+# CPU ticks (utime+stime+cutime+cstime) of every process on the machine except this script and
+# the servers it started (with their helper processes): what else ran during a run (a build, a
+# test suite) and disturbed it. Processes that came and went are counted through their parent's
+# cutime/cstime; a client this script started and reaped counts in this script's (skipped).
+other_ticks() {
+    local kids p
+    kids=$(for p in "${PIDS[@]}"; do pgrep -P "$p" 2>/dev/null || true; done | tr '\n' ' ')
+    # A process may exit between the glob and cat: cat then fails, which is fine here.
+    { cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk -v skip=" $$ ${PIDS[*]} $kids " '{
+        pid = $1
+        sub(/^.*\) /, "")
+        if (index(skip, " " pid " ") == 0) total += $12 + $13 + $14 + $15
+    } END { printf "%d\n", total }'
+}
