@@ -152,8 +152,22 @@ origin_counts() {
 
 # ---- courtesy ------------------------------------------------------------------------------------
 
-# Starts courtesy as `name` on `port`; its PID goes to STARTED_PID (not echoed: a command
-# substitution would run this in a subshell and lose PIDS).
+# The cases in the order they run, and each proxy's port and PID (direct has no proxy).
+CASES=(direct)
+declare -A PORT_OF=([direct]=$ORIGIN_PORT) PID_OF=()
+
+# Records the server just started in the background as the case `name` on `port`, and waits
+# until it listens. (Not a command substitution: that would run in a subshell and lose PIDS.)
+started() {
+    local name=$1 port=$2 pid=$!
+    PIDS+=("$pid")
+    PORT_OF[$name]=$port
+    PID_OF[$name]=$pid
+    CASES+=("$name")
+    wait_port "$pid" "$port" "$name"
+}
+
+# Starts courtesy as the case `name` on `port`.
 start_courtesy() {
     local name=$1 port=$2 rust_log=$3 dir="$TMP/$1"
     mkdir -p "$dir/state"
@@ -176,24 +190,17 @@ EOF
     else
         env -u RUST_LOG "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
     fi
-    STARTED_PID=$!
-    PIDS+=("$STARTED_PID")
-    wait_port "$STARTED_PID" "$port" "$name"
+    started "$name" "$port"
 }
 
 start_courtesy courtesy "$COURTESY_PORT" ""
-COURTESY_PID=$STARTED_PID
-CASES=(direct courtesy)
 if [[ $WARN_CASE == 1 ]]; then
     start_courtesy courtesy-warn "$COURTESY_WARN_PORT" warn
-    COURTESY_WARN_PID=$STARTED_PID
-    CASES+=(courtesy-warn)
 fi
-CASES+=(squid)
 
 # ---- squid ---------------------------------------------------------------------------------------
 
-# Starts Squid as `name` on `port` with the given access_log line; its PID goes to STARTED_PID.
+# Starts Squid as the case `name` on `port` with the given access_log line.
 start_squid() {
     local name=$1 port=$2 access_log=$3 dir="$TMP/$1"
     mkdir -p "$dir"
@@ -217,44 +224,20 @@ EOF
     # Squid started as root switches to its effective user (proxy on Debian), which writes the logs.
     if id proxy >/dev/null 2>&1; then chown -R proxy: "$dir"; else chmod 777 "$dir"; fi
     squid -N -f "$dir/squid.conf" >"$dir/out.log" 2>&1 &
-    STARTED_PID=$!
-    PIDS+=("$STARTED_PID")
-    wait_port "$STARTED_PID" "$port" "$name"
+    started "$name" "$port"
 }
 
 start_squid squid "$SQUID_PORT" none
-SQUID_PID=$STARTED_PID
 if [[ $SQUID_LOG_CASE == 1 ]]; then
     # Debian's default: the squid log format, written by the log_file_daemon helper.
     start_squid squid-log "$SQUID_LOG_PORT" "daemon:$TMP/squid-log/access.log squid"
-    SQUID_LOG_PID=$STARTED_PID
-    CASES+=(squid-log)
 fi
-
-proxy_port() {
-    case $1 in
-        courtesy) echo "$COURTESY_PORT" ;;
-        courtesy-warn) echo "$COURTESY_WARN_PORT" ;;
-        squid) echo "$SQUID_PORT" ;;
-        squid-log) echo "$SQUID_LOG_PORT" ;;
-        *) echo "$ORIGIN_PORT" ;;
-    esac
-}
-proxy_pid() {
-    case $1 in
-        courtesy) echo "$COURTESY_PID" ;;
-        courtesy-warn) echo "$COURTESY_WARN_PID" ;;
-        squid) echo "$SQUID_PID" ;;
-        squid-log) echo "$SQUID_LOG_PID" ;;
-        *) echo "" ;;
-    esac
-}
 
 # ---- check that requests really go through each proxy ----------------------------------------------
 
 for case in "${CASES[@]}"; do
     [[ $case == direct ]] && continue
-    headers=$(curl -sS --max-time 5 -D - -o /dev/null -x "http://$HOST:$(proxy_port "$case")" \
+    headers=$(curl -sS --max-time 5 -D - -o /dev/null -x "http://$HOST:${PORT_OF[$case]}" \
         "http://$HOST:$ORIGIN_PORT/1k")
     status=$(head -n 1 <<<"$headers" | tr -d '\r')
     via=$(grep -i '^via:' <<<"$headers" | tr -d '\r' || true)
@@ -293,8 +276,8 @@ RUNS="$TMP/runs.tsv"
 run_wrk() {
     local case=$1 size=$2 conns=$3 secs=$4 rep=$5
     local port pid threads out result c0 c1 o0 o1 x0 x1 before after logfile="" lines=0 target="" url
-    port=$(proxy_port "$case")
-    pid=$(proxy_pid "$case")
+    port=${PORT_OF[$case]}
+    pid=${PID_OF[$case]:-}
     threads=$((WRK_THREADS < conns ? WRK_THREADS : conns))
     if [[ $case == direct ]]; then
         url="http://$HOST:$ORIGIN_PORT/$size"
