@@ -15,19 +15,14 @@ async fn curl_through_courtesy_is_paced() {
     let courtesy = Courtesy::start("[defaults]\nrate = 4\nburst = 1\n").await;
     let proxy = format!("http://{}", courtesy.addr);
     let start = Instant::now();
-    let out = client_command("curl")
-        .args(["-sS", "-i", "-x", &proxy])
-        .args((0..5).map(|i| origin.url(&format!("/curl/{i}"))))
-        .output()
-        .await
-        .expect("curl must be installed");
+    let out = run_to_success(
+        client_command("curl")
+            .args(["-sS", "-i", "-x", &proxy])
+            .args((0..5).map(|i| origin.url(&format!("/curl/{i}")))),
+    )
+    .await;
     let elapsed = start.elapsed();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    let text = out.to_ascii_lowercase();
     assert_eq!(text.matches("http/1.1 200").count(), 5, "{text}");
     assert!(text.contains("via: 1.1 courtesy"), "{text}");
     assert_eq!(origin.count(), 5);
@@ -50,19 +45,12 @@ print(statuses, r.status_code, r.headers.get("Via"), r.text)
         origin.url("/py"),
         origin.url("/py/last")
     );
-    let out = client_command("python3")
-        .env("HTTP_PROXY", format!("http://{}", courtesy.addr))
-        .args(["-c", &script])
-        .output()
-        .await
-        .expect("python3 must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_to_success(
+        client_command("python3")
+            .env("HTTP_PROXY", format!("http://{}", courtesy.addr))
+            .args(["-c", &script]),
+    )
+    .await;
     assert!(
         stdout.starts_with("[200, 200, 200, 200] 200 1.1 courtesy"),
         "{stdout}"

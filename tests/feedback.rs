@@ -220,20 +220,7 @@ async fn rising_latency_lowers_the_rate_without_any_error() {
     let config = "[defaults]\nrate = 5\nburst = 1\nconcurrency = 8\nadaptive = true\nslow_response_ms = 200\n";
     let courtesy = Courtesy::start(config).await;
     let end = start + Duration::from_secs(8);
-    let mut clients = Vec::new();
-    for _ in 0..8 {
-        let client = courtesy.client();
-        let url = origin.url("/");
-        clients.push(tokio::spawn(async move {
-            let mut conn = client.connect().await;
-            while Instant::now() < end {
-                assert_eq!(conn.get(&url).await.status, StatusCode::OK);
-            }
-        }));
-    }
-    for c in clients {
-        c.await.unwrap();
-    }
+    hammer_until(&courtesy, vec![origin.url("/"); 8], end).await;
     let arrivals = origin.arrivals();
     let late: Vec<Instant> = arrivals
         .iter()

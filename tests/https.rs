@@ -101,20 +101,15 @@ async fn reqwest_and_curl_get_byte_identical_bodies_through_interception() {
     }
 
     let out_file = https.dir.join("curl-body");
-    let out = client_command("curl")
-        .args(["-sS", "--fail", "--cacert"])
-        .arg(courtesy.ca_path())
-        .args(["-x", &format!("http://{}", courtesy.addr), "-o"])
-        .arg(&out_file)
-        .arg(https.url("/big"))
-        .output()
-        .await
-        .expect("curl must be installed");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_to_success(
+        client_command("curl")
+            .args(["-sS", "--fail", "--cacert"])
+            .arg(courtesy.ca_path())
+            .args(["-x", &format!("http://{}", courtesy.addr), "-o"])
+            .arg(&out_file)
+            .arg(https.url("/big")),
+    )
+    .await;
     assert!(
         std::fs::read(&out_file).unwrap() == big_body(),
         "curl's body differs"
@@ -260,20 +255,14 @@ with httpx.Client() as c:
     print("httpx", r.status_code, r.text)
 "#;
     let ca = courtesy.ca_path();
-    let out = client_command("python3")
-        .env("HTTPS_PROXY", format!("http://{}", courtesy.addr))
-        .env("REQUESTS_CA_BUNDLE", &ca)
-        .env("SSL_CERT_FILE", &ca)
-        .args(["-c", script, &https.url("/py")])
-        .output()
-        .await
-        .expect("python3 must be installed");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_to_success(
+        client_command("python3")
+            .env("HTTPS_PROXY", format!("http://{}", courtesy.addr))
+            .env("REQUESTS_CA_BUNDLE", &ca)
+            .env("SSL_CERT_FILE", &ca)
+            .args(["-c", script, &https.url("/py")]),
+    )
+    .await;
     assert!(
         stdout.contains("requests 200 secure 1.1 courtesy"),
         "{stdout}"
@@ -351,22 +340,16 @@ async fn node_undici_proxy_agent_works_for_http_and_https() {
     );
     let courtesy = Courtesy::start(&config).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/undici_proxy.mjs");
-    let out = client_command("node")
-        .env("NODE_EXTRA_CA_CERTS", courtesy.ca_path())
-        .arg(script)
-        .arg(format!("http://{}", courtesy.addr))
-        .arg(plain.url("/a"))
-        .arg(plain.url("/b"))
-        .arg(https.url("/c"))
-        .output()
-        .await
-        .expect("node must be installed, with `npm ci --prefix tests/node` run");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_to_success(
+        client_command("node")
+            .env("NODE_EXTRA_CA_CERTS", courtesy.ca_path())
+            .arg(script)
+            .arg(format!("http://{}", courtesy.addr))
+            .arg(plain.url("/a"))
+            .arg(plain.url("/b"))
+            .arg(https.url("/c")),
+    )
+    .await;
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
         vec!["200 2", "200 2", "200 6"]

@@ -48,20 +48,8 @@ async fn crawl_delay_caps_the_rate_below_the_configured_one() {
         Courtesy::start("[defaults]\nrate = 5\nburst = 1\nconcurrency = 4\nobey_robots = true\n")
             .await;
     let end = Instant::now() + Duration::from_secs(6);
-    let mut clients = Vec::new();
-    for c in 0..4 {
-        let client = courtesy.client();
-        let url = origin.url(&format!("/c{c}"));
-        clients.push(tokio::spawn(async move {
-            let mut conn = client.connect().await;
-            while Instant::now() < end {
-                assert_eq!(conn.get(&url).await.status, StatusCode::OK);
-            }
-        }));
-    }
-    for c in clients {
-        c.await.unwrap();
-    }
+    let urls = (0..4).map(|c| origin.url(&format!("/c{c}"))).collect();
+    hammer_until(&courtesy, urls, end).await;
     let arrivals = origin.arrivals();
     assert_eq!(
         arrivals[0].path, "/robots.txt",

@@ -55,6 +55,24 @@ type Handler = Arc<
         + Sync,
 >;
 
+/// One client per URL, each on its own connection to courtesy, sending GETs back to back until
+/// `end`; every answer must be 200.
+pub async fn hammer_until(courtesy: &Courtesy, urls: Vec<String>, end: Instant) {
+    let mut clients = Vec::new();
+    for url in urls {
+        let client = courtesy.client();
+        clients.push(tokio::spawn(async move {
+            let mut conn = client.connect().await;
+            while Instant::now() < end {
+                assert_eq!(conn.get(&url).await.status, StatusCode::OK);
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+}
+
 /// A scripted HTTP/1.1 origin on a loopback address. It records every arrival and how many
 /// requests it has in flight at most.
 pub struct Origin {
@@ -466,6 +484,23 @@ pub fn client_command(program: &str) -> tokio::process::Command {
     }
     cmd.kill_on_drop(true);
     cmd
+}
+
+/// Runs a client command (see [`client_command`]) to its end and returns its stdout; fails the
+/// test, with both outputs, unless it exited successfully.
+pub async fn run_to_success(cmd: &mut tokio::process::Command) -> String {
+    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+    let out = cmd.output().await.unwrap_or_else(|e| {
+        panic!("cannot run {program} ({e}): `scripts/test` installs every client the tests use")
+    });
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 /// A fresh, empty temporary directory for one test.
