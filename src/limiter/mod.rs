@@ -677,7 +677,7 @@ async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
             } else {
                 let ready = state.pacing.ready_at(now);
                 if ready > now {
-                    let fine = state.pacing.effective_rate(now) >= FINE_MIN_RATE;
+                    let fine = state.pacing.pacing_rate() >= FINE_MIN_RATE;
                     Next::SleepUntil(ready, fine)
                 } else {
                     match global

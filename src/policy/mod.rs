@@ -409,6 +409,12 @@ impl Pacing {
         self.rate
     }
 
+    /// The rate the bucket paces at, as of the last look at the host ([`Pacing::ready_at`] and
+    /// every change bring it up to date): [`Pacing::effective_rate`] without computing it again.
+    pub fn pacing_rate(&self) -> f64 {
+        self.bucket.rate()
+    }
+
     /// The rate in effect: the operator's or our own (the off-peak rate inside its window, scaled
     /// by any cut feedback made), capped by robots.txt and by what the server announced.
     pub fn effective_rate(&self, now: Instant) -> f64 {
