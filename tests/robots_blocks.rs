@@ -35,6 +35,56 @@ fn pages(origin: &Origin) -> Vec<Instant> {
         .collect()
 }
 
+/// A host idle long enough is forgotten even under a Crawl-delay cap (so that capped hosts do not
+/// pile up); the cap is set again from the cached robots.txt before its next request leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_host_gets_its_crawl_delay_back() {
+    let origin = robots_origin(
+        "127.0.0.2",
+        200,
+        "User-agent: *\nCrawl-delay: 1\n",
+        Duration::ZERO,
+    )
+    .await;
+    let courtesy = Courtesy::start(
+        "[proxy]\nidle_host_seconds = 1\n[defaults]\nrate = 20\nburst = 1\nobey_robots = true\n",
+    )
+    .await;
+    let client = courtesy.client();
+    assert_eq!(client.get(&origin.url("/a")).await.status, StatusCode::OK);
+    let hosts_url = format!("http://{}/hosts", courtesy.admin);
+    let mut forgotten = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (_, body) = admin_call("GET", &hosts_url, None, "").await;
+        let hosts: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if hosts["total"]["hosts"] == 0 {
+            forgotten = true;
+            break;
+        }
+    }
+    assert!(forgotten, "the idle host was never forgotten");
+    // Two pages back to back: at rate 20 they would be 50 ms apart, under the cap 1 s.
+    assert_eq!(client.get(&origin.url("/b")).await.status, StatusCode::OK);
+    assert_eq!(client.get(&origin.url("/c")).await.status, StatusCode::OK);
+    let at = pages(&origin);
+    assert_eq!(at.len(), 3);
+    let gap = at[2].duration_since(at[1]);
+    assert!(
+        gap >= Duration::from_millis(950),
+        "pages {gap:?} apart with Crawl-delay 1"
+    );
+    assert_eq!(
+        origin
+            .arrivals()
+            .iter()
+            .filter(|a| a.path == "/robots.txt")
+            .count(),
+        1,
+        "robots.txt came from the cache"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crawl_delay_caps_the_rate_below_the_configured_one() {
     let origin = robots_origin(
