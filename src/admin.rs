@@ -17,10 +17,11 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{json, Value};
 
+use crate::body::ProxyBody;
 use crate::config::{HttpsMode, OnCooldown};
 use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::metrics::Metrics;
-use crate::response::{self, local, ProxyBody, ProxyError};
+use crate::response::{self, local, ProxyError};
 use crate::tls::Interceptor;
 
 /// The dashboard: one self-contained page that polls `/hosts`.

@@ -28,12 +28,15 @@
 
 pub mod admin;
 pub mod alerts;
+pub mod blocks;
+pub mod body;
 pub mod cache;
 pub mod config;
+pub mod connections;
 pub mod feedback;
 pub mod heap;
-pub mod intercept;
 pub mod limiter;
+pub mod locks;
 pub mod log_writer;
 pub mod metrics;
 pub mod policy;

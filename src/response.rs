@@ -1,198 +1,20 @@
-//! Responses that courtesy makes itself, and the body type every response has.
+//! Responses that courtesy makes itself.
 //!
 //! Every local answer carries a `Proxy-Status` header (RFC 9209) naming the reason, so a crawler can
-//! tell "the site said 503" from "courtesy said 503". This module builds those answers and the
-//! streaming body wrapper that keeps a host's concurrency slot until the upstream body is done; it
-//! does not decide when to make them (`proxy.rs`).
+//! tell "the site said 503" from "courtesy said 503". This module builds those answers; it does not
+//! decide when to make them (the proxy and the admin API do).
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 
-use crate::limiter::{Permit, Refusal};
+use crate::body::ProxyBody;
+use crate::limiter::Refusal;
 
 /// The name courtesy gives itself in `Proxy-Status` and `Via`.
 pub const PROXY_NAME: &str = "courtesy";
-
-/// The body of every response courtesy sends to a client.
-#[derive(Debug)]
-pub enum ProxyBody {
-    /// An upstream body, streamed through untouched. The permit (host slot) is released when the body
-    /// ends, fails or is dropped: a request is in flight until its response is complete.
-    Upstream {
-        /// The upstream response body.
-        body: Incoming,
-        /// Released at the end of the body.
-        permit: Option<Permit>,
-        /// Looks for block markers in the first bytes as they stream by.
-        scan: Option<Box<BlockScan>>,
-        /// Stores the body as it streams by (response cache).
-        store: Option<Box<crate::cache::Writer>>,
-    },
-    /// A small body made by courtesy.
-    Local(Option<Bytes>),
-}
-
-impl ProxyBody {
-    /// An empty body.
-    pub fn empty() -> Self {
-        ProxyBody::Local(None)
-    }
-}
-
-impl Body for ProxyBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        match self.get_mut() {
-            ProxyBody::Upstream {
-                body,
-                permit,
-                scan,
-                store,
-            } => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
-                match &polled {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        if let (Some(data), Some(writer)) = (frame.data_ref(), store.as_mut()) {
-                            writer.write(data);
-                        }
-                        // hyper stops polling a body that says it has ended: finish here too.
-                        if body.is_end_stream() {
-                            if let Some(writer) = store.take() {
-                                writer.finish();
-                            }
-                        }
-                    }
-                    Poll::Ready(None) => {
-                        if let Some(writer) = store.take() {
-                            writer.finish();
-                        }
-                    }
-                    Poll::Ready(Some(Err(_))) => *store = None,
-                    Poll::Pending => {}
-                }
-                if let (Poll::Ready(Some(Ok(frame))), Some(scanner)) = (&polled, scan.as_mut()) {
-                    if let Some(data) = frame.data_ref() {
-                        if let Some(marker) = scanner.feed(data) {
-                            if let Some(p) = permit.as_ref() {
-                                (scanner.on_match)(p, &marker);
-                            }
-                            *scan = None;
-                        } else if scanner.done() {
-                            *scan = None;
-                        }
-                    }
-                }
-                if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-                    permit.take();
-                }
-                polled
-            }
-            ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match self {
-            ProxyBody::Upstream { body, .. } => body.is_end_stream(),
-            ProxyBody::Local(data) => data.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match self {
-            ProxyBody::Upstream { body, .. } => body.size_hint(),
-            ProxyBody::Local(data) => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-        }
-    }
-}
-
-/// What to do when a block marker is found: called once with the response's permit and the marker.
-pub type OnBlockMarker = Box<dyn Fn(&Permit, &str) + Send + Sync>;
-
-/// Scans the first `limit` bytes of a body for block markers (lowercase), across chunk edges,
-/// without holding the body back.
-pub struct BlockScan {
-    markers: std::sync::Arc<crate::config::BlockMarkers>,
-    remaining: usize,
-    /// The last bytes seen (shorter than the longest marker), so a marker split across chunks
-    /// is found.
-    tail: Vec<u8>,
-    on_match: OnBlockMarker,
-}
-
-impl std::fmt::Debug for BlockScan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BlockScan")
-            .field("remaining", &self.remaining)
-            .finish()
-    }
-}
-
-impl BlockScan {
-    /// A scanner over the first `limit` bytes; `on_match` runs once when a marker is seen.
-    pub fn new(
-        markers: std::sync::Arc<crate::config::BlockMarkers>,
-        limit: usize,
-        on_match: OnBlockMarker,
-    ) -> Self {
-        BlockScan {
-            markers,
-            remaining: limit,
-            tail: Vec::new(),
-            on_match,
-        }
-    }
-
-    /// Looks at the next chunk; returns the marker found, if any. One pass over the chunk for all
-    /// markers, no copy of it: only the seam with the previous chunk is copied.
-    pub fn feed(&mut self, chunk: &[u8]) -> Option<String> {
-        let take = chunk.len().min(self.remaining);
-        self.remaining -= take;
-        let chunk = &chunk[..take];
-        let overlap = self.markers.longest().saturating_sub(1);
-        let old_tail = std::mem::take(&mut self.tail);
-        if !old_tail.is_empty() {
-            let mut seam = old_tail.clone();
-            seam.extend_from_slice(&chunk[..overlap.min(chunk.len())]);
-            if let Some(m) = self.markers.find(&seam) {
-                return Some(m.to_string());
-            }
-        }
-        if let Some(m) = self.markers.find(chunk) {
-            return Some(m.to_string());
-        }
-        // Keep the last `overlap` bytes seen, for the next seam.
-        if chunk.len() >= overlap {
-            self.tail = chunk[chunk.len() - overlap..].to_vec();
-        } else {
-            let mut tail = old_tail;
-            tail.extend_from_slice(chunk);
-            let cut = tail.len().saturating_sub(overlap);
-            tail.drain(..cut);
-            self.tail = tail;
-        }
-        None
-    }
-
-    /// Whether the scan limit is reached.
-    pub fn done(&self) -> bool {
-        self.remaining == 0
-    }
-}
 
 /// The RFC 9209 error types courtesy uses, as one closed set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -364,34 +186,6 @@ fn sf_string(text: &str) -> String {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
-
-    #[test]
-    fn markers_are_found_across_chunks_case_insensitively_within_the_limit() {
-        let markers = std::sync::Arc::new(crate::config::BlockMarkers::new(vec![
-            "unusual traffic".to_string(),
-            "cf-challenge".into(),
-        ]));
-        let mut scan = BlockScan::new(markers.clone(), 1000, Box::new(|_, _| {}));
-        assert_eq!(scan.feed(b"<html>our systems saw Unusual Tra"), None);
-        assert_eq!(
-            scan.feed(b"ffic from you"),
-            Some("unusual traffic".to_string())
-        );
-        // Split over three chunks, one of them shorter than the overlap.
-        let mut split = BlockScan::new(markers.clone(), 1000, Box::new(|_, _| {}));
-        assert_eq!(split.feed(b"xxxx CF-CHAL"), None);
-        assert_eq!(split.feed(b"le"), None);
-        assert_eq!(split.feed(b"nge yyy"), Some("cf-challenge".to_string()));
-        let mut clean = BlockScan::new(markers.clone(), 1 << 20, Box::new(|_, _| {}));
-        let page = "<p>nothing to see here</p>".repeat(4000);
-        for part in page.as_bytes().chunks(1000) {
-            assert_eq!(clean.feed(part), None);
-        }
-        let mut late = BlockScan::new(markers, 20, Box::new(|_, _| {}));
-        assert_eq!(late.feed(b"0123456789012345678"), None);
-        assert_eq!(late.feed(b"9 cf-challenge"), None, "past the limit");
-        assert!(late.done());
-    }
 
     #[test]
     fn details_are_quoted_as_sf_strings() {

@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
 use crate::admin::Admin;
 use crate::config::Config;
+use crate::connections::Connections;
 use crate::limiter::{Limiter, Swept};
 use crate::metrics::Metrics;
 use crate::proxy::Proxy;
@@ -75,6 +74,7 @@ pub async fn run(
     let limiter = Limiter::new(config.clone());
     limiter.restore(&state::load(&config.proxy.state_dir));
     let metrics = Arc::new(Metrics::new(config.admin.metrics_max_hosts));
+    let connections = Connections::new();
     let proxy = Arc::new(Proxy::new(
         config.clone(),
         limiter.clone(),
@@ -82,6 +82,7 @@ pub async fn run(
         interceptor.clone(),
         upstream_tls,
         metrics.clone(),
+        connections.clone(),
     ));
     let admin = Arc::new(Admin::new(limiter.clone(), metrics.clone(), interceptor));
     let sweeper = tokio::spawn(sweep_idle_hosts(
@@ -95,13 +96,7 @@ pub async fn run(
     let mut hangups = hangup_signals();
     info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
 
-    let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30))
-        .keep_alive(true);
+    let builder = Connections::builder(false);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -112,9 +107,9 @@ pub async fn run(
                 let conn = builder
                     .serve_connection_with_upgrades(TokioIo::new(stream), service)
                     .into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                let connections_ = connections.clone();
+                connections.spawn(async move {
+                    if let Err(e) = connections_.serve(conn).await {
                         debug!(client = %peer, "client connection ended: {e}");
                     }
                 });
@@ -124,9 +119,9 @@ pub async fn run(
                 let admin = admin.clone();
                 let service = service_fn(move |req| admin.clone().serve(req, peer));
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                let connections_ = connections.clone();
+                connections.spawn(async move {
+                    if let Err(e) = connections_.serve(conn).await {
                         debug!(client = %peer, "admin connection ended: {e}");
                     }
                 });
@@ -144,10 +139,7 @@ pub async fn run(
     limiter.shutdown();
     sweeper.abort();
     let grace = config.proxy.shutdown_grace;
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    if !connections.shut_down(grace).await {
         warn!(
             grace_s = grace.as_secs_f64(),
             "requests still in flight after shutdown_grace_seconds; closing them"

@@ -10,7 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{host_key, refuse_queue, Host, HostStats, Limiter, Refusal, Waiter};
+use super::host::{Host, Waiter};
+use super::refusal::refuse_queue;
+use super::{host_key, HostStats, Limiter, Refusal};
 use crate::config::{Config, HostPolicy};
 use crate::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
 

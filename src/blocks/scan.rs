@@ -1,0 +1,141 @@
+//! What a block looks like in a response: block markers in the first bytes of a text body (found
+//! across chunk edges without holding the body back), and redirects to a block page.
+
+use std::sync::Arc;
+
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, LOCATION};
+use http::HeaderMap;
+
+use crate::config::{BlockMarkers, HostPolicy};
+
+/// Scans the first `limit` bytes of a body for block markers (without regard to ASCII case),
+/// across chunk edges, without holding the body back.
+pub struct BlockScan {
+    markers: Arc<BlockMarkers>,
+    remaining: usize,
+    /// The last bytes seen (shorter than the longest marker), so a marker split across chunks
+    /// is found.
+    tail: Vec<u8>,
+}
+
+impl std::fmt::Debug for BlockScan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockScan")
+            .field("remaining", &self.remaining)
+            .finish()
+    }
+}
+
+impl BlockScan {
+    /// A scanner for `markers` over the first `limit` bytes.
+    pub fn new(markers: Arc<BlockMarkers>, limit: usize) -> Self {
+        BlockScan {
+            markers,
+            remaining: limit,
+            tail: Vec::new(),
+        }
+    }
+
+    /// Looks at the next chunk; returns the marker found, if any. One pass over the chunk for all
+    /// markers, no copy of it: only the seam with the previous chunk is copied.
+    pub fn feed(&mut self, chunk: &[u8]) -> Option<String> {
+        let take = chunk.len().min(self.remaining);
+        self.remaining -= take;
+        let chunk = &chunk[..take];
+        let overlap = self.markers.longest().saturating_sub(1);
+        let old_tail = std::mem::take(&mut self.tail);
+        if !old_tail.is_empty() {
+            let mut seam = old_tail.clone();
+            seam.extend_from_slice(&chunk[..overlap.min(chunk.len())]);
+            if let Some(m) = self.markers.find(&seam) {
+                return Some(m.to_string());
+            }
+        }
+        if let Some(m) = self.markers.find(chunk) {
+            return Some(m.to_string());
+        }
+        // Keep the last `overlap` bytes seen, for the next seam.
+        if chunk.len() >= overlap {
+            self.tail = chunk[chunk.len() - overlap..].to_vec();
+        } else {
+            let mut tail = old_tail;
+            tail.extend_from_slice(chunk);
+            let cut = tail.len().saturating_sub(overlap);
+            tail.drain(..cut);
+            self.tail = tail;
+        }
+        None
+    }
+
+    /// Whether the scan limit is reached.
+    pub fn done(&self) -> bool {
+        self.remaining == 0
+    }
+}
+
+/// Whether a response with these headers is scanned for `policy`'s markers: only plain (not
+/// content-encoded) text, HTML or JSON, and only when the policy has markers and a scan length.
+pub(crate) fn scan_wanted(headers: &HeaderMap, policy: &HostPolicy) -> bool {
+    if policy.block_scan_bytes == 0 || policy.block_markers.is_empty() {
+        return false;
+    }
+    let textual = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase)
+        .is_some_and(|t| t.starts_with("text/") || t.contains("html") || t.contains("json"));
+    let encoded = headers
+        .get(CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|e| !e.eq_ignore_ascii_case("identity"));
+    textual && !encoded
+}
+
+/// Whether a redirect points at a block page (Google's `/sorry/` and the like): a path marker
+/// (one starting with `/`) in its `Location`.
+pub(crate) fn is_block_redirect(parts: &http::response::Parts, policy: &HostPolicy) -> bool {
+    if !parts.status.is_redirection() {
+        return false;
+    }
+    let Some(location) = parts.headers.get(LOCATION).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let location = location.to_ascii_lowercase();
+    policy
+        .block_markers
+        .iter()
+        .any(|m| m.starts_with('/') && location.contains(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_are_found_across_chunks_case_insensitively_within_the_limit() {
+        let markers = Arc::new(BlockMarkers::new(vec![
+            "unusual traffic".to_string(),
+            "cf-challenge".into(),
+        ]));
+        let mut scan = BlockScan::new(markers.clone(), 1000);
+        assert_eq!(scan.feed(b"<html>our systems saw Unusual Tra"), None);
+        assert_eq!(
+            scan.feed(b"ffic from you"),
+            Some("unusual traffic".to_string())
+        );
+        // Split over three chunks, one of them shorter than the overlap.
+        let mut split = BlockScan::new(markers.clone(), 1000);
+        assert_eq!(split.feed(b"xxxx CF-CHAL"), None);
+        assert_eq!(split.feed(b"le"), None);
+        assert_eq!(split.feed(b"nge yyy"), Some("cf-challenge".to_string()));
+        let mut clean = BlockScan::new(markers.clone(), 1 << 20);
+        let page = "<p>nothing to see here</p>".repeat(4000);
+        for part in page.as_bytes().chunks(1000) {
+            assert_eq!(clean.feed(part), None);
+        }
+        let mut late = BlockScan::new(markers, 20);
+        assert_eq!(late.feed(b"0123456789012345678"), None);
+        assert_eq!(late.feed(b"9 cf-challenge"), None, "past the limit");
+        assert!(late.done());
+    }
+}

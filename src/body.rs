@@ -1,0 +1,112 @@
+//! The body of every response courtesy sends to a client: an upstream body streamed through
+//! untouched, or a small body courtesy made itself.
+//!
+//! While an upstream body streams, it holds the request's [`Permit`] (a request is in flight until
+//! its response is complete), feeds the block-marker scan and the response store, and lets go of
+//! all three when the body ends, fails or is dropped.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use hyper::body::Incoming;
+
+use crate::blocks::BodyScan;
+use crate::cache;
+use crate::limiter::Permit;
+
+/// The body of every response courtesy sends to a client.
+#[derive(Debug)]
+pub enum ProxyBody {
+    /// An upstream body, streamed through untouched. The permit (host slot) is released when the body
+    /// ends, fails or is dropped: a request is in flight until its response is complete.
+    Upstream {
+        /// The upstream response body.
+        body: Incoming,
+        /// Released at the end of the body.
+        permit: Option<Permit>,
+        /// Looks for block markers in the first bytes as they stream by.
+        scan: Option<Box<BodyScan>>,
+        /// Stores the body as it streams by (response cache).
+        store: Option<Box<cache::Writer>>,
+    },
+    /// A small body made by courtesy.
+    Local(Option<Bytes>),
+}
+
+impl ProxyBody {
+    /// An empty body.
+    pub fn empty() -> Self {
+        ProxyBody::Local(None)
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ProxyBody::Upstream {
+                body,
+                permit,
+                scan,
+                store,
+            } => {
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                match &polled {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let (Some(data), Some(writer)) = (frame.data_ref(), store.as_mut()) {
+                            writer.write(data);
+                        }
+                        // hyper stops polling a body that says it has ended: finish here too.
+                        if body.is_end_stream() {
+                            if let Some(writer) = store.take() {
+                                writer.finish();
+                            }
+                        }
+                    }
+                    Poll::Ready(None) => {
+                        if let Some(writer) = store.take() {
+                            writer.finish();
+                        }
+                    }
+                    Poll::Ready(Some(Err(_))) => *store = None,
+                    Poll::Pending => {}
+                }
+                if let (Poll::Ready(Some(Ok(frame))), Some(scanner)) = (&polled, scan.as_mut()) {
+                    if let Some(data) = frame.data_ref() {
+                        if scanner.feed(data, permit.as_ref()) {
+                            *scan = None;
+                        }
+                    }
+                }
+                if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+                    permit.take();
+                }
+                polled
+            }
+            ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Upstream { body, .. } => body.is_end_stream(),
+            ProxyBody::Local(data) => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Upstream { body, .. } => body.size_hint(),
+            ProxyBody::Local(data) => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Serving connections: the HTTP server settings every listener shares, and one graceful shutdown
+//! that every connection joins, including the ones served inside CONNECT tunnels.
+//!
+//! At shutdown each connection is asked to finish the request in flight and then close (idle
+//! keep-alive connections close at once); the caller waits for all of them up to
+//! `shutdown_grace_seconds`. A task spawned anywhere through [`Connections::spawn`] is waited for,
+//! so work handed off by a CONNECT upgrade is never cut short by an early exit.
+
+use std::future::Future;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulConnection;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How long a client may take to send a request's headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Every connection task, and the signal that asks them to finish.
+#[derive(Debug, Clone, Default)]
+pub struct Connections {
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+impl Connections {
+    /// No connections yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The HTTP server settings of every listener: HTTP/1.1 with keep-alive and a header read
+    /// timeout, and HTTP/2 too where `http2` (inside intercepted TLS, where ALPN may choose it).
+    pub fn builder(http2: bool) -> auto::Builder<TokioExecutor> {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        if !http2 {
+            builder = builder.http1_only();
+        }
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .keep_alive(true);
+        builder
+    }
+
+    /// Runs `task` on its own, as part of the work a shutdown waits for.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.spawn(task);
+    }
+
+    /// Serves `conn` to its end; once shutdown begins, asks it to finish what is in flight and close.
+    pub fn serve<C>(&self, conn: C) -> impl Future<Output = C::Output> + Send + 'static
+    where
+        C: GracefulConnection + Send + 'static,
+    {
+        let stopping = self.stopping();
+        async move {
+            tokio::pin!(conn);
+            tokio::select! {
+                done = conn.as_mut() => return done,
+                () = stopping => {}
+            }
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    }
+
+    /// Resolves once shutdown has begun (for work that is not an HTTP connection, such as waiting
+    /// for a tunnel's first bytes).
+    pub fn stopping(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.stop.clone().cancelled_owned()
+    }
+
+    /// Asks every connection to finish and waits until all tasks are done, or `grace` has passed.
+    /// Returns whether everything finished in time.
+    pub async fn shut_down(&self, grace: Duration) -> bool {
+        self.stop.cancel();
+        self.tasks.close();
+        tokio::time::timeout(grace, self.tasks.wait()).await.is_ok()
+    }
+}

@@ -1,0 +1,138 @@
+//! The dispatcher: while a host's queue is not empty, one task hands out its turns in FIFO order.
+//! It looks at the head of the queue, asks the budget for a turn, and otherwise sleeps until the
+//! token's instant, a free host slot or a free global slot; never a poll.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{sleep_until, Instant};
+
+use super::budget::Turn;
+use super::host::Host;
+use super::permit::Permit;
+use super::Limiter;
+
+/// How long before a token's instant the dispatcher hands over from tokio's millisecond timer to an
+/// OS sleep with nanosecond resolution: tokio wakes up to about 1.5 ms late, and the OS sleep should
+/// get the last stretch.
+const FINE_MARGIN: Duration = Duration::from_millis(2);
+
+impl Limiter {
+    /// Sleeps until `at`, never returning before it.
+    ///
+    /// tokio's timer counts whole milliseconds and wakes about 1 ms after the deadline. With
+    /// `burst = 1` a late turn can never be made up (the bucket is full, the token that would have
+    /// accrued meanwhile is lost), so at 20/s that lateness alone is 2 % below the budget. So tokio's
+    /// timer covers all but the last [`FINE_MARGIN`], and a blocking-pool thread sleeps the rest
+    /// with the OS's nanosecond timer (Linux keeps it within its 50 µs timer slack). Waiting still
+    /// costs no CPU. tokio does not auto-advance a paused test clock while a blocking task runs, and
+    /// the final check on tokio's clock lets the paused clock do the last stretch exactly.
+    /// Without `fine` (slow hosts, see [`FINE_MIN_RATE`]), tokio's timer does it all.
+    pub(super) async fn sleep_until(&self, at: Instant, fine: bool) {
+        if !(fine && self.fine_waits) {
+            return sleep_until(at).await;
+        }
+        if let Some(coarse) = at.checked_sub(FINE_MARGIN) {
+            if coarse > Instant::now() {
+                sleep_until(coarse).await;
+            }
+        }
+        let rest = at.saturating_duration_since(Instant::now());
+        if !rest.is_zero() {
+            // A JoinError means the runtime is shutting down; the check below still holds.
+            let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
+        }
+        if Instant::now() < at {
+            sleep_until(at).await;
+        }
+    }
+}
+
+/// What the dispatcher does next after one look at the host.
+enum Next {
+    /// The queue is empty: the task ends.
+    Exit,
+    /// The head needs a token that arrives at this instant; with `true`, timed to the sub-millisecond.
+    SleepUntil(Instant, bool),
+    /// The head needs a host slot.
+    WaitForSlot,
+    /// The head is ready but the global cap is full.
+    WaitForGlobal,
+    /// Look again at once (a turn was given, or jitter held it back).
+    Again,
+}
+
+/// Hands out turns for one host in FIFO order while its queue is not empty.
+pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
+    let mut global: Option<OwnedSemaphorePermit> = None;
+    loop {
+        let mut unsent: Option<Permit> = None;
+        let next = {
+            let mut state = host.lock();
+            let now = Instant::now();
+            while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
+                state.queue.pop_front();
+            }
+            if state.queue.is_empty() {
+                state.dispatcher_running = false;
+                // An idle host keeps no queue buffer: there may be a million of them.
+                if state.queue.capacity() > 0 {
+                    state.queue = VecDeque::new();
+                }
+                Next::Exit
+            } else {
+                match limiter
+                    .budget
+                    .take_turn(&mut state, &limiter.global, global.take(), now)
+                {
+                    Turn::NoHostSlot => Next::WaitForSlot,
+                    Turn::NotBefore(at, fine) => Next::SleepUntil(at, fine),
+                    Turn::NoGlobalSlot => Next::WaitForGlobal,
+                    Turn::Held(slot) => {
+                        global = Some(slot);
+                        Next::Again
+                    }
+                    Turn::Go(slot) => {
+                        if let Some(waiter) = state.queue.pop_front() {
+                            let waited = now.saturating_duration_since(waiter.arrived);
+                            let permit =
+                                Permit::new(host.clone(), limiter.budget, slot, waited, true);
+                            // A receiver that went away hands the permit back; it must be
+                            // dropped after the lock is released, since its drop locks too.
+                            if let Err(Ok(permit)) = waiter.reply.send(Ok(permit)) {
+                                unsent = Some(permit);
+                            }
+                        }
+                        Next::Again
+                    }
+                }
+            }
+        };
+        drop(unsent);
+        match next {
+            Next::Exit => return,
+            Next::Again => {}
+            Next::SleepUntil(at, fine) => {
+                global = None;
+                tokio::select! {
+                    _ = limiter.sleep_until(at, fine) => {}
+                    _ = host.wake.notified() => {}
+                }
+            }
+            Next::WaitForSlot => {
+                global = None;
+                host.wake.notified().await;
+            }
+            Next::WaitForGlobal => {
+                tokio::select! {
+                    slot = limiter.global.clone().acquire_owned() => {
+                        global = slot.ok();
+                    }
+                    _ = host.wake.notified() => {}
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! One target host (`host:port`) in the table: its policy, its pacing state, its FIFO of waiting
+//! requests, and the lock that keeps them together. The lock is held for a few lines at a time and
+//! never across an `.await`.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use super::permit::Permit;
+use super::refusal::Refusal;
+use super::stats::HostStats;
+use crate::config::HostPolicy;
+use crate::policy::{InFlight, Pacing};
+
+/// The pacing state of one target host (`host:port`).
+#[derive(Debug)]
+pub struct Host {
+    /// `host:port` (`[v6]:port`); the host part is read from it, not stored twice.
+    pub(super) key: Arc<str>,
+    pub(super) port: u16,
+    state: Mutex<HostState>,
+    /// Tells the dispatcher to look again: a slot came free, a waiter left, shutdown.
+    pub(super) wake: Notify,
+}
+
+/// Everything about a host that changes, behind its lock.
+#[derive(Debug)]
+pub(crate) struct HostState {
+    pub(crate) policy: Arc<HostPolicy>,
+    pub(crate) pacing: Pacing,
+    pub(crate) in_flight: InFlight,
+    pub(crate) queue: VecDeque<Waiter>,
+    pub(crate) next_id: u64,
+    pub(crate) dispatcher_running: bool,
+    /// Set by the sweeper when it drops the host from the table: whoever still holds the `Arc` must
+    /// look the host up again, so that one host never has two budgets.
+    pub(crate) retired: bool,
+    pub(crate) last_active: Instant,
+    pub(crate) stats: HostStats,
+    /// The operator's rate override was forced past the config's ceiling.
+    pub(crate) forced: bool,
+}
+
+/// A request waiting in a host's queue for its turn.
+#[derive(Debug)]
+pub(super) struct Waiter {
+    pub(super) id: u64,
+    pub(super) arrived: Instant,
+    pub(super) reply: oneshot::Sender<Result<Permit, Refusal>>,
+}
+
+impl Host {
+    pub(super) fn new(key: Arc<str>, port: u16, policy: Arc<HostPolicy>, now: Instant) -> Self {
+        Host {
+            key,
+            port,
+            state: Mutex::new(HostState {
+                pacing: Pacing::new(&policy, now),
+                policy,
+                in_flight: InFlight::default(),
+                queue: VecDeque::new(),
+                next_id: 0,
+                dispatcher_running: false,
+                retired: false,
+                last_active: now,
+                stats: HostStats::default(),
+                forced: false,
+            }),
+            wake: Notify::new(),
+        }
+    }
+
+    /// The host part of the key (without brackets for IPv6).
+    pub(super) fn name(&self) -> &str {
+        let host = self.key.rsplit_once(':').map_or(&*self.key, |(h, _)| h);
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// Locks the state. A panic while the lock was held cannot leave the plain counters in a state
+    /// worse than the panic itself, so a poisoned lock is used as it is.
+    pub(super) fn lock(&self) -> MutexGuard<'_, HostState> {
+        crate::locks::lock(&self.state)
+    }
+}

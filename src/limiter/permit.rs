@@ -1,0 +1,153 @@
+//! A request's turn: the [`Permit`] that holds a host slot and a global slot while the request is
+//! in flight, and the [`Answer`] it reports back. Dropping the permit ends the turn; a request that
+//! never left gets its token back (a cancelled request spends nothing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::budget::Budget;
+use super::host::Host;
+use super::refusal::refuse_queue;
+use crate::config::HostPolicy;
+use crate::feedback::{Feedback, ServerBudget};
+use crate::policy::{CooldownCause, Observation, Reaction};
+
+/// An upstream answer, reported back through its [`Permit`] so the host's pacing can react.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The class of the answer.
+    pub feedback: Feedback,
+    /// The status, when there was a response.
+    pub status: Option<u16>,
+    /// Time from sending to response headers (or to the failure).
+    pub latency: Duration,
+    /// Parsed `Retry-After`.
+    pub retry_after: Option<Duration>,
+    /// Parsed RateLimit headers.
+    pub server: Option<ServerBudget>,
+}
+
+/// The right to send one request to a host now: holds one of the host's concurrency slots and one
+/// global slot until dropped. Dropped without [`Permit::mark_sent`], it also gives its token back,
+/// because a request that never left must not spend budget (invariant 5).
+#[derive(Debug)]
+pub struct Permit {
+    host: Arc<Host>,
+    budget: Budget,
+    _global: Option<OwnedSemaphorePermit>,
+    sent_at: Option<Instant>,
+    waited: Duration,
+    /// Whether the request had to queue for its turn: only then may a healthy answer raise the rate.
+    limited: bool,
+}
+
+impl Permit {
+    pub(super) fn new(
+        host: Arc<Host>,
+        budget: Budget,
+        global: OwnedSemaphorePermit,
+        waited: Duration,
+        limited: bool,
+    ) -> Self {
+        Permit {
+            host,
+            budget,
+            _global: Some(global),
+            sent_at: None,
+            waited,
+            limited,
+        }
+    }
+
+    /// Records that the request is about to go out: from here on its token is spent for good.
+    pub fn mark_sent(&mut self) {
+        self.sent_at = Some(Instant::now());
+    }
+
+    /// Feeds an upstream answer back into the host's pacing: adapts the rate, starts or extends a
+    /// cooldown and, with `on_cooldown = "reject"`, answers everything queued for the host at once.
+    pub fn report(&self, answer: &Answer) -> Reaction {
+        let now = Instant::now();
+        let mut state = self.host.lock();
+        let observation = Observation {
+            feedback: answer.feedback,
+            status: answer.status,
+            latency: answer.latency,
+            sent_at: self.sent_at.unwrap_or(now),
+            limited: self.limited,
+            retry_after: answer.retry_after,
+            server: answer.server,
+            others_in_flight: state.in_flight.current.saturating_sub(1),
+        };
+        let reaction = self.budget.report(&mut state, &observation, now);
+        state.stats.answered(answer.status);
+        let refused = if reaction.cooldown.is_some() {
+            refuse_queue(&mut state, now)
+        } else {
+            Vec::new()
+        };
+        drop(state);
+        for (waiter, refusal) in refused {
+            let _ = waiter.reply.send(Err(refusal));
+        }
+        self.host.wake.notify_one();
+        reaction
+    }
+
+    /// Pauses this permit's host for a soft block (a challenge page was seen in its response).
+    /// Returns the pause if a new one started (so the caller logs and alerts once).
+    pub fn soft_block(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut state = self.host.lock();
+        if !self
+            .budget
+            .pause_for_block(&mut state, CooldownCause::SoftBlock, now)
+        {
+            return None;
+        }
+        let pause = state.policy.block_pause;
+        let refused = refuse_queue(&mut state, now);
+        drop(state);
+        for (waiter, refusal) in refused {
+            let _ = waiter.reply.send(Err(refusal));
+        }
+        self.host.wake.notify_one();
+        Some(pause)
+    }
+
+    /// How long the request waited in the queue for this permit.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// The host's rate in effect now, for log lines.
+    pub fn host_rate(&self) -> f64 {
+        self.host.lock().pacing.effective_rate(Instant::now())
+    }
+
+    /// The policy of this permit's host.
+    pub fn policy(&self) -> Arc<HostPolicy> {
+        self.host.lock().policy.clone()
+    }
+
+    /// The host key this permit is for.
+    pub fn host_key(&self) -> &str {
+        &self.host.key
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let mut state = self.host.lock();
+        self.budget
+            .end_turn(&mut state, self.sent_at.is_some(), Instant::now());
+        let wake = !state.queue.is_empty();
+        drop(state);
+        if wake {
+            self.host.wake.notify_one();
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Why a request was not given a turn, and the refusal of a whole queue when a host starts cooling
+//! down in `on_cooldown = "reject"` mode. Each refusal becomes a locally made response
+//! (`crate::response::refusal`).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::host::{HostState, Waiter};
+use crate::config::OnCooldown;
+use crate::policy::CooldownCause;
+
+/// Why a request was not given a turn. Each becomes a locally made response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The host's queue already holds `max_queue` requests.
+    QueueFull {
+        /// The queue's cap.
+        max_queue: usize,
+        /// A fair guess of when trying again could work.
+        retry_after: Duration,
+    },
+    /// The request waited `max_wait_seconds` without getting a turn.
+    WaitedTooLong {
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// courtesy is shutting down.
+    ShuttingDown,
+    /// The host is cooling down (`on_cooldown = "reject"`, or a held request ran out of time).
+    CoolingDown {
+        /// Time left in the window.
+        remaining: Duration,
+        /// What started it.
+        cause: CooldownCause,
+    },
+}
+
+impl Refusal {
+    /// A short name for the reason, for counters and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::QueueFull { .. } => "queue_full",
+            Refusal::WaitedTooLong { .. } => "waited_too_long",
+            Refusal::ShuttingDown => "shutting_down",
+            Refusal::CoolingDown {
+                cause: CooldownCause::Operator,
+                ..
+            } => "paused",
+            Refusal::CoolingDown { .. } => "cooling_down",
+        }
+    }
+}
+
+/// With `on_cooldown = "reject"` and a cooldown or pause in force, takes every queued request out
+/// with its refusal (to be sent after the lock is released).
+pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, Refusal)> {
+    if state.policy.on_cooldown != OnCooldown::Reject {
+        return Vec::new();
+    }
+    let Some(c) = state.pacing.block(now) else {
+        return Vec::new();
+    };
+    let refusal = Refusal::CoolingDown {
+        remaining: c.until.saturating_duration_since(now),
+        cause: c.cause,
+    };
+    let refused: Vec<(Waiter, Refusal)> = state
+        .queue
+        .drain(..)
+        .map(|w| (w, refusal.clone()))
+        .collect();
+    for _ in &refused {
+        state.stats.refused(&refusal);
+    }
+    refused
+}

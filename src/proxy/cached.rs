@@ -1,0 +1,120 @@
+//! How a forwarded GET uses the response store (`cache = "revalidate" | "dev"`): answer from it,
+//! make the request conditional, turn the origin's 304 into the stored 200, and fill the store as a
+//! response streams by. The store itself (files, size bound, eviction) is `crate::cache`.
+
+use http::header::{HeaderValue, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA};
+use http::{HeaderMap, Method, Response};
+use tracing::info;
+
+use super::Proxy;
+use crate::body::ProxyBody;
+use crate::cache;
+use crate::config::{CacheMode, HostPolicy};
+
+/// The store's part in one request: which entry, and whether the request was made conditional.
+#[derive(Debug)]
+pub(crate) struct CacheUse {
+    url: String,
+    mode: CacheMode,
+    revalidating: bool,
+}
+
+impl CacheUse {
+    /// How a request uses the store: only bodiless GETs whose client sent no validators of its own
+    /// (a client that did gets the origin's 304 untouched).
+    pub(crate) fn plan(
+        policy: &HostPolicy,
+        parts: &http::request::Parts,
+        bodiless: bool,
+    ) -> Option<CacheUse> {
+        let used = policy.cache != CacheMode::Off
+            && parts.method == Method::GET
+            && bodiless
+            && !parts.headers.contains_key(IF_NONE_MATCH)
+            && !parts.headers.contains_key(IF_MODIFIED_SINCE);
+        used.then(|| CacheUse {
+            url: parts.uri.to_string(),
+            mode: policy.cache,
+            revalidating: false,
+        })
+    }
+}
+
+impl Proxy {
+    /// Before the request goes: in `dev` mode a stored response is the answer; in `revalidate`
+    /// mode the stored validators are added to `headers`.
+    pub(super) fn answer_or_revalidate(
+        &self,
+        plan: &mut CacheUse,
+        headers: &mut HeaderMap,
+    ) -> Option<Response<ProxyBody>> {
+        match plan.mode {
+            CacheMode::Off => None,
+            CacheMode::Dev => {
+                let (head, body) = self.cache.get(&plan.url)?;
+                info!(url = %plan.url, "answered from the cache (dev)");
+                Some(self.answer_from_cache(head, body, "hit; dev"))
+            }
+            CacheMode::Revalidate => {
+                let head = self.cache.head(&plan.url)?;
+                let validators = [
+                    (IF_NONE_MATCH, head.etag.as_deref()),
+                    (IF_MODIFIED_SINCE, head.last_modified.as_deref()),
+                ];
+                for (name, value) in validators {
+                    if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+                        headers.insert(name, v);
+                        plan.revalidating = true;
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// After the origin answered `status`: a 304 to a revalidation becomes the stored 200.
+    pub(super) fn revalidated(&self, plan: &CacheUse, status: u16) -> Option<Response<ProxyBody>> {
+        if !(plan.revalidating && status == 304) {
+            return None;
+        }
+        let (head, body) = self.cache.get(&plan.url)?;
+        Some(self.answer_from_cache(head, body, "revalidated"))
+    }
+
+    /// A writer that stores the response as it streams by, when it may be stored: a plain 200 with
+    /// a validator (or any plain 200 in `dev` mode).
+    pub(super) fn store_for(
+        &self,
+        plan: &CacheUse,
+        parts: &http::response::Parts,
+        policy: &HostPolicy,
+    ) -> Option<Box<cache::Writer>> {
+        let validated =
+            parts.headers.contains_key(ETAG) || parts.headers.contains_key(LAST_MODIFIED);
+        let storable = cache::storable(parts.status, &parts.headers)
+            && (validated || policy.cache == CacheMode::Dev);
+        if !storable {
+            return None;
+        }
+        self.cache
+            .writer(cache::head_of(&plan.url, parts.status, &parts.headers))
+            .map(Box::new)
+    }
+
+    /// A stored response as the full 200, saying where it came from in `x-courtesy-cache`.
+    fn answer_from_cache(
+        &self,
+        head: cache::Head,
+        body: bytes::Bytes,
+        how: &'static str,
+    ) -> Response<ProxyBody> {
+        let mut response = Response::new(ProxyBody::Local(Some(body)));
+        *response.status_mut() = head.status();
+        let headers = response.headers_mut();
+        *headers = head.header_map();
+        headers.remove(http::header::CONTENT_LENGTH);
+        headers.append(VIA, self.loops.via().clone());
+        headers.insert("x-courtesy-cache", HeaderValue::from_static(how));
+        response
+    }
+}

@@ -1,0 +1,267 @@
+//! CONNECT, from the request to the last byte: the port and loop checks, the 200, a look at the
+//! first bytes inside (`sniff.rs`), then one of three ways on:
+//!
+//! - TLS in `intercept` mode: terminated with a leaf from the local CA (SNI decides the name), and
+//!   every decrypted request goes back through `forward_inside`, paced like plain http;
+//! - plain HTTP inside the tunnel: served and forwarded the same way;
+//! - anything else in `tunnel` mode: one admission, then bytes copied both ways, the host's
+//!   concurrency slot held for the tunnel's whole life.
+//!
+//! Work that outlives the CONNECT request runs through [`crate::connections::Connections`], so a
+//! shutdown waits for requests in flight inside tunnels as for any other. Certificates are minted by
+//! `crate::tls`; this module only asks for them.
+
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use rustls::ServerConfig;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio_rustls::LazyConfigAcceptor;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use super::failure::Failure;
+use super::sniff::{classify_opening, Opening, Prefixed};
+use super::target::Target;
+use super::Proxy;
+use crate::body::ProxyBody;
+use crate::config::HttpsMode;
+use crate::connections::Connections;
+use crate::response::ProxyError;
+
+/// How long a client may take to send its first bytes (and its TLS ClientHello) after the 200.
+const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Proxy {
+    /// Answers `CONNECT host:port` with 200 and hands what comes inside to a task of its own.
+    pub(super) async fn connect(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Response<ProxyBody> {
+        let target = match Target::of_connect(req.uri()) {
+            Ok(t) => t,
+            Err(failure) => return failure.into_response(),
+        };
+        let config = self.limiter.config();
+        if !config.proxy.connect_ports.contains(&target.port) {
+            return Failure::denied(format!(
+                "CONNECT to port {} is not allowed ([proxy] connect_ports = {:?})",
+                target.port, config.proxy.connect_ports
+            ))
+            .into_response();
+        }
+        if let Some(failure) = self.loops.refuse(&target, req.headers()) {
+            return failure.into_response();
+        }
+        let mode = config.policy_for(&target.host, target.port).https;
+        let span = info_span!("connect", client = %client, host = %target.key(), ?mode);
+        // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
+        let leaf = match mode {
+            HttpsMode::Intercept => match self.interceptor.server_config(&target.host) {
+                Ok(config) => Some(config),
+                Err(e) => return Failure::bad_request(e.to_string()).into_response(),
+            },
+            HttpsMode::Tunnel => None,
+        };
+        let connections = self.connections.clone();
+        connections.spawn(
+            self.serve_connect(req, target, leaf, client)
+                .instrument(span),
+        );
+        Response::new(ProxyBody::empty())
+    }
+
+    /// Serves what comes through an accepted CONNECT to `target` (after the 200 has been sent).
+    /// `leaf` is the server config for the CONNECT host in intercept mode, `None` in tunnel mode.
+    async fn serve_connect(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        target: Target,
+        leaf: Option<Arc<ServerConfig>>,
+        client: SocketAddr,
+    ) {
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => u,
+            Err(e) => {
+                debug!("CONNECT upgrade failed: {e}");
+                return;
+            }
+        };
+        let mut io = TokioIo::new(upgraded);
+        let mut first = Vec::with_capacity(16);
+        let opening = loop {
+            let mut buf = [0u8; 16];
+            let want = 16 - first.len();
+            let read = tokio::select! {
+                read = tokio::time::timeout(FIRST_BYTES_TIMEOUT, io.read(&mut buf[..want])) => read,
+                () = self.connections.stopping() => return,
+            };
+            match read {
+                Ok(Ok(0)) | Err(_) => return,
+                Ok(Ok(n)) => first.extend_from_slice(&buf[..n]),
+                Ok(Err(e)) => {
+                    debug!("tunnel read failed: {e}");
+                    return;
+                }
+            }
+            match classify_opening(&first) {
+                Opening::Undecided if first.len() < 16 => continue,
+                Opening::Undecided => break Opening::Other,
+                decided => break decided,
+            }
+        };
+        let stream = Prefixed::new(Bytes::from(first), io);
+        match (opening, leaf) {
+            (Opening::PlainHttp, _) => self.serve_inside(stream, target, "http", client).await,
+            (Opening::Tls, Some(leaf)) => self.intercept_tls(stream, target, leaf, client).await,
+            (_, None) => self.tunnel(stream, target).await,
+            (_, Some(_)) => {
+                warn!("refused a CONNECT tunnel that carries neither TLS nor HTTP");
+            }
+        }
+    }
+
+    /// Terminates TLS with a leaf for the name the client asked for: SNI when it names another host
+    /// than the CONNECT, else `leaf` (the CONNECT host's).
+    async fn intercept_tls<S>(
+        self: Arc<Self>,
+        stream: S,
+        target: Target,
+        leaf: Arc<ServerConfig>,
+        client: SocketAddr,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
+        let start = match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor).await {
+            Ok(Ok(start)) => start,
+            Ok(Err(e)) => {
+                debug!("TLS ClientHello from the client failed: {e}");
+                return;
+            }
+            Err(_) => return,
+        };
+        let sni = start
+            .client_hello()
+            .server_name()
+            .map(str::to_ascii_lowercase);
+        let config = match sni.filter(|name| *name != target.host) {
+            None => leaf,
+            Some(name) => match self.interceptor.server_config(&name) {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!("cannot intercept: {e}");
+                    return;
+                }
+            },
+        };
+        match start.into_stream(config).await {
+            Ok(tls) => self.serve_inside(tls, target, "https", client).await,
+            Err(e) => debug!("TLS handshake with the client failed: {e}"),
+        }
+    }
+
+    /// Serves HTTP/1.1 or HTTP/2 on `stream`; every request goes to `target` through the proxy.
+    async fn serve_inside<S>(
+        self: Arc<Self>,
+        stream: S,
+        target: Target,
+        scheme: &'static str,
+        client: SocketAddr,
+    ) where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let connections = self.connections.clone();
+        let service = service_fn(move |req: Request<Incoming>| {
+            let (proxy, target) = (self.clone(), target.clone());
+            async move { Ok::<_, Infallible>(proxy.forward_inside(req, target, scheme, client).await) }
+        });
+        let builder = Connections::builder(true);
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        if let Err(e) = connections.serve(conn).await {
+            debug!("connection inside the tunnel ended: {e}");
+        }
+    }
+
+    /// Admits and dials a blind tunnel, then copies `client` bytes both ways.
+    async fn tunnel<S>(&self, mut client: S, target: Target)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut permit = match self.limiter.admit(&target.host, target.port).await {
+            Ok(p) => p,
+            Err(refusal) => {
+                info!(reason = ?refusal, "tunnel refused locally");
+                return;
+            }
+        };
+        permit.mark_sent();
+        match self.dial(&target).await {
+            Ok(mut upstream) => {
+                info!(wait_ms = permit.waited().as_millis() as u64, "tunnel open");
+                match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+                    Ok((up, down)) => debug!(bytes_up = up, bytes_down = down, "tunnel closed"),
+                    Err(e) => debug!("tunnel ended: {e}"),
+                }
+            }
+            Err(failure) => warn!(
+                error = failure.kind.token(),
+                "tunnel connect failed: {}", failure.details
+            ),
+        }
+        drop(permit);
+    }
+
+    /// Connects a TCP stream to the target for a tunnel, with the same timeouts and error mapping as
+    /// forwarded requests.
+    async fn dial(&self, target: &Target) -> Result<TcpStream, Failure> {
+        let addrs: Vec<SocketAddr> = match target.host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, target.port)],
+            Err(_) => match self.resolver.lookup(&target.host).await {
+                Ok(addrs) => addrs
+                    .into_iter()
+                    .map(|a| SocketAddr::new(a.ip(), target.port))
+                    .collect(),
+                Err(e) => return Err(Failure::of_dns(&e)),
+            },
+        };
+        let timeout = self.limiter.config().proxy.connect_timeout;
+        let mut last = None;
+        for addr in addrs {
+            match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Ok(Err(e)) => last = Some(Failure::of_io(&e, &target.key())),
+                Err(_) => {
+                    last = Some(Failure::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        ProxyError::ConnectionTimeout,
+                        format!(
+                            "no TCP connection to {addr} within {}s",
+                            timeout.as_secs_f64()
+                        ),
+                    ))
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::DnsError,
+                format!("{} resolved to no address", target.host),
+            )
+        }))
+    }
+}

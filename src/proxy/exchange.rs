@@ -1,0 +1,137 @@
+//! The one paced send: a request that has its turn (a [`Permit`]) goes upstream, and whatever comes
+//! back (a response, an error, no answer in time) is reported to the host's pacing, counted and
+//! logged before the caller sees it. Forwarded requests and robots.txt fetches both go through here,
+//! so a host's budget hears of every answer exactly once.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use http::header::RETRY_AFTER;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::failure::Failure;
+use super::upstream::UpstreamBody;
+use super::Proxy;
+use crate::config::HostPolicy;
+use crate::feedback::{self, Feedback};
+use crate::limiter::{Answer, Permit};
+use crate::response::ProxyError;
+
+/// An upstream response with the permit it was sent under.
+#[derive(Debug)]
+pub(crate) struct Exchanged {
+    /// The response; its body is still to be read.
+    pub(crate) response: Response<Incoming>,
+    /// Held until the body is done (the request is in flight until then).
+    pub(crate) permit: Permit,
+    /// The host's policy when the answer came.
+    pub(crate) policy: Arc<HostPolicy>,
+    /// Time from sending to the response headers.
+    pub(crate) latency: Duration,
+}
+
+impl Proxy {
+    /// Sends `request` under `permit` within the response timeout. On success the answer has been
+    /// reported, counted and any block or cooldown it started logged; on failure the failure has
+    /// been reported and the permit released.
+    pub(super) async fn exchange(
+        &self,
+        mut permit: Permit,
+        request: Request<UpstreamBody>,
+    ) -> Result<Exchanged, Failure> {
+        permit.mark_sent();
+        let started = Instant::now();
+        let timeout = self.limiter.config().proxy.response_timeout;
+        let result = tokio::time::timeout(timeout, self.client.request(request)).await;
+        let latency = started.elapsed();
+        let response = match result {
+            Ok(Ok(response)) => response,
+            Ok(Err(err)) => {
+                let failure = Failure::of_upstream(&err);
+                self.report_failure(&permit, &failure, latency);
+                return Err(failure);
+            }
+            Err(_) => {
+                let failure = Failure::response_timeout(format!(
+                    "no response headers from {} within {}s",
+                    permit.host_key(),
+                    timeout.as_secs_f64()
+                ));
+                self.report_failure(&permit, &failure, latency);
+                return Err(failure);
+            }
+        };
+        let policy = permit.policy();
+        let reaction = permit.report(&answer_of(&response, latency, &policy));
+        let status = response.status().as_u16();
+        self.metrics
+            .response(permit.host_key(), status, latency, permit.waited());
+        self.blocks
+            .after_answer(&permit, &policy, &reaction, status);
+        if let Some(window) = reaction.cooldown.filter(|_| !reaction.hard_block) {
+            warn!(
+                status,
+                window_s = window.as_secs_f64(),
+                rate_before = reaction.rate_before,
+                rate = reaction.rate_after,
+                "host cooling down"
+            );
+        }
+        Ok(Exchanged {
+            response,
+            permit,
+            policy,
+            latency,
+        })
+    }
+
+    /// Feeds a request that got no response back into the host's pacing and logs it.
+    fn report_failure(&self, permit: &Permit, failure: &Failure, latency: Duration) {
+        // A request courtesy could not send because of the client's own body says nothing of the host.
+        let feedback = if failure.kind == ProxyError::HttpRequestError {
+            Feedback::Neutral
+        } else {
+            Feedback::Failed
+        };
+        let reaction = permit.report(&Answer {
+            feedback,
+            status: None,
+            latency,
+            retry_after: None,
+            server: None,
+        });
+        self.metrics.failure(permit.host_key(), permit.waited());
+        warn!(
+            error = failure.kind.token(),
+            latency_ms = latency.as_millis() as u64,
+            cooldown_s = reaction.cooldown.map(|w| w.as_secs_f64()),
+            rate = reaction.rate_after,
+            "upstream failed: {}",
+            failure.details
+        );
+    }
+}
+
+/// What an upstream response says, for the host's pacing.
+fn answer_of<B>(response: &Response<B>, latency: Duration, policy: &HostPolicy) -> Answer {
+    let now = SystemTime::now();
+    let feedback = feedback::classify(response.status(), &policy.backoff_statuses);
+    let headers = response.headers();
+    let retry_after = match feedback {
+        Feedback::Throttled | Feedback::Overloaded => headers
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| feedback::retry_after(v, now)),
+        _ => None,
+    };
+    Answer {
+        feedback,
+        status: Some(response.status().as_u16()),
+        latency,
+        retry_after,
+        server: feedback::server_budget(headers, now),
+    }
+}

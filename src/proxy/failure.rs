@@ -1,0 +1,211 @@
+//! Why a request got no upstream response, as one typed value: the status the client gets, the
+//! RFC 9209 error type for `Proxy-Status`, and a sentence naming the thing and the value.
+//!
+//! Every failure on the request path (a bad request line, a refused dial, a TLS error, a timeout)
+//! becomes a [`Failure`], and a failure becomes exactly one local response. This module maps errors;
+//! it does not decide what the host's pacing makes of them (`exchange.rs` reports them).
+
+use std::error::Error as StdError;
+use std::io;
+
+use http::{Response, StatusCode};
+
+use crate::body::ProxyBody;
+use crate::resolve::DnsError;
+use crate::response::{local, ProxyError};
+
+/// A request that ends in a response courtesy makes itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// The status the client gets.
+    pub(crate) status: StatusCode,
+    /// The `Proxy-Status` error type.
+    pub(crate) kind: ProxyError,
+    /// What went wrong, for `Proxy-Status` details, the body and the log.
+    pub(crate) details: String,
+}
+
+impl Failure {
+    /// A failure with this status, error type and details.
+    pub(crate) fn new(status: StatusCode, kind: ProxyError, details: impl Into<String>) -> Self {
+        Failure {
+            status,
+            kind,
+            details: details.into(),
+        }
+    }
+
+    /// The client's request cannot be forwarded as it is (400).
+    pub(crate) fn bad_request(details: impl Into<String>) -> Self {
+        Failure::new(
+            StatusCode::BAD_REQUEST,
+            ProxyError::HttpRequestError,
+            details,
+        )
+    }
+
+    /// courtesy refuses the request on purpose (403).
+    pub(crate) fn denied(details: impl Into<String>) -> Self {
+        Failure::new(
+            StatusCode::FORBIDDEN,
+            ProxyError::HttpRequestDenied,
+            details,
+        )
+    }
+
+    /// The origin sent no response headers in time (504).
+    pub(crate) fn response_timeout(details: impl Into<String>) -> Self {
+        Failure::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::HttpResponseTimeout,
+            details,
+        )
+    }
+
+    /// The local response for this failure.
+    pub(crate) fn into_response(self) -> Response<ProxyBody> {
+        local(self.status, self.kind, &self.details, None)
+    }
+
+    /// Maps an error of the pooled upstream client by its innermost known cause.
+    pub(crate) fn of_upstream(err: &hyper_util::client::legacy::Error) -> Self {
+        let mut source: Option<&(dyn StdError + 'static)> = err.source();
+        while let Some(e) = source {
+            if let Some(dns) = e.downcast_ref::<DnsError>() {
+                return Failure::of_dns(dns);
+            }
+            if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+                return Failure::of_tls(tls);
+            }
+            if let Some(io) = e.downcast_ref::<io::Error>() {
+                // TLS errors arrive wrapped in one or more io::Errors.
+                let mut inner = io.get_ref();
+                while let Some(i) = inner {
+                    if let Some(tls) = i.downcast_ref::<rustls::Error>() {
+                        return Failure::of_tls(tls);
+                    }
+                    inner = i.downcast_ref::<io::Error>().and_then(|io| io.get_ref());
+                }
+                return Failure::of_io(io, "the origin");
+            }
+            if let Some(h) = e.downcast_ref::<hyper::Error>() {
+                if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
+                    return Failure::new(
+                        StatusCode::BAD_GATEWAY,
+                        ProxyError::HttpProtocolError,
+                        format!("the origin sent an invalid response: {h}"),
+                    );
+                }
+                if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
+                    return Failure::new(
+                        StatusCode::BAD_GATEWAY,
+                        ProxyError::ConnectionTerminated,
+                        format!("the origin closed the connection before a complete response: {h}"),
+                    );
+                }
+                if h.is_body_write_aborted() || h.is_user() {
+                    return Failure::new(
+                        StatusCode::BAD_GATEWAY,
+                        ProxyError::HttpRequestError,
+                        format!("the request body could not be sent: {h}"),
+                    );
+                }
+            }
+            source = e.source();
+        }
+        let kind = if err.is_connect() {
+            ProxyError::DestinationUnavailable
+        } else {
+            ProxyError::ConnectionTerminated
+        };
+        Failure::new(
+            StatusCode::BAD_GATEWAY,
+            kind,
+            format!("upstream error: {err}"),
+        )
+    }
+
+    /// An upstream TLS error.
+    pub(crate) fn of_tls(err: &rustls::Error) -> Self {
+        let kind = match err {
+            rustls::Error::InvalidCertificate(_) => ProxyError::TlsCertificateError,
+            rustls::Error::AlertReceived(_) => ProxyError::TlsAlertReceived,
+            _ => ProxyError::TlsProtocolError,
+        };
+        Failure::new(
+            StatusCode::BAD_GATEWAY,
+            kind,
+            format!("upstream TLS failed: {err}"),
+        )
+    }
+
+    /// A name that did not resolve, or not in time.
+    pub(crate) fn of_dns(err: &DnsError) -> Self {
+        match err {
+            DnsError::Timeout { .. } => Failure::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                ProxyError::DnsTimeout,
+                err.to_string(),
+            ),
+            DnsError::Failed { .. } => Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::DnsError,
+                err.to_string(),
+            ),
+        }
+    }
+
+    /// A socket error while reaching `what`.
+    pub(crate) fn of_io(err: &io::Error, what: &str) -> Self {
+        match err.kind() {
+            io::ErrorKind::ConnectionRefused => Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::ConnectionRefused,
+                format!("{what} refused the connection"),
+            ),
+            io::ErrorKind::TimedOut => Failure::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                ProxyError::ConnectionTimeout,
+                format!("no TCP connection to {what} within the connect timeout"),
+            ),
+            io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof => Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::ConnectionTerminated,
+                format!("{what} reset the connection: {err}"),
+            ),
+            _ => Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::DestinationUnavailable,
+                format!("cannot reach {what}: {err}"),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_map_to_rfc_9209_types() {
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            Failure::of_io(&refused, "x").kind,
+            ProxyError::ConnectionRefused
+        );
+        let timed_out = io::Error::from(io::ErrorKind::TimedOut);
+        let Failure { status, kind, .. } = Failure::of_io(&timed_out, "x");
+        assert_eq!(
+            (status, kind),
+            (StatusCode::GATEWAY_TIMEOUT, ProxyError::ConnectionTimeout)
+        );
+        let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+        assert_eq!(
+            Failure::of_io(&reset, "x").kind,
+            ProxyError::ConnectionTerminated
+        );
+    }
+}

@@ -1,0 +1,186 @@
+//! Forwarding one request, top to bottom: target, loop guard, skipped resources, robots.txt, the
+//! headers courtesy changes, the response store, then the host's turn and the paced send
+//! (`exchange.rs`), courtesy's own retries of a bodiless request after a 429/503, and the response
+//! streamed back. Plain `http://` requests and the requests decrypted inside a CONNECT take this
+//! same path.
+
+use std::net::SocketAddr;
+
+use http::header::{HeaderValue, HOST, VIA};
+use http::{Method, Request, Response, Version};
+use http_body::Body as _;
+use hyper::body::Incoming;
+use tracing::{info, info_span, Instrument};
+
+use super::cached::CacheUse;
+use super::failure::Failure;
+use super::headers::{strip_hop_by_hop, via_for};
+use super::skip::skipped_resource;
+use super::target::Target;
+use super::upstream::{Replay, UpstreamBody};
+use super::Proxy;
+use crate::blocks::{is_block_redirect, BodyScan};
+use crate::body::ProxyBody;
+use crate::response;
+
+impl Proxy {
+    /// Forwards an absolute-form `http://` request through the host's budget.
+    pub(super) async fn forward(
+        &self,
+        req: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Response<ProxyBody> {
+        let target = match Target::of_request(req.uri()) {
+            Ok(t) => t,
+            Err(failure) => return failure.into_response(),
+        };
+        if let Some(failure) = self.loops.refuse(&target, req.headers()) {
+            return failure.into_response();
+        }
+        let span =
+            info_span!("request", client = %client, method = %req.method(), host = %target.key());
+        self.forward_to(req, target).instrument(span).await
+    }
+
+    /// A request that came out of a CONNECT (decrypted, or plain HTTP inside the tunnel): it goes to
+    /// the CONNECT's target with `scheme`, through exactly the same path as plain http.
+    pub(super) async fn forward_inside(
+        &self,
+        mut req: Request<Incoming>,
+        target: Target,
+        scheme: &'static str,
+        client: SocketAddr,
+    ) -> Response<ProxyBody> {
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        match format!("{scheme}://{}{path}", target.authority).parse() {
+            Ok(uri) => *req.uri_mut() = uri,
+            Err(_) => {
+                return Failure::bad_request(format!("cannot make a URL of {:?}", req.uri()))
+                    .into_response()
+            }
+        }
+        let span = info_span!("request", client = %client, method = %req.method(), host = %target.key(), scheme);
+        self.forward_to(req, target).instrument(span).await
+    }
+
+    async fn forward_to(&self, req: Request<Incoming>, target: Target) -> Response<ProxyBody> {
+        let host_policy = self.limiter.config().policy_for(&target.host, target.port);
+        if let Some(kind) = skipped_resource(&req, &host_policy.skip_resources) {
+            let reason = format!("skip_resources: {} ({})", kind.name(), req.uri().path());
+            info!(%reason, "skipped locally");
+            return Failure::denied(reason).into_response();
+        }
+        if host_policy.obey_robots && req.uri().path() != "/robots.txt" {
+            if let Some(refused) = self.obey_robots(&req, &target, &host_policy).await {
+                return refused;
+            }
+        }
+        let (mut parts, body) = req.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        parts
+            .headers
+            .append(VIA, via_for(parts.version, self.loops.via()));
+        if let Ok(host) = HeaderValue::from_str(target.host_header(parts.uri.scheme_str())) {
+            parts.headers.insert(HOST, host);
+        }
+        parts.version = Version::HTTP_11;
+        // Only a bodiless GET/HEAD/OPTIONS can be sent again: keep what is needed to rebuild it.
+        let replayable = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
+            && body.is_end_stream();
+        let mut cache_use = CacheUse::plan(&host_policy, &parts, replayable);
+        if let Some(plan) = cache_use.as_mut() {
+            if let Some(answer) = self.answer_or_revalidate(plan, &mut parts.headers) {
+                return answer;
+            }
+        }
+        let replay = replayable.then(|| Replay::of(&parts));
+        let mut first = Some(Request::from_parts(parts, UpstreamBody::Client(body)));
+        let mut attempt = 0u32;
+        loop {
+            let admitted = self
+                .limiter
+                .admit_with(&target.host, target.port, attempt > 0)
+                .await;
+            let permit = match admitted {
+                Ok(p) => p,
+                Err(refusal) => {
+                    info!(reason = ?refusal, "refused locally");
+                    let key = target.key();
+                    self.metrics.refusal(&key, &refusal);
+                    return response::refusal(&refusal, &key);
+                }
+            };
+            let request = match (first.take(), &replay) {
+                (Some(request), _) => request,
+                (None, Some(replay)) => replay.request(),
+                (None, None) => {
+                    return Failure::new(
+                        http::StatusCode::INTERNAL_SERVER_ERROR,
+                        crate::response::ProxyError::ProxyInternalError,
+                        "a request with a body cannot be sent twice",
+                    )
+                    .into_response()
+                }
+            };
+            let exchanged = match self.exchange(permit, request).await {
+                Ok(exchanged) => exchanged,
+                Err(failure) => return failure.into_response(),
+            };
+            let status = exchanged.response.status().as_u16();
+            let (permit, policy, latency) = (exchanged.permit, exchanged.policy, exchanged.latency);
+            if let Some(answer) = cache_use
+                .as_ref()
+                .and_then(|plan| self.revalidated(plan, status))
+            {
+                info!(
+                    status,
+                    latency_ms = latency.as_millis() as u64,
+                    "revalidated: answered from the cache"
+                );
+                return answer;
+            }
+            info!(
+                status,
+                latency_ms = latency.as_millis() as u64,
+                wait_ms = permit.waited().as_millis() as u64,
+                rate = permit.host_rate(),
+                attempt,
+                "upstream response"
+            );
+            let retry = replay.is_some()
+                && attempt < policy.retry_idempotent
+                && matches!(status, 429 | 503);
+            if retry {
+                attempt += 1;
+                info!(attempt, "retrying after the cooldown (retry_idempotent)");
+                continue;
+            }
+            let (mut parts, body) = exchanged.response.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            parts
+                .headers
+                .append(VIA, via_for(parts.version, self.loops.via()));
+            parts.version = Version::HTTP_11;
+            if is_block_redirect(&parts, &policy) {
+                self.blocks.soft(&permit, "a redirect to a block page");
+            }
+            let scan = BodyScan::of(&parts.headers, &policy, &self.blocks);
+            let store = cache_use
+                .as_ref()
+                .and_then(|plan| self.store_for(plan, &parts, &policy));
+            return Response::from_parts(
+                parts,
+                ProxyBody::Upstream {
+                    body,
+                    permit: Some(permit),
+                    scan,
+                    store,
+                },
+            );
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! What courtesy changes in the headers it passes on: hop-by-hop headers go (RFC 9110 7.6.1), and
+//! its own `Via` entry is added with the protocol version of the message it received.
+
+use http::header::{HeaderName, HeaderValue, CONNECTION};
+use http::{HeaderMap, Version};
+
+/// Headers that describe one connection, not the message: never forwarded either way.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Removes hop-by-hop headers: the fixed list and every header named in `Connection`.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Our `Via` entry (`1.1 courtesy-…`) for a message received as `version`.
+pub(crate) fn via_for(version: Version, ours: &HeaderValue) -> HeaderValue {
+    if version == Version::HTTP_11 {
+        return ours.clone();
+    }
+    let protocol = match version {
+        Version::HTTP_09 => "0.9",
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    };
+    let ours = ours.to_str().unwrap_or("1.1 courtesy");
+    let name = ours.split_once(' ').map_or(ours, |(_, n)| n);
+    HeaderValue::from_str(&format!("{protocol} {name}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("1.1 courtesy"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_headers_go_and_end_to_end_ones_stay() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "close, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("proxy-authorization", "Basic Zm9v"),
+            ("te", "trailers"),
+            ("trailer", "x-sum"),
+            ("upgrade", "websocket"),
+            ("transfer-encoding", "chunked"),
+            ("accept", "*/*"),
+            ("cookie", "a=b"),
+        ] {
+            h.append(k, HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["accept", "cookie"]);
+    }
+
+    #[test]
+    fn via_names_the_protocol_version() {
+        let ours = HeaderValue::from_static("1.1 courtesy-0000abcd");
+        assert_eq!(via_for(Version::HTTP_11, &ours), "1.1 courtesy-0000abcd");
+        assert_eq!(via_for(Version::HTTP_10, &ours), "1.0 courtesy-0000abcd");
+    }
+}

@@ -1,0 +1,130 @@
+//! The proxy service: every request a client sends to the proxy port, answered.
+//!
+//! The service's error type is `Infallible`: every failure becomes a response (`failure.rs`). Its
+//! path, one room per step:
+//!
+//! | file | step |
+//! |---|---|
+//! | `mod.rs` | the service: client check, CONNECT or forward |
+//! | `forward.rs` | one forwarded request, top to bottom, with courtesy's own retries |
+//! | `exchange.rs` | the one paced send: send under a permit, report the answer, count, log |
+//! | `connect.rs` | CONNECT: interception, plain HTTP inside, blind tunnels, dialing |
+//! | `sniff.rs` | telling TLS from HTTP by a tunnel's first bytes, and replaying them |
+//! | `target.rs` | where a request goes: host, port, authority, `Host` header |
+//! | `headers.rs` | hop-by-hop headers and our `Via` entry |
+//! | `loops.rs` | requests that would come back to courtesy itself |
+//! | `skip.rs` | `skip_resources`: sub-resources answered locally |
+//! | `robots.rs` | obeying robots.txt and fetching it through the budget |
+//! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
+//! | `upstream.rs` | the pooled upstream client and the body it sends |
+//! | `failure.rs` | a typed [`Failure`](failure::Failure) for every way a request can fail |
+//!
+//! The limiter sits immediately around the network call and nowhere else: admit, send, observe,
+//! respond. This module does not accept connections (`server.rs`) and does not decide when a request
+//! may leave (`limiter`).
+
+mod cached;
+mod connect;
+mod exchange;
+mod failure;
+mod forward;
+mod headers;
+mod loops;
+mod robots;
+mod skip;
+mod sniff;
+mod target;
+mod upstream;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+
+pub use upstream::upstream_idle_timeout;
+
+use crate::alerts::Alerts;
+use crate::blocks::Blocks;
+use crate::body::ProxyBody;
+use crate::cache;
+use crate::config::Config;
+use crate::connections::Connections;
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+use crate::resolve::Resolver;
+use crate::response;
+use crate::robots::RobotsCache;
+use crate::tls::Interceptor;
+
+/// Everything the service needs, shared by every connection.
+#[derive(Debug)]
+pub struct Proxy {
+    limiter: Arc<Limiter>,
+    client: upstream::Upstream,
+    resolver: Resolver,
+    interceptor: Arc<Interceptor>,
+    metrics: Arc<Metrics>,
+    blocks: Arc<Blocks>,
+    robots: RobotsCache,
+    cache: Arc<cache::Store>,
+    loops: loops::LoopGuard,
+    connections: Connections,
+}
+
+impl Proxy {
+    /// Builds the service state: the pooled upstream client (verifying upstream TLS with
+    /// `upstream_tls`), the interceptor for CONNECTs, and the loop guard for `own_addrs`. Work that
+    /// outlives a request (CONNECT tunnels) runs under `connections`, so shutdown waits for it.
+    /// Per-request settings are read from the limiter's config, so a reload reaches them; the
+    /// timeouts of the connector are fixed at start.
+    pub fn new(
+        config: Arc<Config>,
+        limiter: Arc<Limiter>,
+        own_addrs: Vec<SocketAddr>,
+        interceptor: Arc<Interceptor>,
+        upstream_tls: rustls::ClientConfig,
+        metrics: Arc<Metrics>,
+        connections: Connections,
+    ) -> Self {
+        let alerts = Arc::new(Alerts::new(limiter.clone(), upstream_tls.clone()));
+        let resolver = Resolver::new(config.proxy.connect_timeout);
+        let client = upstream::client(&config, resolver.clone(), upstream_tls);
+        Proxy {
+            limiter,
+            client,
+            resolver,
+            interceptor,
+            blocks: Arc::new(Blocks::new(metrics.clone(), alerts)),
+            metrics,
+            robots: RobotsCache::new(),
+            cache: Arc::new(cache::Store::open(
+                config.proxy.state_dir.join("cache"),
+                config.proxy.cache_max_bytes,
+            )),
+            loops: loops::LoopGuard::new(own_addrs),
+            connections,
+        }
+    }
+
+    /// Forgets expired robots.txt answers (called by the idle-host sweeper).
+    pub fn sweep_robots(&self) -> usize {
+        self.robots.sweep()
+    }
+
+    /// Answers one request from `client`. Never fails: errors are responses.
+    pub async fn serve(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Result<Response<ProxyBody>, Infallible> {
+        if !self.limiter.config().client_allowed(client.ip()) {
+            return Ok(response::client_not_allowed(client.ip()));
+        }
+        if req.method() == Method::CONNECT {
+            return Ok(self.connect(req, client).await);
+        }
+        Ok(self.forward(req, client).await)
+    }
+}

@@ -1,0 +1,172 @@
+//! Obeying robots.txt on the request path (`obey_robots`): the verdict for a request, the
+//! Crawl-delay cap it sets, and fetching robots.txt itself through the host's budget like any
+//! request. The rules, the per-host cache and the single-fetch coordination are `crate::robots`.
+
+use http::header::{HeaderValue, HOST, LOCATION, USER_AGENT, VIA};
+use http::{Request, Response, Uri};
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use tracing::{info, warn};
+
+use super::failure::Failure;
+use super::target::Target;
+use super::upstream::UpstreamBody;
+use super::Proxy;
+use crate::body::ProxyBody;
+use crate::config::HostPolicy;
+use crate::limiter::Refusal;
+use crate::response;
+use crate::robots::{self, Fetched, Step, Verdict};
+
+impl Proxy {
+    /// Checks `req` against the host's robots.txt (fetching it first if needed); applies the
+    /// Crawl-delay. Returns the local answer when the request must not go.
+    pub(super) async fn obey_robots(
+        &self,
+        req: &Request<Incoming>,
+        target: &Target,
+        policy: &HostPolicy,
+    ) -> Option<Response<ProxyBody>> {
+        let scheme = req.uri().scheme_str().unwrap_or("http");
+        let user_agent = req.headers().get(USER_AGENT).cloned();
+        let agent = robots::agent_for(
+            policy.robots_user_agent.as_deref(),
+            user_agent.as_ref().and_then(|v| v.to_str().ok()),
+        );
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let key = format!("{scheme}://{}", target.key());
+        let verdict = loop {
+            match self.robots.step(&key, &agent, &path) {
+                Step::Known(verdict) => break verdict,
+                Step::Wait(done) => done.await,
+                Step::Fetch(guard) => {
+                    match self.fetch_robots(target, scheme, user_agent.clone()).await {
+                        Ok(fetched) => guard.finish(fetched),
+                        Err(refusal) => {
+                            // The host refuses every request right now (a cooldown in reject mode):
+                            // this one gets that answer, and a later request fetches robots.txt.
+                            drop(guard);
+                            self.metrics.refusal(&target.key(), &refusal);
+                            return Some(response::refusal(&refusal, &target.key()));
+                        }
+                    }
+                }
+            }
+        };
+        match verdict {
+            Verdict::Allowed { crawl_delay } => {
+                let max = policy.max_crawl_delay.as_secs_f64();
+                let cap = crawl_delay.filter(|d| *d > 0.0).map(|d| 1.0 / d.min(max));
+                if self.limiter.set_robots_cap(&target.host, target.port, cap) {
+                    match crawl_delay {
+                        Some(d) if d > max => warn!(
+                            crawl_delay_s = d,
+                            max_crawl_delay_s = max,
+                            "robots.txt asks for a Crawl-delay beyond max_crawl_delay_seconds; pacing at that cap"
+                        ),
+                        Some(d) => info!(crawl_delay_s = d, "robots.txt Crawl-delay caps the rate"),
+                        None => {}
+                    }
+                }
+                None
+            }
+            Verdict::Disallowed { reason } => {
+                info!(%reason, "refused by robots.txt");
+                Some(Failure::denied(reason).into_response())
+            }
+        }
+    }
+
+    /// Fetches robots.txt for `target` through the host's budget like any request: up to
+    /// [`robots::MAX_REDIRECTS`] redirects, at most [`robots::MAX_BYTES`] read.
+    async fn fetch_robots(
+        &self,
+        target: &Target,
+        scheme: &str,
+        user_agent: Option<HeaderValue>,
+    ) -> Result<Fetched, Refusal> {
+        let mut url = format!("{scheme}://{}/robots.txt", target.authority);
+        for _ in 0..=robots::MAX_REDIRECTS {
+            let Ok(uri) = url.parse::<Uri>() else {
+                return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
+            };
+            let Ok(next) = Target::of_any(&uri) else {
+                return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
+            };
+            let permit = self.limiter.admit(&next.host, next.port).await?;
+            let mut request = Request::new(UpstreamBody::Empty);
+            *request.uri_mut() = uri.clone();
+            let headers = request.headers_mut();
+            if let Some(ua) = &user_agent {
+                headers.insert(USER_AGENT, ua.clone());
+            }
+            headers.insert(VIA, self.loops.via().clone());
+            if let Ok(host) = HeaderValue::from_str(next.host_header(uri.scheme_str())) {
+                headers.insert(HOST, host);
+            }
+            // The permit is held until the body is read: the fetch is in flight until then.
+            let (response, _permit) = match self.exchange(permit, request).await {
+                Ok(exchanged) => (exchanged.response, exchanged.permit),
+                Err(failure) => return Ok(Fetched::Unreachable(failure.details)),
+            };
+            let status = response.status();
+            info!(status = status.as_u16(), url = %uri, "robots.txt");
+            if status.is_redirection() {
+                let Some(location) = response
+                    .headers()
+                    .get(LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                else {
+                    return Ok(Fetched::Unavailable(status.as_u16()));
+                };
+                url = if location.starts_with("http://") || location.starts_with("https://") {
+                    location.to_string()
+                } else {
+                    let base = format!(
+                        "{}://{}",
+                        uri.scheme_str().unwrap_or("http"),
+                        next.authority
+                    );
+                    format!("{base}/{}", location.trim_start_matches('/'))
+                };
+                continue;
+            }
+            if status.as_u16() == 429 || status.is_server_error() {
+                return Ok(Fetched::Unreachable(format!(
+                    "it answered {}",
+                    status.as_u16()
+                )));
+            }
+            if !status.is_success() {
+                return Ok(Fetched::Unavailable(status.as_u16()));
+            }
+            let mut body = response.into_body();
+            let mut text = Vec::new();
+            while text.len() < robots::MAX_BYTES {
+                match body.frame().await {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            let room = robots::MAX_BYTES - text.len();
+                            text.extend_from_slice(&data[..data.len().min(room)]);
+                        }
+                    }
+                    Some(Err(e)) => {
+                        return Ok(Fetched::Unreachable(format!(
+                            "reading robots.txt failed: {e}"
+                        )))
+                    }
+                    None => break,
+                }
+            }
+            return Ok(Fetched::Rules(text));
+        }
+        Ok(Fetched::Unreachable(format!(
+            "more than {} redirects",
+            robots::MAX_REDIRECTS
+        )))
+    }
+}

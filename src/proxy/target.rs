@@ -1,0 +1,116 @@
+//! Where a request goes: the target host and port read from a request line, a CONNECT authority
+//! or a robots.txt redirect, and the `Host` header that goes with it.
+//!
+//! This module only parses; the budget key it yields is [`crate::limiter::host_key`].
+
+use http::Uri;
+
+use super::failure::Failure;
+
+/// Where a request goes: lowercased host (no brackets), explicit port, and the authority as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) authority: String,
+}
+
+impl Target {
+    /// The target of a forwarded request: absolute-form `http://` only.
+    pub(crate) fn of_request(uri: &Uri) -> Result<Target, Failure> {
+        let Some(authority) = uri.authority() else {
+            return Err(Failure::bad_request(
+                "a proxy request needs an absolute URI such as http://example.com/ \
+                 (is HTTP_PROXY pointing at courtesy?)",
+            ));
+        };
+        match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("http") => {}
+            Some(s) if s.eq_ignore_ascii_case("https") => {
+                return Err(Failure::bad_request(
+                    "https:// URLs go through CONNECT (set HTTPS_PROXY)",
+                ))
+            }
+            _ => return Err(Failure::bad_request("only http:// URLs can be forwarded")),
+        }
+        Target::new(
+            authority.host(),
+            authority.port_u16().unwrap_or(80),
+            authority.as_str(),
+        )
+    }
+
+    /// The target of any absolute http:// or https:// URL (robots.txt redirects).
+    pub(crate) fn of_any(uri: &Uri) -> Result<Target, Failure> {
+        let authority = uri
+            .authority()
+            .ok_or_else(|| Failure::bad_request("no authority"))?;
+        let default = match uri.scheme_str() {
+            Some(s) if s.eq_ignore_ascii_case("https") => 443,
+            Some(s) if s.eq_ignore_ascii_case("http") => 80,
+            _ => return Err(Failure::bad_request("only http and https")),
+        };
+        Target::new(
+            authority.host(),
+            authority.port_u16().unwrap_or(default),
+            authority.as_str(),
+        )
+    }
+
+    /// The target of a CONNECT: authority-form `host:port`, port required.
+    pub(crate) fn of_connect(uri: &Uri) -> Result<Target, Failure> {
+        let authority = uri
+            .authority()
+            .ok_or_else(|| Failure::bad_request("CONNECT needs a host:port target"))?;
+        let port = authority
+            .port_u16()
+            .ok_or_else(|| Failure::bad_request("CONNECT needs a host:port target with a port"))?;
+        Target::new(authority.host(), port, authority.as_str())
+    }
+
+    fn new(host: &str, port: u16, authority: &str) -> Result<Target, Failure> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(Failure::bad_request("the target host is empty"));
+        }
+        Ok(Target {
+            host: host.to_ascii_lowercase(),
+            port,
+            authority: authority.to_string(),
+        })
+    }
+
+    /// The key of this target's budget (`host:port`).
+    pub(crate) fn key(&self) -> String {
+        crate::limiter::host_key(&self.host, self.port)
+    }
+
+    /// The `Host` header for this target: the authority, without the scheme's default port.
+    pub(crate) fn host_header(&self, scheme: Option<&str>) -> &str {
+        let default = match scheme {
+            Some("https") => ":443",
+            _ => ":80",
+        };
+        self.authority
+            .strip_suffix(default)
+            .unwrap_or(&self.authority)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_lowercased_with_explicit_ports() {
+        let t = Target::of_request(&"http://Example.COM/x".parse().unwrap()).unwrap();
+        assert_eq!(t.key(), "example.com:80");
+        let t = Target::of_request(&"http://[::1]:8080/".parse().unwrap()).unwrap();
+        assert_eq!((t.host.as_str(), t.key().as_str()), ("::1", "[::1]:8080"));
+        assert!(Target::of_request(&"/relative".parse().unwrap()).is_err());
+        assert!(Target::of_request(&"https://a.test/".parse().unwrap()).is_err());
+        assert!(Target::of_request(&"ftp://a.test/".parse().unwrap()).is_err());
+        let c = Target::of_connect(&"a.test:443".parse().unwrap()).unwrap();
+        assert_eq!(c.key(), "a.test:443");
+    }
+}
