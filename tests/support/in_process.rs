@@ -96,6 +96,11 @@ impl Courtesy {
         self.state_dir.join("ca.pem")
     }
 
+    /// `http://` + the admin listener + `path`: where the host API, metrics and dashboard are.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin, path)
+    }
+
     /// Signals shutdown and returns the run's result.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         if let Some(stop) = self.stop.take() {

@@ -6,7 +6,7 @@
 //! - [`body`]: the body type origins and clients share;
 //! - [`origin`]: the scripted origin that records what reached it;
 //! - [`in_process`]: courtesy started in this test process;
-//! - [`proxy_client`]: requests through courtesy;
+//! - [`proxy_client`]: requests and tunnels through courtesy;
 //! - [`crowd`]: many clients at once, and what they all got;
 //! - [`direct`]: requests that bypass the proxy (the admin listener);
 //! - [`binary`]: courtesy run as its own process, from the built binary;
@@ -33,13 +33,13 @@ mod wait;
 // Each test file uses only some of these; the re-exports are the harness's surface all the same.
 #[allow(unused_imports)]
 pub use self::{
-    binary::vm_hwm_kib,
+    binary::{listening, spawn_courtesy_process, vm_hwm_kib, Ports},
     body::{empty, full, TestBody},
-    crowd::hammer_until,
+    crowd::{assert_each_ok, hammer_until},
     direct::{admin_call, direct_client, fetch_direct},
     in_process::Courtesy,
-    origin::{Arrival, Origin},
-    proxy_client::{Got, ProxyClient, ProxyConn},
+    origin::{come_back_later, Arrival, Origin},
+    proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
     real_clients::{client_command, run_to_success},
     temp::temp_dir,
     tls::{client_tls_trusting, TestCa},

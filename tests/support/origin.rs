@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::{HeaderMap, Request, Response};
 use hyper::body::Incoming;
@@ -53,6 +54,16 @@ impl Origin {
     /// An origin on `ip:0` that answers 200 "ok" to everything.
     pub async fn ok(ip: &str) -> Origin {
         Origin::start(ip, |_req| async { Response::new(full("ok")) }).await
+    }
+
+    /// An origin on `ip:0` that answers 200 `body` to everything, each answer `delay` late: a
+    /// slow host that keeps requests in flight.
+    pub async fn slow(ip: &str, delay: Duration, body: &'static str) -> Origin {
+        Origin::start(ip, move |_req| async move {
+            tokio::time::sleep(delay).await;
+            Response::new(full(body))
+        })
+        .await
     }
 
     /// An origin on `ip:0` whose answers come from `handler`.
@@ -146,6 +157,27 @@ impl Origin {
         self.arrivals.lock().unwrap().clone()
     }
 
+    /// When each request so far arrived, in order: what pacing tests measure.
+    pub fn arrival_times(&self) -> Vec<Instant> {
+        self.arrivals().iter().map(|a| a.at).collect()
+    }
+
+    /// The path (and query) of each request so far, in order of arrival.
+    pub fn paths(&self) -> Vec<String> {
+        self.arrivals().into_iter().map(|a| a.path).collect()
+    }
+
+    /// How many requests arrived less than `window` after the first one: what a limit per
+    /// window counts. (There must have been a first one.)
+    pub fn count_within(&self, window: Duration) -> usize {
+        let arrivals = self.arrivals();
+        let first = arrivals[0].at;
+        arrivals
+            .iter()
+            .filter(|a| a.at.duration_since(first) < window)
+            .count()
+    }
+
     /// How many requests arrived so far.
     pub fn count(&self) -> usize {
         self.arrivals.lock().unwrap().len()
@@ -161,4 +193,14 @@ impl Drop for Origin {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// An answer that tells the client to come back later: `status` (a 429 or 503) with
+/// `Retry-After: retry_after` and `body`, the way a throttling server answers.
+pub fn come_back_later(status: u16, retry_after: &str, body: &'static str) -> Response<TestBody> {
+    Response::builder()
+        .status(status)
+        .header("retry-after", retry_after)
+        .body(full(body))
+        .unwrap()
 }

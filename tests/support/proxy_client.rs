@@ -1,6 +1,8 @@
 //! Talking to courtesy the way a crawler's HTTP_PROXY client does: absolute-form requests on
-//! fresh or kept-alive connections.
+//! fresh or kept-alive connections, requests spawned to wait in courtesy side by side, and raw
+//! CONNECT tunnels.
 
+use std::fmt::Display;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
@@ -8,6 +10,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 
@@ -76,6 +79,19 @@ impl ProxyClient {
     pub async fn send(&self, req: Request<TestBody>) -> Got {
         self.connect().await.send(req).await
     }
+
+    /// GET `url` on a fresh connection in a task of its own, so that the test can go on while
+    /// the request waits in courtesy (queued, in flight, or to be given up by aborting the task).
+    pub fn spawn_get(&self, url: String) -> JoinHandle<Got> {
+        let client = *self;
+        tokio::spawn(async move { client.get(&url).await })
+    }
+
+    /// [`ProxyClient::spawn_get`] for each of `urls`, spawned in their order: so many clients
+    /// at once, each on its own connection.
+    pub fn spawn_gets(&self, urls: impl IntoIterator<Item = String>) -> Vec<JoinHandle<Got>> {
+        urls.into_iter().map(|url| self.spawn_get(url)).collect()
+    }
 }
 
 impl ProxyConn {
@@ -102,4 +118,19 @@ impl ProxyConn {
         self.sender.ready().await.unwrap();
         self.sender.send_request(req).await.unwrap()
     }
+}
+
+/// Opens a TCP connection to the proxy at `proxy`, asks it to `CONNECT target`, and returns the
+/// stream with the first bytes of the answer (its status line and headers) as text, so that the
+/// test can check the answer and then speak through the tunnel.
+pub async fn open_tunnel(proxy: SocketAddr, target: impl Display) -> (TcpStream, String) {
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    stream
+        .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 1024];
+    let n = stream.read(&mut buf).await.unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+    (stream, head)
 }
