@@ -4,20 +4,15 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::Duration;
 
-use http::{Response, StatusCode};
+use http::StatusCode;
 use serde_json::Value;
 use support::*;
 use tokio::time::Instant;
 
-fn admin_url(courtesy: &Courtesy, path: &str) -> String {
-    format!("http://{}{}", courtesy.admin, path)
-}
-
 async fn hosts(courtesy: &Courtesy) -> Value {
-    let (status, body) = admin_call("GET", &admin_url(courtesy, "/hosts"), None, "").await;
+    let (status, body) = admin_call("GET", &courtesy.admin_url("/hosts"), None, "").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -26,11 +21,7 @@ async fn hosts(courtesy: &Courtesy) -> Value {
 async fn metrics_and_the_host_api_show_known_traffic() {
     let origin = Origin::ok("127.0.0.2").await;
     let throttling = Origin::start("127.0.0.3", |_req| async {
-        Response::builder()
-            .status(429)
-            .header("retry-after", "60")
-            .body(full("no"))
-            .unwrap()
+        come_back_later(429, "60", "no")
     })
     .await;
     let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 10\n").await;
@@ -41,7 +32,7 @@ async fn metrics_and_the_host_api_show_known_traffic() {
     assert_eq!(client.get(&throttling.url("/")).await.status, 429);
     assert_eq!(client.get(&throttling.url("/again")).await.status, 429); // local
 
-    let (status, metrics) = admin_call("GET", &admin_url(&courtesy, "/metrics"), None, "").await;
+    let (status, metrics) = admin_call("GET", &courtesy.admin_url("/metrics"), None, "").await;
     assert_eq!(status, StatusCode::OK);
     let ok = origin.addr.to_string();
     let slow = throttling.addr.to_string();
@@ -87,26 +78,25 @@ async fn metrics_and_the_host_api_show_known_traffic() {
     );
 
     // `limit` keeps the hosts that most need an operator's eye; the totals still count them all.
-    let (status, body) = admin_call("GET", &admin_url(&courtesy, "/hosts?limit=1"), None, "").await;
+    let (status, body) = admin_call("GET", &courtesy.admin_url("/hosts?limit=1"), None, "").await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let limited: Value = serde_json::from_str(&body).unwrap();
     let list = limited["hosts"].as_array().unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["host"], slow.as_str());
     assert_eq!(limited["total"]["hosts"], 2);
-    let (status, body) = admin_call("GET", &admin_url(&courtesy, "/hosts?limit=0"), None, "").await;
+    let (status, body) = admin_call("GET", &courtesy.admin_url("/hosts?limit=0"), None, "").await;
     assert_eq!(status, StatusCode::OK);
     let none: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(none["hosts"], serde_json::json!([]));
     assert_eq!(none["total"]["cooling_down"], 1);
-    let (status, body) =
-        admin_call("GET", &admin_url(&courtesy, "/hosts?limit=all"), None, "").await;
+    let (status, body) = admin_call("GET", &courtesy.admin_url("/hosts?limit=all"), None, "").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("limit"), "{body}");
 
     let (status, single) = admin_call(
         "GET",
-        &admin_url(&courtesy, &format!("/hosts/{ok}")),
+        &courtesy.admin_url(&format!("/hosts/{ok}")),
         None,
         "",
     )
@@ -118,7 +108,7 @@ async fn metrics_and_the_host_api_show_known_traffic() {
     );
     let (status, _) = admin_call(
         "GET",
-        &admin_url(&courtesy, "/hosts/nowhere.test:80"),
+        &courtesy.admin_url("/hosts/nowhere.test:80"),
         None,
         "",
     )
@@ -135,7 +125,7 @@ async fn pause_resume_and_rate_take_effect_on_the_next_request() {
 
     let (status, body) = admin_call(
         "POST",
-        &admin_url(&courtesy, &format!("/hosts/{key}/pause?seconds=300")),
+        &courtesy.admin_url(&format!("/hosts/{key}/pause?seconds=300")),
         None,
         "",
     )
@@ -156,7 +146,7 @@ async fn pause_resume_and_rate_take_effect_on_the_next_request() {
 
     let (status, _) = admin_call(
         "POST",
-        &admin_url(&courtesy, &format!("/hosts/{key}/resume")),
+        &courtesy.admin_url(&format!("/hosts/{key}/resume")),
         None,
         "",
     )
@@ -165,7 +155,7 @@ async fn pause_resume_and_rate_take_effect_on_the_next_request() {
     assert_eq!(client.get(&origin.url("/resumed")).await.status, 200);
 
     // Above the configured ceiling (rate 1) only when forced.
-    let rate_url = admin_url(&courtesy, &format!("/hosts/{key}/rate"));
+    let rate_url = courtesy.admin_url(&format!("/hosts/{key}/rate"));
     let (status, body) = admin_call("PUT", &rate_url, None, "20").await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert!(body.contains("force"));
@@ -204,11 +194,7 @@ async fn pause_resume_and_rate_take_effect_on_the_next_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_keeps_a_cooldown() {
     let origin = Origin::start("127.0.0.5", |_req| async {
-        Response::builder()
-            .status(429)
-            .header("retry-after", "120")
-            .body(full("later"))
-            .unwrap()
+        come_back_later(429, "120", "later")
     })
     .await;
     let dir = temp_dir("restart");
@@ -253,17 +239,13 @@ async fn reload_applies_to_queued_requests_and_a_bad_config_is_rejected() {
     let courtesy = Courtesy::start_file(&file, &dir).await;
     let client = courtesy.client();
     assert_eq!(client.get(&origin.url("/first")).await.status, 200);
-    let mut queued = Vec::new();
-    for i in 0..3 {
-        let url = origin.url(&format!("/queued/{i}"));
-        queued.push(tokio::spawn(async move { client.get(&url).await.status }));
-    }
+    let queued = client.spawn_gets((0..3).map(|i| origin.url(&format!("/queued/{i}"))));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(hosts(&courtesy).await["hosts"][0]["queued"], 3);
 
     // A bad new config is rejected with its errors, and the old one stays.
     std::fs::write(&file, "[defaults]\nrate = -5\nburst = 1\n").unwrap();
-    let (status, body) = admin_call("POST", &admin_url(&courtesy, "/reload"), None, "").await;
+    let (status, body) = admin_call("POST", &courtesy.admin_url("/reload"), None, "").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(
         body.contains("courtesy.toml:2") && body.contains("rate"),
@@ -278,11 +260,9 @@ async fn reload_applies_to_queued_requests_and_a_bad_config_is_rejected() {
 
     std::fs::write(&file, "[defaults]\nrate = 20\nburst = 1\n").unwrap();
     let start = Instant::now();
-    let (status, body) = admin_call("POST", &admin_url(&courtesy, "/reload"), None, "").await;
+    let (status, body) = admin_call("POST", &courtesy.admin_url("/reload"), None, "").await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    for q in queued {
-        assert_eq!(q.await.unwrap(), StatusCode::OK);
-    }
+    assert_each_ok(queued).await;
     // At 0.1/s the three would have needed 30 s.
     assert!(
         start.elapsed() < Duration::from_secs(3),
@@ -297,7 +277,7 @@ async fn the_admin_api_wants_its_token() {
     let token = "s3cret-token-0123456789";
     let courtesy = Courtesy::start(&format!("[admin]\ntoken = \"{token}\"\n")).await;
     // The dashboard page holds no data and is served without the token (it reads it from #token=).
-    let (status, page) = admin_call("GET", &admin_url(&courtesy, "/"), None, "").await;
+    let (status, page) = admin_call("GET", &courtesy.admin_url("/"), None, "").await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("Bearer"));
     for path in [
@@ -307,17 +287,17 @@ async fn the_admin_api_wants_its_token() {
         "/ca.pem",
         "/healthz",
     ] {
-        let (status, _) = admin_call("GET", &admin_url(&courtesy, path), None, "").await;
+        let (status, _) = admin_call("GET", &courtesy.admin_url(path), None, "").await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
         let (status, _) = admin_call(
             "GET",
-            &admin_url(&courtesy, path),
+            &courtesy.admin_url(path),
             Some("wrong-token-000000000"),
             "",
         )
         .await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
-        let (status, _) = admin_call("GET", &admin_url(&courtesy, path), Some(token), "").await;
+        let (status, _) = admin_call("GET", &courtesy.admin_url(path), Some(token), "").await;
         assert_ne!(status, StatusCode::UNAUTHORIZED, "{path}");
     }
     // Bound beyond loopback, the token is required at start-up.
@@ -334,47 +314,23 @@ async fn the_admin_api_wants_its_token() {
 async fn sighup_reloads_and_courtesy_status_prints_the_table() {
     let origin = Origin::ok("127.0.0.7").await;
     let dir = temp_dir("sighup");
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let admin_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let (port, admin_port) = (
-        probe.local_addr().unwrap().port(),
-        admin_probe.local_addr().unwrap().port(),
-    );
-    drop((probe, admin_probe));
+    let ports = Ports::free();
     let file = dir.join("c.toml");
     let write = |rate: &str| {
         std::fs::write(
             &file,
-            format!(
-                "[proxy]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
-                 state_dir = \"{}\"\n[defaults]\nrate = {rate}\n",
-                dir.display()
-            ),
+            format!("{}[defaults]\nrate = {rate}\n", ports.proxy_section(&dir)),
         )
         .unwrap()
     };
     write("2");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
-        .args(["run", "--config"])
-        .arg(&file)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = spawn_courtesy_process(&file);
     let proxy = ProxyClient {
-        proxy: format!("127.0.0.1:{port}").parse().unwrap(),
+        proxy: ports.proxy_addr(),
     };
-    assert!(
-        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(
-            proxy.proxy
-        )
-        .is_ok())
-        .await
-    );
+    assert!(listening(proxy.proxy).await);
     assert_eq!(proxy.get(&origin.url("/")).await.status, 200);
-    let admin = format!("http://127.0.0.1:{admin_port}");
+    let admin = format!("http://127.0.0.1:{}", ports.admin);
     let rate_of = |body: String| -> f64 {
         let v: Value = serde_json::from_str(&body).unwrap();
         v["hosts"][0]["policy"]["rate"].as_f64().unwrap()

@@ -45,12 +45,7 @@ async fn four_clients_on_four_connections_share_one_budget() {
     for c in clients {
         c.await.unwrap();
     }
-    let arrivals = origin.arrivals();
-    let start = arrivals[0].at;
-    let in_window = arrivals
-        .iter()
-        .filter(|a| a.at.duration_since(start) < Duration::from_secs(5))
-        .count();
+    let in_window = origin.count_within(Duration::from_secs(5));
     assert!(
         in_window <= 2 * 5 + 1,
         "origin saw {in_window} requests in 5 s"
@@ -71,12 +66,9 @@ async fn a_slow_host_does_not_hold_up_a_fast_one() {
         pacing(1.0, 1, 1)
     );
     let courtesy = Courtesy::start(&config).await;
-    let mut queued = Vec::new();
-    for i in 0..10 {
-        let client = courtesy.client();
-        let url = slow.url(&format!("/slow/{i}"));
-        queued.push(tokio::spawn(async move { client.get(&url).await.status }));
-    }
+    let queued = courtesy
+        .client()
+        .spawn_gets((0..10).map(|i| slow.url(&format!("/slow/{i}"))));
     assert!(eventually(Duration::from_secs(2), || slow.count() == 1).await);
     let start = Instant::now();
     let mut conn = courtesy.client().connect().await;
@@ -98,67 +90,42 @@ async fn a_slow_host_does_not_hold_up_a_fast_one() {
 async fn requests_to_one_host_leave_in_arrival_order() {
     let origin = Origin::ok("127.0.0.1").await;
     let courtesy = Courtesy::start(&pacing(10.0, 1, 1)).await;
+    let client = courtesy.client();
     let mut tasks = Vec::new();
     for i in 0..8 {
-        let client = courtesy.client();
-        let url = origin.url(&format!("/{i}"));
-        tasks.push(tokio::spawn(async move { client.get(&url).await.status }));
+        tasks.push(client.spawn_get(origin.url(&format!("/{i}"))));
         // Each request reaches courtesy before the next is sent.
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), StatusCode::OK);
-    }
-    let paths: Vec<String> = origin.arrivals().into_iter().map(|a| a.path).collect();
+    assert_each_ok(tasks).await;
     let expected: Vec<String> = (0..8).map(|i| format!("/{i}")).collect();
-    assert_eq!(paths, expected);
+    assert_eq!(origin.paths(), expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_caps_requests_in_flight_at_the_origin() {
-    let origin = Origin::start("127.0.0.1", |_req| async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        Response::new(full("slow"))
-    })
-    .await;
+    let origin = Origin::slow("127.0.0.1", Duration::from_millis(200), "slow").await;
     let courtesy = Courtesy::start(&pacing(1000.0, 100, 2)).await;
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let client = courtesy.client();
-        let url = origin.url("/");
-        tasks.push(tokio::spawn(async move { client.get(&url).await.status }));
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), StatusCode::OK);
-    }
+    let tasks = courtesy.client().spawn_gets(vec![origin.url("/"); 8]);
+    assert_each_ok(tasks).await;
     assert_eq!(origin.count(), 8);
     assert_eq!(origin.max_in_flight(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_global_cap_holds_across_hosts() {
-    let hold = |_req| async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        Response::new(full("x"))
-    };
+    let hold = Duration::from_millis(300);
     let origins = [
-        Origin::start("127.0.0.2", hold).await,
-        Origin::start("127.0.0.3", hold).await,
-        Origin::start("127.0.0.4", hold).await,
+        Origin::slow("127.0.0.2", hold, "x").await,
+        Origin::slow("127.0.0.3", hold, "x").await,
+        Origin::slow("127.0.0.4", hold, "x").await,
     ];
     let config = format!("[proxy]\nmax_in_flight = 2\n{}", pacing(1000.0, 100, 100));
     let courtesy = Courtesy::start(&config).await;
-    let mut tasks = Vec::new();
-    for origin in &origins {
-        for _ in 0..3 {
-            let client = courtesy.client();
-            let url = origin.url("/");
-            tasks.push(tokio::spawn(async move { client.get(&url).await.status }));
-        }
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), StatusCode::OK);
-    }
+    // Three requests for each origin in turn.
+    let urls = origins.iter().flat_map(|origin| vec![origin.url("/"); 3]);
+    let tasks = courtesy.client().spawn_gets(urls);
+    assert_each_ok(tasks).await;
     // Each origin saw its 3 requests; arrivals overlap at most 2 at a time across all origins.
     let mut spans: Vec<(Instant, Instant)> = Vec::new();
     for o in &origins {
@@ -185,20 +152,16 @@ async fn clients_that_give_up_while_queued_never_reach_the_origin() {
         courtesy.client().get(&origin.url("/first")).await.status,
         200
     );
-    let mut quitters = Vec::new();
-    for i in 0..10 {
-        let client = courtesy.client();
-        let url = origin.url(&format!("/quitter/{i}"));
-        quitters.push(tokio::spawn(async move { client.get(&url).await }));
-    }
+    let quitters = courtesy
+        .client()
+        .spawn_gets((0..10).map(|i| origin.url(&format!("/quitter/{i}"))));
     tokio::time::sleep(Duration::from_millis(300)).await;
     for q in &quitters {
         q.abort(); // drops the connection: the client went away
     }
     // Long past the turns those ten would have had.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let paths: Vec<String> = origin.arrivals().into_iter().map(|a| a.path).collect();
-    assert_eq!(paths, vec!["/first".to_string()]);
+    assert_eq!(origin.paths(), vec!["/first".to_string()]);
     // They spent no tokens: the next request goes at once.
     let start = Instant::now();
     assert_eq!(
@@ -218,12 +181,7 @@ async fn a_full_queue_answers_503_at_once_with_retry_after_and_proxy_status() {
     let config = format!("{}max_queue = 2\n", pacing(0.2, 1, 1));
     let courtesy = Courtesy::start(&config).await;
     assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
-    let mut waiting = Vec::new();
-    for _ in 0..2 {
-        let client = courtesy.client();
-        let url = origin.url("/");
-        waiting.push(tokio::spawn(async move { client.get(&url).await }));
-    }
+    let waiting = courtesy.client().spawn_gets(vec![origin.url("/"); 2]);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let start = Instant::now();
     let got = courtesy.client().get(&origin.url("/")).await;
@@ -261,23 +219,11 @@ async fn a_request_that_waits_past_max_wait_gets_503() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_finishes_in_flight_and_refuses_queued() {
-    let origin = Origin::start("127.0.0.1", |_req| async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        Response::new(full("done"))
-    })
-    .await;
+    let origin = Origin::slow("127.0.0.1", Duration::from_millis(500), "done").await;
     let courtesy = Courtesy::start(&pacing(0.2, 1, 1)).await;
-    let in_flight = {
-        let client = courtesy.client();
-        let url = origin.url("/in-flight");
-        tokio::spawn(async move { client.get(&url).await })
-    };
+    let in_flight = courtesy.client().spawn_get(origin.url("/in-flight"));
     assert!(eventually(Duration::from_secs(2), || origin.count() == 1).await);
-    let queued = {
-        let client = courtesy.client();
-        let url = origin.url("/queued");
-        tokio::spawn(async move { client.get(&url).await })
-    };
+    let queued = courtesy.client().spawn_get(origin.url("/queued"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     let stopped = courtesy.begin_shutdown();
     let queued = queued.await.unwrap();
@@ -436,11 +382,7 @@ async fn upstream_failures_become_502_or_504_with_proxy_status() {
         got.header("proxy-status")
     );
 
-    let slow = Origin::start("127.0.0.1", |_req| async {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        Response::new(full("late"))
-    })
-    .await;
+    let slow = Origin::slow("127.0.0.1", Duration::from_secs(3), "late").await;
     let start = Instant::now();
     let got = client.get(&slow.url("/")).await;
     assert_eq!(got.status, StatusCode::GATEWAY_TIMEOUT);
@@ -472,16 +414,8 @@ async fn upstream_failures_become_502_or_504_with_proxy_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_tunnels_are_paced_and_restricted_to_connect_ports() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let courtesy = Courtesy::start(&pacing(100.0, 10, 10)).await;
-    let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
-    stream
-        .write_all(b"CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n")
-        .await
-        .unwrap();
-    let mut buf = vec![0u8; 1024];
-    let n = stream.read(&mut buf).await.unwrap();
-    let head = String::from_utf8_lossy(&buf[..n]);
+    let (_stream, head) = open_tunnel(courtesy.addr, "127.0.0.1:22").await;
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
     assert!(
         head.to_ascii_lowercase()
@@ -492,7 +426,6 @@ async fn connect_tunnels_are_paced_and_restricted_to_connect_ports() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_megabytes_each_way_stream_through_without_buffering() {
-    use std::process::{Command, Stdio};
     const SIZE: usize = 50 * 1024 * 1024;
     const CHUNK: usize = 64 * 1024;
     // The origin counts the upload as it streams in and answers with a 50 MB streamed download.
@@ -520,41 +453,23 @@ async fn fifty_megabytes_each_way_stream_through_without_buffering() {
     .await;
 
     // Run the real binary so its memory can be measured on its own.
-    let dir = std::env::temp_dir().join(format!("courtesy-mem-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let port_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = port_probe.local_addr().unwrap().port();
-    let admin_probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let admin_port = admin_probe.local_addr().unwrap().port();
-    drop((port_probe, admin_probe));
+    let dir = temp_dir("mem");
+    let ports = Ports::free();
     let config = dir.join("c.toml");
     std::fs::write(
         &config,
         format!(
-            "[proxy]\nlisten = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n\
-             state_dir = \"{}\"\n[defaults]\nrate = 100\nburst = 10\n",
-            dir.display()
+            "{}[defaults]\nrate = 100\nburst = 10\n",
+            ports.proxy_section(&dir)
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_courtesy"))
-        .args(["run", "--config", config.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let mut child = spawn_courtesy_process(&config);
+    let pid = child.id().unwrap();
     let client = ProxyClient {
-        proxy: format!("127.0.0.1:{port}").parse().unwrap(),
+        proxy: ports.proxy_addr(),
     };
-    assert!(
-        eventually(Duration::from_secs(10), || std::net::TcpStream::connect(
-            client.proxy
-        )
-        .is_ok())
-        .await
-    );
+    assert!(listening(client.proxy).await);
     // Warm up, then take the baseline.
     assert_eq!(client.get(&origin.url("/warm")).await.status, 200);
     let before = vm_hwm_kib(pid);
@@ -580,8 +495,7 @@ async fn fifty_megabytes_each_way_stream_through_without_buffering() {
     }
     assert_eq!(downloaded, SIZE);
     let after = vm_hwm_kib(pid);
-    let _ = child.kill();
-    let _ = child.wait();
+    let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
     let grew_mib = (after.saturating_sub(before)) as f64 / 1024.0;
     assert!(before > 0, "could not read courtesy's memory");
@@ -593,7 +507,6 @@ async fn fifty_megabytes_each_way_stream_through_without_buffering() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_http_inside_a_connect_is_paced_request_by_request() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let origin = Origin::ok("127.0.0.1").await;
     let config = format!(
         "[proxy]\nconnect_ports = [{}]\n{}",
@@ -602,15 +515,9 @@ async fn plain_http_inside_a_connect_is_paced_request_by_request() {
     );
     let courtesy = Courtesy::start(&config).await;
     // One tunnel, three requests inside it (Node's undici sends http:// URLs this way).
-    let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
     let target = origin.addr;
-    stream
-        .write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = vec![0u8; 1024];
-    let n = stream.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let (stream, head) = open_tunnel(courtesy.addr, target).await;
+    assert!(head.starts_with("HTTP/1.1 200"));
     let (_, mut conn) = {
         let (sender, conn) = hyper::client::conn::http1::handshake::<_, TestBody>(
             hyper_util::rt::TokioIo::new(stream),
@@ -637,7 +544,7 @@ async fn plain_http_inside_a_connect_is_paced_request_by_request() {
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"ok");
     }
-    let at: Vec<Instant> = origin.arrivals().iter().map(|a| a.at).collect();
+    let at = origin.arrival_times();
     assert_eq!(at.len(), 3);
     // Rate 2/s, burst 1: the requests inside left at about 0, 0.5 and 1.0 s.
     let span = at[2].duration_since(at[0]);

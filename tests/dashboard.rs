@@ -10,7 +10,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use http::{Response, StatusCode};
+use http::StatusCode;
 use http_body_util::BodyExt;
 use support::*;
 
@@ -43,7 +43,7 @@ async fn admin_get(url: &str) -> (StatusCode, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_is_one_self_contained_html_page() {
     let courtesy = Courtesy::start("[defaults]\nrate = 10\n").await;
-    let (status, content_type, page) = admin_get(&format!("http://{}/", courtesy.admin)).await;
+    let (status, content_type, page) = admin_get(&courtesy.admin_url("/")).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(content_type.starts_with("text/html"), "{content_type}");
     assert!(page.contains("<canvas"), "the charts are canvases");
@@ -98,18 +98,10 @@ async fn chromium_shows_the_hosts_on_the_dashboard() {
     // one is slow, so a request is in flight and others wait behind it.
     let origin = Origin::ok("127.0.0.1").await;
     let throttling = Origin::start("127.0.0.1", |_req| async {
-        Response::builder()
-            .status(429)
-            .header("retry-after", "120")
-            .body(full("slow down"))
-            .unwrap()
+        come_back_later(429, "120", "slow down")
     })
     .await;
-    let slow = Origin::start("127.0.0.1", |_req| async {
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        Response::new(full("late"))
-    })
-    .await;
+    let slow = Origin::slow("127.0.0.1", Duration::from_secs(60), "late").await;
     let courtesy = Courtesy::start("[defaults]\nrate = 20\nburst = 5\n").await;
     let client = courtesy.client();
     for i in 0..4 {
@@ -118,19 +110,14 @@ async fn chromium_shows_the_hosts_on_the_dashboard() {
     }
     let got = client.get(&throttling.url("/list")).await;
     assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
-    let waiting: Vec<_> = (0..3)
-        .map(|i| {
-            let url = slow.url(&format!("/report/{i}"));
-            tokio::spawn(async move { client.get(&url).await })
-        })
-        .collect();
+    let waiting = client.spawn_gets((0..3).map(|i| slow.url(&format!("/report/{i}"))));
     assert!(
         eventually(Duration::from_secs(5), || slow.count() == 1).await,
         "the slow origin got its first request"
     );
 
     let host = origin.addr.to_string();
-    let url = format!("http://{}/", courtesy.admin);
+    let url = courtesy.admin_url("/");
     // The browser must talk to the admin listener directly, whatever this machine's proxy settings.
     let mut cmd = client_command("node");
     cmd.current_dir(&root)

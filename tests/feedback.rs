@@ -194,7 +194,7 @@ async fn a_503_without_retry_after_backs_off_exponentially() {
         conn.get(&origin.url("/4")).await.status,
     ];
     assert_eq!(statuses.map(|s| s.as_u16()), [503, 503, 200, 200]);
-    let at: Vec<Instant> = origin.arrivals().iter().map(|a| a.at).collect();
+    let at = origin.arrival_times();
     let gaps: Vec<f64> = at
         .windows(2)
         .map(|w| w[1].duration_since(w[0]).as_secs_f64())
@@ -238,11 +238,7 @@ async fn rising_latency_lowers_the_rate_without_any_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reject_answers_at_once_during_a_cooldown_and_other_hosts_are_unaffected() {
     let throttling = Origin::start("127.0.0.6", |_req| async {
-        Response::builder()
-            .status(429)
-            .header("retry-after", "10")
-            .body(full("no"))
-            .unwrap()
+        come_back_later(429, "10", "no")
     })
     .await;
     let other = Origin::ok("127.0.0.7").await;
@@ -279,25 +275,13 @@ async fn reject_answers_at_once_during_a_cooldown_and_other_hosts_are_unaffected
 async fn reject_also_answers_requests_already_queued() {
     let origin = Origin::start("127.0.0.8", |_req| async {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        Response::builder()
-            .status(503)
-            .header("retry-after", "30")
-            .body(full("busy"))
-            .unwrap()
+        come_back_later(503, "30", "busy")
     })
     .await;
     let courtesy = Courtesy::start("[defaults]\nrate = 1\nburst = 1\n").await;
-    let first = {
-        let client = courtesy.client();
-        let url = origin.url("/first");
-        tokio::spawn(async move { client.get(&url).await })
-    };
+    let first = courtesy.client().spawn_get(origin.url("/first"));
     assert!(eventually(Duration::from_secs(2), || origin.count() == 1).await);
-    let queued = {
-        let client = courtesy.client();
-        let url = origin.url("/queued");
-        tokio::spawn(async move { client.get(&url).await })
-    };
+    let queued = courtesy.client().spawn_get(origin.url("/queued"));
     assert_eq!(first.await.unwrap().status, StatusCode::SERVICE_UNAVAILABLE);
     let queued = tokio::time::timeout(Duration::from_secs(1), queued)
         .await
@@ -360,11 +344,7 @@ async fn hold_with_retries_gives_only_200s() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_are_for_idempotent_bodiless_requests_only() {
     let origin = Origin::start("127.0.0.11", |_req| async {
-        Response::builder()
-            .status(429)
-            .header("retry-after", "1")
-            .body(full("no"))
-            .unwrap()
+        come_back_later(429, "1", "no")
     })
     .await;
     let config = "[defaults]\nrate = 50\nretry_idempotent = 1\non_cooldown = \"hold\"\n";
@@ -442,12 +422,7 @@ async fn a_ratelimit_header_budget_is_never_overspent() {
     for c in clients {
         all.extend(c.await.unwrap());
     }
-    let arrivals = origin.arrivals();
-    let first = arrivals[0].at;
-    let in_window = arrivals
-        .iter()
-        .filter(|a| a.at.duration_since(first) < Duration::from_secs(10))
-        .count();
+    let in_window = origin.count_within(Duration::from_secs(10));
     assert!(
         in_window <= 4,
         "the origin got {in_window} requests in its 10 s window of 4"

@@ -135,7 +135,7 @@ async fn requests_inside_one_kept_alive_tls_connection_are_paced() {
         assert_eq!(got.status(), 200);
         got.bytes().await.unwrap();
     }
-    let at: Vec<Instant> = https.origin.arrivals().iter().map(|a| a.at).collect();
+    let at = https.origin.arrival_times();
     assert_eq!(at.len(), 10);
     let span = at[9].duration_since(at[0]);
     // Nine gaps of 0.5 s: the bucket, not the tunnel, paced these.
@@ -146,7 +146,7 @@ async fn requests_inside_one_kept_alive_tls_connection_are_paced() {
     for pair in at.windows(2) {
         assert!(pair[1].duration_since(pair[0]) >= Duration::from_millis(450));
     }
-    let admin = fetch_direct(&format!("http://{}/metrics", courtesy.admin)).await;
+    let admin = fetch_direct(&courtesy.admin_url("/metrics")).await;
     // reqwest may open a second connection while the first goes back to its pool; its CONNECT
     // then finds the leaf in the cache: one key generation however many CONNECTs.
     assert!(
@@ -160,11 +160,7 @@ async fn a_429_over_https_cools_the_host_down_as_over_http() {
     let test_ca = TestCa::new();
     let tls = test_ca.server_config(&["127.0.0.1"]);
     let origin = Origin::start_tls("127.0.0.1", tls, |_req| async {
-        Response::builder()
-            .status(429)
-            .header("retry-after", "20")
-            .body(full("slow down"))
-            .unwrap()
+        come_back_later(429, "20", "slow down")
     })
     .await;
     let https = Https {
@@ -229,15 +225,12 @@ async fn the_ca_is_created_once_and_reused_after_a_restart() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
-    let served = fetch_direct(&format!("http://{}/ca.pem", first.admin)).await;
+    let served = fetch_direct(&first.admin_url("/ca.pem")).await;
     assert_eq!(served, pem, "the admin port serves the certificate");
     first.shutdown().await.unwrap();
     let second = Courtesy::start_in("", &dir).await;
     assert_eq!(std::fs::read_to_string(dir.join("ca.pem")).unwrap(), pem);
-    assert_eq!(
-        fetch_direct(&format!("http://{}/ca.pem", second.admin)).await,
-        pem
-    );
+    assert_eq!(fetch_direct(&second.admin_url("/ca.pem")).await, pem);
     assert!(!pem.contains("PRIVATE"));
 }
 
@@ -302,13 +295,8 @@ async fn tunnel_mode_paces_connects_not_requests() {
     let courtesy = Courtesy::start(&config).await;
     let mut streams = Vec::new();
     for _ in 0..3 {
-        let mut s = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
-        s.write_all(format!("CONNECT {addr} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
-        let mut buf = [0u8; 256];
-        let n = s.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+        let (mut s, head) = open_tunnel(courtesy.addr, addr).await;
+        assert!(head.starts_with("HTTP/1.1 200"));
         // TLS-looking bytes: in tunnel mode they are copied, not decrypted.
         s.write_all(b"\x16\x03\x01hello").await.unwrap();
         streams.push(s);
@@ -355,7 +343,7 @@ async fn node_undici_proxy_agent_works_for_http_and_https() {
         vec!["200 2", "200 2", "200 6"]
     );
     // undici tunnels http:// through CONNECT too: courtesy still paced each request.
-    let at: Vec<Instant> = plain.arrivals().iter().map(|a| a.at).collect();
+    let at = plain.arrival_times();
     assert_eq!(at.len(), 2);
     assert!(at[1].duration_since(at[0]) >= Duration::from_millis(450));
     assert_eq!(https.origin.count(), 1);

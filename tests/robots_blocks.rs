@@ -52,7 +52,7 @@ async fn a_forgotten_host_gets_its_crawl_delay_back() {
     .await;
     let client = courtesy.client();
     assert_eq!(client.get(&origin.url("/a")).await.status, StatusCode::OK);
-    let hosts_url = format!("http://{}/hosts", courtesy.admin);
+    let hosts_url = courtesy.admin_url("/hosts");
     let mut forgotten = false;
     for _ in 0..50 {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -155,8 +155,7 @@ async fn a_disallowed_path_never_reaches_the_origin() {
         .body(empty())
         .unwrap();
     assert_eq!(client.send(strict).await.status, StatusCode::FORBIDDEN);
-    let paths: Vec<String> = origin.arrivals().into_iter().map(|a| a.path).collect();
-    assert_eq!(paths, vec!["/robots.txt", "/public"]);
+    assert_eq!(origin.paths(), vec!["/robots.txt", "/public"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,15 +191,10 @@ async fn requests_that_arrive_during_the_robots_fetch_wait_for_it() {
         "[defaults]\nrate = 100\nburst = 10\nconcurrency = 10\nobey_robots = true\n",
     )
     .await;
-    let mut tasks = Vec::new();
-    for i in 0..5 {
-        let client = courtesy.client();
-        let url = origin.url(&format!("/p{i}"));
-        tasks.push(tokio::spawn(async move { client.get(&url).await.status }));
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), StatusCode::OK);
-    }
+    let tasks = courtesy
+        .client()
+        .spawn_gets((0..5).map(|i| origin.url(&format!("/p{i}"))));
+    assert_each_ok(tasks).await;
     let arrivals = origin.arrivals();
     assert_eq!(arrivals[0].path, "/robots.txt");
     assert_eq!(
@@ -256,19 +250,13 @@ async fn a_challenge_page_pauses_the_host_and_the_webhook_hears_of_it() {
         "nothing reaches the origin during the pause"
     );
 
-    let (_, metrics) = admin_call(
-        "GET",
-        &format!("http://{}/metrics", courtesy.admin),
-        None,
-        "",
-    )
-    .await;
+    let (_, metrics) = admin_call("GET", &courtesy.admin_url("/metrics"), None, "").await;
     let line = format!(
         "courtesy_blocks_total{{host=\"{}\",outcome=\"soft_block\"}} 1",
         origin.addr
     );
     assert!(metrics.contains(&line), "missing {line} in\n{metrics}");
-    let (_, hosts) = admin_call("GET", &format!("http://{}/hosts", courtesy.admin), None, "").await;
+    let (_, hosts) = admin_call("GET", &courtesy.admin_url("/hosts"), None, "").await;
     assert!(hosts.contains("soft block"), "{hosts}");
     assert!(
         eventually(Duration::from_secs(5), || hook.count() == 1).await,

@@ -1,0 +1,80 @@
+//! courtesy run as its own process (the built binary), for the tests that measure its memory or
+//! send it signals: free ports for it, its config's `[proxy]` lines, starting it, and waiting
+//! until it listens.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use super::wait::eventually;
+
+/// The ports of a courtesy process: its proxy listener and its admin listener on 127.0.0.1.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    /// The proxy port.
+    pub proxy: u16,
+    /// The admin port.
+    pub admin: u16,
+}
+
+impl Ports {
+    /// Two loopback ports that were free a moment ago (the process binds them itself).
+    pub fn free() -> Ports {
+        let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ports = Ports {
+            proxy: proxy.local_addr().unwrap().port(),
+            admin: admin.local_addr().unwrap().port(),
+        };
+        drop((proxy, admin));
+        ports
+    }
+
+    /// The `[proxy]` section that puts the process on these ports with its state in `state_dir`.
+    pub fn proxy_section(&self, state_dir: &Path) -> String {
+        format!(
+            "[proxy]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\nstate_dir = \"{}\"\n",
+            self.proxy,
+            self.admin,
+            state_dir.display()
+        )
+    }
+
+    /// The proxy listener's address.
+    pub fn proxy_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.proxy))
+    }
+}
+
+/// Starts `courtesy run --config config` with warnings-only logging and its output discarded;
+/// the process is killed if the test drops it.
+pub fn spawn_courtesy_process(config: &Path) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["run", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to 10 s until something accepts connections on `addr`: a started process is ready.
+pub async fn listening(addr: SocketAddr) -> bool {
+    eventually(Duration::from_secs(10), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    })
+    .await
+}
+
+/// The RSS high-water mark of a process, in KiB, from /proc.
+pub fn vm_hwm_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

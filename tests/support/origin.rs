@@ -1,0 +1,206 @@
+//! The scripted origin: an HTTP/1.1 (or https) server on a loopback address whose answers come
+//! from the test, and which records what reached it, so that tests can check what courtesy let
+//! through and when.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{HeaderMap, Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::body::{full, TestBody};
+
+/// One request as the origin saw it.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    /// When it arrived.
+    pub at: Instant,
+    /// Method.
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// Headers as received.
+    pub headers: HeaderMap,
+}
+
+type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<TestBody>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A scripted HTTP/1.1 origin on a loopback address. It records every arrival and how many
+/// requests it has in flight at most.
+pub struct Origin {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    arrivals: Arc<Mutex<Vec<Arrival>>>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Origin {
+    /// An origin on `ip:0` that answers 200 "ok" to everything.
+    pub async fn ok(ip: &str) -> Origin {
+        Origin::start(ip, |_req| async { Response::new(full("ok")) }).await
+    }
+
+    /// An origin on `ip:0` that answers 200 `body` to everything, each answer `delay` late: a
+    /// slow host that keeps requests in flight.
+    pub async fn slow(ip: &str, delay: Duration, body: &'static str) -> Origin {
+        Origin::start(ip, move |_req| async move {
+            tokio::time::sleep(delay).await;
+            Response::new(full(body))
+        })
+        .await
+    }
+
+    /// An origin on `ip:0` whose answers come from `handler`.
+    pub async fn start<F, Fut>(ip: &str, handler: F) -> Origin
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        Origin::serve(ip, None, handler).await
+    }
+
+    /// An https origin on `ip:0` presenting `tls`'s certificate.
+    pub async fn start_tls<F, Fut>(ip: &str, tls: Arc<rustls::ServerConfig>, handler: F) -> Origin
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        Origin::serve(ip, Some(tokio_rustls::TlsAcceptor::from(tls)), handler).await
+    }
+
+    async fn serve<F, Fut>(ip: &str, tls: Option<tokio_rustls::TlsAcceptor>, handler: F) -> Origin
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |req| Box::pin(handler(req)));
+        let listener = TcpListener::bind(format!("{ip}:0")).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let max_in_flight = Arc::new(AtomicUsize::new(0));
+        let (a, i, m) = (arrivals.clone(), in_flight.clone(), max_in_flight.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (handler, a, i, m) = (handler.clone(), a.clone(), i.clone(), m.clone());
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: Request<Incoming>| {
+                        let (handler, a, i, m) = (handler.clone(), a.clone(), i.clone(), m.clone());
+                        async move {
+                            a.lock().unwrap().push(Arrival {
+                                at: Instant::now(),
+                                method: req.method().to_string(),
+                                path: req
+                                    .uri()
+                                    .path_and_query()
+                                    .map(|p| p.to_string())
+                                    .unwrap_or_default(),
+                                headers: req.headers().clone(),
+                            });
+                            let now = i.fetch_add(1, Ordering::SeqCst) + 1;
+                            m.fetch_max(now, Ordering::SeqCst);
+                            let response = handler(req).await;
+                            i.fetch_sub(1, Ordering::SeqCst);
+                            Ok::<_, Infallible>(response)
+                        }
+                    });
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
+                });
+            }
+        });
+        Origin {
+            addr,
+            arrivals,
+            in_flight,
+            max_in_flight,
+            task,
+        }
+    }
+
+    /// `http://addr` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Every arrival so far.
+    pub fn arrivals(&self) -> Vec<Arrival> {
+        self.arrivals.lock().unwrap().clone()
+    }
+
+    /// When each request so far arrived, in order: what pacing tests measure.
+    pub fn arrival_times(&self) -> Vec<Instant> {
+        self.arrivals().iter().map(|a| a.at).collect()
+    }
+
+    /// The path (and query) of each request so far, in order of arrival.
+    pub fn paths(&self) -> Vec<String> {
+        self.arrivals().into_iter().map(|a| a.path).collect()
+    }
+
+    /// How many requests arrived less than `window` after the first one: what a limit per
+    /// window counts. (There must have been a first one.)
+    pub fn count_within(&self, window: Duration) -> usize {
+        let arrivals = self.arrivals();
+        let first = arrivals[0].at;
+        arrivals
+            .iter()
+            .filter(|a| a.at.duration_since(first) < window)
+            .count()
+    }
+
+    /// How many requests arrived so far.
+    pub fn count(&self) -> usize {
+        self.arrivals.lock().unwrap().len()
+    }
+
+    /// The most requests it ever had in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// An answer that tells the client to come back later: `status` (a 429 or 503) with
+/// `Retry-After: retry_after` and `body`, the way a throttling server answers.
+pub fn come_back_later(status: u16, retry_after: &str, body: &'static str) -> Response<TestBody> {
+    Response::builder()
+        .status(status)
+        .header("retry-after", retry_after)
+        .body(full(body))
+        .unwrap()
+}

@@ -1,0 +1,40 @@
+//! Running real client programs (curl, Python, Node) against courtesy, with nothing from the
+//! machine's own proxy settings leaking in.
+
+/// A command for a real client program with the machine's proxy variables cleared (so neither
+/// NO_PROXY nor an inherited HTTP_PROXY can bypass or redirect what the test sets), killed when
+/// dropped.
+pub fn client_command(program: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    for var in [
+        "NO_PROXY",
+        "no_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.kill_on_drop(true);
+    cmd
+}
+
+/// Runs a client command (see [`client_command`]) to its end and returns its stdout; fails the
+/// test, with both outputs, unless it exited successfully.
+pub async fn run_to_success(cmd: &mut tokio::process::Command) -> String {
+    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+    let out = cmd.output().await.unwrap_or_else(|e| {
+        panic!("cannot run {program} ({e}): `scripts/test` installs every client the tests use")
+    });
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
