@@ -1,6 +1,7 @@
 # Shared by benches/load.sh and benches/https_load.sh (sourced, not run): logging, installing
-# missing Debian packages, the temp dir and the cleanup of every process started, ports, and the
-# CPU accounting of processes. Expects HOST and LOG_TAG to be set, and `set -euo pipefail`.
+# missing Debian packages, the temp dir and the cleanup of every process started, ports, the CPU
+# accounting of processes, and the awk functions their reports sum up repeated runs with. Expects
+# HOST and LOG_TAG to be set, and `set -euo pipefail`.
 # shellcheck shell=bash
 
 log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date +%T)" "$*" >&2; }
@@ -98,3 +99,19 @@ other_ticks() {
         if (index(skip, " " pid " ") == 0) total += $12 + $13 + $14 + $15
     } END { printf "%d\n", total }'
 }
+
+# awk functions for the report tables, to put before a program: add(k, v) appends a run's value to
+# the values of key k, kept as "v1 v2 v3"; med, lo and hi give their median, minimum and maximum.
+AWK_SAMPLES='
+    function sortv(a, n,    i, j, t) {
+        for (i = 2; i <= n; i++) {
+            t = a[i]
+            for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]
+            a[j + 1] = t
+        }
+    }
+    function med(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[int((n + 1) / 2)] }
+    function lo(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[1] }
+    function hi(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[n] }
+    function add(k, v) { vals[k] = (k in vals) ? vals[k] " " v : v }
+'

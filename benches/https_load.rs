@@ -44,6 +44,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+mod common;
+
+use common::percentile::percentile_at_fraction;
+use common::proc_stat::cpu_ticks;
+
 /// Connect, CONNECT, TLS handshake and each request must finish within this.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// A worker that keeps failing stops after this many errors.
@@ -363,33 +368,6 @@ fn micros(d: Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u32], p: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// utime + stime of this process (all threads) in clock ticks, from /proc/self/stat.
-fn cpu_ticks() -> u64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0;
-    };
-    // Fields after the command name (which is in parentheses and may contain spaces).
-    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-    let get = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    get(11) + get(12)
-}
-
 async fn run(args: Args) -> anyhow::Result<()> {
     let tls = tls_connector(&args.ca)?;
     let server_name = ServerName::IpAddress(args.origin.ip().into());
@@ -455,8 +433,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     latencies.sort_unstable();
     let n = latencies.len() as u64;
-    let p50 = percentile(&latencies, 50.0);
-    let p99 = percentile(&latencies, 99.0);
+    let p50 = percentile_at_fraction(&latencies, 0.50).unwrap_or(0);
+    let p99 = percentile_at_fraction(&latencies, 0.99).unwrap_or(0);
     let opened = shared.opened.load(Ordering::Relaxed);
     let rps = n as f64 / elapsed.as_secs_f64();
     eprintln!(
@@ -476,7 +454,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "RESULT {n} {errors} {} {p50} {p99} {opened} {}",
         elapsed.as_micros(),
-        cpu_ticks()
+        cpu_ticks("self").unwrap_or(0)
     );
     if n == 0 {
         bail!("no request completed");

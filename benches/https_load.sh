@@ -414,18 +414,7 @@ echo "- runs: ${DURATION} s each, $REPEATS repeats per cell (cases interleaved),
 echo "- all processes share the machine's CPUs: the client, nginx and courtesy"
 echo "- keep = kept-alive connections opened before the clock starts; new = a new TCP connection per request (+ CONNECT for courtesy), a full TLS handshake, one GET with Connection: close"
 echo
-awk -F'\t' -v noise="$NOISE_PCT" '
-    function sortv(a, n,    i, j, t) {
-        for (i = 2; i <= n; i++) {
-            t = a[i]
-            for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]
-            a[j + 1] = t
-        }
-    }
-    function med(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[int((n + 1) / 2)] }
-    function lo(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[1] }
-    function hi(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[n] }
-    function add(k, v) { vals[k] = (k in vals) ? vals[k] " " v : v }
+awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
     {
         key = $1 SUBSEP $2 SUBSEP $3
         if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }

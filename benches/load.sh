@@ -375,19 +375,7 @@ echo "- origin: nginx, 1 worker, static bodies of 1 KiB and 64 KiB served as $BO
 echo "- runs: wrk -t $WRK_THREADS, ${DURATION} s each, $REPEATS repeats per cell (cases interleaved), 2 s warm-up per case and body size; $RETRIES runs repeated because other processes took more than ${NOISE_PCT}% of a core; whole run ${ELAPSED} s"
 echo "- all processes share the machine's CPUs: wrk, nginx (1 worker) and the proxy under test"
 echo
-awk -F'\t' -v noise="$NOISE_PCT" '
-    function sortv(a, n,    i, j, t) {
-        for (i = 2; i <= n; i++) {
-            t = a[i]
-            for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]
-            a[j + 1] = t
-        }
-    }
-    # median of the values stored as "v1 v2 v3"
-    function med(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[int((n + 1) / 2)] }
-    function lo(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[1] }
-    function hi(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[n] }
-    function add(k, v) { vals[k] = (k in vals) ? vals[k] " " v : v }
+awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
     {
         key = $1 SUBSEP $2 SUBSEP $3
         if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }

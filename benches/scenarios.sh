@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Performance scenarios (targets 2–5) against the real release binary: pacing precision, many hosts,
-# parked requests, fan-out fairness. See the header of benches/scenarios.rs for what each measures.
+# parked requests, fan-out fairness. See the header of benches/scenarios/main.rs for what each measures.
 #
 # Usage: benches/scenarios.sh [--only 1,2,3,4] [--e2e-hosts 5000] [--out PATH|-]
 #   Progress goes to stderr; the Markdown report to stdout and to benches/SCENARIOS_RESULTS.md.
