@@ -14,6 +14,7 @@
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
 //! | `policy.rs` | [`HostPolicy`] and its defaults, the [`OffPeak`] window |
 //! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`ResourceKind`] |
+//! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`] and their defaults |
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
 
@@ -23,6 +24,7 @@ mod pattern;
 mod policy;
 mod settings;
 mod validate;
+mod word;
 
 #[cfg(test)]
 mod tests;
@@ -38,6 +40,7 @@ pub(crate) use pattern::canonical_ip;
 pub use pattern::{HostPattern, HostRule};
 pub use policy::{HostPolicy, OffPeak};
 pub use settings::{AdminSettings, AlertSettings, ProxySettings};
+pub use word::ConfigWord;
 
 use file::FileConfig;
 use validate::Validator;

@@ -135,6 +135,39 @@ fn patterns_parse_ports_and_ipv6() {
     );
 }
 
+/// The words of every closed-choice enum, as each file key has always spelled them.
+fn words<T: ConfigWord>() -> Vec<&'static str> {
+    T::ALL.iter().map(|v| v.word()).collect()
+}
+
+/// Each value read back from its word, and shown as it.
+fn reads_back<T: ConfigWord + PartialEq + std::fmt::Debug + std::fmt::Display>() {
+    for &value in T::ALL {
+        assert_eq!(T::from_word(value.word()), Some(value));
+        assert_eq!(value.to_string(), value.word());
+    }
+}
+
+#[test]
+fn each_choice_has_one_word_table_with_the_file_words() {
+    assert_eq!(words::<OnCooldown>(), ["reject", "hold"]);
+    assert_eq!(words::<HttpsMode>(), ["intercept", "tunnel"]);
+    assert_eq!(words::<CacheMode>(), ["off", "revalidate", "dev"]);
+    assert_eq!(
+        words::<ResourceKind>(),
+        ["image", "font", "script", "stylesheet", "media"]
+    );
+    reads_back::<OnCooldown>();
+    reads_back::<HttpsMode>();
+    reads_back::<CacheMode>();
+    reads_back::<ResourceKind>();
+    for &kind in ResourceKind::ALL {
+        assert_eq!(kind.name(), kind.word());
+    }
+    assert_eq!(OnCooldown::from_word("Reject"), None, "words are exact");
+    assert_eq!(CacheMode::from_word(""), None);
+}
+
 #[test]
 fn a_word_outside_its_table_lists_every_choice() {
     let err = parse(

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::{line_of, ConfigErrors};
+use super::{line_of, ConfigErrors, ConfigWord};
 
 /// Collects the problems of one config text while its sections are validated.
 pub(super) struct Validator<'a> {
@@ -94,29 +94,25 @@ impl Validator<'_> {
     }
 
     /// One of a closed set of words, as its enum value.
-    fn choice<T: Copy>(
+    fn choice<T: ConfigWord>(
         &mut self,
         value: &Option<Spanned<String>>,
         label: &str,
         key: &str,
-        choices: &[(&str, T)],
     ) -> Option<T> {
         let v = value.as_ref()?;
-        let found = choices
-            .iter()
-            .find(|(word, _)| *word == v.get_ref().as_str());
+        let found = T::from_word(v.get_ref());
         if found.is_none() {
-            let words: Vec<String> = choices.iter().map(|(w, _)| format!("{w:?}")).collect();
             self.error(
                 v.span().start,
                 &format!(
                     "{label}: {key} must be one of {}, got {:?}",
-                    words.join(", "),
+                    quoted_words::<T>(),
                     v.get_ref()
                 ),
             );
         }
-        found.map(|(_, x)| *x)
+        found
     }
 
     /// A number in `min..=max`.
@@ -140,4 +136,10 @@ impl Validator<'_> {
             None
         }
     }
+}
+
+/// Every word of `T`, quoted and separated by commas: `"reject", "hold"`.
+fn quoted_words<T: ConfigWord>() -> String {
+    let words: Vec<String> = T::ALL.iter().map(|w| format!("{:?}", w.word())).collect();
+    words.join(", ")
 }

@@ -4,12 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Validator;
+use super::{quoted_words, Validator};
 use crate::blocks::BlockMarkers;
 use crate::config::file::{FileHostRule, FileOffPeak, FilePolicy};
-use crate::config::{
-    CacheMode, HostPattern, HostPolicy, HostRule, HttpsMode, OffPeak, OnCooldown, ResourceKind,
-};
+use crate::config::{ConfigWord, HostPattern, HostPolicy, HostRule, OffPeak, ResourceKind};
 
 impl Validator<'_> {
     /// The `[[host]]` rules in file order, each over `defaults`; a rule whose `match` is bad is
@@ -157,26 +155,13 @@ impl Validator<'_> {
             }
             p.backoff_statuses = statuses;
         }
-        if let Some(x) = self.choice(
-            &file.on_cooldown,
-            label,
-            "on_cooldown",
-            &[("reject", OnCooldown::Reject), ("hold", OnCooldown::Hold)],
-        ) {
+        if let Some(x) = self.choice(&file.on_cooldown, label, "on_cooldown") {
             p.on_cooldown = x;
         }
         if let Some(n) = self.count(&file.retry_idempotent, label, "retry_idempotent", 0, 10) {
             p.retry_idempotent = n as u32;
         }
-        if let Some(x) = self.choice(
-            &file.https,
-            label,
-            "https",
-            &[
-                ("intercept", HttpsMode::Intercept),
-                ("tunnel", HttpsMode::Tunnel),
-            ],
-        ) {
+        if let Some(x) = self.choice(&file.https, label, "https") {
             p.https = x;
         }
         if let Some(v) = &file.obey_robots {
@@ -227,26 +212,20 @@ impl Validator<'_> {
         if let Some(list) = &file.skip_resources {
             let mut kinds = Vec::new();
             for word in list.get_ref() {
-                match ResourceKind::parse(word) {
+                match ResourceKind::from_word(word) {
                     Some(kind) => kinds.push(kind),
                     None => self.error(
                         list.span().start,
-                        &format!("{label}: skip_resources takes \"image\", \"font\", \"script\", \"stylesheet\", \"media\", got {word:?}"),
+                        &format!(
+                            "{label}: skip_resources takes {}, got {word:?}",
+                            quoted_words::<ResourceKind>()
+                        ),
                     ),
                 }
             }
             p.skip_resources = kinds;
         }
-        if let Some(x) = self.choice(
-            &file.cache,
-            label,
-            "cache",
-            &[
-                ("off", CacheMode::Off),
-                ("revalidate", CacheMode::Revalidate),
-                ("dev", CacheMode::Dev),
-            ],
-        ) {
+        if let Some(x) = self.choice(&file.cache, label, "cache") {
             p.cache = x;
         }
         if let Some(v) = &file.off_peak {
