@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::body::ProxyBody;
-use crate::config::{HttpsMode, OnCooldown};
+use crate::config::ConfigWord;
 use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::metrics::Metrics;
 use crate::response::{self, local, ProxyError};
@@ -300,8 +300,8 @@ pub fn host_json(s: &HostSnapshot) -> Value {
             "adaptive": p.adaptive,
             "min_rate": p.min_rate,
             "max_rate": p.max_rate,
-            "on_cooldown": match p.on_cooldown { OnCooldown::Reject => "reject", OnCooldown::Hold => "hold" },
-            "https": match p.https { HttpsMode::Intercept => "intercept", HttpsMode::Tunnel => "tunnel" },
+            "on_cooldown": p.on_cooldown.word(),
+            "https": p.https.word(),
             "max_queue": p.max_queue,
             "max_wait_seconds": p.max_wait.as_secs_f64(),
         },

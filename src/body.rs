@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use crate::blocks::BodyScan;
+use crate::blocks::BlockScan;
 use crate::cache;
 use crate::limiter::Permit;
 
@@ -27,7 +27,7 @@ pub enum ProxyBody {
         /// Released at the end of the body.
         permit: Option<Permit>,
         /// Looks for block markers in the first bytes as they stream by.
-        scan: Option<Box<BodyScan>>,
+        scan: Option<Box<MarkerScan>>,
         /// Stores the body as it streams by (response cache).
         store: Option<Box<cache::Writer>>,
     },
@@ -108,5 +108,41 @@ impl Body for ProxyBody {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }
+    }
+}
+
+/// What to do when a block marker is found: called once with the response's permit and the marker.
+pub type OnBlockMarker = Box<dyn Fn(&Permit, &str) + Send + Sync>;
+
+/// A body's scan for block markers, with what to do when one is found.
+pub struct MarkerScan {
+    scan: BlockScan,
+    on_found: OnBlockMarker,
+}
+
+impl std::fmt::Debug for MarkerScan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MarkerScan")
+            .field("scan", &self.scan)
+            .finish()
+    }
+}
+
+impl MarkerScan {
+    /// `scan`, calling `on_found` once when it finds a marker.
+    pub fn new(scan: BlockScan, on_found: OnBlockMarker) -> Self {
+        MarkerScan { scan, on_found }
+    }
+
+    /// Looks at the next chunk of the body of `permit`'s response. Returns whether the scan is over
+    /// (a marker was found and acted on, or the scan limit is reached).
+    pub fn feed(&mut self, chunk: &[u8], permit: Option<&Permit>) -> bool {
+        if let Some(marker) = self.scan.feed(chunk) {
+            if let Some(permit) = permit {
+                (self.on_found)(permit, &marker);
+            }
+            return true;
+        }
+        self.scan.done()
     }
 }

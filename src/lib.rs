@@ -1,11 +1,12 @@
 //! courtesy: a local forward HTTP(S) proxy that keeps one budget per target host and makes every
 //! client's traffic fit it.
 //!
-//! Module map (one job each; see `DESIGN.md`):
+//! Module map (one job each):
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`] |
+//! | [`blocks`] | what a block page looks like: the markers, matched in one pass |
 //! | [`server`] | accept loops, connection tasks, graceful shutdown; [`run`] |
 //! | [`proxy`] | the hyper service: forwarding, CONNECT tunnels, hop-by-hop headers |
 //! | [`response`] | locally made responses with `Proxy-Status`, and the response body type |

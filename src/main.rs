@@ -263,7 +263,7 @@ fn check(file: &Path) -> anyhow::Result<()> {
 
 fn describe(p: &courtesy::config::HostPolicy) -> String {
     let mut out = format!(
-        "rate={}/s burst={} concurrency={} jitter={} max_queue={} max_wait={}s on_cooldown={:?}",
+        "rate={}/s burst={} concurrency={} jitter={} max_queue={} max_wait={}s on_cooldown={}",
         p.rate,
         p.burst,
         p.concurrency,

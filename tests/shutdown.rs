@@ -52,7 +52,10 @@ async fn requests_inside_intercepted_tunnels_get_the_grace_and_queued_ones_the_5
 
     let queued = queued.await.unwrap().unwrap();
     assert_eq!(queued.status(), 503);
-    let status = queued.headers()["proxy-status"].to_str().unwrap().to_string();
+    let status = queued.headers()["proxy-status"]
+        .to_str()
+        .unwrap()
+        .to_string();
     assert!(status.contains("shutting down"), "{status}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(

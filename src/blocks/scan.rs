@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, LOCATION};
 use http::HeaderMap;
 
-use crate::config::{BlockMarkers, HostPolicy};
+use super::markers::BlockMarkers;
 
 /// Scans the first `limit` bytes of a body for block markers (without regard to ASCII case),
 /// across chunk edges, without holding the body back.
@@ -73,12 +73,9 @@ impl BlockScan {
     }
 }
 
-/// Whether a response with these headers is scanned for `policy`'s markers: only plain (not
-/// content-encoded) text, HTML or JSON, and only when the policy has markers and a scan length.
-pub(crate) fn scan_wanted(headers: &HeaderMap, policy: &HostPolicy) -> bool {
-    if policy.block_scan_bytes == 0 || policy.block_markers.is_empty() {
-        return false;
-    }
+/// Whether a response with these headers is worth scanning for markers: only plain (not
+/// content-encoded) text, HTML or JSON.
+pub fn scan_wanted(headers: &HeaderMap) -> bool {
     let textual = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -91,9 +88,9 @@ pub(crate) fn scan_wanted(headers: &HeaderMap, policy: &HostPolicy) -> bool {
     textual && !encoded
 }
 
-/// Whether a redirect points at a block page (Google's `/sorry/` and the like): a path marker
-/// (one starting with `/`) in its `Location`.
-pub(crate) fn is_block_redirect(parts: &http::response::Parts, policy: &HostPolicy) -> bool {
+/// Whether a redirect points at a block page (Google's `/sorry/` and the like): one of `markers`
+/// that is a path (starts with `/`) in its `Location`.
+pub fn is_block_redirect(parts: &http::response::Parts, markers: &BlockMarkers) -> bool {
     if !parts.status.is_redirection() {
         return false;
     }
@@ -101,8 +98,7 @@ pub(crate) fn is_block_redirect(parts: &http::response::Parts, policy: &HostPoli
         return false;
     };
     let location = location.to_ascii_lowercase();
-    policy
-        .block_markers
+    markers
         .iter()
         .any(|m| m.starts_with('/') && location.contains(m))
 }

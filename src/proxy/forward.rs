@@ -19,7 +19,7 @@ use super::skip::skipped_resource;
 use super::target::Target;
 use super::upstream::{Replay, UpstreamBody};
 use super::Proxy;
-use crate::blocks::{is_block_redirect, BodyScan};
+use crate::blocks::is_block_redirect;
 use crate::body::ProxyBody;
 use crate::response;
 
@@ -165,10 +165,10 @@ impl Proxy {
                 .headers
                 .append(VIA, via_for(parts.version, self.loops.via()));
             parts.version = Version::HTTP_11;
-            if is_block_redirect(&parts, &policy) {
+            if is_block_redirect(&parts, &policy.block_markers) {
                 self.blocks.soft(&permit, "a redirect to a block page");
             }
-            let scan = BodyScan::of(&parts.headers, &policy, &self.blocks);
+            let scan = self.blocks.scan_for(&parts.headers, &policy);
             let store = cache_use
                 .as_ref()
                 .and_then(|plan| self.store_for(plan, &parts, &policy));

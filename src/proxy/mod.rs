@@ -15,6 +15,7 @@
 //! | `loops.rs` | requests that would come back to courtesy itself |
 //! | `skip.rs` | `skip_resources`: sub-resources answered locally |
 //! | `robots.rs` | obeying robots.txt and fetching it through the budget |
+//! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
 //! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
 //! | `upstream.rs` | the pooled upstream client and the body it sends |
 //! | `failure.rs` | a typed [`Failure`](failure::Failure) for every way a request can fail |
@@ -23,6 +24,7 @@
 //! respond. This module does not accept connections (`server.rs`) and does not decide when a request
 //! may leave (`limiter`).
 
+mod blocked;
 mod cached;
 mod connect;
 mod exchange;
@@ -46,7 +48,6 @@ use hyper::body::Incoming;
 pub use upstream::upstream_idle_timeout;
 
 use crate::alerts::Alerts;
-use crate::blocks::Blocks;
 use crate::body::ProxyBody;
 use crate::cache;
 use crate::config::Config;
@@ -57,6 +58,7 @@ use crate::resolve::Resolver;
 use crate::response;
 use crate::robots::RobotsCache;
 use crate::tls::Interceptor;
+use blocked::Blocks;
 
 /// Everything the service needs, shared by every connection.
 #[derive(Debug)]

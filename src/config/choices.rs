@@ -1,0 +1,107 @@
+//! The keys that take one word from a closed set: `on_cooldown`, `https`, `cache` and the entries
+//! of `skip_resources`, each as an enum whose serde derive is its word table (see [`ConfigWord`]).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigWord;
+
+/// Lists every variant of a word enum once, as its [`ConfigWord::ALL`], and shows it as its word.
+/// The list is checked against the enum: a variant missing from it does not compile.
+macro_rules! word_enum {
+    ($ty:ident { $($variant:ident),+ $(,)? }) => {
+        impl ConfigWord for $ty {
+            const ALL: &'static [Self] = {
+                const fn every_variant_is_listed(value: $ty) {
+                    match value {
+                        $($ty::$variant => {})+
+                    }
+                }
+                let _ = every_variant_is_listed;
+                &[$($ty::$variant),+]
+            };
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.word())
+            }
+        }
+    };
+}
+
+/// What happens to requests for a host that is cooling down (`on_cooldown`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnCooldown {
+    /// Answer at once with a local 429 and the time left as `Retry-After`.
+    Reject,
+    /// Hold them, in order, until the window ends (up to `max_wait_seconds`, then the local 429).
+    Hold,
+}
+
+word_enum!(OnCooldown { Reject, Hold });
+
+/// What courtesy does with a `CONNECT` tunnel (`https`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpsMode {
+    /// Terminate TLS with the local CA and pace every request inside (the default).
+    Intercept,
+    /// Copy bytes blindly: one admission per tunnel, which paces connections, not requests.
+    Tunnel,
+}
+
+word_enum!(HttpsMode { Intercept, Tunnel });
+
+/// What courtesy does with stored GET responses (`cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMode {
+    /// Nothing is stored.
+    Off,
+    /// Responses with an ETag or Last-Modified are stored; repeats are revalidated with
+    /// If-None-Match / If-Modified-Since, and a 304 is answered from the store as the full 200.
+    Revalidate,
+    /// Development: repeated GETs are answered from the store without asking the origin.
+    Dev,
+}
+
+word_enum!(CacheMode {
+    Off,
+    Revalidate,
+    Dev
+});
+
+/// Kinds of sub-resources a plain crawler rarely needs (`skip_resources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    /// Pictures: .png, .jpg, image/*.
+    Image,
+    /// Web fonts.
+    Font,
+    /// JavaScript.
+    Script,
+    /// CSS.
+    Stylesheet,
+    /// Audio and video.
+    Media,
+}
+
+word_enum!(ResourceKind {
+    Image,
+    Font,
+    Script,
+    Stylesheet,
+    Media,
+});
+
+impl ResourceKind {
+    /// The config word for this kind, as [`ConfigWord::word`] spells it (kept for callers that
+    /// name the kind in a `Proxy-Status` detail).
+    pub fn name(self) -> &'static str {
+        self.word()
+    }
+}

@@ -1,0 +1,142 @@
+//! Stage one: structs that mirror the TOML file as written, so that serde catches typos
+//! (`deny_unknown_fields`) and wrong types, and every value keeps its place in the file
+//! (`Spanned`) for the validator's messages. Nothing here checks a range or a meaning.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{line_of, ConfigErrors};
+
+/// Defines the per-host keys once, for both `[defaults]` and `[[host]]`: later issues add keys here.
+macro_rules! policy_keys {
+    ($($key:ident: $ty:ty),* $(,)?) => {
+        /// The per-host keys of `[defaults]` (and of a `[[host]]` rule, through its `policy()`).
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct FilePolicy {
+            $(pub(super) $key: Option<Spanned<$ty>>,)*
+        }
+
+        /// One `[[host]]` table: its `match` pattern and the per-host keys it sets.
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct FileHostRule {
+            #[serde(rename = "match")]
+            pub(super) pattern: Spanned<String>,
+            $($key: Option<Spanned<$ty>>,)*
+        }
+
+        impl FileHostRule {
+            /// The rule's per-host keys, without its pattern.
+            pub(super) fn policy(&self) -> FilePolicy {
+                FilePolicy { $($key: self.$key.clone(),)* }
+            }
+        }
+    };
+}
+
+policy_keys! {
+    rate: f64,
+    burst: i64,
+    concurrency: i64,
+    jitter: f64,
+    max_queue: i64,
+    max_wait_seconds: f64,
+    adaptive: bool,
+    min_rate: f64,
+    max_rate: f64,
+    decrease_factor: f64,
+    slow_factor: f64,
+    slow_response_ms: i64,
+    increase_step: f64,
+    backoff_statuses: Vec<i64>,
+    max_retry_after_seconds: f64,
+    backoff_initial_seconds: f64,
+    backoff_max_seconds: f64,
+    on_cooldown: String,
+    resume_factor: f64,
+    retry_idempotent: i64,
+    https: String,
+    obey_robots: bool,
+    robots_user_agent: String,
+    max_crawl_delay_seconds: f64,
+    block_scan_bytes: i64,
+    block_markers: Vec<String>,
+    block_pause_seconds: f64,
+    block_resume_factor: f64,
+    hard_block_after: i64,
+    skip_resources: Vec<String>,
+    off_peak: FileOffPeak,
+    cache: String,
+}
+
+/// `off_peak = { hours, timezone, rate }`, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileOffPeak {
+    pub(super) hours: String,
+    pub(super) timezone: String,
+    pub(super) rate: f64,
+}
+
+/// The whole file: its sections, each optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileConfig {
+    #[serde(default)]
+    pub(super) proxy: FileProxy,
+    #[serde(default)]
+    pub(super) defaults: FilePolicy,
+    #[serde(default)]
+    pub(super) host: Vec<FileHostRule>,
+    #[serde(default)]
+    pub(super) admin: FileAdmin,
+    #[serde(default)]
+    pub(super) alerts: FileAlerts,
+}
+
+/// `[alerts]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileAlerts {
+    pub(super) webhook: Option<Spanned<String>>,
+    pub(super) webhook_timeout_seconds: Option<Spanned<f64>>,
+}
+
+/// `[admin]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileAdmin {
+    pub(super) token: Option<Spanned<String>>,
+    pub(super) metrics_max_hosts: Option<Spanned<i64>>,
+}
+
+/// `[proxy]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileProxy {
+    pub(super) listen: Option<Spanned<String>>,
+    pub(super) admin_listen: Option<Spanned<String>>,
+    pub(super) state_dir: Option<Spanned<String>>,
+    pub(super) connect_timeout_seconds: Option<Spanned<f64>>,
+    pub(super) response_timeout_seconds: Option<Spanned<f64>>,
+    pub(super) max_in_flight: Option<Spanned<i64>>,
+    pub(super) shutdown_grace_seconds: Option<Spanned<f64>>,
+    pub(super) allow_clients: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) idle_host_seconds: Option<Spanned<f64>>,
+    pub(super) connect_ports: Option<Spanned<Vec<Spanned<i64>>>>,
+    pub(super) upstream_ca: Option<Spanned<String>>,
+    pub(super) cache_max_mb: Option<Spanned<i64>>,
+}
+
+impl FileConfig {
+    /// Reads `text` as the file's structure; `name` is used in the message of the first problem.
+    pub(super) fn read(text: &str, name: &str) -> Result<FileConfig, ConfigErrors> {
+        toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(0);
+            ConfigErrors {
+                errors: vec![format!("{name}:{line}: {}", e.message().trim())],
+            }
+        })
+    }
+}

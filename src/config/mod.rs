@@ -1,0 +1,173 @@
+//! The configuration file: strict TOML structs, then a validated, typed [`Config`].
+//!
+//! Stage one (`file`: serde, `deny_unknown_fields`) catches typos and wrong types; stage two
+//! (`validate`) checks ranges and meanings and reports every problem at once, each with file, line,
+//! key and value. Host rules resolve to one [`HostPolicy`] each, so the request path never looks at
+//! the file structs. The config owns what the file says and how a host finds its policy. It does
+//! not read the CLI (that is `main.rs`) and holds no runtime state; what a block page looks like is
+//! [`crate::blocks`]'s job, the config only carries the markers a file lists.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | [`Config`]: load, parse, the policy of a host, who may connect; [`ConfigErrors`] |
+//! | `file.rs` | the structs that mirror the TOML file (stage one) |
+//! | `validate/` | the validator (stage two): shared checks, then settings and policies |
+//! | `policy.rs` | [`HostPolicy`] and its defaults, the [`OffPeak`] window |
+//! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`ResourceKind`] |
+//! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
+//! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`] and their defaults |
+//! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
+
+mod choices;
+mod file;
+mod pattern;
+mod policy;
+mod settings;
+mod validate;
+mod word;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+
+pub use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
+pub use choices::{CacheMode, HttpsMode, OnCooldown, ResourceKind};
+pub(crate) use pattern::canonical_ip;
+pub use pattern::{HostPattern, HostRule};
+pub use policy::{HostPolicy, OffPeak};
+pub use settings::{AdminSettings, AlertSettings, ProxySettings};
+pub use word::ConfigWord;
+
+use file::FileConfig;
+use validate::Validator;
+
+/// The whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it was read from (for messages), or `<built-in defaults>`.
+    pub source: String,
+    /// `[proxy]`.
+    pub proxy: ProxySettings,
+    /// `[defaults]`, the policy of any host no rule matches.
+    pub defaults: Arc<HostPolicy>,
+    /// `[[host]]` rules in file order.
+    pub hosts: Vec<HostRule>,
+    /// `[admin]`.
+    pub admin: AdminSettings,
+    /// `[alerts]`.
+    pub alerts: AlertSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            source: "<built-in defaults>".into(),
+            proxy: ProxySettings::default(),
+            defaults: Arc::new(HostPolicy::default()),
+            hosts: Vec::new(),
+            admin: AdminSettings::default(),
+            alerts: AlertSettings::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+            errors: vec![format!("{name}: cannot read the config file: {e}")],
+        })?;
+        Config::parse(&text, &name)
+    }
+
+    /// Validates config text; `name` is used in messages.
+    pub fn parse(text: &str, name: &str) -> Result<Config, ConfigErrors> {
+        let file = FileConfig::read(text, name)?;
+        let mut v = Validator::new(name, text);
+        let proxy = v.proxy(&file.proxy);
+        let admin = v.admin(&file.admin, &proxy);
+        let alerts = v.alerts(&file.alerts);
+        let defaults = v.policy(&HostPolicy::default(), &file.defaults, "[defaults]");
+        let hosts = v.host_rules(&file.host, &defaults);
+        v.finish()?;
+        Ok(Config {
+            source: name.to_string(),
+            proxy,
+            defaults: Arc::new(defaults),
+            hosts,
+            admin,
+            alerts,
+        })
+    }
+
+    /// The policy for `host` (lowercase, no brackets) on `port`: the most specific matching rule, or
+    /// the defaults. Ties go to the rule that comes first in the file.
+    pub fn policy_for(&self, host: &str, port: u16) -> Arc<HostPolicy> {
+        let mut best: Option<(usize, &HostRule)> = None;
+        for rule in &self.hosts {
+            if let Some(score) = rule.pattern.specificity(host, port) {
+                if best.is_none_or(|(s, _)| score > s) {
+                    best = Some((score, rule));
+                }
+            }
+        }
+        best.map(|(_, rule)| rule.policy.clone())
+            .unwrap_or_else(|| self.defaults.clone())
+    }
+
+    /// Checks that listening on `addr` is safe with this config: beyond loopback, only with
+    /// `allow_clients`, so that courtesy is never an open proxy.
+    pub fn check_listen(&self, what: &str, addr: SocketAddr) -> Result<(), String> {
+        if addr.ip().is_loopback() || !self.proxy.allow_clients.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{what} {addr} is not a loopback address: set [proxy] allow_clients (a list of CIDR \
+             networks) in {} to say who may use courtesy; it is never an open proxy",
+            self.source
+        ))
+    }
+
+    /// Whether a client at `ip` may use courtesy: without `allow_clients`, loopback only; with it,
+    /// exactly the listed networks (list `127.0.0.0/8` too if local clients should keep access).
+    pub fn client_allowed(&self, ip: IpAddr) -> bool {
+        let ip = canonical_ip(ip);
+        if self.proxy.allow_clients.is_empty() {
+            return ip.is_loopback();
+        }
+        self.proxy.allow_clients.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// Every problem found in a config file, one message each (file:line: key: problem, got value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// One message per problem.
+    pub errors: Vec<String>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            f.write_str(e)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// The 1-based line of byte `offset` in `text`, as messages name it (0 when out of range).
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset)
+        .map(|before| before.matches('\n').count() + 1)
+        .unwrap_or(0)
+}

@@ -1,0 +1,103 @@
+//! Settings of the process rather than of a host: `[proxy]`, `[admin]` and `[alerts]`, with their
+//! defaults.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+/// Settings of the proxy process itself (`[proxy]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxySettings {
+    /// Where clients connect.
+    pub listen: SocketAddr,
+    /// Where the admin API listens.
+    pub admin_listen: SocketAddr,
+    /// Where state that outlives a run is kept (CA, cooldowns).
+    pub state_dir: PathBuf,
+    /// Upstream TCP connect (and DNS) timeout.
+    pub connect_timeout: Duration,
+    /// Time from sending a request upstream to its response headers.
+    pub response_timeout: Duration,
+    /// Requests in flight to all hosts together.
+    pub max_in_flight: usize,
+    /// How long in-flight requests may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+    /// Client networks allowed (loopback only when empty); required to listen beyond loopback.
+    pub allow_clients: Vec<IpNet>,
+    /// A host idle this long (and with a full bucket) is forgotten.
+    pub idle_host: Duration,
+    /// Ports a CONNECT may open a tunnel to.
+    pub connect_ports: Vec<u16>,
+    /// A PEM file of extra roots trusted for upstream TLS (private CAs).
+    pub upstream_ca: Option<PathBuf>,
+    /// The response store's size bound, in bytes.
+    pub cache_max_bytes: u64,
+}
+
+impl Default for ProxySettings {
+    fn default() -> Self {
+        ProxySettings {
+            listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 3129)),
+            state_dir: default_state_dir(),
+            connect_timeout: Duration::from_secs(10),
+            response_timeout: Duration::from_secs(60),
+            max_in_flight: 512,
+            shutdown_grace: Duration::from_secs(10),
+            allow_clients: Vec::new(),
+            idle_host: Duration::from_secs(600),
+            connect_ports: vec![443, 80],
+            upstream_ca: None,
+            cache_max_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+/// `$XDG_STATE_HOME/courtesy`, else `~/.local/state/courtesy`, else a folder in the working directory.
+fn default_state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("courtesy");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(home).join(".local/state/courtesy");
+    }
+    PathBuf::from(".courtesy-state")
+}
+
+/// Where courtesy tells a human that a host blocked it (`[alerts]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertSettings {
+    /// A URL that receives a JSON POST when a host is blocked.
+    pub webhook: Option<http::Uri>,
+    /// How long one POST may take; it is never retried in a loop.
+    pub webhook_timeout: Duration,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        AlertSettings {
+            webhook: None,
+            webhook_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Settings of the admin listener (`[admin]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminSettings {
+    /// Bearer token required on every admin request when set; required to bind beyond loopback.
+    pub token: Option<String>,
+    /// Hosts that get their own `host` label in /metrics; the rest are summed as `host="other"`.
+    pub metrics_max_hosts: usize,
+}
+
+impl Default for AdminSettings {
+    fn default() -> Self {
+        AdminSettings {
+            token: None,
+            metrics_max_hosts: 1000,
+        }
+    }
+}

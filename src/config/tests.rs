@@ -1,0 +1,193 @@
+//! The config's unit tests: parsing, rule precedence, messages with their lines, patterns.
+
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigErrors> {
+    Config::parse(text, "test.toml")
+}
+
+#[test]
+fn an_empty_file_gives_the_seed_defaults() {
+    let c = parse("").unwrap();
+    assert_eq!(*c.defaults, HostPolicy::default());
+    assert_eq!(c.defaults.rate, 1.0);
+    assert_eq!(c.defaults.concurrency, 1);
+    assert_eq!(c.proxy.listen, "127.0.0.1:3128".parse().unwrap());
+    assert_eq!(c.proxy.admin_listen, "127.0.0.1:3129".parse().unwrap());
+}
+
+#[test]
+fn the_most_specific_rule_wins() {
+    let c = parse(
+        r#"
+        [defaults]
+        rate = 2
+        [[host]]
+        match = "*.example.com"
+        rate = 3.0
+        [[host]]
+        match = "*.shop.example.com"
+        rate = 4.0
+        [[host]]
+        match = "a.shop.example.com"
+        burst = 7
+        [[host]]
+        match = "a.shop.example.com:8080"
+        rate = 9.0
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.policy_for("other.test", 80).rate, 2.0);
+    assert_eq!(
+        c.policy_for("example.com", 80).rate,
+        2.0,
+        "*.x does not match x"
+    );
+    assert_eq!(c.policy_for("www.example.com", 80).rate, 3.0);
+    assert_eq!(c.policy_for("b.shop.example.com", 80).rate, 4.0);
+    let exact = c.policy_for("a.shop.example.com", 443);
+    assert_eq!(
+        (exact.rate, exact.burst),
+        (2.0, 7),
+        "unset keys come from [defaults]"
+    );
+    assert_eq!(c.policy_for("a.shop.example.com", 8080).rate, 9.0);
+    assert_eq!(c.policy_for("notexample.com", 80).rate, 2.0);
+}
+
+#[test]
+fn all_errors_are_reported_at_once_with_line_key_and_value() {
+    let err = parse(
+        "[defaults]\nrate = 0\nburst = 0\njitter = 1.5\n[[host]]\nmatch = \"*.shop.test\"\nrate = -1\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.errors.len(), 4, "{err}");
+    assert_eq!(
+        err.errors[0],
+        "test.toml:2: [defaults]: rate must be > 0 and at most 1000000 requests per second, got 0"
+    );
+    assert!(
+        err.errors[1].starts_with("test.toml:3: [defaults]: burst"),
+        "{err}"
+    );
+    assert!(err.errors[2].contains("jitter") && err.errors[2].contains("1.5"));
+    assert!(err.errors[3]
+        .starts_with("test.toml:7: host rule 1 (match = \"*.shop.test\"): rate must be > 0"));
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_name_the_line() {
+    let err = parse("[defaults]\nrate = 1\nrat = 2\n").unwrap_err();
+    assert!(err.errors[0].starts_with("test.toml:3:"), "{err}");
+    assert!(err.errors[0].contains("rat"), "{err}");
+    let err = parse("[proxy]\nmax_in_flight = \"many\"\n").unwrap_err();
+    assert!(err.errors[0].starts_with("test.toml:2:"), "{err}");
+}
+
+#[test]
+fn listening_beyond_loopback_needs_allow_clients() {
+    let err = parse("[proxy]\nlisten = \"0.0.0.0:3128\"\n").unwrap_err();
+    assert!(err.errors[0].contains("allow_clients"), "{err}");
+    let c = parse(
+        "[proxy]\nlisten = \"0.0.0.0:3128\"\nallow_clients = [\"10.0.0.0/8\", \"192.168.1.7\"]\n",
+    )
+    .unwrap();
+    assert!(c.client_allowed("10.1.2.3".parse().unwrap()));
+    assert!(c.client_allowed("192.168.1.7".parse().unwrap()));
+    assert!(c.client_allowed("::ffff:10.1.2.3".parse().unwrap()));
+    assert!(
+        !c.client_allowed("127.0.0.1".parse().unwrap()),
+        "the list replaces loopback"
+    );
+    assert!(!c.client_allowed("192.168.1.8".parse().unwrap()));
+    assert!(Config::default().client_allowed("::1".parse().unwrap()));
+    assert!(!Config::default().client_allowed("10.0.0.1".parse().unwrap()));
+    assert!(c
+        .check_listen("listen", "0.0.0.0:1".parse().unwrap())
+        .is_ok());
+    assert!(Config::default()
+        .check_listen("listen", "0.0.0.0:1".parse().unwrap())
+        .is_err());
+}
+
+#[test]
+fn bad_patterns_and_networks_are_reported() {
+    let err = parse(
+        "[proxy]\nallow_clients = [\"nope\"]\n[[host]]\nmatch = \"a.*.b\"\n[[host]]\nmatch = \"x:y\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.errors.len(), 3, "{err}");
+    assert!(err.errors[0].starts_with("test.toml:2:"));
+    assert!(err.errors[1].starts_with("test.toml:4: host rule 1"));
+    assert!(err.errors[2].starts_with("test.toml:6: host rule 2"));
+}
+
+#[test]
+fn patterns_parse_ports_and_ipv6() {
+    let p = HostPattern::parse("[::1]:8080").unwrap();
+    assert!(p.specificity("::1", 8080).is_some());
+    assert!(p.specificity("::1", 80).is_none());
+    let p = HostPattern::parse("127.0.0.2").unwrap();
+    assert!(p.specificity("127.0.0.2", 1234).is_some());
+    assert_eq!(
+        HostPattern::parse("*.Example.COM").unwrap().to_string(),
+        "*.example.com"
+    );
+}
+
+/// The words of every closed-choice enum, as each file key has always spelled them.
+fn words<T: ConfigWord>() -> Vec<&'static str> {
+    T::ALL.iter().map(|v| v.word()).collect()
+}
+
+/// Each value read back from its word, and shown as it.
+fn reads_back<T: ConfigWord + PartialEq + std::fmt::Debug + std::fmt::Display>() {
+    for &value in T::ALL {
+        assert_eq!(T::from_word(value.word()), Some(value));
+        assert_eq!(value.to_string(), value.word());
+    }
+}
+
+#[test]
+fn each_choice_has_one_word_table_with_the_file_words() {
+    assert_eq!(words::<OnCooldown>(), ["reject", "hold"]);
+    assert_eq!(words::<HttpsMode>(), ["intercept", "tunnel"]);
+    assert_eq!(words::<CacheMode>(), ["off", "revalidate", "dev"]);
+    assert_eq!(
+        words::<ResourceKind>(),
+        ["image", "font", "script", "stylesheet", "media"]
+    );
+    reads_back::<OnCooldown>();
+    reads_back::<HttpsMode>();
+    reads_back::<CacheMode>();
+    reads_back::<ResourceKind>();
+    for &kind in ResourceKind::ALL {
+        assert_eq!(kind.name(), kind.word());
+    }
+    assert_eq!(OnCooldown::from_word("Reject"), None, "words are exact");
+    assert_eq!(CacheMode::from_word(""), None);
+}
+
+#[test]
+fn a_word_outside_its_table_lists_every_choice() {
+    let err = parse(
+        "[defaults]\non_cooldown = \"x\"\nhttps = \"y\"\ncache = \"z\"\nskip_resources = [\"image\", \"gif\"]\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.errors,
+        [
+            "test.toml:2: [defaults]: on_cooldown must be one of \"reject\", \"hold\", got \"x\"",
+            "test.toml:3: [defaults]: https must be one of \"intercept\", \"tunnel\", got \"y\"",
+            "test.toml:5: [defaults]: skip_resources takes \"image\", \"font\", \"script\", \
+             \"stylesheet\", \"media\", got \"gif\"",
+            "test.toml:4: [defaults]: cache must be one of \"off\", \"revalidate\", \"dev\", got \"z\"",
+        ]
+    );
+    let c =
+        parse("[defaults]\non_cooldown = \"hold\"\nhttps = \"tunnel\"\ncache = \"dev\"\n").unwrap();
+    assert_eq!(
+        (c.defaults.on_cooldown, c.defaults.https, c.defaults.cache),
+        (OnCooldown::Hold, HttpsMode::Tunnel, CacheMode::Dev)
+    );
+}

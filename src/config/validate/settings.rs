@@ -1,0 +1,211 @@
+//! Validation of the process's own sections: `[proxy]`, `[admin]` and `[alerts]`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use toml::Spanned;
+
+use super::Validator;
+use crate::config::file::{FileAdmin, FileAlerts, FileProxy};
+use crate::config::pattern::parse_network;
+use crate::config::{AdminSettings, AlertSettings, ProxySettings};
+
+impl Validator<'_> {
+    /// An `ip:port` socket address for the `[proxy]` key `key`.
+    fn address(&mut self, value: &Option<Spanned<String>>, key: &str) -> Option<SocketAddr> {
+        let v = value.as_ref()?;
+        match v.get_ref().parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                self.error(
+                    v.span().start,
+                    &format!(
+                        "[proxy] {key} must be an IP address and port such as \"127.0.0.1:3128\", got {:?}",
+                        v.get_ref()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// `[proxy]` over the built-in settings; listening beyond loopback needs `allow_clients`.
+    pub(in crate::config) fn proxy(&mut self, file: &FileProxy) -> ProxySettings {
+        let mut p = ProxySettings::default();
+        let l = "[proxy]";
+        if let Some(a) = self.address(&file.listen, "listen") {
+            p.listen = a;
+        }
+        if let Some(a) = self.address(&file.admin_listen, "admin_listen") {
+            p.admin_listen = a;
+        }
+        if let Some(dir) = &file.state_dir {
+            if dir.get_ref().trim().is_empty() {
+                self.error(
+                    dir.span().start,
+                    "[proxy] state_dir must not be empty, got \"\"",
+                );
+            } else {
+                p.state_dir = expand_home(dir.get_ref());
+            }
+        }
+        let c = &file.connect_timeout_seconds;
+        if let Some(d) = self.seconds(c, l, "connect_timeout_seconds", 0.001, 3600.0) {
+            p.connect_timeout = d;
+        }
+        let r = &file.response_timeout_seconds;
+        if let Some(d) = self.seconds(r, l, "response_timeout_seconds", 0.001, 86400.0) {
+            p.response_timeout = d;
+        }
+        let g = &file.shutdown_grace_seconds;
+        if let Some(d) = self.seconds(g, l, "shutdown_grace_seconds", 0.0, 3600.0) {
+            p.shutdown_grace = d;
+        }
+        let i = &file.idle_host_seconds;
+        if let Some(d) = self.seconds(i, l, "idle_host_seconds", 1.0, 30.0 * 86400.0) {
+            p.idle_host = d;
+        }
+        if let Some(n) = self.count(&file.max_in_flight, l, "max_in_flight", 1, 1_000_000) {
+            p.max_in_flight = n as usize;
+        }
+        if let Some(list) = &file.allow_clients {
+            for entry in list.get_ref() {
+                match parse_network(entry.get_ref()) {
+                    Ok(net) => p.allow_clients.push(net),
+                    Err(()) => self.error(
+                        entry.span().start,
+                        &format!(
+                            "[proxy] allow_clients: expected a CIDR network such as \
+                             \"10.0.0.0/8\" or an IP address, got {:?}",
+                            entry.get_ref()
+                        ),
+                    ),
+                }
+            }
+        }
+        if let Some(n) = self.count(&file.cache_max_mb, l, "cache_max_mb", 1, 1024 * 1024) {
+            p.cache_max_bytes = n as u64 * 1024 * 1024;
+        }
+        if let Some(path) = &file.upstream_ca {
+            let resolved = expand_home(path.get_ref());
+            if resolved.is_file() {
+                p.upstream_ca = Some(resolved);
+            } else {
+                self.error(
+                    path.span().start,
+                    &format!("[proxy] upstream_ca: no such file {:?}", path.get_ref()),
+                );
+            }
+        }
+        if let Some(list) = &file.connect_ports {
+            p.connect_ports.clear();
+            for entry in list.get_ref() {
+                let port = *entry.get_ref();
+                match u16::try_from(port) {
+                    Ok(port) if port > 0 => p.connect_ports.push(port),
+                    _ => self.error(
+                        entry.span().start,
+                        &format!(
+                            "[proxy] connect_ports: a port must be between 1 and 65535, got {port}"
+                        ),
+                    ),
+                }
+            }
+        }
+        for (key, addr, span) in [
+            (
+                "listen",
+                p.listen,
+                file.listen.as_ref().map(|s| s.span().start),
+            ),
+            (
+                "admin_listen",
+                p.admin_listen,
+                file.admin_listen.as_ref().map(|s| s.span().start),
+            ),
+        ] {
+            if !addr.ip().is_loopback() && p.allow_clients.is_empty() {
+                self.error(
+                    span.unwrap_or(0),
+                    &format!(
+                        "[proxy] {key} = \"{addr}\" is not a loopback address: set [proxy] \
+                         allow_clients (a list of CIDR networks) to say who may use courtesy; \
+                         it is never an open proxy"
+                    ),
+                );
+            }
+        }
+        p
+    }
+
+    /// `[alerts]` over the built-in settings.
+    pub(in crate::config) fn alerts(&mut self, file: &FileAlerts) -> AlertSettings {
+        let mut a = AlertSettings::default();
+        if let Some(w) = &file.webhook {
+            match w.get_ref().parse::<http::Uri>() {
+                Ok(uri)
+                    if matches!(uri.scheme_str(), Some("http" | "https"))
+                        && uri.host().is_some() =>
+                {
+                    a.webhook = Some(uri)
+                }
+                _ => self.error(
+                    w.span().start,
+                    &format!(
+                        "[alerts] webhook must be an http:// or https:// URL, got {:?}",
+                        w.get_ref()
+                    ),
+                ),
+            }
+        }
+        let t = &file.webhook_timeout_seconds;
+        if let Some(d) = self.seconds(t, "[alerts]", "webhook_timeout_seconds", 0.1, 60.0) {
+            a.webhook_timeout = d;
+        }
+        a
+    }
+
+    /// `[admin]` over the built-in settings; an admin listener beyond loopback needs a token.
+    pub(in crate::config) fn admin(
+        &mut self,
+        file: &FileAdmin,
+        proxy: &ProxySettings,
+    ) -> AdminSettings {
+        let mut a = AdminSettings::default();
+        if let Some(t) = &file.token {
+            let token = t.get_ref().trim();
+            if token.len() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                self.error(
+                    t.span().start,
+                    "[admin] token must be at least 16 printable characters without spaces \
+                     (the value is not shown)",
+                );
+            } else {
+                a.token = Some(token.to_string());
+            }
+        }
+        let m = &file.metrics_max_hosts;
+        if let Some(n) = self.count(m, "[admin]", "metrics_max_hosts", 0, 1_000_000) {
+            a.metrics_max_hosts = n as usize;
+        }
+        if !proxy.admin_listen.ip().is_loopback() && file.token.is_none() {
+            self.error(
+                0,
+                &format!(
+                    "[admin] token is required when [proxy] admin_listen ({}) is not a loopback \
+                     address: the admin API can pause hosts and change rates",
+                    proxy.admin_listen
+                ),
+            );
+        }
+        a
+    }
+}
+
+/// `path` with a leading `~/` read as the home directory.
+fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}

@@ -1,0 +1,94 @@
+//! What courtesy does about a block (`crate::blocks` says what one looks like): the host's pause is
+//! started through its permit, then the block is counted in `/metrics`, logged at `warn` and posted
+//! to the webhook. Soft blocks (a challenge page, a redirect to a block path) and hard blocks
+//! (`hard_block_after` 403s in a row) are both handled here and nowhere else.
+
+use std::sync::Arc;
+
+use http::HeaderMap;
+use tracing::warn;
+
+use crate::alerts::Alerts;
+use crate::blocks::{scan_wanted, BlockScan};
+use crate::body::MarkerScan;
+use crate::config::HostPolicy;
+use crate::limiter::Permit;
+use crate::metrics::Metrics;
+use crate::policy::Reaction;
+
+/// The reactions to a block: count it, log it, alert about it.
+#[derive(Debug)]
+pub(crate) struct Blocks {
+    metrics: Arc<Metrics>,
+    alerts: Arc<Alerts>,
+}
+
+impl Blocks {
+    /// Reactions that count in `metrics` and post to `alerts`.
+    pub(crate) fn new(metrics: Arc<Metrics>, alerts: Arc<Alerts>) -> Self {
+        Blocks { metrics, alerts }
+    }
+
+    /// A soft block was seen in the response of `permit` (`what` says how): pauses the host, once
+    /// per pause.
+    pub(crate) fn soft(&self, permit: &Permit, what: &str) {
+        if let Some(pause) = permit.soft_block() {
+            self.metrics.block(permit.host_key(), "soft_block");
+            warn!(
+                host = %permit.host_key(),
+                pause_s = pause.as_secs_f64(),
+                "soft block: {what}; pausing the host"
+            );
+            self.alerts
+                .host_blocked(permit.host_key(), "soft_block", what, pause);
+        }
+    }
+
+    /// After an answer whose `reaction` may be a hard block (the pacing state has then paused the
+    /// host already).
+    pub(crate) fn after_answer(
+        &self,
+        permit: &Permit,
+        policy: &HostPolicy,
+        reaction: &Reaction,
+        status: u16,
+    ) {
+        if !reaction.hard_block {
+            return;
+        }
+        warn!(
+            status,
+            pause_s = policy.block_pause.as_secs_f64(),
+            rate = reaction.rate_after,
+            "hard block: {} 403s in a row; pausing the host",
+            policy.hard_block_after
+        );
+        self.metrics.block(permit.host_key(), "hard_block");
+        self.alerts.host_blocked(
+            permit.host_key(),
+            "hard_block",
+            &format!("{} consecutive 403 answers", policy.hard_block_after),
+            policy.block_pause,
+        );
+    }
+
+    /// A scan of a response body for `policy`'s markers that reports a find as a soft block; `None`
+    /// when the policy scans nothing or the response is not plain text.
+    pub(crate) fn scan_for(
+        self: &Arc<Self>,
+        headers: &HeaderMap,
+        policy: &HostPolicy,
+    ) -> Option<Box<MarkerScan>> {
+        if policy.block_scan_bytes == 0 || policy.block_markers.is_empty() || !scan_wanted(headers)
+        {
+            return None;
+        }
+        let blocks = self.clone();
+        Some(Box::new(MarkerScan::new(
+            BlockScan::new(policy.block_markers.clone(), policy.block_scan_bytes),
+            Box::new(move |permit: &Permit, marker: &str| {
+                blocks.soft(permit, &format!("block marker {marker:?}"))
+            }),
+        )))
+    }
+}
