@@ -18,7 +18,7 @@ use hyper::body::Incoming;
 use serde_json::{json, Value};
 
 use crate::body::ProxyBody;
-use crate::config::ConfigWord;
+use crate::config::{ConfigWord, LiveConfig};
 use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::metrics::Metrics;
 use crate::response::{self, local, ProxyError};
@@ -30,19 +30,22 @@ const DASHBOARD: &str = include_str!("dashboard.html");
 /// State for the admin service.
 #[derive(Debug)]
 pub struct Admin {
+    config: LiveConfig,
     limiter: Arc<Limiter>,
     metrics: Arc<Metrics>,
     interceptor: Arc<Interceptor>,
 }
 
 impl Admin {
-    /// The admin service over the shared limiter.
+    /// The admin service over the config in force and the shared limiter.
     pub fn new(
+        config: LiveConfig,
         limiter: Arc<Limiter>,
         metrics: Arc<Metrics>,
         interceptor: Arc<Interceptor>,
     ) -> Self {
         Admin {
+            config,
             limiter,
             metrics,
             interceptor,
@@ -55,7 +58,7 @@ impl Admin {
         req: Request<Incoming>,
         client: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
-        let config = self.limiter.config();
+        let config = self.config.get();
         if !config.client_allowed(client.ip()) {
             return Ok(response::client_not_allowed(client.ip()));
         }
@@ -162,7 +165,7 @@ impl Admin {
             (&Method::DELETE, ["hosts", key, "rate"]) => {
                 self.operate(key, OperatorAction::ClearRate)
             }
-            (&Method::POST, ["reload"]) => match crate::server::reload(&self.limiter) {
+            (&Method::POST, ["reload"]) => match crate::reload::reload(&self.limiter) {
                 Ok(summary) => json_response(StatusCode::OK, &json!({ "reloaded": summary })),
                 Err(errors) => json_response(
                     StatusCode::BAD_REQUEST,

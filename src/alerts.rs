@@ -4,7 +4,6 @@
 //! in a loop, so a dead webhook cannot add load anywhere. The URL is read from the config in force,
 //! so a reload can change it.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -15,11 +14,11 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tracing::{info, warn};
 
-use crate::limiter::Limiter;
+use crate::config::LiveConfig;
 
 /// The webhook sender.
 pub struct Alerts {
-    limiter: Arc<Limiter>,
+    config: LiveConfig,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
@@ -31,14 +30,14 @@ impl std::fmt::Debug for Alerts {
 
 impl Alerts {
     /// A sender that verifies https webhooks with `tls`.
-    pub fn new(limiter: Arc<Limiter>, tls: rustls::ClientConfig) -> Self {
+    pub fn new(config: LiveConfig, tls: rustls::ClientConfig) -> Self {
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .build();
         Alerts {
-            limiter,
+            config,
             // Webhook posts are rare: an idle connection is closed after 30 s.
             client: Client::builder(TokioExecutor::new())
                 .pool_timer(TokioTimer::new())
@@ -49,7 +48,7 @@ impl Alerts {
 
     /// Posts `{"event": "host_blocked", ...}` to the webhook, if one is configured.
     pub fn host_blocked(&self, host: &str, cause: &str, detail: &str, pause: Duration) {
-        let config = self.limiter.config();
+        let config = self.config.get();
         let Some(url) = config.alerts.webhook.clone() else {
             return;
         };

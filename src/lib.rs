@@ -42,12 +42,14 @@ pub mod log_writer;
 pub mod metrics;
 pub mod policy;
 pub mod proxy;
+pub mod reload;
 pub mod resolve;
 pub mod response;
 pub mod robots;
 pub mod server;
 pub mod state;
 pub mod status;
+mod tasks;
 pub mod tls;
 
 pub use server::{run, Listeners};

@@ -4,13 +4,15 @@
 //! (`validate`) checks ranges and meanings and reports every problem at once, each with file, line,
 //! key and value. Host rules resolve to one [`HostPolicy`] each, so the request path never looks at
 //! the file structs. The config owns what the file says and how a host finds its policy. It does
-//! not read the CLI (that is `main.rs`) and holds no runtime state; what a block page looks like is
+//! not read the CLI (that is `main.rs`) and holds no runtime state but the handle to the config in
+//! force; what a block page looks like is
 //! [`crate::blocks`]'s job, the config only carries the markers a file lists.
 //!
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | [`Config`]: load, parse, the policy of a host, who may connect; [`ConfigErrors`] |
 //! | `file.rs` | the structs that mirror the TOML file (stage one) |
+//! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
 //! | `policy.rs` | [`HostPolicy`] and its defaults, the [`OffPeak`] window |
 //! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`ResourceKind`] |
@@ -20,6 +22,7 @@
 
 mod choices;
 mod file;
+mod live;
 mod pattern;
 mod policy;
 mod settings;
@@ -36,6 +39,7 @@ use std::sync::Arc;
 
 pub use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 pub use choices::{CacheMode, HttpsMode, OnCooldown, ResourceKind};
+pub use live::LiveConfig;
 pub(crate) use pattern::canonical_ip;
 pub use pattern::{HostPattern, HostRule};
 pub use policy::{HostPolicy, OffPeak};

@@ -31,7 +31,7 @@ mod steer;
 mod sweep;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -45,7 +45,7 @@ pub use stats::HostStats;
 pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
 pub use sweep::Swept;
 
-use crate::config::{Config, OnCooldown};
+use crate::config::{Config, LiveConfig, OnCooldown};
 use budget::{Budget, Turn};
 use host::Waiter;
 
@@ -55,7 +55,7 @@ pub struct Limiter {
     hosts: DashMap<Arc<str>, Arc<Host>>,
     /// Where turns come from and answers go.
     budget: Budget,
-    config: RwLock<Arc<Config>>,
+    config: LiveConfig,
     global: Arc<Semaphore>,
     shutting_down: AtomicBool,
     /// The most hosts known at a sweep since memory was last handed back to the OS.
@@ -69,6 +69,12 @@ impl Limiter {
     /// A limiter with no hosts yet; policies come from `config`. Turns are timed to within a tenth
     /// of a millisecond.
     pub fn new(config: Arc<Config>) -> Arc<Self> {
+        Self::build(LiveConfig::new(config), true)
+    }
+
+    /// A limiter that reads its policies from `config`, shared with the rest of courtesy (a reload
+    /// through [`Limiter::reload`] replaces it for everyone).
+    pub fn with_live(config: LiveConfig) -> Arc<Self> {
         Self::build(config, true)
     }
 
@@ -76,15 +82,15 @@ impl Limiter {
     /// the paused clock spends no real time on the last stretch of each wait.
     #[cfg(test)]
     fn coarse(config: Arc<Config>) -> Arc<Self> {
-        Self::build(config, false)
+        Self::build(LiveConfig::new(config), false)
     }
 
-    fn build(config: Arc<Config>, fine_waits: bool) -> Arc<Self> {
+    fn build(config: LiveConfig, fine_waits: bool) -> Arc<Self> {
         Arc::new(Limiter {
             hosts: DashMap::new(),
             budget: Budget::Local,
-            global: Arc::new(Semaphore::new(config.proxy.max_in_flight)),
-            config: RwLock::new(config),
+            global: Arc::new(Semaphore::new(config.get().proxy.max_in_flight)),
+            config,
             shutting_down: AtomicBool::new(false),
             peak_hosts: AtomicUsize::new(0),
             fine_waits,
@@ -93,7 +99,7 @@ impl Limiter {
 
     /// The config in force (replaced by a reload).
     pub fn config(&self) -> Arc<Config> {
-        crate::locks::read(&self.config).clone()
+        self.config.get()
     }
 
     /// Waits for the turn of one request to `host`:`port` (already lowercased). The returned future

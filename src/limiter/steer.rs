@@ -190,10 +190,11 @@ impl Limiter {
         true
     }
 
-    /// Switches to a new config: every known host gets its new policy at once (queued requests
-    /// keep their place), new hosts get it from the start.
+    /// Switches to a new config, for everyone sharing the limiter's [`crate::config::LiveConfig`]:
+    /// every known host gets its new policy at once (queued requests keep their place), new hosts
+    /// get it from the start.
     pub fn reload(&self, config: Arc<Config>) {
-        let old = self.config();
+        let old = self.config.replace(config.clone());
         if config.proxy.max_in_flight > old.proxy.max_in_flight {
             self.global
                 .add_permits(config.proxy.max_in_flight - old.proxy.max_in_flight);
@@ -207,10 +208,6 @@ impl Limiter {
                 );
             }
         }
-        *self
-            .config
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = config.clone();
         let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
         let now = Instant::now();
         for host in &hosts {

@@ -50,7 +50,7 @@ impl Proxy {
             Ok(t) => t,
             Err(failure) => return failure.into_response(),
         };
-        let config = self.limiter.config();
+        let config = self.config.get();
         if !config.proxy.connect_ports.contains(&target.port) {
             return Failure::denied(format!(
                 "CONNECT to port {} is not allowed ([proxy] connect_ports = {:?})",
@@ -235,7 +235,7 @@ impl Proxy {
                 Err(e) => return Err(Failure::of_dns(&e)),
             },
         };
-        let timeout = self.limiter.config().proxy.connect_timeout;
+        let timeout = self.config.get().proxy.connect_timeout;
         let mut last = None;
         for addr in addrs {
             match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {

@@ -44,7 +44,7 @@ impl Proxy {
     ) -> Result<Exchanged, Failure> {
         permit.mark_sent();
         let started = Instant::now();
-        let timeout = self.limiter.config().proxy.response_timeout;
+        let timeout = self.config.get().proxy.response_timeout;
         let result = tokio::time::timeout(timeout, self.client.request(request)).await;
         let latency = started.elapsed();
         let response = match result {

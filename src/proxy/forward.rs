@@ -68,7 +68,7 @@ impl Proxy {
     }
 
     async fn forward_to(&self, req: Request<Incoming>, target: Target) -> Response<ProxyBody> {
-        let host_policy = self.limiter.config().policy_for(&target.host, target.port);
+        let host_policy = self.config.get().policy_for(&target.host, target.port);
         if let Some(kind) = skipped_resource(&req, &host_policy.skip_resources) {
             let reason = format!("skip_resources: {} ({})", kind.name(), req.uri().path());
             info!(%reason, "skipped locally");

@@ -50,7 +50,7 @@ pub use upstream::upstream_idle_timeout;
 use crate::alerts::Alerts;
 use crate::body::ProxyBody;
 use crate::cache;
-use crate::config::Config;
+use crate::config::LiveConfig;
 use crate::connections::Connections;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -63,6 +63,7 @@ use blocked::Blocks;
 /// Everything the service needs, shared by every connection.
 #[derive(Debug)]
 pub struct Proxy {
+    config: LiveConfig,
     limiter: Arc<Limiter>,
     client: upstream::Upstream,
     resolver: Resolver,
@@ -79,10 +80,10 @@ impl Proxy {
     /// Builds the service state: the pooled upstream client (verifying upstream TLS with
     /// `upstream_tls`), the interceptor for CONNECTs, and the loop guard for `own_addrs`. Work that
     /// outlives a request (CONNECT tunnels) runs under `connections`, so shutdown waits for it.
-    /// Per-request settings are read from the limiter's config, so a reload reaches them; the
+    /// Per-request settings are read from `config` when the request comes, so a reload reaches them; the
     /// timeouts of the connector are fixed at start.
     pub fn new(
-        config: Arc<Config>,
+        config: LiveConfig,
         limiter: Arc<Limiter>,
         own_addrs: Vec<SocketAddr>,
         interceptor: Arc<Interceptor>,
@@ -90,10 +91,12 @@ impl Proxy {
         metrics: Arc<Metrics>,
         connections: Connections,
     ) -> Self {
-        let alerts = Arc::new(Alerts::new(limiter.clone(), upstream_tls.clone()));
-        let resolver = Resolver::new(config.proxy.connect_timeout);
-        let client = upstream::client(&config, resolver.clone(), upstream_tls);
+        let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
+        let start = config.get();
+        let resolver = Resolver::new(start.proxy.connect_timeout);
+        let client = upstream::client(&start, resolver.clone(), upstream_tls);
         Proxy {
+            config,
             limiter,
             client,
             resolver,
@@ -102,8 +105,8 @@ impl Proxy {
             metrics,
             robots: RobotsCache::new(),
             cache: Arc::new(cache::Store::open(
-                config.proxy.state_dir.join("cache"),
-                config.proxy.cache_max_bytes,
+                start.proxy.state_dir.join("cache"),
+                start.proxy.cache_max_bytes,
             )),
             loops: loops::LoopGuard::new(own_addrs),
             connections,
@@ -121,7 +124,7 @@ impl Proxy {
         req: Request<Incoming>,
         client: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
-        if !self.limiter.config().client_allowed(client.ip()) {
+        if !self.config.get().client_allowed(client.ip()) {
             return Ok(response::client_not_allowed(client.ip()));
         }
         if req.method() == Method::CONNECT {

@@ -1,0 +1,62 @@
+//! Reloading the config (SIGHUP or `POST /reload`): the file courtesy was started with is read and
+//! validated again; on success it replaces the config in force and every known host gets its new
+//! policy, on any error the old config stays. Keys that only take effect at start-up are kept, and
+//! the answer says so.
+
+use std::sync::Arc;
+
+use tracing::warn;
+
+use crate::config::Config;
+use crate::limiter::Limiter;
+
+/// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
+/// directory and upstream TLS settings need a restart; a change to them is reported and ignored.
+/// On errors the old config stays.
+pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
+    let old = limiter.config();
+    let path = std::path::Path::new(&old.source);
+    if !path.is_file() {
+        return Err(vec![format!(
+            "courtesy was started without a config file ({}): nothing to reload",
+            old.source
+        )]);
+    }
+    let mut new = Config::load(path).map_err(|e| e.errors)?;
+    let mut kept = Vec::new();
+    if new.proxy.listen != old.proxy.listen {
+        kept.push("listen");
+    }
+    if new.proxy.admin_listen != old.proxy.admin_listen {
+        kept.push("admin_listen");
+    }
+    if new.proxy.state_dir != old.proxy.state_dir {
+        kept.push("state_dir");
+    }
+    if new.proxy.upstream_ca != old.proxy.upstream_ca {
+        kept.push("upstream_ca");
+    }
+    if new.proxy.connect_timeout != old.proxy.connect_timeout {
+        kept.push("connect_timeout_seconds");
+    }
+    new.proxy.listen = old.proxy.listen;
+    new.proxy.admin_listen = old.proxy.admin_listen;
+    new.proxy.state_dir = old.proxy.state_dir.clone();
+    new.proxy.upstream_ca = old.proxy.upstream_ca.clone();
+    new.proxy.connect_timeout = old.proxy.connect_timeout;
+    if !kept.is_empty() {
+        warn!(keys = ?kept, "these [proxy] keys change only at a restart; their old values stay");
+    }
+    let summary = format!(
+        "{}: {} host rules{}",
+        new.source,
+        new.hosts.len(),
+        if kept.is_empty() {
+            String::new()
+        } else {
+            format!(" (kept until a restart: {})", kept.join(", "))
+        }
+    );
+    limiter.reload(Arc::new(new));
+    Ok(summary)
+}

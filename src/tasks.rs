@@ -1,0 +1,151 @@
+//! The work courtesy does beside serving requests, each a timer and never a poll: saving what must
+//! survive a restart, forgetting idle hosts (and their metrics series and robots.txt answers), and
+//! turning SIGHUPs into reloads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+use crate::limiter::{Limiter, Swept};
+use crate::metrics::Metrics;
+use crate::proxy::Proxy;
+use crate::state;
+
+/// The running background tasks.
+#[derive(Debug)]
+pub(crate) struct Background {
+    sweeper: JoinHandle<()>,
+    saver: JoinHandle<()>,
+    stop_saver: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Background {
+    /// Starts the sweeper (every `idle_host_seconds / 4`, between 1 s and 60 s) and the state saver.
+    pub(crate) fn start(
+        limiter: Arc<Limiter>,
+        proxy: Arc<Proxy>,
+        metrics: Arc<Metrics>,
+        idle: Duration,
+    ) -> Self {
+        let sweeper = tokio::spawn(sweep_idle_hosts(limiter.clone(), proxy, metrics, idle));
+        let (stop_saver, saver_stop) = tokio::sync::oneshot::channel();
+        let saver = tokio::spawn(save_state(limiter, saver_stop));
+        Background {
+            sweeper,
+            saver,
+            stop_saver,
+        }
+    }
+
+    /// Stops sweeping (at the start of a shutdown, so no host is forgotten while requests finish).
+    pub(crate) fn stop_sweeping(&self) {
+        self.sweeper.abort();
+    }
+
+    /// Saves the state one last time and waits for that save.
+    pub(crate) async fn finish(self) {
+        let _ = self.stop_saver.send(());
+        if let Err(e) = self.saver.await {
+            warn!("the final state save failed: {e}");
+        }
+    }
+}
+
+/// SIGHUPs as a stream; a stream that never yields where they cannot be watched.
+pub(crate) fn hangup_signals() -> tokio::sync::mpsc::Receiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hup) => {
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    if tx.send(()).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Err(e) => warn!("cannot watch SIGHUP (reload through POST /reload instead): {e}"),
+    }
+    rx
+}
+
+/// Saves what must survive a restart every few seconds when it changed, and once more when `stop`
+/// fires; one task does all the writing, so a late periodic save can never overwrite the final one.
+async fn save_state(limiter: Arc<Limiter>, mut stop: tokio::sync::oneshot::Receiver<()>) {
+    let mut last = String::new();
+    let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let stopping = tokio::select! {
+            _ = ticker.tick() => false,
+            _ = &mut stop => true,
+        };
+        let dir = limiter.config().proxy.state_dir.clone();
+        let records = limiter.records();
+        let previous = if stopping {
+            String::new()
+        } else {
+            last.clone()
+        };
+        let saved =
+            tokio::task::spawn_blocking(move || state::save(&dir, &records, &previous)).await;
+        match saved {
+            Ok(Some(text)) => last = text,
+            Ok(None) => {}
+            Err(e) => {
+                warn!("state saver failed: {e}");
+                last = String::new();
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
+}
+
+/// Forgets idle hosts (and their metrics series) every so often; a timer, not a poll.
+async fn sweep_idle_hosts(
+    limiter: Arc<Limiter>,
+    proxy: Arc<Proxy>,
+    metrics: Arc<Metrics>,
+    idle: Duration,
+) {
+    let period = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // After a large sweep the forgotten hosts' idle upstream connections close within the pool's
+    // idle timeout; their buffers are handed back to the OS once that has passed.
+    let mut release_at: Option<tokio::time::Instant> = None;
+    loop {
+        ticker.tick().await;
+        // With a million known hosts a sweep takes a few hundred milliseconds: not on a worker
+        // that serves requests.
+        let table = limiter.clone();
+        let swept = tokio::task::spawn_blocking(move || table.sweep_idle(idle))
+            .await
+            .unwrap_or(Swept {
+                forgotten: 0,
+                released: false,
+            });
+        proxy.sweep_robots();
+        if swept.forgotten > 0 {
+            let unlabelled = metrics.forget_unknown_hosts(&limiter);
+            debug!(
+                swept = swept.forgotten,
+                released = swept.released,
+                unlabelled,
+                left = limiter.host_count(),
+                "idle hosts forgotten"
+            );
+        }
+        let now = tokio::time::Instant::now();
+        if swept.released {
+            release_at = Some(now + crate::proxy::upstream_idle_timeout(idle) + period);
+        } else if release_at.is_some_and(|at| at <= now) {
+            release_at = None;
+            let _ = tokio::task::spawn_blocking(crate::heap::release_free_memory).await;
+        }
+    }
+}
