@@ -8,21 +8,22 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::body::ProxyBody;
-use crate::config::{ConfigWord, LiveConfig};
+use crate::config::LiveConfig;
 use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::metrics::Metrics;
 use crate::response::{self, local, ProxyError};
 use crate::tls::Interceptor;
+use crate::views::{unix_ms, HostView, HostsPage, Totals};
 
 /// The dashboard: one self-contained page that polls `/hosts`.
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -113,22 +114,23 @@ impl Admin {
                     }
                 };
                 let mut snapshots = self.limiter.snapshots();
-                let total = totals_json(&snapshots);
+                let total = Totals::of(&snapshots);
                 if let Some(limit) = limit {
                     keep_most_relevant(&mut snapshots, limit);
                 }
+                let now = SystemTime::now();
                 json_response(
                     StatusCode::OK,
                     &HostsPage {
-                        now_unix_ms: unix_ms(SystemTime::now()),
+                        now_unix_ms: unix_ms(now),
                         total,
-                        hosts: HostList(&snapshots),
+                        hosts: HostList(&snapshots, now),
                     },
                 )
             }
             (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key) {
                 Ok((host, port)) => match self.limiter.snapshot(&host, port) {
-                    Some(s) => json_response(StatusCode::OK, &host_json(&s)),
+                    Some(s) => json_response(StatusCode::OK, &HostView::of(&s, SystemTime::now())),
                     None => error_json(StatusCode::NOT_FOUND, &format!("no host {host}:{port}")),
                 },
                 Err((status, message)) => error_json(status, &message),
@@ -185,7 +187,9 @@ impl Admin {
             Err((status, message)) => return error_json(status, &message),
         };
         match self.limiter.operate(&host, port, action) {
-            Ok(snapshot) => json_response(StatusCode::OK, &host_json(&snapshot)),
+            Ok(snapshot) => {
+                json_response(StatusCode::OK, &HostView::of(&snapshot, SystemTime::now()))
+            }
             Err(e) => error_json(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
         }
     }
@@ -225,18 +229,6 @@ impl Admin {
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
-/// Counts over every known host, whatever `limit` leaves out: what the dashboard's header shows.
-fn totals_json(snapshots: &[HostSnapshot]) -> Value {
-    let count = |state: &str| snapshots.iter().filter(|s| s.state() == state).count();
-    json!({
-        "hosts": snapshots.len(),
-        "in_flight": snapshots.iter().map(|s| u64::from(s.in_flight)).sum::<u64>(),
-        "queued": snapshots.iter().map(|s| s.queued).sum::<usize>(),
-        "cooling_down": count("cooling_down"),
-        "paused": count("paused"),
-    })
-}
-
 /// Keeps the `limit` hosts an operator most needs to see, still in key order: paused and cooling
 /// down first, then by requests queued, in flight, and sent. With a hundred thousand known hosts,
 /// the dashboard's once-a-second poll then costs a snapshot of each, not a JSON object of each.
@@ -262,73 +254,6 @@ fn keep_most_relevant(snapshots: &mut Vec<HostSnapshot>, limit: usize) {
     }
     snapshots.truncate(limit);
     snapshots.sort_by(|a, b| a.key.cmp(&b.key));
-}
-
-/// The JSON view of one host (the shape the dashboard and `courtesy status` read).
-pub fn host_json(s: &HostSnapshot) -> Value {
-    let now_wall = SystemTime::now();
-    let cooldown = match (&s.block, s.block_remaining) {
-        (Some(block), Some(left)) => json!({
-            "remaining_seconds": round3(left.as_secs_f64()),
-            "until_unix_ms": unix_ms(now_wall + left),
-            "cause": block.cause.to_string(),
-        }),
-        _ => Value::Null,
-    };
-    let p = &s.policy;
-    let refused: serde_json::Map<String, Value> = s
-        .stats
-        .refusals()
-        .iter()
-        .map(|(name, n)| (name.to_string(), json!(n)))
-        .collect();
-    json!({
-        "host": s.key,
-        "state": s.state(),
-        "rate": round3(s.rate),
-        "own_rate": round3(s.own_rate),
-        "configured_rate": p.rate,
-        "queued": s.queued,
-        "in_flight": s.in_flight,
-        "cooldown": cooldown,
-        "operator": {
-            "paused_until_unix_ms": s.operator_pause_remaining.map(|left| unix_ms(now_wall + left)),
-            "rate": s.rate_override,
-            "forced": s.forced,
-        },
-        "policy": {
-            "rate": p.rate,
-            "burst": p.burst,
-            "concurrency": p.concurrency,
-            "adaptive": p.adaptive,
-            "min_rate": p.min_rate,
-            "max_rate": p.max_rate,
-            "on_cooldown": p.on_cooldown.word(),
-            "https": p.https.word(),
-            "max_queue": p.max_queue,
-            "max_wait_seconds": p.max_wait.as_secs_f64(),
-        },
-        "last_statuses": s.stats.last_statuses(),
-        "counters": {
-            "sent": s.stats.sent,
-            "2xx": s.stats.by_class[0],
-            "3xx": s.stats.by_class[1],
-            "4xx": s.stats.by_class[2],
-            "5xx": s.stats.by_class[3],
-            "failed": s.stats.failed,
-            "refused": refused,
-        },
-    })
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
-fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Compares the bearer token without an early exit on the first differing byte.
@@ -401,23 +326,16 @@ fn with_type(body: String, content_type: &'static str) -> Response<ProxyBody> {
     r
 }
 
-/// The answer to `GET /hosts`. Each host's JSON is made, written and dropped in turn, so that a
-/// listing of many hosts costs its text and not also a tree of values for every host.
-#[derive(serde::Serialize)]
-struct HostsPage<'a> {
-    now_unix_ms: u64,
-    total: Value,
-    hosts: HostList<'a>,
-}
-
-struct HostList<'a>(&'a [HostSnapshot]);
+/// The hosts of a `GET /hosts` answer. Each host's view is made, written and dropped in turn, so
+/// that a listing of many hosts costs its text and not also a value for every host.
+struct HostList<'a>(&'a [HostSnapshot], SystemTime);
 
 impl serde::Serialize for HostList<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
         for snapshot in self.0 {
-            seq.serialize_element(&host_json(snapshot))?;
+            seq.serialize_element(&HostView::of(snapshot, self.1))?;
         }
         seq.end()
     }

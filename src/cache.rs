@@ -5,7 +5,7 @@
 //! body file, keyed by a hash of the URL (the URL itself is stored and checked, so a collision is
 //! a miss). The store is bounded in bytes and evicts the least recently used entries. Bodies are
 //! written as they stream to the client and only become visible when complete. This module does
-//! not decide when to use the store (`proxy.rs` does).
+//! not decide when to use the store (the proxy does, in `proxy/cached.rs`).
 
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
@@ -126,10 +126,7 @@ impl Store {
         if head.url != url {
             return None;
         }
-        self.index
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&name);
+        crate::locks::lock(&self.index).get(&name);
         Some(head)
     }
 
@@ -179,7 +176,7 @@ impl Store {
             let _ = fs::remove_file(tmp);
             return;
         }
-        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        let mut index = crate::locks::lock(&self.index);
         if let Some(old) = index.put(name, size) {
             self.total.fetch_sub(old, Ordering::Relaxed);
         }

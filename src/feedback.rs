@@ -3,7 +3,7 @@
 //!
 //! Pure functions of the response head and an explicit `now` (a `SystemTime`, only because HTTP dates
 //! and epoch resets are wall-clock times). This module reads signals; it does not act on them
-//! (`policy.rs` does) and never sees responses that courtesy made itself.
+//! (`crate::policy` does) and never sees responses that courtesy made itself.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -1,29 +1,36 @@
 //! courtesy: a local forward HTTP(S) proxy that keeps one budget per target host and makes every
 //! client's traffic fit it.
 //!
-//! Module map (one job each):
+//! `docs/ARCHITECTURE.md` in the repository describes the politeness invariants (the numbers that
+//! comments cite), the request's path function by function, and the conventions. The module map:
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`] |
-//! | [`blocks`] | what a block page looks like: the markers, matched in one pass |
-//! | [`server`] | accept loops, connection tasks, graceful shutdown; [`run`] |
-//! | [`proxy`] | the hyper service: forwarding, CONNECT tunnels, hop-by-hop headers |
-//! | [`response`] | locally made responses with `Proxy-Status`, and the response body type |
-//! | [`resolve`] | DNS with a timeout, so DNS failures get their own `Proxy-Status` |
-//! | [`policy`] | pure per-host state: token bucket, in-flight count; takes `now` |
-//! | [`limiter`] | host table, per-host FIFO, depth cap, deadlines: the only place requests wait |
-//! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
-//! | [`intercept`] | inside an accepted CONNECT: sniff, terminate TLS, serve the requests |
+//! | [`server`] | [`run`]: build the shared parts, accept on both ports, shut down gracefully |
+//! | [`connections`] | the HTTP server settings and one graceful shutdown that every connection joins |
+//! | `tasks` | beside serving: the state saver, the idle-host sweeper, SIGHUP |
+//! | [`reload`] | re-reading the config file and putting it in force |
+//! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; the config in force |
+//! | [`proxy`] | the proxy service: forwarding, the paced send, CONNECT, robots.txt, the response store's use |
+//! | [`limiter`] | the host table, per-host FIFO, the dispatcher, the budget seam: the only place requests wait |
+//! | [`policy`] | pure per-host pacing state: token bucket, AIMD rate, cooldowns, blocks; takes `now` |
 //! | [`feedback`] | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
-//! | [`robots`] | robots.txt cache and verdicts (the fetch itself is the proxy's) |
-//! | [`alerts`] | the block webhook |
+//! | [`blocks`] | what a block page looks like: markers, the body scan, block redirects |
+//! | [`body`] | the body of every response courtesy sends, holding the request's permit while it streams |
+//! | [`response`] | locally made responses with `Proxy-Status` (RFC 9209) |
+//! | [`resolve`] | DNS with a timeout, so DNS failures get their own `Proxy-Status` |
+//! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
+//! | [`robots`] | robots.txt rules, cache and verdicts (the fetch itself is the proxy's) |
 //! | [`cache`] | the on-disk response store (`cache = "revalidate" \| "dev"`) |
+//! | [`alerts`] | the block webhook |
 //! | [`metrics`] | Prometheus metrics, host label bounded |
 //! | [`state`] | what survives a restart: cooldowns, pauses, overrides, learned rates |
-//! | [`heap`] | freed memory back to the OS after a large sweep |
-//! | [`log_writer`] | log lines to stderr in batches, off the request path |
 //! | [`admin`] | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
+//! | [`views`] | the typed JSON of the host table, shared by the admin API, the dashboard and `status` |
+//! | [`status`] | `courtesy status`: the host table of a running instance |
+//! | [`log_writer`] | log lines to stderr in batches, off the request path |
+//! | [`locks`] | poison-tolerant locking, in one place |
+//! | [`heap`] | freed memory back to the OS after a large sweep |
 //!
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls [`run`].
 
@@ -51,5 +58,6 @@ pub mod state;
 pub mod status;
 mod tasks;
 pub mod tls;
+pub mod views;
 
 pub use server::{run, Listeners};

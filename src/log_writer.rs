@@ -5,7 +5,7 @@
 //! switch per request on a busy machine. Here a line is appended to a buffer under a short lock;
 //! the thread is woken only when the buffer goes from empty to not empty, waits a few milliseconds
 //! for more lines to gather, and writes them all at once. Idle, it sleeps on a condition variable.
-//! No line is ever dropped: past [`HIGH_WATER`] bytes the logging task writes the batch itself.
+//! No line is ever dropped: past `HIGH_WATER` bytes the logging task writes the batch itself.
 
 use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -50,17 +50,12 @@ struct Pending {
 
 impl Shared {
     fn pending(&self) -> MutexGuard<'_, Pending> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::locks::lock(&self.pending)
     }
 
     /// Cuts the pending bytes into a batch and writes it out.
     fn write_batch(&self, spare: &mut Vec<u8>) {
-        let mut output = self
-            .output
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut output = crate::locks::lock(&self.output);
         std::mem::swap(&mut self.pending().bytes, spare);
         if !spare.is_empty() {
             // Logging has nowhere to report its own failure; a failed write loses that batch only.

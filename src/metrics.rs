@@ -173,7 +173,7 @@ impl Metrics {
 
     /// The label for `host`: itself while there is room, else `other`.
     fn label(&self, host: &str) -> String {
-        let mut labelled = self.labelled.lock().unwrap_or_else(|p| p.into_inner());
+        let mut labelled = crate::locks::lock(&self.labelled);
         if labelled.contains(host) {
             return host.to_string();
         }
@@ -188,7 +188,7 @@ impl Metrics {
     /// a sweep), so that the slots serve the hosts in use. Returns how many hosts were dropped.
     pub fn forget_unknown_hosts(&self, limiter: &Limiter) -> usize {
         let gone: Vec<String> = {
-            let mut labelled = self.labelled.lock().unwrap_or_else(|p| p.into_inner());
+            let mut labelled = crate::locks::lock(&self.labelled);
             let gone: Vec<String> = labelled
                 .iter()
                 .filter(|host| !limiter.knows(host))

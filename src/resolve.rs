@@ -1,7 +1,7 @@
 //! Name resolution for upstream connections, with a timeout and an error type of our own.
 //!
 //! hyper-util's connector reports a DNS failure only as a generic "dns error"; resolving through this
-//! module lets `proxy.rs` tell `dns_error` and `dns_timeout` apart from connection failures when it
+//! module lets the proxy tell `dns_error` and `dns_timeout` apart from connection failures when it
 //! writes `Proxy-Status`. It does not cache: the operating system's resolver does that.
 
 use std::future::Future;

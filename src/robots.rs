@@ -4,8 +4,8 @@
 //! This module owns the cache and the decisions: whether a request must wait for a fetch, who
 //! fetches, what an answer means (2xx: rules; 4xx: everything allowed; 5xx, 429 or unreachable:
 //! everything disallowed until a retry), and which group a client's User-Agent falls in. The fetch
-//! itself (through the host's budget, redirects, the 500 KiB cap) is `proxy.rs`'s, since it is an
-//! upstream request like any other.
+//! itself (through the host's budget, redirects, the 500 KiB cap) is the proxy's (`proxy/robots.rs`),
+//! since it is an upstream request like any other.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,8 +14,9 @@ use std::time::Duration;
 use dashmap::DashMap;
 use texting_robots::Robot;
 use tokio::sync::Notify;
-
 use tokio::time::Instant;
+
+use crate::locks::lock;
 
 /// How long a fetched robots.txt (or a 4xx) is trusted.
 pub const CACHE_FOR: Duration = Duration::from_secs(24 * 3600);
@@ -134,10 +135,6 @@ impl Drop for FetchGuard {
             self.entry.done.notify_waiters();
         }
     }
-}
-
-fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl RobotsCache {

@@ -7,10 +7,14 @@ use anyhow::{bail, Context as _};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use serde_json::Value;
+
+use crate::views::{HostView, HostsPage};
+
+/// `GET /hosts` as `courtesy status` reads it.
+pub type Page = HostsPage<Vec<HostView>>;
 
 /// Fetches `/hosts` from the admin listener at `admin`, with `token` as a bearer token if given.
-pub async fn fetch_hosts(admin: SocketAddr, token: Option<&str>) -> anyhow::Result<Value> {
+pub async fn fetch_hosts(admin: SocketAddr, token: Option<&str>) -> anyhow::Result<Page> {
     let client: Client<_, Empty<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
     let mut request = http::Request::get(format!("http://{admin}/hosts"));
     if let Some(token) = token {
@@ -45,10 +49,9 @@ pub async fn fetch_hosts(admin: SocketAddr, token: Option<&str>) -> anyhow::Resu
     serde_json::from_slice(&body).context("the admin API did not answer JSON")
 }
 
-/// Renders the `/hosts` JSON as an aligned table; `color` adds ANSI colours to the state.
-pub fn render(hosts: &Value, color: bool) -> String {
-    let empty = Vec::new();
-    let list = hosts["hosts"].as_array().unwrap_or(&empty);
+/// Renders the `/hosts` page as an aligned table; `color` adds ANSI colours to the state.
+pub fn render(page: &Page, color: bool) -> String {
+    let list = &page.hosts;
     if list.is_empty() {
         return "no hosts yet\n".to_string();
     }
@@ -64,33 +67,29 @@ pub fn render(hosts: &Value, color: bool) -> String {
     ];
     let mut rows: Vec<[String; 8]> = Vec::new();
     for h in list {
-        let cooldown = match h["cooldown"]["remaining_seconds"].as_f64() {
-            Some(left) => format!("{left:.0}s"),
+        let cooldown = match &h.cooldown {
+            Some(c) => format!("{:.0}s", c.remaining_seconds),
             None => "-".into(),
         };
-        let last: Vec<String> = h["last_statuses"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .rev()
-                    .take(5)
-                    .rev()
-                    .map(|s| match s.as_u64() {
-                        Some(0) => "ERR".to_string(),
-                        Some(n) => n.to_string(),
-                        None => "?".into(),
-                    })
-                    .collect()
+        let last: Vec<String> = h
+            .last_statuses
+            .iter()
+            .rev()
+            .take(5)
+            .rev()
+            .map(|s| match s {
+                0 => "ERR".to_string(),
+                n => n.to_string(),
             })
-            .unwrap_or_default();
+            .collect();
         rows.push([
-            h["host"].as_str().unwrap_or("?").to_string(),
-            h["state"].as_str().unwrap_or("?").to_string(),
-            format!("{:.2}", h["rate"].as_f64().unwrap_or(0.0)),
-            h["queued"].to_string(),
-            h["in_flight"].to_string(),
+            h.host.clone(),
+            h.state.clone(),
+            format!("{:.2}", h.rate),
+            h.queued.to_string(),
+            h.in_flight.to_string(),
             cooldown,
-            h["counters"]["sent"].to_string(),
+            h.counters.sent.to_string(),
             if last.is_empty() {
                 "-".into()
             } else {
@@ -136,14 +135,18 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn page(json: serde_json::Value) -> Page {
+        serde_json::from_value(json).unwrap()
+    }
+
     #[test]
     fn the_table_is_aligned_and_plain_without_a_terminal() {
-        let hosts = json!({"hosts": [
+        let hosts = page(json!({"hosts": [
             {"host": "shop.test:443", "state": "cooling_down", "rate": 0.5, "queued": 3, "in_flight": 1,
              "cooldown": {"remaining_seconds": 41.6}, "counters": {"sent": 12}, "last_statuses": [200, 200, 429]},
             {"host": "a.test:80", "state": "idle", "rate": 1.0, "queued": 0, "in_flight": 0,
              "cooldown": null, "counters": {"sent": 1}, "last_statuses": [0]},
-        ]});
+        ]}));
         let text = render(&hosts, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
@@ -156,6 +159,6 @@ mod tests {
         assert!(lines[2].contains("ERR"));
         assert!(!text.contains('\x1b'));
         assert!(render(&hosts, true).contains("\x1b[33m"));
-        assert_eq!(render(&json!({"hosts": []}), false), "no hosts yet\n");
+        assert_eq!(render(&page(json!({"hosts": []})), false), "no hosts yet\n");
     }
 }

@@ -6,7 +6,7 @@
 //! are minted on demand for the name a client asked for (SNI, else the CONNECT authority), backdated
 //! for clock skew, and cached so that a second CONNECT to a host costs no key generation. One crypto
 //! provider (ring) is passed explicitly to every config: no global state, no OpenSSL, no aws-lc.
-//! This module does not move bytes (`proxy.rs` and `intercept.rs` do).
+//! This module does not move bytes (`crate::proxy` does, in `proxy/connect.rs`).
 
 use std::fs;
 use std::io::Write as _;
@@ -285,7 +285,7 @@ impl Interceptor {
     pub fn server_config(&self, name: &str) -> Result<Arc<ServerConfig>, LeafError> {
         // Minting (an ECDSA key and a signature, well under a millisecond with ring) happens under
         // the lock, so that two first CONNECTs to one host never both mint.
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = crate::locks::lock(&self.cache);
         if let Some((config, minted)) = cache.get(name) {
             if minted.elapsed() < LEAF_REFRESH {
                 self.hits.fetch_add(1, Ordering::Relaxed);

@@ -7,7 +7,8 @@ use toml::Spanned;
 
 use super::{line_of, ConfigErrors};
 
-/// Defines the per-host keys once, for both `[defaults]` and `[[host]]`: later issues add keys here.
+/// Defines the per-host keys once, for both `[defaults]` and `[[host]]`: a new per-host key is
+/// added here.
 macro_rules! policy_keys {
     ($($key:ident: $ty:ty),* $(,)?) => {
         /// The per-host keys of `[defaults]` (and of a `[[host]]` rule, through its `policy()`).

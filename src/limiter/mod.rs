@@ -3,7 +3,7 @@
 //! Each target host has one [`Host`]: its pure pacing state (`crate::policy`), a FIFO of waiting
 //! requests and, while that FIFO is not empty, one dispatcher task that hands out turns in order. A
 //! request whose turn is free right away (empty queue, a token, a slot) never touches the
-//! dispatcher. Every turn is asked of the [`budget`](budget::Budget) seam, and every answer reported
+//! dispatcher. Every turn is asked of the budget seam (`budget.rs`), and every answer reported
 //! to it. Waiting is a timer or a notification, never a poll.
 //!
 //! | file | owns |
@@ -39,7 +39,7 @@ use tokio::sync::{oneshot, Semaphore};
 use tokio::time::{timeout_at, Instant};
 
 pub use host::Host;
-pub use permit::{Answer, Permit};
+pub use permit::Permit;
 pub use refusal::Refusal;
 pub use stats::HostStats;
 pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};

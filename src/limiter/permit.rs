@@ -1,5 +1,5 @@
 //! A request's turn: the [`Permit`] that holds a host slot and a global slot while the request is
-//! in flight, and the [`Answer`] it reports back. Dropping the permit ends the turn; a request that
+//! in flight, through which its [`Answer`] is reported. Dropping the permit ends the turn; a request that
 //! never left gets its token back (a cancelled request spends nothing).
 
 use std::sync::Arc;
@@ -12,27 +12,11 @@ use super::budget::Budget;
 use super::host::Host;
 use super::refusal::refuse_queue;
 use crate::config::HostPolicy;
-use crate::feedback::{Feedback, ServerBudget};
-use crate::policy::{CooldownCause, Observation, Reaction};
-
-/// An upstream answer, reported back through its [`Permit`] so the host's pacing can react.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Answer {
-    /// The class of the answer.
-    pub feedback: Feedback,
-    /// The status, when there was a response.
-    pub status: Option<u16>,
-    /// Time from sending to response headers (or to the failure).
-    pub latency: Duration,
-    /// Parsed `Retry-After`.
-    pub retry_after: Option<Duration>,
-    /// Parsed RateLimit headers.
-    pub server: Option<ServerBudget>,
-}
+use crate::policy::{Answer, CooldownCause, Observation, Reaction};
 
 /// The right to send one request to a host now: holds one of the host's concurrency slots and one
 /// global slot until dropped. Dropped without [`Permit::mark_sent`], it also gives its token back,
-/// because a request that never left must not spend budget (invariant 5).
+/// because a request that never left must not spend budget (invariant 5, Cancellation, in `docs/ARCHITECTURE.md`).
 #[derive(Debug)]
 pub struct Permit {
     host: Arc<Host>,
@@ -73,13 +57,9 @@ impl Permit {
         let now = Instant::now();
         let mut state = self.host.lock();
         let observation = Observation {
-            feedback: answer.feedback,
-            status: answer.status,
-            latency: answer.latency,
+            answer: *answer,
             sent_at: self.sent_at.unwrap_or(now),
             limited: self.limited,
-            retry_after: answer.retry_after,
-            server: answer.server,
             others_in_flight: state.in_flight.current.saturating_sub(1),
         };
         let reaction = self.budget.report(&mut state, &observation, now);

@@ -1,7 +1,7 @@
 //! The token bucket and the in-flight count: the arithmetic of one host's budget.
 //!
 //! Pure functions of an explicit `now` and, for jitter, an explicit random sample. How the rate moves
-//! (adaptation, cooldowns) is the parent module's; waiting is `limiter.rs`'s.
+//! (adaptation, cooldowns) is the parent module's; waiting is `crate::limiter`'s.
 
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ const EPSILON: f64 = 1e-9;
 /// `rate` tokens per second up to `burst`, and each request takes one whole token.
 ///
 /// Jitter never lets a request leave earlier than the bucket allows: it only stretches a wait for a
-/// token by a random extra of up to `jitter / rate`, so `rate` stays a ceiling (invariant 1).
+/// token by a random extra of up to `jitter / rate`, so `rate` stays a ceiling (invariant 1, Rate).
 #[derive(Debug, Clone)]
 pub struct Bucket {
     rate: f64,

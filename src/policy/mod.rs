@@ -3,8 +3,8 @@
 //!
 //! Everything here takes `now` (and random samples) as arguments, so every rule is a plain unit test
 //! with explicit instants. [`Pacing::ready_at`] says when the next request may leave;
-//! [`Pacing::observe`] moves the state after an upstream answer. Waiting is `limiter.rs`'s job and
-//! reading responses is `feedback.rs`'s.
+//! [`Pacing::observe`] moves the state after an upstream answer. Waiting is `crate::limiter`'s job and
+//! reading responses is `crate::feedback`'s.
 
 mod bucket;
 
@@ -62,23 +62,31 @@ pub struct Cooldown {
     pub cause: CooldownCause,
 }
 
-/// One upstream answer (or failure), as pacing needs it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
+/// What an upstream said (or that it said nothing): the part of an observation the proxy knows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Answer {
     /// The class of the answer.
     pub feedback: Feedback,
     /// The status, when there was a response.
     pub status: Option<u16>,
-    /// Time from sending to response headers.
+    /// Time from sending to response headers (or to the failure).
     pub latency: Duration,
-    /// When the request left courtesy.
-    pub sent_at: Instant,
-    /// Whether the request had to wait for its turn (the budget was the bottleneck).
-    pub limited: bool,
     /// `Retry-After`, already parsed.
     pub retry_after: Option<Duration>,
     /// RateLimit headers, already parsed.
     pub server: Option<ServerBudget>,
+}
+
+/// One upstream answer (or failure), as pacing needs it: the answer, and what the request's turn
+/// knows about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    /// What the upstream said.
+    pub answer: Answer,
+    /// When the request left courtesy.
+    pub sent_at: Instant,
+    /// Whether the request had to wait for its turn (the budget was the bottleneck).
+    pub limited: bool,
     /// Other requests to the host still in flight (not yet counted by the server's numbers).
     pub others_in_flight: u32,
 }
@@ -542,7 +550,7 @@ impl Pacing {
         let rate_before = self.rate;
         let mut cooldown = None;
         let mut hard_block = false;
-        if obs.status == Some(403) {
+        if obs.answer.status == Some(403) {
             let rare = self.rare_mut();
             rare.consecutive_403 = rare.consecutive_403.saturating_add(1);
             if policy.hard_block_after > 0 && rare.consecutive_403 >= policy.hard_block_after {
@@ -552,18 +560,18 @@ impl Pacing {
                     cooldown = Some(policy.block_pause);
                 }
             }
-        } else if let Some(rare) = self.rare.as_mut().filter(|_| obs.status.is_some()) {
+        } else if let Some(rare) = self.rare.as_mut().filter(|_| obs.answer.status.is_some()) {
             rare.consecutive_403 = 0;
         }
-        if let Some(budget) = &obs.server {
+        if let Some(budget) = &obs.answer.server {
             cooldown = self.apply_server_budget(budget, obs.others_in_flight, policy, now);
         }
-        match obs.feedback {
+        match obs.answer.feedback {
             Feedback::Success => {
                 if let Some(rare) = self.rare.as_mut() {
                     rare.backoff_level = 0;
                 }
-                if obs.latency > policy.slow_response {
+                if obs.answer.latency > policy.slow_response {
                     if policy.adaptive && self.new_wave(obs.sent_at) {
                         self.rate = lowered(self.rate, policy.slow_factor, policy.min_rate);
                         self.rare_mut().last_cut = Some(now);
@@ -584,7 +592,7 @@ impl Pacing {
             }
             Feedback::Throttled | Feedback::Overloaded | Feedback::Failed => {
                 let new_wave = self.new_wave(obs.sent_at);
-                let window = match obs.retry_after {
+                let window = match obs.answer.retry_after {
                     Some(wait) => Some(wait.min(policy.max_retry_after)),
                     None if new_wave => Some(self.next_backoff(policy, sample)),
                     None => None,
@@ -596,7 +604,7 @@ impl Pacing {
                     self.rare_mut().last_cut = Some(now);
                 }
                 if let Some(window) = window.filter(|w| !w.is_zero()) {
-                    let cause = match obs.status {
+                    let cause = match obs.answer.status {
                         Some(status) => CooldownCause::Status(status),
                         None => CooldownCause::Failure,
                     };
@@ -699,600 +707,4 @@ fn lowered(rate: f64, factor: f64, floor: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::OnCooldown;
-
-    fn secs(s: f64) -> Duration {
-        Duration::from_secs_f64(s)
-    }
-
-    fn adaptive(rate: f64) -> HostPolicy {
-        HostPolicy {
-            rate,
-            adaptive: true,
-            max_rate: 10.0,
-            on_cooldown: OnCooldown::Reject,
-            ..HostPolicy::default()
-        }
-    }
-
-    fn answer(feedback: Feedback, status: u16, sent_at: Instant) -> Observation {
-        Observation {
-            feedback,
-            status: Some(status),
-            latency: Duration::from_millis(100),
-            sent_at,
-            limited: true,
-            retry_after: None,
-            server: None,
-            others_in_flight: 0,
-        }
-    }
-
-    #[test]
-    fn healthy_limited_answers_creep_up_to_the_ceiling() {
-        let t0 = Instant::now();
-        let policy = adaptive(9.9);
-        let mut p = Pacing::new(&policy, t0);
-        let r = p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
-        assert!((r.rate_after - 9.95).abs() < 1e-9);
-        for _ in 0..10 {
-            p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
-        }
-        assert_eq!(p.rate(), 10.0, "max_rate holds even when healthy");
-    }
-
-    #[test]
-    fn unlimited_answers_do_not_raise_the_rate() {
-        let t0 = Instant::now();
-        let policy = adaptive(2.0);
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            limited: false,
-            ..answer(Feedback::Success, 200, t0)
-        };
-        p.observe(&obs, &policy, t0, 0.0);
-        assert_eq!(p.rate(), 2.0);
-    }
-
-    #[test]
-    fn slow_answers_cut_by_slow_factor_once_per_wave() {
-        let t0 = Instant::now();
-        let policy = adaptive(5.0);
-        let mut p = Pacing::new(&policy, t0);
-        let slow = Observation {
-            latency: secs(2.5),
-            ..answer(Feedback::Success, 200, t0)
-        };
-        p.observe(&slow, &policy, t0 + secs(1.0), 0.0);
-        assert!((p.rate() - 4.0).abs() < 1e-9);
-        // Another slow answer to a request sent before the cut: same wave, no second cut.
-        p.observe(&slow, &policy, t0 + secs(1.1), 0.0);
-        assert!((p.rate() - 4.0).abs() < 1e-9);
-        let later = Observation {
-            sent_at: t0 + secs(1.2),
-            ..slow
-        };
-        p.observe(&later, &policy, t0 + secs(3.0), 0.0);
-        assert!((p.rate() - 3.2).abs() < 1e-9);
-    }
-
-    #[test]
-    fn a_wave_of_429s_cuts_once() {
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            resume_factor: 1.0,
-            ..adaptive(8.0)
-        };
-        let mut p = Pacing::new(&policy, t0);
-        // Eight requests in flight together, all answered 429 with Retry-After: 1.
-        for i in 0..8 {
-            let obs = Observation {
-                retry_after: Some(secs(1.0)),
-                ..answer(Feedback::Throttled, 429, t0)
-            };
-            p.observe(&obs, &policy, t0 + secs(0.1 + 0.01 * f64::from(i)), 0.0);
-        }
-        assert!((p.rate() - 4.0).abs() < 1e-9, "rate {}", p.rate());
-    }
-
-    #[test]
-    fn a_cooldown_blocks_then_resumes_at_resume_factor_with_no_burst() {
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            rate: 4.0,
-            burst: 5,
-            ..HostPolicy::default()
-        };
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            retry_after: Some(secs(30.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        let r = p.observe(&obs, &policy, t0, 0.0);
-        assert_eq!(r.cooldown, Some(secs(30.0)));
-        assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::Status(429));
-        assert_eq!(p.rate(), 2.0, "resume at 0.5 x the rate before");
-        assert_eq!(p.ready_at(t0 + secs(1.0)), t0 + secs(30.0));
-        assert!(!p.try_take(t0 + secs(29.9), 0.0, 0.0));
-        // After the window one request leaves, then 1/rate spacing: no saved-up burst.
-        assert!(p.try_take(t0 + secs(30.0), 0.0, 0.0));
-        assert!(!p.try_take(t0 + secs(30.0), 0.0, 0.0));
-        assert_eq!(p.ready_at(t0 + secs(30.0)), t0 + secs(30.5));
-    }
-
-    #[test]
-    fn a_cooldown_never_shortens() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        let long = Observation {
-            retry_after: Some(secs(60.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        p.observe(&long, &policy, t0, 0.0);
-        let short = Observation {
-            retry_after: Some(secs(5.0)),
-            sent_at: t0 + secs(1.0),
-            ..answer(Feedback::Overloaded, 503, t0)
-        };
-        let r = p.observe(&short, &policy, t0 + secs(2.0), 0.0);
-        assert_eq!(r.cooldown, None);
-        assert_eq!(p.cooldown(t0 + secs(2.0)).unwrap().until, t0 + secs(60.0));
-        let longer = Observation {
-            retry_after: Some(secs(100.0)),
-            ..short
-        };
-        p.observe(&longer, &policy, t0 + secs(3.0), 0.0);
-        let c = p.cooldown(t0 + secs(3.0)).unwrap();
-        assert_eq!((c.started, c.until), (t0, t0 + secs(103.0)));
-    }
-
-    #[test]
-    fn retry_after_is_capped_by_max_retry_after() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            retry_after: Some(secs(86_400.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        assert_eq!(
-            p.observe(&obs, &policy, t0, 0.0).cooldown,
-            Some(secs(600.0))
-        );
-    }
-
-    #[test]
-    fn without_retry_after_backoff_doubles_per_wave_and_resets_when_healthy() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        let mut now = t0;
-        let mut windows = Vec::new();
-        for _ in 0..10 {
-            let obs = answer(Feedback::Overloaded, 503, now);
-            let r = p.observe(&obs, &policy, now + secs(0.1), 0.0);
-            let window = r.cooldown.unwrap();
-            windows.push(window.as_secs_f64());
-            now = now + secs(0.1) + window;
-        }
-        assert_eq!(
-            windows,
-            vec![2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0, 300.0]
-        );
-        p.observe(&answer(Feedback::Success, 200, now), &policy, now, 0.0);
-        let r = p.observe(
-            &answer(Feedback::Throttled, 429, now),
-            &policy,
-            now + secs(0.1),
-            0.0,
-        );
-        assert_eq!(r.cooldown, Some(secs(2.0)));
-    }
-
-    #[test]
-    fn backoff_jitter_only_lengthens() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        let r = p.observe(&answer(Feedback::Failed, 0, t0), &policy, t0, 0.99);
-        let w = r.cooldown.unwrap().as_secs_f64();
-        assert!((2.0..=2.5).contains(&w), "{w}");
-    }
-
-    #[test]
-    fn failures_back_off_like_overload() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            status: None,
-            ..answer(Feedback::Failed, 0, t0)
-        };
-        let r = p.observe(&obs, &policy, t0, 0.0);
-        assert_eq!(r.cooldown, Some(secs(2.0)));
-        assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::Failure);
-    }
-
-    #[test]
-    fn a_non_adaptive_host_recovers_to_its_configured_rate_only() {
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            rate: 1.0,
-            increase_step: 0.25,
-            ..HostPolicy::default()
-        };
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            retry_after: Some(secs(1.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        p.observe(&obs, &policy, t0, 0.0);
-        assert_eq!(p.rate(), 0.5);
-        for _ in 0..5 {
-            p.observe(
-                &answer(Feedback::Success, 200, t0),
-                &policy,
-                t0 + secs(2.0),
-                0.0,
-            );
-        }
-        assert_eq!(p.rate(), 1.0);
-    }
-
-    #[test]
-    fn neutral_answers_change_nothing() {
-        let t0 = Instant::now();
-        let policy = adaptive(3.0);
-        let mut p = Pacing::new(&policy, t0);
-        let r = p.observe(&answer(Feedback::Neutral, 404, t0), &policy, t0, 0.0);
-        assert_eq!((r.rate_after, r.cooldown), (3.0, None));
-    }
-
-    #[test]
-    fn the_servers_remaining_budget_is_spread_until_the_reset_and_never_exceeded() {
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            rate: 100.0,
-            burst: 10,
-            ..HostPolicy::default()
-        };
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            server: Some(ServerBudget {
-                remaining: Some(3),
-                reset: Some(secs(10.0)),
-                policy_rate: None,
-            }),
-            ..answer(Feedback::Success, 200, t0)
-        };
-        p.observe(&obs, &policy, t0, 0.0);
-        assert!((p.effective_rate(t0) - 0.3).abs() < 1e-9);
-        // Hammer it every millisecond for ten seconds: at most 3 turns.
-        let mut taken = 0;
-        let mut now = t0;
-        while now < t0 + secs(9.999) {
-            if p.try_take(now, 0.0, 0.0) {
-                taken += 1;
-            }
-            now += Duration::from_millis(1);
-        }
-        assert_eq!(taken, 3);
-        // After the reset, our own rate is back.
-        assert!(p.try_take(t0 + secs(10.0), 0.0, 0.0));
-        assert_eq!(p.effective_rate(t0 + secs(10.0)), 100.0);
-    }
-
-    #[test]
-    fn zero_remaining_cools_down_until_the_reset() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            server: Some(ServerBudget {
-                remaining: Some(0),
-                reset: Some(secs(20.0)),
-                policy_rate: None,
-            }),
-            ..answer(Feedback::Success, 200, t0)
-        };
-        let r = p.observe(&obs, &policy, t0, 0.0);
-        assert_eq!(r.cooldown, Some(secs(20.0)));
-        assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::ServerBudget);
-        assert_eq!(
-            p.rate(),
-            1.0,
-            "an announced reset is not a complaint: no rate cut"
-        );
-    }
-
-    #[test]
-    fn server_numbers_only_ever_make_courtesy_stricter() {
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            rate: 2.0,
-            ..HostPolicy::default()
-        };
-        let mut p = Pacing::new(&policy, t0);
-        let generous = Observation {
-            server: Some(ServerBudget {
-                remaining: Some(1000),
-                reset: Some(secs(1.0)),
-                policy_rate: Some(500.0),
-            }),
-            ..answer(Feedback::Success, 200, t0)
-        };
-        p.observe(&generous, &policy, t0, 0.0);
-        assert_eq!(p.effective_rate(t0), 2.0);
-        let strict = Observation {
-            server: Some(ServerBudget {
-                remaining: None,
-                reset: None,
-                policy_rate: Some(0.5),
-            }),
-            ..generous
-        };
-        p.observe(&strict, &policy, t0, 0.0);
-        assert_eq!(p.effective_rate(t0), 0.5);
-    }
-
-    #[test]
-    fn requests_in_flight_count_against_the_servers_remaining() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            server: Some(ServerBudget {
-                remaining: Some(2),
-                reset: Some(secs(5.0)),
-                policy_rate: None,
-            }),
-            others_in_flight: 2,
-            ..answer(Feedback::Success, 200, t0)
-        };
-        assert_eq!(p.observe(&obs, &policy, t0, 0.0).cooldown, Some(secs(5.0)));
-    }
-
-    #[test]
-    fn an_operator_pause_blocks_until_resumed_but_never_shortens_a_server_cooldown() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        p.operator_pause(t0 + secs(100.0));
-        assert_eq!(p.block(t0).unwrap().cause, CooldownCause::Operator);
-        assert_eq!(p.ready_at(t0), t0 + secs(100.0));
-        p.operator_resume();
-        assert_eq!(p.ready_at(t0), t0);
-        let obs = Observation {
-            retry_after: Some(secs(30.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        p.observe(&obs, &policy, t0, 0.0);
-        p.operator_pause(t0 + secs(10.0));
-        p.operator_resume();
-        assert_eq!(p.ready_at(t0 + secs(1.0)), t0 + secs(30.0));
-        assert_eq!(p.block(t0).unwrap().cause, CooldownCause::Status(429));
-    }
-
-    #[test]
-    fn an_operator_rate_replaces_ours_but_server_caps_still_apply() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        p.set_rate_override(Some(4.0), t0);
-        assert_eq!(p.effective_rate(t0), 4.0);
-        let obs = Observation {
-            server: Some(ServerBudget {
-                remaining: None,
-                reset: None,
-                policy_rate: Some(2.0),
-            }),
-            ..answer(Feedback::Success, 200, t0)
-        };
-        p.observe(&obs, &policy, t0, 0.0);
-        assert_eq!(p.effective_rate(t0), 2.0);
-        p.set_rate_override(None, t0);
-        assert_eq!(p.effective_rate(t0), 1.0);
-    }
-
-    #[test]
-    fn a_record_restores_cooldowns_rates_and_overrides() {
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            adaptive: true,
-            ..HostPolicy::default()
-        };
-        let mut p = Pacing::new(&policy, t0);
-        let obs = Observation {
-            retry_after: Some(secs(120.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        p.observe(&obs, &policy, t0, 0.0);
-        p.set_rate_override(Some(0.7), t0);
-        let record = p.record(t0 + secs(10.0));
-        let mut fresh = Pacing::new(&policy, t0 + secs(10.0));
-        fresh.restore(&record, &policy, t0 + secs(10.0));
-        assert_eq!(
-            fresh.cooldown(t0 + secs(10.0)).unwrap().until,
-            t0 + secs(120.0)
-        );
-        assert_eq!(fresh.rate(), p.rate());
-        assert_eq!(fresh.rate_override(), Some(0.7));
-    }
-
-    #[test]
-    fn a_reloaded_policy_keeps_a_lowered_rate_lowered() {
-        let t0 = Instant::now();
-        let old = HostPolicy::default();
-        let mut p = Pacing::new(&old, t0);
-        let new = HostPolicy {
-            rate: 3.0,
-            burst: 3,
-            ..HostPolicy::default()
-        };
-        p.apply_policy(&old, &new, t0);
-        assert_eq!(p.rate(), 3.0, "an unlowered rate follows the config");
-        let obs = Observation {
-            retry_after: Some(secs(1.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        p.observe(&obs, &new, t0, 0.0);
-        assert_eq!(p.rate(), 1.5);
-        let newer = HostPolicy {
-            rate: 10.0,
-            ..new.clone()
-        };
-        p.apply_policy(&new, &newer, t0);
-        assert_eq!(p.rate(), 1.5, "a lowered rate is not raised by a reload");
-    }
-
-    #[test]
-    fn five_403s_in_a_row_are_a_hard_block() {
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            rate: 4.0,
-            ..HostPolicy::default()
-        };
-        let mut p = Pacing::new(&policy, t0);
-        for _ in 0..4 {
-            let r = p.observe(&answer(Feedback::Neutral, 403, t0), &policy, t0, 0.0);
-            assert!(!r.hard_block);
-        }
-        // A 200 in between starts the count again.
-        p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
-        for i in 0..5 {
-            let r = p.observe(&answer(Feedback::Neutral, 403, t0), &policy, t0, 0.0);
-            assert_eq!(r.hard_block, i == 4);
-        }
-        let c = p.cooldown(t0).unwrap();
-        assert_eq!(
-            (c.cause, c.until),
-            (CooldownCause::HardBlock, t0 + secs(3600.0))
-        );
-        assert_eq!(p.rate(), 1.0, "resumes at block_resume_factor (0.25) x 4");
-    }
-
-    #[test]
-    fn a_soft_block_pauses_once_and_never_shortens() {
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            rate: 2.0,
-            ..HostPolicy::default()
-        };
-        let mut p = Pacing::new(&policy, t0);
-        assert!(p.pause_for_block(CooldownCause::SoftBlock, &policy, t0));
-        assert!(!p.pause_for_block(CooldownCause::SoftBlock, &policy, t0 + secs(1.0)));
-        assert_eq!(p.rate(), 0.5, "cut once, not twice");
-        assert_eq!(p.ready_at(t0 + secs(10.0)), t0 + secs(3601.0));
-    }
-
-    #[test]
-    fn a_robots_crawl_delay_caps_the_rate_and_adaptation() {
-        let t0 = Instant::now();
-        let policy = adaptive(5.0);
-        let mut p = Pacing::new(&policy, t0);
-        p.set_robots_cap(Some(0.5), t0);
-        assert_eq!(p.effective_rate(t0), 0.5);
-        for _ in 0..100 {
-            p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
-        }
-        assert_eq!(p.effective_rate(t0), 0.5);
-        assert_eq!(p.rate(), 5.0, "adaptation does not climb past where it was");
-    }
-
-    #[test]
-    fn off_peak_switches_the_rate_at_the_window_edges() {
-        use std::time::{SystemTime, UNIX_EPOCH};
-        let off_peak = crate::config::Config::parse(
-            "[defaults]\nrate = 1\noff_peak = { hours = \"01:00-06:00\", timezone = \"Europe/Berlin\", rate = 5.0 }\n",
-            "t.toml",
-        )
-        .unwrap()
-        .defaults
-        .as_ref()
-        .clone();
-        // 2026-01-15 00:59:00 in Berlin (UTC+1) is 23:59:00 UTC the day before.
-        let wall = UNIX_EPOCH + Duration::from_secs(1_768_435_140);
-        let t0 = Instant::now();
-        let mut p = Pacing::with_wall_clock(&off_peak, t0, wall);
-        assert_eq!(p.effective_rate(t0), 1.0);
-        assert!(p.try_take(t0, 0.0, 0.0));
-        // The next token would be 1 s away at 1/s, but the window opens in 60 s: wake then.
-        assert_eq!(p.ready_at(t0 + secs(0.5)), t0 + secs(1.0));
-        let opens = t0 + secs(60.0);
-        assert!(!p.in_off_peak(opens - secs(0.001)));
-        assert!(p.in_off_peak(opens));
-        assert_eq!(p.effective_rate(opens), 5.0);
-        // Five hours later it closes again.
-        let closes = opens + secs(5.0 * 3600.0);
-        assert_eq!(p.effective_rate(closes - secs(0.001)), 5.0);
-        assert_eq!(p.effective_rate(closes), 1.0);
-        // While waiting at 1/s a minute before the window, a sleeper wakes exactly at its edge.
-        let mut q = Pacing::with_wall_clock(
-            &HostPolicy {
-                rate: 0.001,
-                ..off_peak.clone()
-            },
-            t0,
-            wall,
-        );
-        assert!(q.try_take(t0, 0.0, 0.0));
-        assert_eq!(q.ready_at(t0), opens);
-        let _ = SystemTime::now();
-    }
-
-    #[test]
-    fn a_host_is_fresh_only_when_nothing_is_remembered() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        assert!(p.is_fresh(&policy, t0));
-        let obs = Observation {
-            retry_after: Some(secs(5.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        p.observe(&obs, &policy, t0, 0.0);
-        assert!(!p.is_fresh(&policy, t0 + secs(10.0)), "rate still lowered");
-    }
-
-    #[test]
-    fn a_crawl_delay_or_a_403_streak_does_not_keep_a_host_known() {
-        let t0 = Instant::now();
-        let policy = HostPolicy::default();
-        let mut p = Pacing::new(&policy, t0);
-        p.set_robots_cap(Some(0.5), t0);
-        p.observe(&answer(Feedback::Neutral, 403, t0), &policy, t0, 0.0);
-        assert!(p.rare.is_some());
-        assert!(p.is_fresh(&policy, t0 + secs(10.0)));
-    }
-
-    #[test]
-    fn what_an_episode_left_is_freed_when_it_ends() {
-        // The boxed state costs a healthy host nothing; after a 429 it exists until the cooldown,
-        // the wave memory and the burst clamp have all run out.
-        let t0 = Instant::now();
-        let policy = HostPolicy {
-            resume_factor: 1.0,
-            ..HostPolicy::default()
-        };
-        let mut p = Pacing::new(&policy, t0);
-        assert!(p.rare.is_none());
-        let obs = Observation {
-            retry_after: Some(secs(5.0)),
-            ..answer(Feedback::Throttled, 429, t0)
-        };
-        p.observe(&obs, &policy, t0, 0.0);
-        assert!(p.rare.is_some());
-        assert!(!p.is_fresh(&policy, t0 + secs(4.0)), "cooling down");
-        // The wave and the burst clamp are remembered, but do not keep an idle host from being
-        // forgotten.
-        assert!(p.is_fresh(&policy, t0 + secs(10.0)));
-        assert!(p.rare.is_some());
-        let later = t0 + WAVE_MEMORY + secs(1.0);
-        assert!(p.try_take(later, 0.0, 0.0));
-        p.ready_at(later);
-        assert!(p.rare.is_none(), "nothing is left to remember");
-    }
-}
+mod tests;

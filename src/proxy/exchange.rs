@@ -17,7 +17,8 @@ use super::upstream::UpstreamBody;
 use super::Proxy;
 use crate::config::HostPolicy;
 use crate::feedback::{self, Feedback};
-use crate::limiter::{Answer, Permit};
+use crate::limiter::Permit;
+use crate::policy::Answer;
 use crate::response::ProxyError;
 
 /// An upstream response with the permit it was sent under.

@@ -18,11 +18,11 @@
 //! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
 //! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
 //! | `upstream.rs` | the pooled upstream client and the body it sends |
-//! | `failure.rs` | a typed [`Failure`](failure::Failure) for every way a request can fail |
+//! | `failure.rs` | a typed `Failure` for every way a request can fail |
 //!
 //! The limiter sits immediately around the network call and nowhere else: admit, send, observe,
-//! respond. This module does not accept connections (`server.rs`) and does not decide when a request
-//! may leave (`limiter`).
+//! respond. This module does not accept connections (`crate::server`) and does not decide when a
+//! request may leave (`crate::limiter`).
 
 mod blocked;
 mod cached;

@@ -1,0 +1,239 @@
+//! The operator's view of the host table, as typed JSON: what `GET /hosts` and `GET /hosts/{key}`
+//! answer, what the dashboard draws and what `courtesy status` prints. One set of serde types
+//! serves all three, so a field is named once and the reader cannot drift from the writer.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{HttpsMode, OnCooldown};
+use crate::limiter::HostSnapshot;
+
+/// `GET /hosts`: the hosts shown (all, or the `limit` most in need of attention) and the totals
+/// over every known host. `H` is a list of [`HostView`]s, or a type that writes them one by one.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct HostsPage<H> {
+    /// When the page was made.
+    #[serde(default)]
+    pub now_unix_ms: u64,
+    /// Counts over every known host, whatever the limit left out.
+    #[serde(default)]
+    pub total: Totals,
+    /// The hosts shown.
+    pub hosts: H,
+}
+
+/// Counts over every known host: what the dashboard's header shows.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Totals {
+    /// Known hosts.
+    pub hosts: usize,
+    /// Requests in flight.
+    pub in_flight: u64,
+    /// Requests waiting.
+    pub queued: usize,
+    /// Hosts cooling down.
+    pub cooling_down: usize,
+    /// Hosts an operator paused.
+    pub paused: usize,
+}
+
+impl Totals {
+    /// The totals of `snapshots`.
+    pub fn of(snapshots: &[HostSnapshot]) -> Self {
+        let count = |state: &str| snapshots.iter().filter(|s| s.state() == state).count();
+        Totals {
+            hosts: snapshots.len(),
+            in_flight: snapshots.iter().map(|s| u64::from(s.in_flight)).sum(),
+            queued: snapshots.iter().map(|s| s.queued).sum(),
+            cooling_down: count("cooling_down"),
+            paused: count("paused"),
+        }
+    }
+}
+
+/// One host.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostView {
+    /// `host:port`.
+    pub host: String,
+    /// `paused`, `cooling_down`, `queued`, `active` or `idle`.
+    pub state: String,
+    /// The rate in effect (after the operator's rate and the server's caps), per second.
+    pub rate: f64,
+    /// courtesy's own (adaptive) rate.
+    pub own_rate: f64,
+    /// The rate the config gives the host.
+    pub configured_rate: f64,
+    /// Requests waiting.
+    pub queued: usize,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// The cooldown or pause in force, if any.
+    pub cooldown: Option<CooldownView>,
+    /// What an operator set.
+    pub operator: OperatorView,
+    /// The host's resolved policy.
+    pub policy: PolicyView,
+    /// The last statuses, oldest first (0: no response).
+    pub last_statuses: Vec<u16>,
+    /// Counters since the host became known.
+    pub counters: Counters,
+}
+
+/// A cooldown or pause in force.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CooldownView {
+    /// Time left.
+    pub remaining_seconds: f64,
+    /// When it ends, on the wall clock.
+    pub until_unix_ms: u64,
+    /// Why, as a sentence.
+    pub cause: String,
+}
+
+/// What an operator set through the admin API.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OperatorView {
+    /// The end of an operator's pause.
+    pub paused_until_unix_ms: Option<u64>,
+    /// The operator's rate.
+    pub rate: Option<f64>,
+    /// Whether that rate was forced past the config's ceiling.
+    pub forced: bool,
+}
+
+/// The parts of a host's policy an operator looks at.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyView {
+    /// `rate`.
+    pub rate: f64,
+    /// `burst`.
+    pub burst: u32,
+    /// `concurrency`.
+    pub concurrency: u32,
+    /// `adaptive`.
+    pub adaptive: bool,
+    /// `min_rate`.
+    pub min_rate: f64,
+    /// `max_rate`.
+    pub max_rate: f64,
+    /// `on_cooldown`.
+    pub on_cooldown: OnCooldown,
+    /// `https`.
+    pub https: HttpsMode,
+    /// `max_queue`.
+    pub max_queue: usize,
+    /// `max_wait_seconds`.
+    pub max_wait_seconds: f64,
+}
+
+impl Default for PolicyView {
+    fn default() -> Self {
+        PolicyView::of(&crate::config::HostPolicy::default())
+    }
+}
+
+impl PolicyView {
+    fn of(p: &crate::config::HostPolicy) -> Self {
+        PolicyView {
+            rate: p.rate,
+            burst: p.burst,
+            concurrency: p.concurrency,
+            adaptive: p.adaptive,
+            min_rate: p.min_rate,
+            max_rate: p.max_rate,
+            on_cooldown: p.on_cooldown,
+            https: p.https,
+            max_queue: p.max_queue,
+            max_wait_seconds: p.max_wait.as_secs_f64(),
+        }
+    }
+}
+
+/// A host's counters.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Counters {
+    /// Requests sent.
+    pub sent: u32,
+    /// 2xx answers.
+    #[serde(rename = "2xx")]
+    pub status_2xx: u32,
+    /// 3xx answers.
+    #[serde(rename = "3xx")]
+    pub status_3xx: u32,
+    /// 4xx answers.
+    #[serde(rename = "4xx")]
+    pub status_4xx: u32,
+    /// 5xx answers.
+    #[serde(rename = "5xx")]
+    pub status_5xx: u32,
+    /// Requests that got no answer.
+    pub failed: u32,
+    /// Local refusals, by reason.
+    pub refused: BTreeMap<String, u32>,
+}
+
+impl HostView {
+    /// The view of one host's snapshot, with wall-clock times from `now_wall`.
+    pub fn of(s: &HostSnapshot, now_wall: SystemTime) -> Self {
+        let cooldown = match (&s.block, s.block_remaining) {
+            (Some(block), Some(left)) => Some(CooldownView {
+                remaining_seconds: round3(left.as_secs_f64()),
+                until_unix_ms: unix_ms(now_wall + left),
+                cause: block.cause.to_string(),
+            }),
+            _ => None,
+        };
+        HostView {
+            host: s.key.clone(),
+            state: s.state().to_string(),
+            rate: round3(s.rate),
+            own_rate: round3(s.own_rate),
+            configured_rate: s.policy.rate,
+            queued: s.queued,
+            in_flight: s.in_flight,
+            cooldown,
+            operator: OperatorView {
+                paused_until_unix_ms: s
+                    .operator_pause_remaining
+                    .map(|left| unix_ms(now_wall + left)),
+                rate: s.rate_override,
+                forced: s.forced,
+            },
+            policy: PolicyView::of(&s.policy),
+            last_statuses: s.stats.last_statuses(),
+            counters: Counters {
+                sent: s.stats.sent,
+                status_2xx: s.stats.by_class[0],
+                status_3xx: s.stats.by_class[1],
+                status_4xx: s.stats.by_class[2],
+                status_5xx: s.stats.by_class[3],
+                failed: s.stats.failed,
+                refused: s
+                    .stats
+                    .refusals()
+                    .iter()
+                    .map(|(name, n)| (name.to_string(), *n))
+                    .collect(),
+            },
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
