@@ -6,58 +6,58 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`server`] | [`run`]: build the shared parts, accept on both ports, shut down gracefully |
-//! | [`connections`] | the HTTP server settings and one graceful shutdown that every connection joins |
+//! | `server` | `run`: build the shared parts, accept on both ports, shut down gracefully |
+//! | `connections` | the HTTP server settings and one graceful shutdown that every connection joins |
 //! | `tasks` | beside serving: the state saver, the idle-host sweeper, SIGHUP |
-//! | [`reload`] | re-reading the config file and putting it in force |
+//! | `reload` | re-reading the config file and putting it in force |
 //! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; the config in force |
 //! | [`proxy`] | the proxy service: forwarding, the paced send, CONNECT, robots.txt, the response store's use |
 //! | [`limiter`] | the host table, per-host FIFO, the dispatcher, the budget seam: the only place requests wait |
 //! | [`policy`] | pure per-host pacing state: token bucket, AIMD rate, cooldowns, blocks; takes `now` |
-//! | [`feedback`] | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
-//! | [`blocks`] | what a block page looks like: markers, the body scan, block redirects |
-//! | [`body`] | the body of every response courtesy sends, holding the request's permit while it streams |
-//! | [`response`] | locally made responses with `Proxy-Status` (RFC 9209) |
-//! | [`resolve`] | DNS with a timeout, so DNS failures get their own `Proxy-Status` |
+//! | `feedback` | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
+//! | `blocks` | what a block page looks like: markers, the body scan, block redirects |
+//! | `body` | the body of every response courtesy sends, holding the request's permit while it streams |
+//! | `response` | locally made responses with `Proxy-Status` (RFC 9209) |
+//! | `resolve` | DNS with a timeout, so DNS failures get their own `Proxy-Status` |
 //! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
-//! | [`robots`] | robots.txt rules, cache and verdicts (the fetch itself is the proxy's) |
-//! | [`cache`] | the on-disk response store (`cache = "revalidate" \| "dev"`) |
-//! | [`alerts`] | the block webhook |
-//! | [`metrics`] | Prometheus metrics, host label bounded |
-//! | [`state`] | what survives a restart: cooldowns, pauses, overrides, learned rates |
-//! | [`admin`] | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
-//! | [`views`] | the typed JSON of the host table, shared by the admin API, the dashboard and `status` |
+//! | `robots` | robots.txt rules, cache and verdicts (the fetch itself is the proxy's) |
+//! | `cache` | the on-disk response store (`cache = "revalidate" \| "dev"`) |
+//! | `alerts` | the block webhook |
+//! | `metrics` | Prometheus metrics, host label bounded |
+//! | `state` | what survives a restart: cooldowns, pauses, overrides, learned rates |
+//! | `admin` | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
+//! | `views` | the typed JSON of the host table, shared by the admin API, the dashboard and `status` |
 //! | [`status`] | `courtesy status`: the host table of a running instance |
 //! | [`log_writer`] | log lines to stderr in batches, off the request path |
-//! | [`locks`] | poison-tolerant locking, in one place |
-//! | [`heap`] | freed memory back to the OS after a large sweep |
+//! | `locks` | poison-tolerant locking, in one place |
+//! | `heap` | freed memory back to the OS after a large sweep |
 //!
-//! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls [`run`].
+//! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls `run`.
 
-pub mod admin;
-pub mod alerts;
-pub mod blocks;
-pub mod body;
-pub mod cache;
+mod admin;
+mod alerts;
+mod blocks;
+mod body;
+mod cache;
 pub mod config;
-pub mod connections;
-pub mod feedback;
-pub mod heap;
+mod connections;
+mod feedback;
+mod heap;
 pub mod limiter;
-pub mod locks;
+mod locks;
 pub mod log_writer;
-pub mod metrics;
+mod metrics;
 pub mod policy;
 pub mod proxy;
-pub mod reload;
-pub mod resolve;
-pub mod response;
-pub mod robots;
-pub mod server;
-pub mod state;
+mod reload;
+mod resolve;
+mod response;
+mod robots;
+mod server;
+mod state;
 pub mod status;
 mod tasks;
 pub mod tls;
-pub mod views;
+mod views;
 
 pub use server::{run, Listeners};

@@ -230,12 +230,8 @@ impl RobotsCache {
         before - self.entries.len()
     }
 
-    /// How many hosts have an entry.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether no host has an entry.
+    /// Whether no host has an entry (tests check that a sweep empties the cache).
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

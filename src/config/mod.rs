@@ -6,7 +6,7 @@
 //! the file structs. The config owns what the file says and how a host finds its policy. It does
 //! not read the CLI (that is `main.rs`) and holds no runtime state but the handle to the config in
 //! force; what a block page looks like is
-//! [`crate::blocks`]'s job, the config only carries the markers a file lists.
+//! `crate::blocks`'s job, the config only carries the markers a file lists.
 //!
 //! | file | owns |
 //! |---|---|
