@@ -290,13 +290,7 @@ mod tests {
     use super::*;
 
     fn temp(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "courtesy-cache-{tag}-{}-{}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        let _ = fs::remove_dir_all(&d);
-        d
+        crate::scratch::dir(&format!("cache-{tag}"))
     }
 
     fn headers() -> HeaderMap {

@@ -53,6 +53,8 @@ mod reload;
 mod resolve;
 mod response;
 mod robots;
+#[cfg(test)]
+mod scratch;
 mod server;
 mod state;
 pub mod status;

@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_file_on_disk_means_a_fresh_start() {
-        let dir = std::env::temp_dir().join(format!("courtesy-state-{}", std::process::id()));
+        let dir = crate::scratch::dir("state");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(path(&dir), "garbage").unwrap();
         assert!(load(&dir).is_empty());

@@ -349,13 +349,7 @@ mod tests {
     use super::*;
 
     fn temp_dir(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "courtesy-tls-{tag}-{}-{}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        dir
+        crate::scratch::dir(&format!("tls-{tag}"))
     }
 
     #[test]

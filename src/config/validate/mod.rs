@@ -49,7 +49,7 @@ impl Validator<'_> {
         self.errors.push(format!("{}:{line}: {message}", self.name));
     }
 
-    /// A number of seconds in `range` (inclusive), as a `Duration`.
+    /// A number of seconds in `min..=max`, as a `Duration`.
     fn seconds(
         &mut self,
         value: &Option<Spanned<f64>>,
@@ -58,17 +58,8 @@ impl Validator<'_> {
         min: f64,
         max: f64,
     ) -> Option<Duration> {
-        let v = value.as_ref()?;
-        let secs = *v.get_ref();
-        if secs.is_finite() && secs >= min && secs <= max {
-            Some(Duration::from_secs_f64(secs))
-        } else {
-            self.error(
-                v.span().start,
-                &format!("{label}: {key} must be between {min} and {max} seconds, got {secs}"),
-            );
-            None
-        }
+        self.bounded(value, label, key, (min, max), " seconds")
+            .map(Duration::from_secs_f64)
     }
 
     /// A whole number in `min..=max`.
@@ -124,6 +115,18 @@ impl Validator<'_> {
         min: f64,
         max: f64,
     ) -> Option<f64> {
+        self.bounded(value, label, key, (min, max), "")
+    }
+
+    /// A finite number in `min..=max` (`unit` follows the bounds in the message).
+    fn bounded(
+        &mut self,
+        value: &Option<Spanned<f64>>,
+        label: &str,
+        key: &str,
+        (min, max): (f64, f64),
+        unit: &str,
+    ) -> Option<f64> {
         let v = value.as_ref()?;
         let x = *v.get_ref();
         if x.is_finite() && x >= min && x <= max {
@@ -131,7 +134,7 @@ impl Validator<'_> {
         } else {
             self.error(
                 v.span().start,
-                &format!("{label}: {key} must be between {min} and {max}, got {x}"),
+                &format!("{label}: {key} must be between {min} and {max}{unit}, got {x}"),
             );
             None
         }

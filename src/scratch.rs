@@ -1,0 +1,14 @@
+//! Scratch directories for the unit tests: unique per process and call, empty at the start.
+
+use std::path::PathBuf;
+
+/// A fresh, not yet created directory under the system's temp dir, named after `tag`.
+pub(crate) fn dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "courtesy-{tag}-{}-{}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
