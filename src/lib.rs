@@ -29,6 +29,7 @@
 //! | `views` | the typed JSON of the host table, shared by the admin API, the dashboard and `status` |
 //! | [`status`] | `courtesy status`: the host table of a running instance |
 //! | [`log_writer`] | log lines to stderr in batches, off the request path |
+//! | `files` | files written atomically: temporary file, sync, rename |
 //! | `locks` | poison-tolerant locking, in one place |
 //! | `heap` | freed memory back to the OS after a large sweep |
 //!
@@ -42,6 +43,7 @@ mod cache;
 pub mod config;
 mod connections;
 mod feedback;
+mod files;
 mod heap;
 pub mod limiter;
 mod locks;

@@ -116,7 +116,7 @@ pub fn save(dir: &Path, records: &[HostRecord], last: &str) -> Option<String> {
     }
     if let Err(e) = std::fs::create_dir_all(dir)
         .map_err(anyhow::Error::from)
-        .and_then(|()| crate::tls::write_atomically(&path(dir), text.as_bytes(), 0o600))
+        .and_then(|()| crate::files::write_atomically(&path(dir), text.as_bytes(), 0o600))
     {
         warn!("cannot save the state to {}: {e:#}", path(dir).display());
         return None;

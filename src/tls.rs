@@ -9,9 +9,8 @@
 //! This module does not move bytes (`crate::proxy` does, in `proxy/connect.rs`).
 
 use std::fs;
-use std::io::Write as _;
 use std::num::NonZeroUsize;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -158,12 +157,12 @@ impl LocalCa {
             .self_signed(&key)
             .context("cannot sign the CA certificate")?;
         let cert_pem = cert.pem();
-        write_atomically(
+        crate::files::write_atomically(
             &dir.join(CA_KEY_FILE),
             key.serialize_pem().as_bytes(),
             0o600,
         )?;
-        write_atomically(&dir.join(CA_CERT_FILE), cert_pem.as_bytes(), 0o644)?;
+        crate::files::write_atomically(&dir.join(CA_CERT_FILE), cert_pem.as_bytes(), 0o644)?;
         tracing::info!(cert = %dir.join(CA_CERT_FILE).display(), "created a new local CA");
         let cert_der = cert.der().clone();
         let issuer = Issuer::new(params, key);
@@ -210,28 +209,6 @@ fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create the state directory {}", dir.display()))?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
         .with_context(|| format!("cannot make {} private (0700)", dir.display()))?;
-    Ok(())
-}
-
-/// Writes `data` to `path` through a temporary file and a rename, created with `mode` from the start.
-pub fn write_atomically(path: &Path, data: &[u8], mode: u32) -> anyhow::Result<()> {
-    static WRITES: AtomicU64 = AtomicU64::new(0);
-    let tmp = path.with_extension(format!(
-        "tmp-{}-{}",
-        std::process::id(),
-        WRITES.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = fs::remove_file(&tmp);
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    file.write_all(data)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
     Ok(())
 }
 
