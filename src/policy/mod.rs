@@ -5,110 +5,34 @@
 //! with explicit instants. [`Pacing::ready_at`] says when the next request may leave;
 //! [`Pacing::observe`] moves the state after an upstream answer. Waiting is `crate::limiter`'s job and
 //! reading responses is `crate::feedback`'s.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | [`Pacing`]: the rules that move a host's rate, cooldowns and caps |
+//! | `bucket.rs` | the token bucket and the in-flight count |
+//! | `observation.rs` | what goes in ([`Answer`], [`Observation`]) and what comes out ([`Reaction`]) |
+//! | `cooldown.rs` | [`Cooldown`] and its [`CooldownCause`] |
+//! | `episode.rs` | the boxed state only a host in trouble (or steered) has |
+//! | `off_peak.rs` | the off-peak window on monotonic instants |
 
 mod bucket;
+mod cooldown;
+mod episode;
+mod observation;
+mod off_peak;
 
-use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 pub use bucket::{Bucket, InFlight};
+pub use cooldown::{Cooldown, CooldownCause};
+pub use observation::{Answer, Observation, Reaction};
 
 use crate::config::HostPolicy;
 use crate::feedback::{Feedback, ServerBudget};
-
-/// Why a host is cooling down, for logs and the local 429's `Proxy-Status`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CooldownCause {
-    /// The host answered this status (429, or one of `backoff_statuses`).
-    Status(u16),
-    /// Requests failed without an answer (connect error, reset, timeout).
-    Failure,
-    /// The host's RateLimit headers said no budget is left until the reset.
-    ServerBudget,
-    /// An operator paused the host (admin API).
-    Operator,
-    /// A response carried a block marker (a challenge page).
-    SoftBlock,
-    /// The host answered 403 `hard_block_after` times in a row.
-    HardBlock,
-    /// The cause was saved by an earlier run and is not known in detail.
-    Restored,
-}
-
-impl fmt::Display for CooldownCause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CooldownCause::Status(s) => write!(f, "the host answered {s}"),
-            CooldownCause::Failure => f.write_str("requests to the host failed"),
-            CooldownCause::ServerBudget => f.write_str("the host's RateLimit budget is spent"),
-            CooldownCause::Operator => f.write_str("an operator paused it"),
-            CooldownCause::SoftBlock => f.write_str("it sent a challenge page (soft block)"),
-            CooldownCause::HardBlock => f.write_str("it answered 403 again and again (hard block)"),
-            CooldownCause::Restored => f.write_str("it was cooling down before a restart"),
-        }
-    }
-}
-
-/// A window in which no request for the host may leave.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cooldown {
-    /// When it began.
-    pub started: Instant,
-    /// When it ends; it only ever moves later while it lasts.
-    pub until: Instant,
-    /// What started it (the latest extension's cause).
-    pub cause: CooldownCause,
-}
-
-/// What an upstream said (or that it said nothing): the part of an observation the proxy knows.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Answer {
-    /// The class of the answer.
-    pub feedback: Feedback,
-    /// The status, when there was a response.
-    pub status: Option<u16>,
-    /// Time from sending to response headers (or to the failure).
-    pub latency: Duration,
-    /// `Retry-After`, already parsed.
-    pub retry_after: Option<Duration>,
-    /// RateLimit headers, already parsed.
-    pub server: Option<ServerBudget>,
-}
-
-/// One upstream answer (or failure), as pacing needs it: the answer, and what the request's turn
-/// knows about it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Observation {
-    /// What the upstream said.
-    pub answer: Answer,
-    /// When the request left courtesy.
-    pub sent_at: Instant,
-    /// Whether the request had to wait for its turn (the budget was the bottleneck).
-    pub limited: bool,
-    /// Other requests to the host still in flight (not yet counted by the server's numbers).
-    pub others_in_flight: u32,
-}
-
-/// What an observation changed.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Reaction {
-    /// Our own rate before.
-    pub rate_before: f64,
-    /// Our own rate after.
-    pub rate_after: f64,
-    /// A cooldown that this observation started or extended: its new length from now.
-    pub cooldown: Option<Duration>,
-    /// Set when this observation started a hard-block pause.
-    pub hard_block: bool,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct ServerWindow {
-    remaining: u64,
-    reset_at: Instant,
-}
+use episode::{Rare, ServerWindow};
+use off_peak::OffPeakClock;
 
 /// The whole pacing state of one host.
 #[derive(Debug, Clone)]
@@ -122,113 +46,6 @@ pub struct Pacing {
     rare: Option<Box<Rare>>,
     /// The off-peak window, if the policy has one (boxed: most hosts have none).
     off_peak: Option<Box<OffPeakClock>>,
-}
-
-/// An off-peak window with what it needs to be read from monotonic instants.
-#[derive(Debug, Clone)]
-struct OffPeakClock {
-    window: crate::config::OffPeak,
-    /// The policy's configured rate (what the off-peak rate scales against).
-    configured_rate: f64,
-    /// An instant and the wall-clock time it corresponds to.
-    anchor: (Instant, std::time::SystemTime),
-}
-
-impl OffPeakClock {
-    fn new(policy: &HostPolicy, anchor: (Instant, std::time::SystemTime)) -> Option<Box<Self>> {
-        policy.off_peak.as_ref().map(|window| {
-            Box::new(OffPeakClock {
-                window: window.clone(),
-                configured_rate: policy.rate,
-                anchor,
-            })
-        })
-    }
-
-    fn wall(&self, now: Instant) -> std::time::SystemTime {
-        let (anchor, wall) = self.anchor;
-        if now >= anchor {
-            wall + now.duration_since(anchor)
-        } else {
-            wall - anchor.duration_since(now)
-        }
-    }
-}
-
-/// How long the instant of the last rate cut is remembered. An answer to a request sent before the
-/// cut belongs to the same wave and must not cut again; such answers come within the response
-/// timeout, which the config caps at a day. (A host idle for `idle_host_seconds` is forgotten
-/// all the same: it has nothing in flight that could still answer.)
-const WAVE_MEMORY: Duration = Duration::from_secs(25 * 3600);
-
-/// Pacing state that a healthy host does not have. Each field goes back to its empty value when
-/// its episode ends, and then the box is freed.
-#[derive(Debug, Clone, Copy, Default)]
-struct Rare {
-    cooldown: Option<Cooldown>,
-    /// Set when a cooldown starts: the first request after it may not use a saved-up burst.
-    clamp_burst: bool,
-    /// When the rate was last cut: answers to requests sent before it belong to the same wave.
-    last_cut: Option<Instant>,
-    /// Backoffs without Retry-After in a row (the exponent of the next one).
-    backoff_level: u32,
-    /// 403s in a row.
-    consecutive_403: u32,
-    /// 1 / Crawl-delay from robots.txt: a cap on the rate and on adaptation.
-    robots_cap: Option<f64>,
-    server_window: Option<ServerWindow>,
-    server_policy_rate: Option<f64>,
-    /// An operator's pause: ends only by time or by the operator's resume.
-    operator_pause: Option<Instant>,
-    /// An operator's rate, used instead of our own while set.
-    rate_override: Option<f64>,
-}
-
-impl Rare {
-    const NONE: Rare = Rare {
-        cooldown: None,
-        clamp_burst: false,
-        last_cut: None,
-        backoff_level: 0,
-        consecutive_403: 0,
-        robots_cap: None,
-        server_window: None,
-        server_policy_rate: None,
-        operator_pause: None,
-        rate_override: None,
-    };
-
-    fn is_empty(&self) -> bool {
-        self.cooldown.is_none()
-            && !self.clamp_burst
-            && self.last_cut.is_none()
-            && self.backoff_level == 0
-            && self.consecutive_403 == 0
-            && self.robots_cap.is_none()
-            && self.server_window.is_none()
-            && self.server_policy_rate.is_none()
-            && self.operator_pause.is_none()
-            && self.rate_override.is_none()
-    }
-
-    /// Clears what has run out by `now`.
-    fn expire(&mut self, now: Instant) {
-        if self.cooldown.is_some_and(|c| c.until <= now) {
-            self.cooldown = None;
-        }
-        if self
-            .last_cut
-            .is_some_and(|cut| now.saturating_duration_since(cut) > WAVE_MEMORY)
-        {
-            self.last_cut = None;
-        }
-        if self.server_window.is_some_and(|w| w.reset_at <= now) {
-            self.server_window = None;
-        }
-        if self.operator_pause.is_some_and(|p| p <= now) {
-            self.operator_pause = None;
-        }
-    }
 }
 
 /// The part of a host's pacing worth keeping across a restart.

@@ -1,5 +1,6 @@
 //! Pure tests of the pacing state: explicit instants, no runtime.
 
+use super::episode::WAVE_MEMORY;
 use super::*;
 use crate::config::OnCooldown;
 

@@ -1,0 +1,93 @@
+//! The part of a host's pacing state that a healthy host does not have: a cooldown, a backoff
+//! streak, the last rate cut, a 403 streak, caps from robots.txt and the server's RateLimit
+//! window, and an operator's pause or rate. It lives in a box that is freed when its episode ends,
+//! so a million healthy hosts cost a pointer each.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::cooldown::Cooldown;
+
+/// The server's announced budget: what is left until its window resets.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ServerWindow {
+    pub(super) remaining: u64,
+    pub(super) reset_at: Instant,
+}
+
+/// How long the instant of the last rate cut is remembered. An answer to a request sent before the
+/// cut belongs to the same wave and must not cut again; such answers come within the response
+/// timeout, which the config caps at a day. (A host idle for `idle_host_seconds` is forgotten
+/// all the same: it has nothing in flight that could still answer.)
+pub(super) const WAVE_MEMORY: Duration = Duration::from_secs(25 * 3600);
+
+/// Pacing state that a healthy host does not have. Each field goes back to its empty value when
+/// its episode ends, and then the box is freed.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Rare {
+    pub(super) cooldown: Option<Cooldown>,
+    /// Set when a cooldown starts: the first request after it may not use a saved-up burst.
+    pub(super) clamp_burst: bool,
+    /// When the rate was last cut: answers to requests sent before it belong to the same wave.
+    pub(super) last_cut: Option<Instant>,
+    /// Backoffs without Retry-After in a row (the exponent of the next one).
+    pub(super) backoff_level: u32,
+    /// 403s in a row.
+    pub(super) consecutive_403: u32,
+    /// 1 / Crawl-delay from robots.txt: a cap on the rate and on adaptation.
+    pub(super) robots_cap: Option<f64>,
+    pub(super) server_window: Option<ServerWindow>,
+    pub(super) server_policy_rate: Option<f64>,
+    /// An operator's pause: ends only by time or by the operator's resume.
+    pub(super) operator_pause: Option<Instant>,
+    /// An operator's rate, used instead of our own while set.
+    pub(super) rate_override: Option<f64>,
+}
+
+impl Rare {
+    pub(super) const NONE: Rare = Rare {
+        cooldown: None,
+        clamp_burst: false,
+        last_cut: None,
+        backoff_level: 0,
+        consecutive_403: 0,
+        robots_cap: None,
+        server_window: None,
+        server_policy_rate: None,
+        operator_pause: None,
+        rate_override: None,
+    };
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.cooldown.is_none()
+            && !self.clamp_burst
+            && self.last_cut.is_none()
+            && self.backoff_level == 0
+            && self.consecutive_403 == 0
+            && self.robots_cap.is_none()
+            && self.server_window.is_none()
+            && self.server_policy_rate.is_none()
+            && self.operator_pause.is_none()
+            && self.rate_override.is_none()
+    }
+
+    /// Clears what has run out by `now`.
+    pub(super) fn expire(&mut self, now: Instant) {
+        if self.cooldown.is_some_and(|c| c.until <= now) {
+            self.cooldown = None;
+        }
+        if self
+            .last_cut
+            .is_some_and(|cut| now.saturating_duration_since(cut) > WAVE_MEMORY)
+        {
+            self.last_cut = None;
+        }
+        if self.server_window.is_some_and(|w| w.reset_at <= now) {
+            self.server_window = None;
+        }
+        if self.operator_pause.is_some_and(|p| p <= now) {
+            self.operator_pause = None;
+        }
+    }
+}
