@@ -1,0 +1,35 @@
+//! TLS: the local CA, leaf certificates minted per host (cached, bounded), and the rustls client
+//! and server configurations.
+//!
+//! The CA lives under `state_dir` (directory 0700, key 0600, written atomically, never logged) and is
+//! reused across runs; courtesy refuses to start if the key is readable by others. Leaf certificates
+//! are minted on demand for the name a client asked for (SNI, else the CONNECT authority), backdated
+//! for clock skew, and cached so that a second CONNECT to a host costs no key generation. One crypto
+//! provider (ring) is passed explicitly to every config: no global state, no OpenSSL, no aws-lc.
+//! This module does not move bytes (`crate::proxy` does, in `proxy/connect.rs`).
+//!
+//! | file | owns |
+//! |---|---|
+//! | `ca.rs` | [`LocalCa`]: created once, private, reused; signs leaves |
+//! | `leaves.rs` | [`Interceptor`]: leaf server configs per name, minted on demand, cached |
+//! | `upstream.rs` | [`client_config`]: verified upstream TLS |
+
+mod ca;
+mod leaves;
+mod upstream;
+
+use std::sync::Arc;
+
+use rustls::crypto::CryptoProvider;
+
+pub use ca::{LeafError, LocalCa, CA_CERT_FILE, CA_KEY_FILE};
+pub use leaves::Interceptor;
+pub use upstream::client_config;
+
+/// The crypto provider every config uses.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,64 @@
+//! The local CA's life cycle, the leaf cache, and upstream root files.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use super::*;
+
+fn temp_dir(tag: &str) -> PathBuf {
+    crate::scratch::dir(&format!("tls-{tag}"))
+}
+
+#[test]
+fn the_ca_is_created_once_private_and_reused() {
+    let dir = temp_dir("ca");
+    let first = LocalCa::load_or_create(&dir).unwrap();
+    let key_mode = fs::metadata(dir.join(CA_KEY_FILE))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(key_mode & 0o777, 0o600);
+    let dir_mode = fs::metadata(&dir).unwrap().permissions().mode();
+    assert_eq!(dir_mode & 0o777, 0o700);
+    let again = LocalCa::load_or_create(&dir).unwrap();
+    assert_eq!(first.cert_pem(), again.cert_pem(), "reused, not recreated");
+    let fresh = LocalCa::regenerate(&dir).unwrap();
+    assert_ne!(first.cert_pem(), fresh.cert_pem());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_key_readable_by_others_is_refused() {
+    let dir = temp_dir("mode");
+    LocalCa::load_or_create(&dir).unwrap();
+    fs::set_permissions(dir.join(CA_KEY_FILE), fs::Permissions::from_mode(0o644)).unwrap();
+    let err = LocalCa::load_or_create(&dir).unwrap_err().to_string();
+    assert!(err.contains("readable by others"), "{err}");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn leaves_are_cached_and_bad_names_are_errors() {
+    let dir = temp_dir("leaf");
+    let interceptor = Interceptor::new(LocalCa::load_or_create(&dir).unwrap());
+    interceptor.server_config("shop.example.com").unwrap();
+    interceptor.server_config("shop.example.com").unwrap();
+    interceptor.server_config("127.0.0.1").unwrap();
+    assert_eq!(interceptor.cache_stats(), (1, 2));
+    assert!(interceptor.server_config("caf\u{e9}.test").is_err());
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn upstream_ca_files_are_checked() {
+    let dir = temp_dir("upstream");
+    fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty.pem");
+    fs::write(&empty, "").unwrap();
+    assert!(client_config(Some(&empty)).is_err());
+    let ca = LocalCa::load_or_create(&dir.join("ca")).unwrap();
+    assert!(client_config(Some(&ca.cert_path())).is_ok());
+    assert!(client_config(None).is_ok());
+    let _ = fs::remove_dir_all(&dir);
+}
