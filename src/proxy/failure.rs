@@ -103,7 +103,14 @@ impl Failure {
                         format!("the origin closed the connection before a complete response: {h}"),
                     );
                 }
-                if h.is_body_write_aborted() || h.is_user() {
+                if h.is_user() {
+                    // The body courtesy was passing on failed: the client's body is malformed
+                    // (a bad chunk size, a short Content-Length) or the client went away.
+                    return Failure::bad_request(format!(
+                        "the request body could not be read from the client: {h}"
+                    ));
+                }
+                if h.is_body_write_aborted() {
                     return Failure::new(
                         StatusCode::BAD_GATEWAY,
                         ProxyError::HttpRequestError,

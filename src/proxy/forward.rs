@@ -17,6 +17,7 @@ use super::failure::Failure;
 use super::headers::{strip_hop_by_hop, via_for};
 use super::skip::skipped_resource;
 use super::target::Target;
+use super::unread::BodyOnEntry;
 use super::upstream::{Replay, UpstreamBody};
 use super::Proxy;
 use crate::blocks::is_block_redirect;
@@ -30,16 +31,24 @@ impl Proxy {
         req: Request<Incoming>,
         client: SocketAddr,
     ) -> Response<ProxyBody> {
+        let entry = BodyOnEntry::of(req.version(), req.headers(), req.body());
         let target = match Target::of_request(req.uri()) {
             Ok(t) => t,
-            Err(failure) => return failure.into_response(),
+            Err(failure) => {
+                return entry
+                    .settle(failure.into_response(), Some(req.into_body()))
+                    .await
+            }
         };
         if let Some(failure) = self.loops.refuse(&target, req.headers()) {
-            return failure.into_response();
+            return entry
+                .settle(failure.into_response(), Some(req.into_body()))
+                .await;
         }
         let span =
             info_span!("request", client = %client, method = %req.method(), host = %target.key());
-        self.forward_to(req, target).instrument(span).await
+        let (response, unread) = self.forward_to(req, target).instrument(span).await;
+        entry.settle(response, unread).await
     }
 
     /// A request that came out of a CONNECT (decrypted, or plain HTTP inside the tunnel): it goes to
@@ -51,6 +60,7 @@ impl Proxy {
         scheme: &'static str,
         client: SocketAddr,
     ) -> Response<ProxyBody> {
+        let entry = BodyOnEntry::of(req.version(), req.headers(), req.body());
         let path = req
             .uri()
             .path_and_query()
@@ -59,24 +69,35 @@ impl Proxy {
         match format!("{scheme}://{}{path}", target.authority).parse() {
             Ok(uri) => *req.uri_mut() = uri,
             Err(_) => {
-                return Failure::bad_request(format!("cannot make a URL of {:?}", req.uri()))
-                    .into_response()
+                let failure = Failure::bad_request(format!("cannot make a URL of {:?}", req.uri()));
+                return entry
+                    .settle(failure.into_response(), Some(req.into_body()))
+                    .await;
             }
         }
         let span = info_span!("request", client = %client, method = %req.method(), host = %target.key(), scheme);
-        self.forward_to(req, target).instrument(span).await
+        let (response, unread) = self.forward_to(req, target).instrument(span).await;
+        entry.settle(response, unread).await
     }
 
-    async fn forward_to(&self, req: Request<Incoming>, target: Target) -> Response<ProxyBody> {
+    /// The response to `req`, and its body when it was never sent (for [`BodyOnEntry::settle`]).
+    async fn forward_to(
+        &self,
+        req: Request<Incoming>,
+        target: Target,
+    ) -> (Response<ProxyBody>, Option<Incoming>) {
         let host_policy = self.config.get().policy_for(&target.host, target.port);
         if let Some(kind) = skipped_resource(&req, &host_policy.skip_resources) {
             let reason = format!("skip_resources: {} ({})", kind.name(), req.uri().path());
             info!(%reason, "skipped locally");
-            return Failure::denied(reason).into_response();
+            return (
+                Failure::denied(reason).into_response(),
+                Some(req.into_body()),
+            );
         }
         if host_policy.obey_robots && req.uri().path() != "/robots.txt" {
             if let Some(refused) = self.obey_robots(&req, &target, &host_policy).await {
-                return refused;
+                return (refused, Some(req.into_body()));
             }
         }
         let (mut parts, body) = req.into_parts();
@@ -94,7 +115,7 @@ impl Proxy {
         let mut cache_use = CacheUse::plan(&host_policy, &parts, replayable);
         if let Some(plan) = cache_use.as_mut() {
             if let Some(answer) = self.answer_or_revalidate(plan, &mut parts.headers) {
-                return answer;
+                return (answer, Some(body));
             }
         }
         let replay = replayable.then(|| Replay::of(&parts));
@@ -111,24 +132,25 @@ impl Proxy {
                     info!(reason = ?refusal, "refused locally");
                     let key = target.key();
                     self.metrics.refusal(&key, &refusal);
-                    return response::refusal(&refusal, &key);
+                    let unread = first.take().and_then(|r| r.into_body().into_client_body());
+                    return (response::refusal(&refusal, &key), unread);
                 }
             };
             let request = match (first.take(), &replay) {
                 (Some(request), _) => request,
                 (None, Some(replay)) => replay.request(),
                 (None, None) => {
-                    return Failure::new(
+                    let failure = Failure::new(
                         http::StatusCode::INTERNAL_SERVER_ERROR,
                         crate::response::ProxyError::ProxyInternalError,
                         "a request with a body cannot be sent twice",
-                    )
-                    .into_response()
+                    );
+                    return (failure.into_response(), None);
                 }
             };
             let exchanged = match self.exchange(permit, request).await {
                 Ok(exchanged) => exchanged,
-                Err(failure) => return failure.into_response(),
+                Err(failure) => return (failure.into_response(), None),
             };
             let status = exchanged.response.status().as_u16();
             let (permit, policy, latency) = (exchanged.permit, exchanged.policy, exchanged.latency);
@@ -141,7 +163,7 @@ impl Proxy {
                     latency_ms = latency.as_millis() as u64,
                     "revalidated: answered from the cache"
                 );
-                return answer;
+                return (answer, None);
             }
             info!(
                 status,
@@ -172,7 +194,7 @@ impl Proxy {
             let store = cache_use
                 .as_ref()
                 .and_then(|plan| self.store_for(plan, &parts, &policy));
-            return Response::from_parts(
+            let response = Response::from_parts(
                 parts,
                 ProxyBody::Upstream {
                     body,
@@ -181,6 +203,7 @@ impl Proxy {
                     store,
                 },
             );
+            return (response, None);
         }
     }
 }

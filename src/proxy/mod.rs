@@ -17,6 +17,7 @@
 //! | `robots.rs` | obeying robots.txt and fetching it through the budget |
 //! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
 //! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
+//! | `unread.rs` | a request body that never went upstream: drained, or the connection closed |
 //! | `upstream.rs` | the pooled upstream client and the body it sends |
 //! | `failure.rs` | a typed `Failure` for every way a request can fail |
 //!
@@ -36,6 +37,7 @@ mod robots;
 mod skip;
 mod sniff;
 mod target;
+mod unread;
 mod upstream;
 
 use std::convert::Infallible;

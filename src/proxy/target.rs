@@ -69,6 +69,13 @@ impl Target {
     }
 
     fn new(host: &str, port: u16, authority: &str) -> Result<Target, Failure> {
+        if authority.contains('@') {
+            // RFC 9110 4.2.4: userinfo in an http(s) URI is deprecated and to be treated as an
+            // error; forwarding it would send the credentials to the origin in the clear.
+            return Err(Failure::bad_request(
+                "the URL carries credentials (user:password@); send them in a header instead",
+            ));
+        }
         let host = host.trim_start_matches('[').trim_end_matches(']');
         if host.is_empty() {
             return Err(Failure::bad_request("the target host is empty"));
@@ -112,5 +119,7 @@ mod tests {
         assert!(Target::of_request(&"ftp://a.test/".parse().unwrap()).is_err());
         let c = Target::of_connect(&"a.test:443".parse().unwrap()).unwrap();
         assert_eq!(c.key(), "a.test:443");
+        assert!(Target::of_request(&"http://user:pass@a.test/".parse().unwrap()).is_err());
+        assert!(Target::of_connect(&"user@a.test:443".parse().unwrap()).is_err());
     }
 }

@@ -52,6 +52,16 @@ pub enum UpstreamBody {
     Empty,
 }
 
+impl UpstreamBody {
+    /// The client's body, if this is it.
+    pub(crate) fn into_client_body(self) -> Option<Incoming> {
+        match self {
+            UpstreamBody::Client(body) => Some(body),
+            UpstreamBody::Empty => None,
+        }
+    }
+}
+
 impl http_body::Body for UpstreamBody {
     type Data = bytes::Bytes;
     type Error = hyper::Error;

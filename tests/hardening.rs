@@ -1,0 +1,124 @@
+//! End-to-end hardening: answers that keep client connections usable, and malformed requests
+//! blamed on the client.
+
+mod support;
+
+use std::time::Duration;
+
+use http::{Request, Response};
+use support::*;
+
+/// courtesy in reject mode in front of an origin that answers 429 with a long Retry-After, with the
+/// host already cooling down.
+async fn cooling_host() -> (Origin, Courtesy) {
+    let origin = Origin::start("127.0.0.1", |_req| async {
+        come_back_later(429, "60", "slow down")
+    })
+    .await;
+    let courtesy =
+        Courtesy::start("[defaults]\nrate = 50\nburst = 5\non_cooldown = \"reject\"\n").await;
+    let first = courtesy.client().get(&origin.url("/start")).await;
+    assert_eq!(first.status, 429);
+    (origin, courtesy)
+}
+
+fn post(url: &str, size: usize) -> Request<TestBody> {
+    Request::post(url)
+        .header("content-type", "application/octet-stream")
+        .body(full(vec![b'x'; size]))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_answer_to_a_small_unread_body_keeps_the_connection_usable() {
+    let (origin, courtesy) = cooling_host().await;
+    for size in [32 * 1024, 64 * 1024] {
+        let mut conn = courtesy.client().connect().await;
+        let refused = conn.send(post(&origin.url("/upload"), size)).await;
+        assert_eq!(refused.status, 429, "{size} bytes");
+        assert!(refused.header("proxy-status").contains("cooling down"));
+        assert_ne!(refused.header("connection"), "close", "{size} bytes");
+        // The same connection carries the client's next request.
+        let next = tokio::time::timeout(Duration::from_secs(5), conn.get(&origin.url("/next")))
+            .await
+            .expect("an answer on the same connection");
+        assert_eq!(next.status, 429, "{size} bytes");
+    }
+    assert_eq!(origin.count(), 1, "nothing left for the cooling host");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_answer_to_a_large_unread_body_says_connection_close() {
+    let (origin, courtesy) = cooling_host().await;
+    let mut conn = courtesy.client().connect().await;
+    let refused = conn.send(post(&origin.url("/upload"), 1024 * 1024)).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(refused.header("connection"), "close");
+    assert_eq!(origin.count(), 1);
+}
+
+/// Sends `raw` to courtesy on a fresh connection and returns what came back within 5 s.
+async fn raw_exchange(courtesy: &Courtesy, raw: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
+    stream.write_all(raw.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_the_clients_error() {
+    let origin = Origin::start("127.0.0.1", |req| async move {
+        use http_body_util::BodyExt;
+        let _ = req.into_body().collect().await;
+        Response::new(full("ok"))
+    })
+    .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 10\n").await;
+    let host = origin.addr;
+    let bad_chunk = raw_exchange(
+        &courtesy,
+        format!(
+            "POST http://{host}/chunks HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n\
+             5\r\nhello\r\nZZZZ\r\nnot a chunk\r\n0\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(bad_chunk.starts_with("HTTP/1.1 400"), "{bad_chunk}");
+    assert!(
+        bad_chunk.contains("error=http_request_error"),
+        "{bad_chunk}"
+    );
+    let overflow = raw_exchange(
+        &courtesy,
+        format!(
+            "POST http://{host}/chunks HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n\
+             FFFFFFFFFFFFFFFFFFFF\r\nx\r\n0\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(overflow.starts_with("HTTP/1.1 400"), "{overflow}");
+    let both = raw_exchange(
+        &courtesy,
+        format!(
+            "POST http://{host}/both HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\n\
+             Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        ),
+    )
+    .await;
+    // hyper frames such a request by Transfer-Encoding alone, drops Content-Length, and closes
+    // the connection after the answer: nothing can be smuggled behind the body.
+    assert!(
+        both.to_ascii_lowercase().contains("connection: close"),
+        "{both}"
+    );
+    let credentials = courtesy
+        .client()
+        .get(&format!("http://user:secret@{host}/private"))
+        .await;
+    assert_eq!(credentials.status, 400);
+    assert!(credentials.header("proxy-status").contains("credentials"));
+    let paths = origin.paths();
+    assert!(!paths.iter().any(|p| p == "/private"), "{paths:?}");
+}
