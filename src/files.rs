@@ -28,5 +28,11 @@ pub(crate) fn write_atomically(path: &Path, data: &[u8], mode: u32) -> anyhow::R
         .and_then(|()| file.sync_all())
         .with_context(|| format!("cannot write {}", tmp.display()))?;
     fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
+    // The rename is durable once the directory is synced too.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("cannot sync {}", dir.display()))?;
+    }
     Ok(())
 }

@@ -71,7 +71,12 @@ pub(crate) fn hangup_signals() -> tokio::sync::mpsc::Receiver<()> {
     rx
 }
 
-/// Saves what must survive a restart every few seconds when it changed, and once more when `stop`
+/// How long the saver waits after a cooldown or pause began before it writes, so that a wave of
+/// 429s from many hosts becomes one write.
+const SAVE_DEBOUNCE: Duration = Duration::from_millis(10);
+
+/// Saves what must survive a restart within milliseconds of a cooldown, block pause or operator's
+/// change, every few seconds when anything else changed (learned rates), and once more when `stop`
 /// fires; one task does all the writing, so a late periodic save can never overwrite the final one.
 async fn save_state(limiter: Arc<Limiter>, mut stop: tokio::sync::oneshot::Receiver<()>) {
     let mut last = String::new();
@@ -80,6 +85,10 @@ async fn save_state(limiter: Arc<Limiter>, mut stop: tokio::sync::oneshot::Recei
     loop {
         let stopping = tokio::select! {
             _ = ticker.tick() => false,
+            () = limiter.state_changed() => {
+                tokio::time::sleep(SAVE_DEBOUNCE).await;
+                false
+            }
             _ = &mut stop => true,
         };
         let dir = limiter.config().proxy.state_dir.clone();

@@ -122,3 +122,49 @@ async fn malformed_requests_are_the_clients_error() {
     let paths = origin.paths();
     assert!(!paths.iter().any(|p| p == "/private"), "{paths:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cooldown_survives_a_kill_right_after_the_429() {
+    let origin = Origin::start("127.0.0.1", |_req| async {
+        come_back_later(429, "120", "slow down")
+    })
+    .await;
+    let dir = temp_dir("kill-after-429");
+    let ports = Ports::free();
+    let config = dir.join("courtesy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}[defaults]\nrate = 50\nburst = 5\non_cooldown = \"reject\"\nobey_robots = false\n",
+            ports.proxy_section(&dir.join("state"))
+        ),
+    )
+    .unwrap();
+    let client = ProxyClient {
+        proxy: ports.proxy_addr(),
+    };
+
+    let mut first = spawn_courtesy_process(&config);
+    assert!(listening(ports.proxy_addr()).await);
+    let throttled = client.get(&origin.url("/a")).await;
+    assert_eq!(throttled.status, 429);
+    assert_eq!(throttled.header("proxy-status"), "", "the origin's own 429");
+    // Killed (SIGKILL: no shutdown, no final save) a moment after the 429 reached the client.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.kill().await.unwrap();
+
+    let _second = spawn_courtesy_process(&config);
+    assert!(listening(ports.proxy_addr()).await);
+    let after = client.get(&origin.url("/b")).await;
+    assert_eq!(after.status, 429);
+    assert!(
+        after.header("proxy-status").contains("cooling down"),
+        "the restarted courtesy still holds the Retry-After window: {}",
+        after.header("proxy-status")
+    );
+    assert_eq!(
+        origin.count(),
+        1,
+        "nothing reached the host inside its window"
+    );
+}

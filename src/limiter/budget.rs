@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::host::HostState;
@@ -20,10 +20,15 @@ use crate::policy::{CooldownCause, Observation, Reaction};
 const FINE_MIN_RATE: f64 = 1.0;
 
 /// Where the budget of every host is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Budget {
-    /// In this process: each host's pacing state.
-    Local,
+    /// In this process: each host's pacing state. `persist` is told whenever a cooldown, block
+    /// pause or operator's setting begins or grows, so that it reaches the state file within
+    /// milliseconds (a crash must not forget it).
+    Local {
+        /// Wakes the state saver.
+        persist: Arc<Notify>,
+    },
 }
 
 /// The answer to "may the next request to this host go now?".
@@ -53,7 +58,7 @@ impl Budget {
         now: Instant,
     ) -> Turn {
         match self {
-            Budget::Local => {
+            Budget::Local { .. } => {
                 if !state.in_flight.has_room(state.policy.concurrency) {
                     return Turn::NoHostSlot;
                 }
@@ -88,11 +93,16 @@ impl Budget {
         now: Instant,
     ) -> Reaction {
         match self {
-            Budget::Local => {
+            Budget::Local { persist } => {
                 let policy = state.policy.clone();
-                state
-                    .pacing
-                    .observe(observation, &policy, now, rand::random::<f64>())
+                let reaction =
+                    state
+                        .pacing
+                        .observe(observation, &policy, now, rand::random::<f64>());
+                if reaction.cooldown.is_some() || reaction.hard_block {
+                    persist.notify_one();
+                }
+                reaction
             }
         }
     }
@@ -106,10 +116,29 @@ impl Budget {
         now: Instant,
     ) -> bool {
         match self {
-            Budget::Local => {
+            Budget::Local { persist } => {
                 let policy = state.policy.clone();
-                state.pacing.pause_for_block(cause, &policy, now)
+                let paused = state.pacing.pause_for_block(cause, &policy, now);
+                if paused {
+                    persist.notify_one();
+                }
+                paused
             }
+        }
+    }
+
+    /// Says that an operator changed a host's pacing (a pause, a resume, a rate): it is kept at
+    /// once, like a cooldown.
+    pub(crate) fn operator_changed(&self) {
+        match self {
+            Budget::Local { persist } => persist.notify_one(),
+        }
+    }
+
+    /// What wakes the state saver: a cooldown, a block pause or an operator's change.
+    pub(crate) fn persist_signal(&self) -> Arc<Notify> {
+        match self {
+            Budget::Local { persist } => persist.clone(),
         }
     }
 
@@ -117,7 +146,7 @@ impl Budget {
     /// Called under the host's lock.
     pub(crate) fn end_turn(&self, state: &mut HostState, sent: bool, now: Instant) {
         match self {
-            Budget::Local => {
+            Budget::Local { .. } => {
                 state.in_flight.finish();
                 if !sent {
                     state.pacing.refund(now);

@@ -97,8 +97,13 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                     Turn::Go(slot) => {
                         if let Some(waiter) = state.queue.pop_front() {
                             let waited = now.saturating_duration_since(waiter.arrived);
-                            let permit =
-                                Permit::new(host.clone(), limiter.budget, slot, waited, true);
+                            let permit = Permit::new(
+                                host.clone(),
+                                limiter.budget.clone(),
+                                slot,
+                                waited,
+                                true,
+                            );
                             // A receiver that went away hands the permit back; it must be
                             // dropped after the lock is released, since its drop locks too.
                             if let Err(Ok(permit)) = waiter.reply.send(Ok(permit)) {

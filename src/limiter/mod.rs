@@ -88,7 +88,9 @@ impl Limiter {
     fn build(config: LiveConfig, fine_waits: bool) -> Arc<Self> {
         Arc::new(Limiter {
             hosts: DashMap::new(),
-            budget: Budget::Local,
+            budget: Budget::Local {
+                persist: Arc::new(tokio::sync::Notify::new()),
+            },
             global: Arc::new(Semaphore::new(config.get().proxy.max_in_flight)),
             config,
             shutting_down: AtomicBool::new(false),
@@ -145,7 +147,7 @@ impl Limiter {
                     drop(state);
                     return Ok(Permit::new(
                         entry,
-                        self.budget,
+                        self.budget.clone(),
                         global,
                         Duration::ZERO,
                         false,
@@ -236,6 +238,12 @@ impl Limiter {
             }
             host.wake.notify_one();
         }
+    }
+
+    /// Resolves soon after a cooldown, block pause or operator's change began: the state saver
+    /// waits on it, so that what a crash must not forget reaches the disk within milliseconds.
+    pub(crate) async fn state_changed(&self) {
+        self.budget.persist_signal().notified().await
     }
 
     /// Whether the table knows the host with this key (`host:port`, as [`Permit::host_key`]).

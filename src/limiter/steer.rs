@@ -172,6 +172,7 @@ impl Limiter {
             let _ = waiter.reply.send(Err(refusal));
         }
         entry.wake.notify_one();
+        self.budget.operator_changed();
         Ok(snapshot_of(&entry))
     }
 
