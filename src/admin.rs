@@ -93,11 +93,17 @@ impl Admin {
                 with_type(DASHBOARD.to_string(), "text/html; charset=utf-8")
             }
             (&Method::GET | &Method::HEAD, ["healthz"]) => with_type("ok\n".into(), TEXT),
-            (&Method::GET | &Method::HEAD, ["metrics"]) => with_type(
-                self.metrics
-                    .render(&self.limiter, self.interceptor.cache_stats()),
-                "text/plain; version=0.0.4; charset=utf-8",
-            ),
+            (&Method::GET | &Method::HEAD, ["metrics"]) => {
+                let text = self
+                    .metrics
+                    .render(&self.limiter, self.interceptor.cache_stats());
+                let accept = req
+                    .headers()
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok());
+                let (body, content_type) = crate::metrics::negotiate(text, accept);
+                with_type(body, content_type)
+            }
             (&Method::GET | &Method::HEAD, ["ca.pem"]) => with_type(
                 self.interceptor.ca().cert_pem().to_string(),
                 "application/x-pem-file",

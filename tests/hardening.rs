@@ -168,3 +168,43 @@ async fn a_cooldown_survives_a_kill_right_after_the_429() {
         "nothing reached the host inside its window"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_come_in_the_format_the_scraper_asks_for() {
+    use http_body_util::BodyExt;
+    let courtesy = Courtesy::start("").await;
+    let scrape = |accept: Option<&'static str>| {
+        let url = courtesy.admin_url("/metrics");
+        async move {
+            let mut req = Request::get(url);
+            if let Some(accept) = accept {
+                req = req.header("accept", accept);
+            }
+            let response = direct_client()
+                .request(req.body(full("")).unwrap())
+                .await
+                .unwrap();
+            let kind = response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (kind, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let (kind, text) = scrape(Some(
+        "application/openmetrics-text;version=1.0.0;q=0.9,text/plain;version=0.0.4;q=0.5",
+    ))
+    .await;
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+    assert!(text.ends_with("# EOF\n"));
+    let (kind, text) = scrape(Some("text/plain;version=0.0.4")).await;
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    assert!(!text.contains("# EOF"));
+    assert!(
+        text.contains("# TYPE courtesy_leaf_certificates_minted_total counter\n"),
+        "{text}"
+    );
+    let (kind, _) = scrape(None).await;
+    assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
+}

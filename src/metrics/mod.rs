@@ -7,6 +7,10 @@
 //! over a million hosts cannot blow up the scrape. When the host table forgets an idle host, its
 //! series go too and its label slot is free for a host in use.
 
+mod format;
+
+pub(crate) use format::negotiate;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
