@@ -65,6 +65,12 @@ pub fn render(page: &Page, color: bool) -> String {
         "SENT",
         "LAST",
     ];
+    let mut list: Vec<&HostView> = list.iter().collect();
+    list.sort_by(|a, b| {
+        trouble_rank(&a.state)
+            .cmp(&trouble_rank(&b.state))
+            .then_with(|| host_order(&a.host).cmp(&host_order(&b.host)))
+    });
     let mut rows: Vec<[String; 8]> = Vec::new();
     for h in list {
         let cooldown = match &h.cooldown {
@@ -130,6 +136,30 @@ pub fn render(page: &Page, color: bool) -> String {
         .collect()
 }
 
+/// Hosts in trouble first: paused, cooling down, queued, active, idle.
+fn trouble_rank(state: &str) -> u8 {
+    match state {
+        "paused" => 0,
+        "cooling_down" => 1,
+        "queued" => 2,
+        "active" => 3,
+        "idle" => 4,
+        _ => 5,
+    }
+}
+
+/// How a `host:port` key sorts: addresses as addresses (`127.0.1.2` before `127.0.1.10`, IPv4
+/// before IPv6), names after them alphabetically, then by port.
+fn host_order(key: &str) -> (bool, Option<std::net::IpAddr>, String, u16) {
+    let (host, port) = key.rsplit_once(':').unwrap_or((key, ""));
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = port.parse().unwrap_or(0);
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => (false, Some(ip), String::new(), port),
+        Err(_) => (true, None, host.to_string(), port),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +190,32 @@ mod tests {
         assert!(!text.contains('\x1b'));
         assert!(render(&hosts, true).contains("\x1b[33m"));
         assert_eq!(render(&page(json!({"hosts": []})), false), "no hosts yet\n");
+    }
+
+    #[test]
+    fn trouble_comes_first_and_addresses_sort_as_addresses() {
+        let hosts = page(json!({"hosts": [
+            {"host": "127.0.1.10:80", "state": "idle"},
+            {"host": "b.test:80", "state": "idle"},
+            {"host": "127.0.1.2:80", "state": "idle"},
+            {"host": "127.0.1.1:80", "state": "idle"},
+            {"host": "z.test:443", "state": "cooling_down"},
+        ]}));
+        let text = render(&hosts, false);
+        let order: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "z.test:443",
+                "127.0.1.1:80",
+                "127.0.1.2:80",
+                "127.0.1.10:80",
+                "b.test:80"
+            ]
+        );
     }
 }

@@ -136,6 +136,20 @@ async fn chromium_shows_the_hosts_on_the_dashboard() {
         out.status
     );
     assert!(stdout.contains("dashboard ok"), "{stdout}\n{stderr}");
+    // The default sort puts hosts in trouble first: the cooling host above the healthy one.
+    let order = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("rows in order: "))
+        .unwrap_or_default();
+    let position = |key: String| order.split(' ').position(|k| k == key);
+    let (cooling, healthy) = (
+        position(throttling.addr.to_string()),
+        position(host.clone()),
+    );
+    assert!(
+        cooling.is_some() && cooling < healthy,
+        "trouble first: {order}"
+    );
     let png = std::fs::read(&screenshot).expect("the screenshot was written");
     assert!(
         png.starts_with(b"\x89PNG\r\n\x1a\n"),

@@ -4,7 +4,7 @@
 //   node tests/node/dashboard.mjs <dashboard url> <host key> <screenshot.png>
 //
 // Exit 0: the row `[data-host="<host key>"]` appeared, shows a rate, the page refreshed itself and
-// no console error/warning or page error was seen. Exit 1 otherwise; 2 on bad usage or no browser.
+// no console error/warning or page error was seen; the rows' order is printed last. Exit 1 otherwise; 2 on bad usage or no browser.
 // Used by tests/dashboard.rs. Every wait is bounded.
 
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -99,11 +99,13 @@ try {
     throw new Error(`the disconnected notice shows: ${(await page.locator("#disconnected").textContent()).trim()}`);
   }
 
+  const order = await page.locator("[data-host]").evaluateAll((els) => els.map((e) => e.dataset.host));
   await page.screenshot({ path: screenshot, fullPage: true });
   if (problems.length) throw new Error(`${problems.length} console problem(s):\n  ${problems.join("\n  ")}`);
   console.log(
     `dashboard ok: host ${hostKey} state=${state} rate=${rate} req/s sent=${sent}; ` +
-      `${hosts} host(s), last update ${updated}; no console errors; screenshot ${screenshot}`,
+      `${hosts} host(s), last update ${updated}; no console errors; screenshot ${screenshot}\n` +
+      `rows in order: ${order.join(" ")}`,
   );
   exitCode = 0;
 } catch (err) {
