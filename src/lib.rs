@@ -27,6 +27,7 @@
 //! | `state` | what survives a restart: cooldowns, pauses, overrides, learned rates |
 //! | `admin` | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
 //! | `views` | the typed JSON of the host table, shared by the admin API, the dashboard and `status` |
+//! | [`client_env`] | `courtesy env`: the shell lines that point a crawler at courtesy |
 //! | [`status`] | `courtesy status`: the host table of a running instance |
 //! | [`log_writer`] | log lines to stderr in batches, off the request path |
 //! | `files` | files written atomically: temporary file, sync, rename |
@@ -40,6 +41,7 @@ mod alerts;
 mod blocks;
 mod body;
 mod cache;
+pub mod client_env;
 pub mod config;
 mod connections;
 mod feedback;

@@ -1,4 +1,4 @@
-//! The `courtesy` command: `run` (the default), `check`.
+//! The `courtesy` command: `run` (the default), `check`, `status`, `env`, `ca`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +42,13 @@ enum Command {
         #[arg(long)]
         token: Option<String>,
     },
+    /// Print the shell lines that point a crawler's environment at courtesy:
+    /// eval "$(courtesy env)".
+    Env {
+        /// Config file (for [proxy] listen and state_dir) [default: config/courtesy.toml if it exists].
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+    },
     /// Print where courtesy's local CA certificate is and how to trust it (creates it if needed).
     Ca {
         /// Config file (for [proxy] state_dir) [default: config/courtesy.toml if it exists].
@@ -80,6 +87,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Check { file }) => check(&file),
         Some(Command::Ca { config, regenerate }) => ca(config.as_deref(), regenerate),
+        Some(Command::Env { config }) => load(config.as_deref())
+            .and_then(|config| courtesy::client_env::shell_lines(&config))
+            .map(|lines| print!("{lines}")),
         Some(Command::Status {
             config,
             admin,
