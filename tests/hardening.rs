@@ -208,3 +208,48 @@ async fn metrics_come_in_the_format_the_scraper_asks_for() {
     let (kind, _) = scrape(None).await;
     assert!(kind.starts_with("application/openmetrics-text"), "{kind}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_certificate_under_obey_robots_is_a_502_and_no_back_off() {
+    let test_ca = TestCa::new();
+    let origin = Origin::start_tls(
+        "127.0.0.1",
+        test_ca.server_config(&["127.0.0.1"]),
+        |_req| async { Response::new(full("secret")) },
+    )
+    .await;
+    // No upstream_ca: nobody trusts the origin's CA. robots.txt is obeyed.
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nconnect_ports = [{}]\n[defaults]\nrate = 50\nburst = 5\nobey_robots = true\n\
+         on_cooldown = \"reject\"\n",
+        origin.addr.port()
+    ))
+    .await;
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{}", courtesy.addr)).unwrap())
+        .tls_backend_preconfigured(client_tls_trusting(&courtesy.ca_path()))
+        .build()
+        .unwrap();
+    let url = format!("https://{}/page", origin.addr);
+    for attempt in 0..2 {
+        let got = client.get(&url).send().await.unwrap();
+        assert_eq!(got.status(), 502, "attempt {attempt}");
+        let status = got.headers()["proxy-status"].to_str().unwrap().to_string();
+        assert!(status.contains("error=tls_certificate_error"), "{status}");
+        assert!(!status.contains("robots.txt"), "{status}");
+    }
+    let (_, host) = admin_call(
+        "GET",
+        &courtesy.admin_url(&format!("/hosts/{}", origin.addr)),
+        None,
+        "",
+    )
+    .await;
+    let host: serde_json::Value = serde_json::from_str(&host).unwrap();
+    assert_eq!(
+        host["state"], "idle",
+        "a local trust problem backs nothing off: {host}"
+    );
+    assert!(host["cooldown"].is_null(), "{host}");
+    assert_eq!(origin.count(), 0);
+}

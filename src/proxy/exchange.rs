@@ -91,11 +91,11 @@ impl Proxy {
 
     /// Feeds a request that got no response back into the host's pacing and logs it.
     fn report_failure(&self, permit: &Permit, failure: &Failure, latency: Duration) {
-        // A request courtesy could not send because of the client's own body says nothing of the host.
-        let feedback = if failure.kind == ProxyError::HttpRequestError {
-            Feedback::Neutral
-        } else {
-            Feedback::Failed
+        // A request courtesy could not send because of the client's own body, or because courtesy
+        // does not trust the host's certificate, says nothing of the host: no back-off.
+        let feedback = match failure.kind {
+            ProxyError::HttpRequestError | ProxyError::TlsCertificateError => Feedback::Neutral,
+            _ => Feedback::Failed,
         };
         let reaction = permit.report(&Answer {
             feedback,

@@ -15,8 +15,17 @@ use super::Proxy;
 use crate::body::ProxyBody;
 use crate::config::HostPolicy;
 use crate::limiter::Refusal;
-use crate::response;
+use crate::response::{self, ProxyError};
 use crate::robots::{self, Fetched, Step, Verdict};
+
+/// Why robots.txt was not fetched, when the request must be answered without a verdict.
+#[derive(Debug)]
+enum NotFetched {
+    /// The host refuses every request right now.
+    Refused(Refusal),
+    /// The host's certificate is not one courtesy trusts: a local problem, not the host's.
+    Untrusted(Failure),
+}
 
 impl Proxy {
     /// Checks `req` against the host's robots.txt (fetching it first if needed); applies the
@@ -46,12 +55,19 @@ impl Proxy {
                 Step::Fetch(guard) => {
                     match self.fetch_robots(target, scheme, user_agent.clone()).await {
                         Ok(fetched) => guard.finish(fetched),
-                        Err(refusal) => {
+                        Err(NotFetched::Refused(refusal)) => {
                             // The host refuses every request right now (a cooldown in reject mode):
                             // this one gets that answer, and a later request fetches robots.txt.
                             drop(guard);
                             self.metrics.refusal(&target.key(), &refusal);
                             return Some(response::refusal(&refusal, &target.key()));
+                        }
+                        Err(NotFetched::Untrusted(failure)) => {
+                            // courtesy's own trust is the problem, not the host or its robots.txt:
+                            // the answer says so, and once the roots are fixed the next request
+                            // fetches robots.txt again.
+                            drop(guard);
+                            return Some(failure.into_response());
                         }
                     }
                 }
@@ -88,7 +104,7 @@ impl Proxy {
         target: &Target,
         scheme: &str,
         user_agent: Option<HeaderValue>,
-    ) -> Result<Fetched, Refusal> {
+    ) -> Result<Fetched, NotFetched> {
         let mut url = format!("{scheme}://{}/robots.txt", target.authority);
         for _ in 0..=robots::MAX_REDIRECTS {
             let Ok(uri) = url.parse::<Uri>() else {
@@ -97,7 +113,11 @@ impl Proxy {
             let Ok(next) = Target::of_any(&uri) else {
                 return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
             };
-            let permit = self.limiter.admit(&next.host, next.port).await?;
+            let permit = self
+                .limiter
+                .admit(&next.host, next.port)
+                .await
+                .map_err(NotFetched::Refused)?;
             let mut request = Request::new(UpstreamBody::Empty);
             *request.uri_mut() = uri.clone();
             let headers = request.headers_mut();
@@ -111,6 +131,9 @@ impl Proxy {
             // The permit is held until the body is read: the fetch is in flight until then.
             let (response, _permit) = match self.exchange(permit, request).await {
                 Ok(exchanged) => (exchanged.response, exchanged.permit),
+                Err(failure) if failure.kind == ProxyError::TlsCertificateError => {
+                    return Err(NotFetched::Untrusted(failure))
+                }
                 Err(failure) => return Ok(Fetched::Unreachable(failure.details)),
             };
             let status = response.status();
