@@ -20,7 +20,7 @@ pub const CA_CERT_FILE: &str = "ca.pem";
 /// File name of the CA private key under `state_dir`.
 pub const CA_KEY_FILE: &str = "ca-key.pem";
 /// Why a leaf certificate could not be made for a name.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LeafError {
     /// The name is not something a certificate can carry.
     #[error("cannot make a certificate for {name:?}: {reason}")]

@@ -4,7 +4,7 @@
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
@@ -24,9 +24,17 @@ const LEAF_REFRESH: Duration = Duration::from_secs(7 * 24 * 3600);
 pub struct Interceptor {
     ca: LocalCa,
     provider: Arc<CryptoProvider>,
-    cache: Mutex<LruCache<String, (Arc<ServerConfig>, Instant)>>,
+    cache: Mutex<LruCache<String, Arc<Leaf>>>,
     hits: AtomicU64,
     misses: AtomicU64,
+}
+
+/// One name's leaf: minted once, by the first caller; callers for the same name meanwhile wait
+/// for it, callers for other names do not.
+#[derive(Debug)]
+struct Leaf {
+    made: Instant,
+    config: OnceLock<Result<Arc<ServerConfig>, LeafError>>,
 }
 
 impl std::fmt::Debug for Interceptor {
@@ -68,16 +76,39 @@ impl Interceptor {
 
     /// The server config presenting a certificate for `name` (lowercase host or IP literal).
     pub fn server_config(&self, name: &str) -> Result<Arc<ServerConfig>, LeafError> {
-        // Minting (an ECDSA key and a signature, well under a millisecond with ring) happens under
-        // the lock, so that two first CONNECTs to one host never both mint.
-        let mut cache = crate::locks::lock(&self.cache);
-        if let Some((config, minted)) = cache.get(name) {
-            if minted.elapsed() < LEAF_REFRESH {
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(config.clone());
+        // The cache's lock is held only to find or place the name's slot; minting (an ECDSA key
+        // and a signature) happens outside it, once per name: first CONNECTs to different hosts
+        // never wait for each other.
+        let leaf = {
+            let mut cache = crate::locks::lock(&self.cache);
+            match cache.get(name) {
+                Some(leaf) if leaf.made.elapsed() < LEAF_REFRESH => leaf.clone(),
+                _ => {
+                    let leaf = Arc::new(Leaf {
+                        made: Instant::now(),
+                        config: OnceLock::new(),
+                    });
+                    cache.put(name.to_string(), leaf.clone());
+                    leaf
+                }
             }
-        }
-        self.misses.fetch_add(1, Ordering::Relaxed);
+        };
+        let mut minted_here = false;
+        let config = leaf.config.get_or_init(|| {
+            minted_here = true;
+            self.mint(name)
+        });
+        let counter = if minted_here {
+            &self.misses
+        } else {
+            &self.hits
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        config.clone()
+    }
+
+    /// A new leaf for `name` and the server config presenting it.
+    fn mint(&self, name: &str) -> Result<Arc<ServerConfig>, LeafError> {
         let (chain, key) = self.ca.mint(name)?;
         let mut config = ServerConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()
@@ -87,8 +118,6 @@ impl Interceptor {
                 reason: e.to_string(),
             })?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let config = Arc::new(config);
-        cache.put(name.to_string(), (config.clone(), Instant::now()));
-        Ok(config)
+        Ok(Arc::new(config))
     }
 }

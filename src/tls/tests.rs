@@ -62,3 +62,25 @@ fn upstream_ca_files_are_checked() {
     assert!(client_config(None).is_ok());
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn concurrent_first_connects_mint_once_per_name() {
+    let dir = temp_dir("mint-once");
+    let interceptor = Arc::new(Interceptor::new(LocalCa::load_or_create(&dir).unwrap()));
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let interceptor = interceptor.clone();
+            std::thread::spawn(move || {
+                let name = format!("host{}.test", i % 4);
+                interceptor.server_config(&name).unwrap()
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (hits, minted) = interceptor.cache_stats();
+    assert_eq!(minted, 4, "one leaf per name");
+    assert_eq!(hits, 12);
+    let _ = fs::remove_dir_all(&dir);
+}
