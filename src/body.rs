@@ -61,7 +61,7 @@ impl Body for ProxyBody {
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
                         if let (Some(data), Some(writer)) = (frame.data_ref(), store.as_mut()) {
-                            writer.write(data);
+                            writer.write_bytes(data);
                         }
                         // hyper stops polling a body that says it has ended: finish here too.
                         if body.is_end_stream() {

@@ -8,12 +8,13 @@
 //! not decide when to use the store (the proxy does, in `proxy/cached.rs`).
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -65,24 +66,56 @@ impl Head {
     }
 }
 
-/// The response store, shared by all requests.
+/// The response store, shared by all requests. Every read and write runs on the store's own
+/// thread, in the order asked ([`Store::head_off_workers`] and [`Store::get_off_workers`] wait for
+/// their answer without blocking a worker): no file is read or written on an async worker, and a
+/// response whose body reached its client is found by the client's next request.
 pub struct Store {
+    core: Arc<Core>,
+    jobs: mpsc::Sender<Job>,
+}
+
+/// What the readers and the writer thread share.
+struct Core {
     dir: PathBuf,
     max_bytes: u64,
     /// Entry name → size, in least-recently-used order.
     index: Mutex<LruCache<String, u64>>,
     total: AtomicU64,
-    writes: AtomicU64,
+}
+
+/// Work for the writer thread, in the order it was asked for.
+enum Job {
+    /// Create the temporary file of writer `id`.
+    Start { id: u64, tmp: PathBuf },
+    /// Append a chunk to writer `id`'s file.
+    Append { id: u64, chunk: Bytes },
+    /// Writer `id` is complete: make its entry visible.
+    Commit { id: u64, head: Head, size: u64 },
+    /// Writer `id` was abandoned: remove its file.
+    Abort { id: u64 },
+    /// Read the entry for `url` (with its body when `body`), after every earlier write.
+    Read {
+        url: String,
+        body: bool,
+        reply: tokio::sync::oneshot::Sender<Option<(Head, Bytes)>>,
+    },
+    /// Answer once every earlier job is done.
+    #[cfg(test)]
+    Flush(mpsc::Sender<()>),
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("dir", &self.dir).finish()
+        f.debug_struct("Store")
+            .field("dir", &self.core.dir)
+            .finish()
     }
 }
 
 impl Store {
-    /// Opens (and indexes) the store in `dir`, bounded to `max_bytes`.
+    /// Opens (and indexes) the store in `dir`, bounded to `max_bytes`, and starts its writer
+    /// thread (it ends when the store and its last writer are gone).
     pub fn open(dir: PathBuf, max_bytes: u64) -> Store {
         let mut entries: Vec<(SystemTime, String, u64)> = Vec::new();
         if let Ok(read) = fs::read_dir(&dir) {
@@ -103,13 +136,21 @@ impl Store {
             total += size;
             index.put(name, size);
         }
-        Store {
+        let core = Arc::new(Core {
             dir,
             max_bytes,
             index: Mutex::new(index),
             total: AtomicU64::new(total),
-            writes: AtomicU64::new(0),
+        });
+        let (jobs, queue) = mpsc::channel();
+        let writer_core = core.clone();
+        let started = std::thread::Builder::new()
+            .name("courtesy-cache".into())
+            .spawn(move || writer_core.run(queue));
+        if let Err(e) = started {
+            warn!("cannot start the cache writer ({e}); responses will not be stored");
         }
+        Store { core, jobs }
     }
 
     fn name(url: &str) -> String {
@@ -118,8 +159,79 @@ impl Store {
         format!("{:016x}", h.finish())
     }
 
-    /// The stored head for `url`, if any (and marks it recently used).
+    /// The stored head for `url`, if any (and marks it recently used). Reads a file: on the
+    /// request path, [`Store::head_off_workers`].
+    #[cfg(test)]
     pub fn head(&self, url: &str) -> Option<Head> {
+        self.core.head(url)
+    }
+
+    /// The stored head and body for `url`, if any. Reads up to [`MAX_ENTRY_BYTES`] from disk: on
+    /// the request path, [`Store::get_off_workers`].
+    #[cfg(test)]
+    pub fn get(&self, url: &str) -> Option<(Head, Bytes)> {
+        self.core.get(url)
+    }
+
+    /// [`Store::head`] on the store's thread, after every write asked for before (so a response
+    /// that has reached its client is found).
+    pub async fn head_off_workers(&self, url: &str) -> Option<Head> {
+        self.read(url, false).await.map(|(head, _)| head)
+    }
+
+    /// [`Store::get`] on the store's thread, after every write asked for before.
+    pub async fn get_off_workers(&self, url: &str) -> Option<(Head, Bytes)> {
+        self.read(url, true).await
+    }
+
+    async fn read(&self, url: &str, body: bool) -> Option<(Head, Bytes)> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job::Read {
+            url: url.to_string(),
+            body,
+            reply,
+        };
+        self.jobs.send(job).ok()?;
+        answer.await.ok().flatten()
+    }
+
+    /// Starts storing a response for `url`.
+    pub fn writer(&self, head: Head) -> Option<Writer> {
+        static WRITERS: AtomicU64 = AtomicU64::new(0);
+        let id = WRITERS.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.core.dir.join(format!(
+            "{}.tmp-{}-{id}",
+            Store::name(&head.url),
+            std::process::id()
+        ));
+        self.jobs.send(Job::Start { id, tmp }).ok()?;
+        Some(Writer {
+            jobs: self.jobs.clone(),
+            id,
+            head,
+            written: 0,
+            open: true,
+        })
+    }
+
+    /// Waits until the writer thread has done everything asked of it so far.
+    #[cfg(test)]
+    pub fn flush(&self) {
+        let (done, wait) = mpsc::channel();
+        if self.jobs.send(Job::Flush(done)).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+
+    /// Bytes stored (tests check the bound).
+    #[cfg(test)]
+    pub fn total_bytes(&self) -> u64 {
+        self.core.total.load(Ordering::Relaxed)
+    }
+}
+
+impl Core {
+    fn head(&self, url: &str) -> Option<Head> {
         let name = Store::name(url);
         let text = fs::read_to_string(self.dir.join(format!("{name}.json"))).ok()?;
         let head: Head = serde_json::from_str(&text).ok()?;
@@ -130,36 +242,71 @@ impl Store {
         Some(head)
     }
 
-    /// The stored head and body for `url`, if any.
-    pub fn get(&self, url: &str) -> Option<(Head, Bytes)> {
+    fn get(&self, url: &str) -> Option<(Head, Bytes)> {
         let head = self.head(url)?;
         let body = fs::read(self.dir.join(format!("{}.body", Store::name(url)))).ok()?;
         (body.len() as u64 == head.size).then(|| (head, Bytes::from(body)))
     }
 
-    /// Starts storing a response for `url`; `None` if the store cannot be written.
-    pub fn writer(self: &Arc<Self>, head: Head) -> Option<Writer> {
-        if let Err(e) = fs::create_dir_all(&self.dir) {
-            warn!(
-                "cannot create the cache directory {}: {e}",
-                self.dir.display()
-            );
-            return None;
+    /// The writer thread: the open temporary files, and the jobs in order.
+    fn run(&self, queue: mpsc::Receiver<Job>) {
+        let mut files: HashMap<u64, (PathBuf, fs::File)> = HashMap::new();
+        let mut dir_made = false;
+        while let Ok(job) = queue.recv() {
+            match job {
+                Job::Start { id, tmp } => {
+                    if !dir_made {
+                        if let Err(e) = fs::create_dir_all(&self.dir) {
+                            warn!(
+                                "cannot create the cache directory {}: {e}",
+                                self.dir.display()
+                            );
+                            continue;
+                        }
+                        dir_made = true;
+                    }
+                    if let Ok(file) = fs::File::create(&tmp) {
+                        files.insert(id, (tmp, file));
+                    }
+                }
+                Job::Append { id, chunk } => {
+                    let failed = files
+                        .get_mut(&id)
+                        .is_some_and(|(_, file)| file.write_all(&chunk).is_err());
+                    if failed {
+                        if let Some((tmp, _)) = files.remove(&id) {
+                            let _ = fs::remove_file(tmp);
+                        }
+                    }
+                }
+                Job::Commit { id, head, size } => {
+                    if let Some((tmp, file)) = files.remove(&id) {
+                        drop(file);
+                        self.commit(head, &tmp, size);
+                    }
+                }
+                Job::Abort { id } => {
+                    if let Some((tmp, _)) = files.remove(&id) {
+                        let _ = fs::remove_file(tmp);
+                    }
+                }
+                Job::Read { url, body, reply } => {
+                    let found = if body {
+                        self.get(&url)
+                    } else {
+                        self.head(&url).map(|head| (head, Bytes::new()))
+                    };
+                    let _ = reply.send(found);
+                }
+                #[cfg(test)]
+                Job::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
         }
-        let n = self.writes.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!(
-            "{}.tmp-{}-{n}",
-            Store::name(&head.url),
-            std::process::id()
-        ));
-        let file = fs::File::create(&tmp).ok()?;
-        Some(Writer {
-            store: self.clone(),
-            head,
-            tmp,
-            file: Some(file),
-            written: 0,
-        })
+        for (tmp, _) in files.into_values() {
+            let _ = fs::remove_file(tmp);
+        }
     }
 
     fn commit(&self, mut head: Head, tmp: &Path, size: u64) {
@@ -191,21 +338,17 @@ impl Store {
             debug!(entry = %victim, "evicted from the cache");
         }
     }
-
-    /// Bytes stored (tests check the bound).
-    #[cfg(test)]
-    pub fn total_bytes(&self) -> u64 {
-        self.total.load(Ordering::Relaxed)
-    }
 }
 
-/// A response body being stored as it streams; committed only when complete.
+/// A response body being stored as it streams; committed only when complete. It only hands
+/// chunks to the writer thread: nothing here touches the disk.
 pub struct Writer {
-    store: Arc<Store>,
+    jobs: mpsc::Sender<Job>,
+    id: u64,
     head: Head,
-    tmp: PathBuf,
-    file: Option<fs::File>,
     written: u64,
+    /// Still storing (not given up, finished or abandoned).
+    open: bool,
 }
 
 impl std::fmt::Debug for Writer {
@@ -217,32 +360,50 @@ impl std::fmt::Debug for Writer {
 }
 
 impl Writer {
-    /// Appends a chunk; gives up (silently, the client is unaffected) past [`MAX_ENTRY_BYTES`] or
-    /// on a write error.
+    /// Appends a chunk (copied); see [`Writer::write_bytes`].
     pub fn write(&mut self, chunk: &[u8]) {
-        let Some(file) = self.file.as_mut() else {
+        self.write_bytes(&Bytes::copy_from_slice(chunk));
+    }
+
+    /// Appends a chunk; gives up (silently, the client is unaffected) past [`MAX_ENTRY_BYTES`].
+    pub fn write_bytes(&mut self, chunk: &Bytes) {
+        if !self.open {
             return;
-        };
+        }
         self.written += chunk.len() as u64;
-        if self.written > MAX_ENTRY_BYTES || file.write_all(chunk).is_err() {
-            self.file = None;
+        let job = Job::Append {
+            id: self.id,
+            chunk: chunk.clone(),
+        };
+        if self.written > MAX_ENTRY_BYTES || self.jobs.send(job).is_err() {
+            self.abandon();
         }
     }
 
     /// The body ended: make the entry visible.
     pub fn finish(mut self) {
-        if self.file.take().is_some() {
-            self.store
-                .commit(self.head.clone(), &self.tmp, self.written);
+        if self.open {
+            self.open = false;
+            let _ = self.jobs.send(Job::Commit {
+                id: self.id,
+                head: self.head.clone(),
+                size: self.written,
+            });
+        }
+    }
+
+    fn abandon(&mut self) {
+        if self.open {
+            self.open = false;
+            let _ = self.jobs.send(Job::Abort { id: self.id });
         }
     }
 }
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        // Not finished (client gone, upstream error, too large): nothing becomes visible. After a
-        // commit the temporary file has been renamed away and this does nothing.
-        let _ = fs::remove_file(&self.tmp);
+        // Not finished (client gone, upstream error, too large): nothing becomes visible.
+        self.abandon();
     }
 }
 
@@ -302,7 +463,7 @@ mod tests {
 
     #[test]
     fn entries_appear_only_when_complete() {
-        let store = Arc::new(Store::open(temp("complete"), 1 << 20));
+        let store = Store::open(temp("complete"), 1 << 20);
         let url = "http://a.test/page";
         let mut w = store
             .writer(head_of(url, StatusCode::OK, &headers()))
@@ -311,6 +472,7 @@ mod tests {
         assert!(store.get(url).is_none(), "not visible before the end");
         w.write(b"world");
         w.finish();
+        store.flush();
         let (head, body) = store.get(url).unwrap();
         assert_eq!(&body[..], b"hello world");
         assert_eq!(head.etag.as_deref(), Some("\"v1\""));
@@ -319,13 +481,14 @@ mod tests {
             .writer(head_of("http://a.test/other", StatusCode::OK, &headers()))
             .unwrap();
         drop(abandoned);
+        store.flush();
         assert!(store.get("http://a.test/other").is_none());
     }
 
     #[test]
     fn the_store_is_bounded_and_evicts_the_least_recently_used() {
         let dir = temp("bounded");
-        let store = Arc::new(Store::open(dir.clone(), 25));
+        let store = Store::open(dir.clone(), 25);
         for name in ["a", "b", "c"] {
             let mut w = store
                 .writer(head_of(
@@ -336,6 +499,7 @@ mod tests {
                 .unwrap();
             w.write(&[0u8; 10]);
             w.finish();
+            store.flush();
             if name == "b" {
                 store.head("http://t/a"); // touch a: b becomes the oldest
             }

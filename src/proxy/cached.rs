@@ -43,7 +43,7 @@ impl CacheUse {
 impl Proxy {
     /// Before the request goes: in `dev` mode a stored response is the answer; in `revalidate`
     /// mode the stored validators are added to `headers`.
-    pub(super) fn answer_or_revalidate(
+    pub(super) async fn answer_or_revalidate(
         &self,
         plan: &mut CacheUse,
         headers: &mut HeaderMap,
@@ -51,12 +51,12 @@ impl Proxy {
         match plan.mode {
             CacheMode::Off => None,
             CacheMode::Dev => {
-                let (head, body) = self.cache.get(&plan.url)?;
+                let (head, body) = self.cache.get_off_workers(&plan.url).await?;
                 info!(url = %plan.url, "answered from the cache (dev)");
                 Some(self.answer_from_cache(head, body, "hit; dev"))
             }
             CacheMode::Revalidate => {
-                let head = self.cache.head(&plan.url)?;
+                let head = self.cache.head_off_workers(&plan.url).await?;
                 let validators = [
                     (IF_NONE_MATCH, head.etag.as_deref()),
                     (IF_MODIFIED_SINCE, head.last_modified.as_deref()),
@@ -73,11 +73,15 @@ impl Proxy {
     }
 
     /// After the origin answered `status`: a 304 to a revalidation becomes the stored 200.
-    pub(super) fn revalidated(&self, plan: &CacheUse, status: u16) -> Option<Response<ProxyBody>> {
+    pub(super) async fn revalidated(
+        &self,
+        plan: &CacheUse,
+        status: u16,
+    ) -> Option<Response<ProxyBody>> {
         if !(plan.revalidating && status == 304) {
             return None;
         }
-        let (head, body) = self.cache.get(&plan.url)?;
+        let (head, body) = self.cache.get_off_workers(&plan.url).await?;
         Some(self.answer_from_cache(head, body, "revalidated"))
     }
 

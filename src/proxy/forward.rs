@@ -114,7 +114,7 @@ impl Proxy {
             && body.is_end_stream();
         let mut cache_use = CacheUse::plan(&host_policy, &parts, replayable);
         if let Some(plan) = cache_use.as_mut() {
-            if let Some(answer) = self.answer_or_revalidate(plan, &mut parts.headers) {
+            if let Some(answer) = self.answer_or_revalidate(plan, &mut parts.headers).await {
                 return (answer, Some(body));
             }
         }
@@ -154,10 +154,11 @@ impl Proxy {
             };
             let status = exchanged.response.status().as_u16();
             let (permit, policy, latency) = (exchanged.permit, exchanged.policy, exchanged.latency);
-            if let Some(answer) = cache_use
-                .as_ref()
-                .and_then(|plan| self.revalidated(plan, status))
-            {
+            let revalidated = match cache_use.as_ref() {
+                Some(plan) => self.revalidated(plan, status).await,
+                None => None,
+            };
+            if let Some(answer) = revalidated {
                 info!(
                     status,
                     latency_ms = latency.as_millis() as u64,
