@@ -64,6 +64,8 @@ mod state;
 pub mod status;
 mod tasks;
 pub mod tls;
+#[cfg(test)]
+mod untrusted_input;
 mod views;
 
 pub use server::{run, Listeners};

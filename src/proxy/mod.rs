@@ -49,6 +49,29 @@ use hyper::body::Incoming;
 
 pub use upstream::upstream_idle_timeout;
 
+/// The proxy's parsers of untrusted input, for the crate's property tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use http::Uri;
+
+    pub(crate) use super::sniff::classify_opening;
+    use super::target::Target;
+
+    /// The budget key of an absolute-form request target, or why it is refused.
+    pub(crate) fn request_target(uri: &Uri) -> Result<String, String> {
+        Target::of_request(uri)
+            .map(|t| t.key())
+            .map_err(|f| f.details)
+    }
+
+    /// The budget key of a CONNECT authority, or why it is refused.
+    pub(crate) fn connect_target(uri: &Uri) -> Result<String, String> {
+        Target::of_connect(uri)
+            .map(|t| t.key())
+            .map_err(|f| f.details)
+    }
+}
+
 use crate::alerts::Alerts;
 use crate::body::ProxyBody;
 use crate::cache;

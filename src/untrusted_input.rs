@@ -1,0 +1,124 @@
+//! Property tests of every parser that reads what others send: request targets and CONNECT
+//! authorities, `Retry-After`, RateLimit headers, robots.txt, the first bytes inside a CONNECT,
+//! admin API paths and config files. For arbitrary input each must answer (a value or an error)
+//! without panicking, within a bounded time, and without output larger than its input allows.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use http::{HeaderMap, HeaderValue, Uri};
+use proptest::prelude::*;
+
+use crate::config::Config;
+use crate::feedback::{retry_after, server_budget};
+use crate::proxy::testing::{classify_opening, connect_target, request_target};
+use crate::robots::{Fetched, RobotsCache, Step};
+
+/// Generous: a parser that needs this long for a few kilobytes is broken, not slow.
+const PER_INPUT: Duration = Duration::from_secs(2);
+
+fn bounded<T>(what: &str, run: impl FnOnce() -> T) -> T {
+    let started = Instant::now();
+    let out = run();
+    assert!(
+        started.elapsed() < PER_INPUT,
+        "{what} took {:?}",
+        started.elapsed()
+    );
+    out
+}
+
+/// Text that looks like what the parsers expect some of the time: header-ish punctuation,
+/// digits, words and arbitrary characters.
+fn texty() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[ -~]{0,300}",
+        "[0-9a-zA-Z:;,=/.\\[\\]@ \"-]{0,200}",
+        any::<String>().prop_map(|s| s.chars().take(300).collect()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn request_targets_and_connect_authorities(text in texty()) {
+        if let Ok(uri) = text.parse::<Uri>() {
+            bounded("a request target", || {
+                if let Ok(target) = request_target(&uri) {
+                    prop_assert!(!target.is_empty());
+                }
+                let _ = connect_target(&uri);
+                Ok(())
+            })?;
+        }
+    }
+
+    #[test]
+    fn retry_after_values(text in texty(), now_s in 0u64..4_000_000_000) {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_s);
+        bounded("Retry-After", || retry_after(&text, now));
+    }
+
+    #[test]
+    fn ratelimit_headers(
+        values in proptest::collection::vec(("[a-z-]{0,24}", texty()), 0..8),
+        now_s in 0u64..4_000_000_000,
+    ) {
+        let mut headers = HeaderMap::new();
+        let names = ["ratelimit", "ratelimit-policy", "ratelimit-remaining", "ratelimit-reset",
+            "x-ratelimit-remaining", "x-ratelimit-reset", "x-ratelimit-limit", "retry-after"];
+        for (i, (name, value)) in values.iter().enumerate() {
+            let name = if name.is_empty() { names[i % names.len()] } else { name.as_str() };
+            if let (Ok(name), Ok(value)) = (
+                http::header::HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.append(name, value);
+            }
+        }
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_s);
+        bounded("RateLimit headers", || server_budget(&headers, now));
+    }
+
+    #[test]
+    fn robots_txt_files(
+        body in proptest::collection::vec(any::<u8>(), 0..4096),
+        lines in proptest::collection::vec("(User-agent|Disallow|Allow|Crawl-delay|Sitemap): [ -~]{0,40}", 0..40),
+        path in "/[ -~]{0,60}",
+    ) {
+        for rules in [body, lines.join("\n").into_bytes()] {
+            let cache = RobotsCache::new();
+            bounded("robots.txt", || {
+                if let Step::Fetch(guard) = cache.step("http://a.test:80", "bot", &path) {
+                    guard.finish(Fetched::Rules(rules));
+                }
+                prop_assert!(matches!(cache.step("http://a.test:80", "bot", &path), Step::Known(_)));
+                Ok(())
+            })?;
+        }
+    }
+
+    #[test]
+    fn the_first_bytes_inside_a_connect(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        bounded("a tunnel's first bytes", || classify_opening(&bytes));
+    }
+
+    #[test]
+    fn config_files(text in prop_oneof![
+        texty(),
+        proptest::collection::vec(
+            "(\\[defaults\\]|\\[proxy\\]|\\[\\[host\\]\\]|rate = [0-9.e-]{1,8}|match = \"[a-z*.:0-9]{0,20}\"|on_cooldown = \"[a-z]{0,8}\"|burst = -?[0-9]{1,12}|[a-z_]{1,20} = [ -~]{0,20})",
+            0..30,
+        ).prop_map(|lines| lines.join("\n")),
+    ]) {
+        bounded("a config file", || {
+            if let Err(errors) = Config::parse(&text, "fuzz.toml") {
+                prop_assert!(!errors.errors.is_empty());
+                for e in &errors.errors {
+                    prop_assert!(e.starts_with("fuzz.toml"), "{}", e);
+                }
+            }
+            Ok(())
+        })?;
+    }
+}
