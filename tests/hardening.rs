@@ -253,3 +253,90 @@ async fn an_untrusted_certificate_under_obey_robots_is_a_502_and_no_back_off() {
     assert!(host["cooldown"].is_null(), "{host}");
     assert_eq!(origin.count(), 0);
 }
+
+/// An origin that answers the first request on each connection and, on the second, reads it and
+/// closes the connection without a word: what a kept-alive connection that the origin closed at
+/// the moment of sending looks like. Returns its address and the request lines it read.
+async fn closing_origin() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        for _ in 0..20 {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let log = log.clone();
+            tokio::spawn(async move {
+                for answered in [true, false] {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match stream.read(&mut byte).await {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    log.lock()
+                        .unwrap()
+                        .push(text.lines().next().unwrap_or("").to_string());
+                    if !answered {
+                        return; // closes the connection, unanswered
+                    }
+                    let length = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length: ")
+                                .map(str::to_string)
+                        })
+                        .and_then(|n| n.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    let mut body = vec![0u8; length];
+                    let _ = stream.read_exact(&mut body).await;
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .await;
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_pooled_connection_is_retried_fresh_for_idempotent_requests_only() {
+    let (origin, seen) = closing_origin().await;
+    let courtesy =
+        Courtesy::start("[defaults]\nrate = 50\nburst = 10\non_cooldown = \"reject\"\n").await;
+    let client = courtesy.client();
+    assert_eq!(client.get(&format!("http://{origin}/a")).await.status, 200);
+    // /b goes out on the kept-alive connection, which the origin closes: sent once more.
+    let b = client.get(&format!("http://{origin}/b")).await;
+    assert_eq!(b.status, 200, "{}", b.header("proxy-status"));
+    // /c is a POST: never sent twice, so the client hears of the failure.
+    let c = client.send(post(&format!("http://{origin}/c"), 1)).await;
+    assert_eq!(c.status, 502);
+    assert!(c.header("proxy-status").contains("connection_terminated"));
+    let lines = seen.lock().unwrap().clone();
+    let count = |path: &str| {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!(" {path} ")))
+            .count()
+    };
+    assert_eq!(
+        (count("/a"), count("/b"), count("/c")),
+        (1, 2, 1),
+        "{lines:?}"
+    );
+    // Neither stale connection backed the host off.
+    let after = client.get(&format!("http://{origin}/d")).await;
+    assert_eq!(after.status, 200, "{}", after.header("proxy-status"));
+}

@@ -10,9 +10,10 @@ use http::header::RETRY_AFTER;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tokio::time::Instant;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::failure::Failure;
+use super::reuse::Watched;
 use super::upstream::UpstreamBody;
 use super::Proxy;
 use crate::config::HostPolicy;
@@ -34,26 +35,48 @@ pub(crate) struct Exchanged {
     pub(crate) latency: Duration,
 }
 
+/// A request that got no response.
+#[derive(Debug)]
+pub(crate) struct Unanswered {
+    /// What the client is told if nothing else is tried.
+    pub(crate) failure: Failure,
+    /// The request went out on a reused pooled connection that the origin closed before any
+    /// response byte: a bodiless idempotent request may be sent once more, on a fresh connection.
+    pub(crate) stale: bool,
+}
+
 impl Proxy {
     /// Sends `request` under `permit` within the response timeout. On success the answer has been
     /// reported, counted and any block or cooldown it started logged; on failure the failure has
-    /// been reported and the permit released.
+    /// been reported (unless the connection was stale) and the permit released.
     pub(super) async fn exchange(
         &self,
         mut permit: Permit,
-        request: Request<UpstreamBody>,
-    ) -> Result<Exchanged, Failure> {
+        mut request: Request<UpstreamBody>,
+    ) -> Result<Exchanged, Unanswered> {
         permit.mark_sent();
+        let watched = Watched::of(&mut request);
         let started = Instant::now();
         let timeout = self.config.get().proxy.response_timeout;
         let result = tokio::time::timeout(timeout, self.client.request(request)).await;
         let latency = started.elapsed();
+        let reused = watched.count();
         let response = match result {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => {
                 let failure = Failure::of_upstream(&err);
-                self.report_failure(&permit, &failure, latency);
-                return Err(failure);
+                let stale = reused && failure.kind == ProxyError::ConnectionTerminated;
+                if stale {
+                    // The origin closed a kept-alive connection as the request went out on it:
+                    // nothing to hold against the host.
+                    info!(
+                        "a pooled connection was closed under the request: {}",
+                        failure.details
+                    );
+                } else {
+                    self.report_failure(&permit, &failure, latency);
+                }
+                return Err(Unanswered { failure, stale });
             }
             Err(_) => {
                 let failure = Failure::response_timeout(format!(
@@ -62,7 +85,10 @@ impl Proxy {
                     timeout.as_secs_f64()
                 ));
                 self.report_failure(&permit, &failure, latency);
-                return Err(failure);
+                return Err(Unanswered {
+                    failure,
+                    stale: false,
+                });
             }
         };
         let policy = permit.policy();

@@ -121,10 +121,11 @@ impl Proxy {
         let replay = replayable.then(|| Replay::of(&parts));
         let mut first = Some(Request::from_parts(parts, UpstreamBody::Client(body)));
         let mut attempt = 0u32;
+        let mut fresh_retry = false;
         loop {
             let admitted = self
                 .limiter
-                .admit_with(&target.host, target.port, attempt > 0)
+                .admit_with(&target.host, target.port, attempt > 0 || fresh_retry)
                 .await;
             let permit = match admitted {
                 Ok(p) => p,
@@ -150,7 +151,13 @@ impl Proxy {
             };
             let exchanged = match self.exchange(permit, request).await {
                 Ok(exchanged) => exchanged,
-                Err(failure) => return (failure.into_response(), None),
+                Err(unanswered) if unanswered.stale && replay.is_some() && !fresh_retry => {
+                    // Sent once more, through the budget; the dead connection has left the pool.
+                    fresh_retry = true;
+                    info!("sending once more on a fresh connection");
+                    continue;
+                }
+                Err(unanswered) => return (unanswered.failure.into_response(), None),
             };
             let status = exchanged.response.status().as_u16();
             let (permit, policy, latency) = (exchanged.permit, exchanged.policy, exchanged.latency);

@@ -14,6 +14,7 @@
 //! | `headers.rs` | hop-by-hop headers and our `Via` entry |
 //! | `loops.rs` | requests that would come back to courtesy itself |
 //! | `skip.rs` | `skip_resources`: sub-resources answered locally |
+//! | `reuse.rs` | whether a request went out on a connection that had carried one before |
 //! | `robots.rs` | obeying robots.txt and fetching it through the budget |
 //! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
 //! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
@@ -33,6 +34,7 @@ mod failure;
 mod forward;
 mod headers;
 mod loops;
+mod reuse;
 mod robots;
 mod skip;
 mod sniff;

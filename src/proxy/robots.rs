@@ -106,7 +106,9 @@ impl Proxy {
         user_agent: Option<HeaderValue>,
     ) -> Result<Fetched, NotFetched> {
         let mut url = format!("{scheme}://{}/robots.txt", target.authority);
-        for _ in 0..=robots::MAX_REDIRECTS {
+        let mut fresh_retry = false;
+        let mut hops = 0;
+        while hops <= robots::MAX_REDIRECTS {
             let Ok(uri) = url.parse::<Uri>() else {
                 return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
             };
@@ -131,11 +133,17 @@ impl Proxy {
             // The permit is held until the body is read: the fetch is in flight until then.
             let (response, _permit) = match self.exchange(permit, request).await {
                 Ok(exchanged) => (exchanged.response, exchanged.permit),
-                Err(failure) if failure.kind == ProxyError::TlsCertificateError => {
-                    return Err(NotFetched::Untrusted(failure))
+                Err(unanswered) if unanswered.stale && !fresh_retry => {
+                    // A pooled connection died under the fetch: once more, on a fresh one.
+                    fresh_retry = true;
+                    continue;
                 }
-                Err(failure) => return Ok(Fetched::Unreachable(failure.details)),
+                Err(unanswered) if unanswered.failure.kind == ProxyError::TlsCertificateError => {
+                    return Err(NotFetched::Untrusted(unanswered.failure))
+                }
+                Err(unanswered) => return Ok(Fetched::Unreachable(unanswered.failure.details)),
             };
+            hops += 1;
             let status = response.status();
             info!(status = status.as_u16(), url = %uri, "robots.txt");
             if status.is_redirection() {

@@ -9,11 +9,12 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::reuse::Counting;
 use crate::config::Config;
 use crate::resolve::{Connector, Resolver};
 
 /// The pooled upstream client.
-pub(crate) type Upstream = Client<HttpsConnector<Connector>, UpstreamBody>;
+pub(crate) type Upstream = Client<HttpsConnector<Counting<Connector>>, UpstreamBody>;
 
 /// How long an idle upstream connection is kept: 90 s, or less when idle hosts are forgotten
 /// sooner (`idle_host_seconds`), since a host courtesy no longer knows should not keep a socket
@@ -33,7 +34,7 @@ pub(crate) fn client(config: &Config, resolver: Resolver, tls: rustls::ClientCon
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(connector);
+        .wrap_connector(Counting(connector));
     // Without a pool timer hyper-util never closes an idle connection by itself (only finds
     // it stale at the next checkout): a crawl over many hosts would keep a socket per host.
     Client::builder(TokioExecutor::new())

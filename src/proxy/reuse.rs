@@ -1,0 +1,130 @@
+//! Whether a request went out on a pooled connection that had carried requests before: an origin
+//! may close an idle kept-alive connection at the moment courtesy sends on it, and then the origin
+//! never saw the request. Such a failure is courtesy's to repair (one more try on a fresh
+//! connection, for a request that may be sent twice), not the host's to be blamed for.
+//!
+//! Every upstream connection carries a counter of the requests sent on it, read back through the
+//! connection's metadata (`Connected::extra`), which the pooled client hands to a
+//! [`capture_connection`] of each request.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Uri};
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::client::legacy::connect::{
+    capture_connection, CaptureConnection, Connected, Connection,
+};
+
+/// How many requests were sent on one upstream connection.
+#[derive(Debug, Clone, Default)]
+struct Uses(Arc<AtomicU32>);
+
+/// A connector whose connections count their requests.
+#[derive(Debug, Clone)]
+pub(crate) struct Counting<C>(pub(crate) C);
+
+impl<C> tower::Service<Uri> for Counting<C>
+where
+    C: tower::Service<Uri>,
+    C::Future: Send + 'static,
+{
+    type Response = Counted<C::Response>;
+    type Error = C::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.0.call(uri);
+        Box::pin(async move {
+            Ok(Counted {
+                io: connecting.await?,
+                uses: Uses::default(),
+            })
+        })
+    }
+}
+
+/// An upstream connection with its request counter.
+#[derive(Debug)]
+pub(crate) struct Counted<T> {
+    io: T,
+    uses: Uses,
+}
+
+impl<T: Connection> Connection for Counted<T> {
+    fn connected(&self) -> Connected {
+        self.io.connected().extra(self.uses.clone())
+    }
+}
+
+impl<T: Read + Unpin> Read for Counted<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<T: Write + Unpin> Write for Counted<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+}
+
+/// Watches which connection a request goes out on.
+pub(crate) struct Watched(CaptureConnection);
+
+impl Watched {
+    /// Starts watching `request`.
+    pub(crate) fn of<B>(request: &mut Request<B>) -> Self {
+        Watched(capture_connection(request))
+    }
+
+    /// Counts the request on its connection, once it was sent or failed; returns whether the
+    /// connection had carried a request before (false when no connection was reached).
+    pub(crate) fn count(&self) -> bool {
+        let metadata = self.0.connection_metadata();
+        let Some(connected) = metadata.as_ref() else {
+            return false;
+        };
+        let mut extensions = http::Extensions::new();
+        connected.get_extras(&mut extensions);
+        extensions
+            .get::<Uses>()
+            .is_some_and(|uses| uses.0.fetch_add(1, Ordering::Relaxed) > 0)
+    }
+}
