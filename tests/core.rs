@@ -414,7 +414,8 @@ async fn upstream_failures_become_502_or_504_with_proxy_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_tunnels_are_paced_and_restricted_to_connect_ports() {
-    let courtesy = Courtesy::start(&pacing(100.0, 10, 10)).await;
+    // Blind tunnels (tunnel mode) are what connect_ports bounds.
+    let courtesy = Courtesy::start(&format!("{}https = \"tunnel\"\n", pacing(100.0, 10, 10))).await;
     let (_stream, head) = open_tunnel(courtesy.addr, "127.0.0.1:22").await;
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
     assert!(

@@ -340,3 +340,42 @@ async fn a_stale_pooled_connection_is_retried_fresh_for_idempotent_requests_only
     let after = client.get(&format!("http://{origin}/d")).await;
     assert_eq!(after.status, 200, "{}", after.header("proxy-status"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undici_reaches_http_on_any_port_through_connect_and_other_bytes_are_refused() {
+    let plain = Origin::ok("127.0.0.1").await;
+    // Default connect_ports ([443, 80]): the origin's port is not in it.
+    let courtesy = Courtesy::start("[defaults]\nrate = 2\nburst = 1\n").await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/undici_proxy.mjs");
+    let stdout = run_to_success(
+        client_command("node")
+            .env("NODE_EXTRA_CA_CERTS", courtesy.ca_path())
+            .arg(script)
+            .arg(format!("http://{}", courtesy.addr))
+            .arg(plain.url("/a"))
+            .arg(plain.url("/b")),
+    )
+    .await;
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), vec!["200 2", "200 2"]);
+    let at = plain.arrival_times();
+    assert_eq!(at.len(), 2);
+    assert!(
+        at[1].duration_since(at[0]) >= Duration::from_millis(450),
+        "paced per request"
+    );
+
+    // Bytes that are neither TLS nor HTTP open no blind tunnel in intercept mode.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ssh = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (mut stream, head) = open_tunnel(courtesy.addr, ssh.local_addr().unwrap()).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    stream.write_all(b"SSH-2.0-OpenSSH_9.2\r\n").await.unwrap();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "closed, nothing relayed"
+    );
+    let dialed = tokio::time::timeout(Duration::from_millis(200), ssh.accept()).await;
+    assert!(dialed.is_err(), "no connection to the SSH port was made");
+}

@@ -5,7 +5,10 @@
 //!   every decrypted request goes back through `forward_inside`, paced like plain http;
 //! - plain HTTP inside the tunnel: served and forwarded the same way;
 //! - anything else in `tunnel` mode: one admission, then bytes copied both ways, the host's
-//!   concurrency slot held for the tunnel's whole life.
+//!   concurrency slot held for the tunnel's whole life; only to `connect_ports`.
+//!
+//! In intercept mode a CONNECT to any port is accepted, since whatever courtesy serves inside is
+//! paced request by request; a tunnel that carries neither TLS nor HTTP is closed unopened.
 //!
 //! Work that outlives the CONNECT request runs through [`crate::connections::Connections`], so a
 //! shutdown waits for requests in flight inside tunnels as for any other. Certificates are minted by
@@ -51,7 +54,11 @@ impl Proxy {
             Err(failure) => return failure.into_response(),
         };
         let config = self.config.get();
-        if !config.proxy.connect_ports.contains(&target.port) {
+        let mode = config.policy_for(&target.host, target.port).https;
+        // `connect_ports` bounds blind tunnels only: in intercept mode whatever comes through is
+        // HTTP or TLS that courtesy serves and paces itself (undici sends http:// to any port
+        // through CONNECT), and anything else is refused after the first bytes.
+        if mode == HttpsMode::Tunnel && !config.proxy.connect_ports.contains(&target.port) {
             return Failure::denied(format!(
                 "CONNECT to port {} is not allowed ([proxy] connect_ports = {:?})",
                 target.port, config.proxy.connect_ports
@@ -61,7 +68,6 @@ impl Proxy {
         if let Some(failure) = self.loops.refuse(&target, req.headers()) {
             return failure.into_response();
         }
-        let mode = config.policy_for(&target.host, target.port).https;
         let span = info_span!("connect", client = %client, host = %target.key(), ?mode);
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
@@ -124,7 +130,7 @@ impl Proxy {
             (Opening::Tls, Some(leaf)) => self.intercept_tls(stream, target, leaf, client).await,
             (_, None) => self.tunnel(stream, target).await,
             (_, Some(_)) => {
-                warn!("refused a CONNECT tunnel that carries neither TLS nor HTTP");
+                warn!("refused a CONNECT tunnel that carries neither TLS nor HTTP (no blind tunnels in intercept mode)");
             }
         }
     }
