@@ -5,8 +5,6 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::{line_of, ConfigErrors};
-
 /// Defines the per-host keys once, for both `[defaults]` and `[[host]]`: a new per-host key is
 /// added here.
 macro_rules! policy_keys {
@@ -128,16 +126,4 @@ pub(super) struct FileProxy {
     pub(super) connect_ports: Option<Spanned<Vec<Spanned<i64>>>>,
     pub(super) upstream_ca: Option<Spanned<String>>,
     pub(super) cache_max_mb: Option<Spanned<i64>>,
-}
-
-impl FileConfig {
-    /// Reads `text` as the file's structure; `name` is used in the message of the first problem.
-    pub(super) fn read(text: &str, name: &str) -> Result<FileConfig, ConfigErrors> {
-        toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(0);
-            ConfigErrors {
-                errors: vec![format!("{name}:{line}: {}", e.message().trim())],
-            }
-        })
-    }
 }

@@ -12,6 +12,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Config`]: load, parse, the policy of a host, who may connect; [`ConfigErrors`] |
 //! | `file.rs` | the structs that mirror the TOML file (stage one) |
+//! | `read.rs` | reading the file into them, every unknown key and wrong type reported and taken out |
 //! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
 //! | `policy.rs` | [`HostPolicy`] and its defaults, the [`OffPeak`] window |
@@ -25,6 +26,7 @@ mod file;
 mod live;
 mod pattern;
 mod policy;
+mod read;
 mod settings;
 mod validate;
 mod word;
@@ -46,7 +48,6 @@ pub use policy::{HostPolicy, OffPeak};
 pub use settings::{AdminSettings, AlertSettings, ProxySettings};
 pub use word::ConfigWord;
 
-use file::FileConfig;
 use validate::Validator;
 
 /// The whole validated configuration.
@@ -91,8 +92,9 @@ impl Config {
 
     /// Validates config text; `name` is used in messages.
     pub fn parse(text: &str, name: &str) -> Result<Config, ConfigErrors> {
-        let file = FileConfig::read(text, name)?;
+        let (file, problems) = read::read(text, name)?;
         let mut v = Validator::new(name, text);
+        v.carry(problems);
         let proxy = v.proxy(&file.proxy);
         let admin = v.admin(&file.admin, &proxy);
         let alerts = v.alerts(&file.alerts);

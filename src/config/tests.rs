@@ -191,3 +191,36 @@ fn a_word_outside_its_table_lists_every_choice() {
         (OnCooldown::Hold, HttpsMode::Tunnel, CacheMode::Dev)
     );
 }
+
+#[test]
+fn unknown_keys_wrong_types_and_bad_values_are_all_reported_with_their_keys() {
+    let err = parse(
+        "[proxy]\nmax_in_flight = \"many\"\n[defaults]\nrate = \"fast\"\nburst = -1\nratee = 3\n\
+         [[host]]\nmatch = \"a.test\"\nconcurrency = \"two\"\n[[host]]\nrate = 2\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.errors.len(), 6, "{err}");
+    for start in [
+        "test.toml:2: [proxy] max_in_flight: invalid type",
+        "test.toml:4: [defaults] rate: invalid type",
+        "test.toml:5: [defaults]: burst must be",
+        "test.toml:6: [defaults] ratee: unknown field",
+        "test.toml:9: [[host]] 1: concurrency: invalid type",
+        "test.toml:10: [[host]] 2: missing field `match`",
+    ] {
+        assert!(
+            err.errors.iter().any(|e| e.starts_with(start)),
+            "{start}: {err}"
+        );
+    }
+}
+
+#[test]
+fn every_syntax_error_is_reported() {
+    let err = parse("[defaults\nrate = = 1\n").unwrap_err();
+    assert!(!err.errors.is_empty());
+    assert!(
+        err.errors.iter().all(|e| e.starts_with("test.toml:")),
+        "{err}"
+    );
+}

@@ -32,6 +32,12 @@ impl<'a> Validator<'a> {
     }
 
     /// Every problem found so far, or `Ok` if there was none.
+    /// Takes on problems found before validation (unknown keys, wrong types).
+    pub(super) fn carry(&mut self, problems: Vec<String>) {
+        self.errors.extend(problems);
+    }
+
+    /// The problems found (those carried first), or nothing.
     pub(super) fn finish(self) -> Result<(), ConfigErrors> {
         if self.errors.is_empty() {
             Ok(())
