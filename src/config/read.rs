@@ -27,11 +27,16 @@ pub(super) fn read(text: &str, name: &str) -> Result<(FileConfig, Vec<String>), 
             .collect();
         return Err(ConfigErrors { errors });
     }
-    let mut problems = Vec::new();
+    // Found in the order serde meets them; listed in the order of the file.
+    let mut problems: Vec<(usize, String)> = Vec::new();
+    let in_file_order = |mut problems: Vec<(usize, String)>| {
+        problems.sort_by_key(|(line, _)| *line);
+        problems.into_iter().map(|(_, p)| p).collect::<Vec<_>>()
+    };
     loop {
         let value = Spanned::new(root.span(), DeValue::Table(root.get_ref().clone()));
         let error = match FileConfig::deserialize(ValueDeserializer::from(value)) {
-            Ok(file) => return Ok((file, problems)),
+            Ok(file) => return Ok((file, in_file_order(problems))),
             Err(error) => error,
         };
         let at = error.span().map(|s| s.start);
@@ -41,9 +46,14 @@ pub(super) fn read(text: &str, name: &str) -> Result<(FileConfig, Vec<String>), 
             .as_deref()
             .map(|path| format!("{path}: "))
             .unwrap_or_default();
-        problems.push(format!("{name}:{line}: {key}{}", error.message().trim()));
+        problems.push((
+            line,
+            format!("{name}:{line}: {key}{}", error.message().trim()),
+        ));
         if removed.is_none() || problems.len() >= MAX_PROBLEMS {
-            return Err(ConfigErrors { errors: problems });
+            return Err(ConfigErrors {
+                errors: in_file_order(problems),
+            });
         }
     }
 }
