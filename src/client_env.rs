@@ -28,6 +28,18 @@ const SYSTEM_ROOTS: [&str; 4] = [
 /// The hosts no client should send through courtesy.
 const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
+/// The shell commands that make Chromium (and Playwright's or Puppeteer's Chromium) on Linux trust
+/// the CA at `ca`, for the user running them: they create the user's NSS database when it does not
+/// exist yet (a fresh home has none, and `certutil -A` alone then fails), then add the CA.
+pub fn nss_trust_commands(ca: &Path) -> String {
+    let ca = quoted(&path_text(ca));
+    format!(
+        "mkdir -p \"$HOME/.pki/nssdb\"\n\
+         [ -f \"$HOME/.pki/nssdb/cert9.db\" ] || certutil -d sql:\"$HOME/.pki/nssdb\" -N --empty-password\n\
+         certutil -d sql:\"$HOME/.pki/nssdb\" -A -t \"C,,\" -n courtesy -i {ca}"
+    )
+}
+
 /// The `export` lines for `config` (creating the CA and the bundle if needed).
 pub fn shell_lines(config: &Config) -> anyhow::Result<String> {
     let ca = LocalCa::load_or_create(&config.proxy.state_dir)?;

@@ -236,9 +236,10 @@ Trust it in the crawler's environment rather than system-wide where you can:
                     aiohttp.TCPConnector(ssl=ctx); session.get(url, proxy="http://{proxy}")
   Scrapy            verifies no certificates by default: set HTTPS_PROXY and nothing else
   Node.js           export NODE_EXTRA_CA_CERTS={p}
-  Playwright/Chromium
-                    certutil -d sql:$HOME/.pki/nssdb -A -t "C,," -n courtesy -i {p}
-                    then launch with proxy: {{ server: "http://{proxy}" }}
+  Playwright/Chromium (Debian: apt-get install libnss3-tools for certutil)
+{nss}
+                    then launch with --proxy-server=http://{proxy}
+                    (Playwright: proxy: {{ server: "http://{proxy}" }})
   System store (Debian/Ubuntu)
                     sudo cp {p} /usr/local/share/ca-certificates/courtesy.crt
                     sudo update-ca-certificates
@@ -246,7 +247,12 @@ Trust it in the crawler's environment rather than system-wide where you can:
 REQUESTS_CA_BUNDLE and SSL_CERT_FILE replace the default roots. That is enough while every https
 host is intercepted; if some use https = "tunnel", trust both:
   cat "$(python3 -m certifi)" {p} > courtesy-bundle.pem"#,
-        proxy = config.proxy.listen
+        proxy = config.proxy.listen,
+        nss = courtesy::client_env::nss_trust_commands(&path)
+            .lines()
+            .map(|l| format!("                    {l}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
     );
     Ok(())
 }
