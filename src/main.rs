@@ -226,7 +226,9 @@ fn ca(config: Option<&Path>, regenerate: bool) -> anyhow::Result<()> {
     println!(
         r#"
 courtesy decrypts https traffic to pace each request, so clients must trust this CA.
-Trust it in the crawler's environment rather than system-wide where you can:
+Trust it in the crawler's environment rather than system-wide where you can.
+`eval "$(courtesy env)"` sets the proxy and CA variables for curl, requests, httpx and Node at once;
+one by one:
 
   curl              curl --cacert {p} -x http://{proxy} https://example.com/
                     (or: export CURL_CA_BUNDLE={p})

@@ -346,17 +346,13 @@ async fn undici_reaches_http_on_any_port_through_connect_and_other_bytes_are_ref
     let plain = Origin::ok("127.0.0.1").await;
     // Default connect_ports ([443, 80]): the origin's port is not in it.
     let courtesy = Courtesy::start("[defaults]\nrate = 2\nburst = 1\n").await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/undici_proxy.mjs");
-    let stdout = run_to_success(
-        client_command("node")
-            .env("NODE_EXTRA_CA_CERTS", courtesy.ca_path())
-            .arg(script)
-            .arg(format!("http://{}", courtesy.addr))
-            .arg(plain.url("/a"))
-            .arg(plain.url("/b")),
+    let lines = undici_through(
+        courtesy.addr,
+        &courtesy.ca_path(),
+        &[plain.url("/a"), plain.url("/b")],
     )
     .await;
-    assert_eq!(stdout.lines().collect::<Vec<_>>(), vec!["200 2", "200 2"]);
+    assert_eq!(lines, vec!["200 2", "200 2"]);
     let at = plain.arrival_times();
     assert_eq!(at.len(), 2);
     assert!(

@@ -327,21 +327,13 @@ async fn node_undici_proxy_agent_works_for_http_and_https() {
         plain.addr.port()
     );
     let courtesy = Courtesy::start(&config).await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/undici_proxy.mjs");
-    let stdout = run_to_success(
-        client_command("node")
-            .env("NODE_EXTRA_CA_CERTS", courtesy.ca_path())
-            .arg(script)
-            .arg(format!("http://{}", courtesy.addr))
-            .arg(plain.url("/a"))
-            .arg(plain.url("/b"))
-            .arg(https.url("/c")),
+    let lines = undici_through(
+        courtesy.addr,
+        &courtesy.ca_path(),
+        &[plain.url("/a"), plain.url("/b"), https.url("/c")],
     )
     .await;
-    assert_eq!(
-        stdout.lines().collect::<Vec<_>>(),
-        vec!["200 2", "200 2", "200 6"]
-    );
+    assert_eq!(lines, vec!["200 2", "200 2", "200 6"]);
     // undici tunnels http:// through CONNECT too: courtesy still paced each request.
     let at = plain.arrival_times();
     assert_eq!(at.len(), 2);

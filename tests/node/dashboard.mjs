@@ -7,12 +7,8 @@
 // no console error/warning or page error was seen; the rows' order is printed last. Exit 1 otherwise; 2 on bad usage or no browser.
 // Used by tests/dashboard.rs. Every wait is bounded.
 
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { launch, requireChromium, watchdog } from "./chromium.mjs";
 
-const CHROMIUM = process.env.COURTESY_CHROMIUM || "/usr/bin/chromium";
 const APPEAR_MS = 15_000; // how long the host row may take to appear
 const TOTAL_MS = 60_000; // watchdog for the whole script
 
@@ -21,39 +17,15 @@ if (!url || !hostKey || !screenshot) {
   console.error("usage: node dashboard.mjs <dashboard url> <host key> <screenshot.png>");
   process.exit(2);
 }
-if (!existsSync(CHROMIUM)) {
-  console.error(`dashboard: ${CHROMIUM} is missing; install it with: apt-get install -y chromium`);
-  process.exit(2);
-}
-
-const watchdog = setTimeout(() => {
-  console.error(`dashboard FAIL: the check did not finish within ${TOTAL_MS / 1000} s`);
-  process.exit(1);
-}, TOTAL_MS);
-watchdog.unref();
+requireChromium("dashboard");
+watchdog(TOTAL_MS, 1, `dashboard FAIL: the check did not finish within ${TOTAL_MS / 1000} s`);
 
 const problems = []; // console errors/warnings and page errors, as text
-const profile = mkdtempSync(join(tmpdir(), "courtesy-dashboard-chromium-"));
-let context;
+let browser;
 let exitCode = 1;
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--no-sandbox",
-      "--headless",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-    viewport: { width: Number(process.env.DASH_W || 1480), height: 720 },
-    colorScheme: "light",
-  });
-  const page = context.pages()[0] || (await context.newPage());
+  browser = await launch({ viewport: { width: Number(process.env.DASH_W || 1480), height: 720 } });
+  const page = browser.context.pages()[0] || (await browser.context.newPage());
   page.on("console", (msg) => {
     if (msg.type() === "error" || msg.type() === "warning") {
       const where = msg.location();
@@ -114,7 +86,6 @@ try {
     console.error(`  also seen:\n  ${problems.join("\n  ")}`);
   }
 } finally {
-  await context?.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
+  await browser?.close();
 }
 process.exit(exitCode);

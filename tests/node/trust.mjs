@@ -8,49 +8,25 @@
 // and exits 1 when it did not (a certificate error, for one). Exit 2 on bad usage or no browser.
 // Used by tests/browser.rs. Every wait is bounded.
 
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { launch, requireChromium, watchdog } from "./chromium.mjs";
 
-const CHROMIUM = process.env.COURTESY_CHROMIUM || "/usr/bin/chromium";
 const [url, proxy] = process.argv.slice(2);
 if (!url || !proxy) {
   console.error("usage: node trust.mjs <url> <proxy url>");
   process.exit(2);
 }
-if (!existsSync(CHROMIUM)) {
-  console.error(`trust: ${CHROMIUM} is missing; install it with: apt-get install -y chromium`);
-  process.exit(2);
-}
-const watchdog = setTimeout(() => {
-  console.log("failed: no answer within 45 s");
-  process.exit(1);
-}, 45_000);
-watchdog.unref();
+requireChromium("trust");
+// The verdict goes to stdout, where tests/browser.rs reads it.
+watchdog(45_000, 1, "failed: no answer within 45 s");
 
-const profile = mkdtempSync(join(tmpdir(), "courtesy-trust-chromium-"));
-let context;
+let browser;
 let exitCode = 1;
 try {
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--no-sandbox",
-      "--headless",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-      `--proxy-server=${proxy}`,
-      // Chromium sends loopback destinations direct unless told not to.
-      "--proxy-bypass-list=<-loopback>",
-    ],
+  browser = await launch({
+    // Chromium sends loopback destinations direct unless told not to.
+    args: [`--proxy-server=${proxy}`, "--proxy-bypass-list=<-loopback>"],
   });
-  const page = context.pages()[0] || (await context.newPage());
+  const page = browser.context.pages()[0] || (await browser.context.newPage());
   const response = await page.goto(url, { waitUntil: "load", timeout: 20_000 });
   const text = ((await page.locator("body").textContent()) || "").trim();
   console.log(`loaded ${response?.status()} ${text}`);
@@ -58,7 +34,6 @@ try {
 } catch (err) {
   console.log(`failed ${String(err.message).split("\n")[0]}`);
 } finally {
-  await context?.close().catch(() => {});
-  rmSync(profile, { recursive: true, force: true });
+  await browser?.close();
 }
 process.exit(exitCode);

@@ -40,7 +40,7 @@ pub use self::{
     in_process::Courtesy,
     origin::{come_back_later, Arrival, Origin},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
-    real_clients::{client_command, run_to_success},
+    real_clients::{client_command, run_to_success, undici_through},
     temp::temp_dir,
     tls::{client_tls_trusting, TestCa},
     wait::eventually,

@@ -38,3 +38,22 @@ pub async fn run_to_success(cmd: &mut tokio::process::Command) -> String {
     );
     stdout
 }
+
+/// Fetches each of `urls` with Node's undici `ProxyAgent` (default options) through the proxy at
+/// `proxy`, trusting `ca`; returns one line per URL: `<status> <body length>`.
+pub async fn undici_through(
+    proxy: std::net::SocketAddr,
+    ca: &std::path::Path,
+    urls: &[String],
+) -> Vec<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/undici_proxy.mjs");
+    let stdout = run_to_success(
+        client_command("node")
+            .env("NODE_EXTRA_CA_CERTS", ca)
+            .arg(script)
+            .arg(format!("http://{proxy}"))
+            .args(urls),
+    )
+    .await;
+    stdout.lines().map(str::to_string).collect()
+}
