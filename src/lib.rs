@@ -33,6 +33,8 @@
 //! | `files` | files written atomically: temporary file, sync, rename |
 //! | `locks` | poison-tolerant locking, in one place |
 //! | `heap` | freed memory back to the OS after a large sweep |
+//! | `untrusted_input` | (tests) property tests of every parser of untrusted input |
+//! | `scratch` | (tests) scratch directories for unit tests |
 //!
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls `run`.
 
