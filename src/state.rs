@@ -51,7 +51,9 @@ pub fn path(dir: &Path) -> PathBuf {
 
 /// Serializes `records` as the state file's text, with `now` and `wall_now` read together.
 pub fn encode(records: &[HostRecord], now: Instant, wall_now: SystemTime) -> String {
-    let to_wall = |at: Instant| unix_ms(wall_now + at.saturating_duration_since(now));
+    // Window ends are rounded up to the next millisecond: a restored window may end a little
+    // later than the one saved, never earlier (a cooldown never shortens, a restart included).
+    let to_wall = |at: Instant| unix_ms_up(wall_now + at.saturating_duration_since(now));
     let file = StateFile {
         format: FORMAT.into(),
         version: VERSION,
@@ -154,6 +156,13 @@ fn unix_ms(at: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// Milliseconds since the epoch, rounded up.
+fn unix_ms_up(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos().div_ceil(1_000_000) as u64)
+        .unwrap_or(0)
+}
+
 fn cause_name(cause: CooldownCause) -> String {
     match cause {
         CooldownCause::Status(s) => format!("status:{s}"),
@@ -217,6 +226,22 @@ mod tests {
         );
         assert_eq!(back[0].pacing.rate_override, Some(2.0));
         assert!(back[0].forced);
+    }
+
+    #[test]
+    fn a_restored_window_never_ends_earlier_than_the_saved_one() {
+        let now = Instant::now();
+        let wall = UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
+        for extra_ns in [0u64, 1, 400_000, 999_999, 1_000_000, 2_500_001] {
+            let mut r = record(now);
+            let until = now + Duration::from_secs(3) + Duration::from_nanos(extra_ns);
+            r.pacing.cooldown = Some((until, CooldownCause::Status(503)));
+            let text = encode(&[r], now, wall);
+            let back = decode(&text, now, wall).unwrap();
+            let (restored, _) = back[0].pacing.cooldown.unwrap();
+            assert!(restored >= until, "{extra_ns} ns: {restored:?} < {until:?}");
+            assert!(restored - until < Duration::from_millis(1));
+        }
     }
 
     #[test]
