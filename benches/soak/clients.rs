@@ -122,7 +122,9 @@ pub async fn client(load: Arc<Load>) {
         }
         // Wait (bounded) while the next id is above the gate: a restart is due first.
         for _ in 0..GATE_WAITS {
-            if load.next.load(Ordering::Relaxed) <= load.gate.load(Ordering::Relaxed)
+            let next = load.next.load(Ordering::Relaxed);
+            if next <= load.gate.load(Ordering::Relaxed)
+                || next > load.total
                 || load.stop.load(Ordering::Relaxed)
             {
                 break;
