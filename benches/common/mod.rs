@@ -3,6 +3,13 @@
 //! (`mod common;` from a top-level bench file, `#[path = "../common/mod.rs"] mod common;` from a
 //! bench in its own folder); it is a folder, not `benches/common.rs`, so that cargo does not take
 //! it for a bench target.
+//!
+//! Each bench is its own crate and uses only some of these helpers, so the rest would be dead code
+//! there: the lint is allowed for this folder only.
+#![allow(dead_code)]
 
+pub mod client;
 pub mod percentile;
+pub mod ports;
 pub mod proc_stat;
+pub mod provenance;

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 use bytes::Bytes;
 
-use crate::client::Client;
+use crate::common::client::Client;
+use crate::common::ports::free_port;
 use crate::common::proc_stat::cpu_ticks;
 use crate::measure::{cpu_ns, rss_kib};
 
@@ -24,12 +25,6 @@ pub struct Courtesy {
     pub admin: SocketAddr,
     /// Its config, state and stderr log, removed when it is stopped.
     dir: PathBuf,
-}
-
-/// A free loopback port (bound and released; courtesy binds it right after).
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// GET `path` on the admin listener: status and body.

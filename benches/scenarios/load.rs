@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use crate::client::Client;
+use crate::common::client::Client;
 
 /// Converts a std instant to tokio's, for `timeout_at`.
 pub fn tokio_at(at: Instant) -> tokio::time::Instant {

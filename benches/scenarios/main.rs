@@ -31,7 +31,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod client;
 mod courtesy;
 mod fan_out;
 mod host_table;
@@ -41,7 +40,6 @@ mod measure;
 mod origin;
 mod pacing;
 mod parked;
-mod provenance;
 mod report;
 mod stats;
 

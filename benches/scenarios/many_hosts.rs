@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use tokio::task::JoinHandle;
 
-use crate::client::Client;
+use crate::common::client::Client;
 use crate::courtesy::{admin_get, Courtesy};
 use crate::load::{hammer, join_all, target, Tally};
 use crate::measure::open_files_limit;

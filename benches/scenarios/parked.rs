@@ -17,7 +17,7 @@ use hyper::Request;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::client::Client;
+use crate::common::client::Client;
 use crate::common::percentile::percentile_at_fraction;
 use crate::courtesy::{sum_field, Courtesy};
 use crate::load::{hammer, join_all, target, tokio_at, Tally};

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::provenance::{git_rev, machine};
+use crate::common::provenance::{git_rev, machine};
 
 /// One line of the results table.
 pub struct Row {

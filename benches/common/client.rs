@@ -1,5 +1,5 @@
 //! A plain kept-alive HTTP/1.1 client connection, the way a crawler talks to courtesy (and the way
-//! the scenarios call its admin listener).
+//! the benches call its admin listener).
 
 use std::net::SocketAddr;
 
