@@ -8,6 +8,7 @@
 //! there: the lint is allowed for this folder only.
 #![allow(dead_code)]
 
+pub mod accept;
 pub mod client;
 pub mod percentile;
 pub mod ports;

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{anyhow, Context as _};
 use bytes::Bytes;
@@ -79,15 +79,7 @@ impl Origin {
             let (arrivals, total, stopped) = (arrivals.clone(), total.clone(), stopped.clone());
             accept_tasks.push(tokio::spawn(async move {
                 loop {
-                    let stream = match listener.accept().await {
-                        Ok((s, _)) => s,
-                        Err(_) => {
-                            // Out of descriptors or similar: pause instead of spinning.
-                            tokio::time::sleep(Duration::from_millis(10)).await;
-                            continue;
-                        }
-                    };
-                    let _ = stream.set_nodelay(true);
+                    let stream = crate::common::accept::next_connection(&listener).await;
                     let (arrivals, total, mut stopped) =
                         (arrivals.clone(), total.clone(), stopped.clone());
                     tokio::spawn(async move {

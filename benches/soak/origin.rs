@@ -158,15 +158,7 @@ struct Shared {
 /// Accepts connections for one host until the origin stops.
 async fn accept_loop(listener: TcpListener, shared: Shared, stopped: watch::Receiver<bool>) {
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
-            Err(_) => {
-                // Out of descriptors or similar: pause instead of spinning.
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+        let stream = crate::common::accept::next_connection(&listener).await;
         tokio::spawn(serve(stream, shared.clone(), stopped.clone()));
     }
 }

@@ -97,11 +97,3 @@ word_enum!(ResourceKind {
     Stylesheet,
     Media,
 });
-
-impl ResourceKind {
-    /// The config word for this kind, as [`ConfigWord::word`] spells it (kept for callers that
-    /// name the kind in a `Proxy-Status` detail).
-    pub fn name(self) -> &'static str {
-        self.word()
-    }
-}

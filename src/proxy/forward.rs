@@ -88,7 +88,7 @@ impl Proxy {
     ) -> (Response<ProxyBody>, Option<Incoming>) {
         let host_policy = self.config.get().policy_for(&target.host, target.port);
         if let Some(kind) = skipped_resource(&req, &host_policy.skip_resources) {
-            let reason = format!("skip_resources: {} ({})", kind.name(), req.uri().path());
+            let reason = format!("skip_resources: {kind} ({})", req.uri().path());
             info!(%reason, "skipped locally");
             return (
                 Failure::denied(reason).into_response(),
