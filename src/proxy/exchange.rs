@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::failure::Failure;
-use super::reuse::Watched;
+use super::reuse;
 use super::upstream::UpstreamBody;
 use super::Proxy;
 use crate::config::HostPolicy;
@@ -52,19 +52,21 @@ impl Proxy {
     pub(super) async fn exchange(
         &self,
         mut permit: Permit,
-        mut request: Request<UpstreamBody>,
+        request: Request<UpstreamBody>,
     ) -> Result<Exchanged, Unanswered> {
         permit.mark_sent();
-        let watched = Watched::of(&mut request);
         let started = Instant::now();
         let timeout = self.config.get().proxy.response_timeout;
         let result = tokio::time::timeout(timeout, self.client.request(request)).await;
         let latency = started.elapsed();
-        let reused = watched.count();
         let response = match result {
-            Ok(Ok(response)) => response,
+            Ok(Ok(response)) => {
+                reuse::count_answered(&response);
+                response
+            }
             Ok(Err(err)) => {
                 let failure = Failure::of_upstream(&err);
+                let reused = reuse::count_failed(&err);
                 let stale = reused && failure.kind == ProxyError::ConnectionTerminated;
                 if stale {
                     // The origin closed a kept-alive connection as the request went out on it:

@@ -3,9 +3,9 @@
 //! never saw the request. Such a failure is courtesy's to repair (one more try on a fresh
 //! connection, for a request that may be sent twice), not the host's to be blamed for.
 //!
-//! Every upstream connection carries a counter of the requests sent on it, read back through the
-//! connection's metadata (`Connected::extra`), which the pooled client hands to a
-//! [`capture_connection`] of each request.
+//! Every upstream connection carries a counter of the requests sent on it, in the connection's
+//! metadata (`Connected::extra`), which the pooled client puts in each response's extensions and in
+//! each error: no per-request bookkeeping on the way out.
 
 use std::future::Future;
 use std::io;
@@ -14,11 +14,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Uri};
+use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{
-    capture_connection, CaptureConnection, Connected, Connection,
-};
+use hyper_util::client::legacy::connect::{Connected, Connection};
 
 /// How many requests were sent on one upstream connection.
 #[derive(Debug, Clone, Default)]
@@ -105,26 +103,23 @@ impl<T: Write + Unpin> Write for Counted<T> {
     }
 }
 
-/// Watches which connection a request goes out on.
-pub(crate) struct Watched(CaptureConnection);
-
-impl Watched {
-    /// Starts watching `request`.
-    pub(crate) fn of<B>(request: &mut Request<B>) -> Self {
-        Watched(capture_connection(request))
+/// Counts an answered request on its connection (the pooled client copies the connection's
+/// metadata into the response's extensions).
+pub(crate) fn count_answered<B>(response: &http::Response<B>) {
+    if let Some(uses) = response.extensions().get::<Uses>() {
+        uses.0.fetch_add(1, Ordering::Relaxed);
     }
+}
 
-    /// Counts the request on its connection, once it was sent or failed; returns whether the
-    /// connection had carried a request before (false when no connection was reached).
-    pub(crate) fn count(&self) -> bool {
-        let metadata = self.0.connection_metadata();
-        let Some(connected) = metadata.as_ref() else {
-            return false;
-        };
-        let mut extensions = http::Extensions::new();
-        connected.get_extras(&mut extensions);
-        extensions
-            .get::<Uses>()
-            .is_some_and(|uses| uses.0.fetch_add(1, Ordering::Relaxed) > 0)
-    }
+/// Counts a failed request on its connection; returns whether that connection had carried a
+/// request before (false when none was reached). The error carries the connection's metadata.
+pub(crate) fn count_failed(error: &hyper_util::client::legacy::Error) -> bool {
+    let Some(connected) = error.connect_info() else {
+        return false;
+    };
+    let mut extensions = http::Extensions::new();
+    connected.get_extras(&mut extensions);
+    extensions
+        .get::<Uses>()
+        .is_some_and(|uses| uses.0.fetch_add(1, Ordering::Relaxed) > 0)
 }
