@@ -65,8 +65,10 @@ impl Admin {
         }
         // The dashboard page itself holds no data: it is served without the token, and reads the
         // token for its /hosts calls from the URL fragment (`/#token=...`).
-        let is_page =
-            req.uri().path() == "/" && matches!(*req.method(), Method::GET | Method::HEAD);
+        // The probes (`/healthz`, `/readyz`) tell nothing but "up" and "ready": a kubelet or
+        // a container's HEALTHCHECK reaches them without the token too.
+        let is_page = matches!(req.uri().path(), "/" | "/healthz" | "/readyz")
+            && matches!(*req.method(), Method::GET | Method::HEAD);
         if let Some(token) = config.admin.token.as_ref().filter(|_| !is_page) {
             if !bearer_matches(req.headers().get(AUTHORIZATION), token) {
                 let mut r = local(
@@ -93,6 +95,7 @@ impl Admin {
                 with_type(DASHBOARD.to_string(), "text/html; charset=utf-8")
             }
             (&Method::GET | &Method::HEAD, ["healthz"]) => with_type("ok\n".into(), TEXT),
+            (&Method::GET | &Method::HEAD, ["readyz"]) => self.readiness(),
             (&Method::GET | &Method::HEAD, ["metrics"]) => {
                 let text = self
                     .metrics
@@ -234,6 +237,28 @@ impl Admin {
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
+
+impl Admin {
+    /// `/readyz`: 200 while courtesy takes requests (listening, CA loaded, the budget store in
+    /// force), 503 once it drains for shutdown, so that a load balancer stops sending to it.
+    fn readiness(&self) -> Response<ProxyBody> {
+        let draining = self.limiter.is_shutting_down();
+        let status = if draining {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        json_response(
+            status,
+            &json!({
+                "ready": !draining,
+                "listening": !draining,
+                "ca_loaded": true,
+                "budget": self.limiter.budget_mode(),
+            }),
+        )
+    }
+}
 
 /// Keeps the `limit` hosts an operator most needs to see, still in key order: paused and cooling
 /// down first, then by requests queued, in flight, and sent. With a hundred thousand known hosts,

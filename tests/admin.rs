@@ -280,13 +280,7 @@ async fn the_admin_api_wants_its_token() {
     let (status, page) = admin_call("GET", &courtesy.admin_url("/"), None, "").await;
     assert_eq!(status, StatusCode::OK);
     assert!(page.contains("Bearer"));
-    for path in [
-        "/hosts",
-        "/hosts/a.test:80",
-        "/metrics",
-        "/ca.pem",
-        "/healthz",
-    ] {
+    for path in ["/hosts", "/hosts/a.test:80", "/metrics", "/ca.pem"] {
         let (status, _) = admin_call("GET", &courtesy.admin_url(path), None, "").await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
         let (status, _) = admin_call(
@@ -300,6 +294,14 @@ async fn the_admin_api_wants_its_token() {
         let (status, _) = admin_call("GET", &courtesy.admin_url(path), Some(token), "").await;
         assert_ne!(status, StatusCode::UNAUTHORIZED, "{path}");
     }
+    // The probes tell nothing but "up" and "ready": a kubelet reaches them without the token.
+    let (status, body) = admin_call("GET", &courtesy.admin_url("/healthz"), None, "").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok\n"));
+    let (status, body) = admin_call("GET", &courtesy.admin_url("/readyz"), None, "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ready["ready"], true, "{body}");
+    assert_eq!(ready["budget"], "local", "{body}");
     // Bound beyond loopback, the token is required at start-up.
     let err = courtesy::config::Config::parse(
         "[proxy]\nadmin_listen = \"0.0.0.0:3129\"\nallow_clients = [\"10.0.0.0/8\"]\n",

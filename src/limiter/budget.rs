@@ -135,6 +135,13 @@ impl Budget {
         }
     }
 
+    /// The word for the budget in force.
+    pub(crate) fn mode(&self) -> &'static str {
+        match self {
+            Budget::Local { .. } => "local",
+        }
+    }
+
     /// What wakes the state saver: a cooldown, a block pause or an operator's change.
     pub(crate) fn persist_signal(&self) -> Arc<Notify> {
         match self {

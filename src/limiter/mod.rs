@@ -251,6 +251,17 @@ impl Limiter {
         self.hosts.contains_key(key)
     }
 
+    /// Whether [`Limiter::shutdown`] has begun: no new turns are given.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Which budget is in force, for `/readyz`, `/hosts` and `/metrics`: `"local"` (this
+    /// instance's own).
+    pub fn budget_mode(&self) -> &'static str {
+        self.budget.mode()
+    }
+
     /// How many hosts are in the table.
     pub fn host_count(&self) -> usize {
         self.hosts.len()
