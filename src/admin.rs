@@ -133,6 +133,7 @@ impl Admin {
                     &HostsPage {
                         now_unix_ms: unix_ms(now),
                         total,
+                        budget: self.limiter.budget_view(),
                         hosts: HostList(&snapshots, now),
                     },
                 )

@@ -62,6 +62,7 @@ mod robots;
 #[cfg(test)]
 mod scratch;
 mod server;
+mod shared;
 mod state;
 pub mod status;
 mod tasks;

@@ -77,9 +77,20 @@ pub async fn run(
     let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;
     let config = Arc::new(config);
     let live = LiveConfig::new(config.clone());
-    let limiter = Limiter::with_live(live.clone());
+    let limiter = match &config.shared {
+        Some(settings) => {
+            let store = crate::shared::Store::new(settings).map_err(anyhow::Error::msg)?;
+            info!(store = %settings.redacted_url(), prefix = %settings.key_prefix, "budgets shared with the instances on this store");
+            Limiter::with_store(live.clone(), store)
+        }
+        None => Limiter::with_live(live.clone()),
+    };
     limiter.restore(&state::load(&config.proxy.state_dir));
-    let metrics = Arc::new(Metrics::new(config.admin.metrics_max_hosts));
+    let mut metrics = Metrics::new(config.admin.metrics_max_hosts);
+    if let Some(store) = limiter.store() {
+        metrics = metrics.with_shared(store);
+    }
+    let metrics = Arc::new(metrics);
     let connections = Connections::new();
     let proxy = Arc::new(Proxy::new(
         live.clone(),

@@ -65,7 +65,7 @@ pub fn encode(records: &[HostRecord], now: Instant, wall_now: SystemTime) -> Str
                 port: r.port,
                 rate: r.pacing.rate,
                 cooldown_until_unix_ms: r.pacing.cooldown.map(|(until, _)| to_wall(until)),
-                cooldown_cause: r.pacing.cooldown.map(|(_, cause)| cause_name(cause)),
+                cooldown_cause: r.pacing.cooldown.map(|(_, cause)| cause.word()),
                 operator_pause_until_unix_ms: r.pacing.operator_pause.map(to_wall),
                 rate_override: r.pacing.rate_override,
                 forced: r.forced,
@@ -99,7 +99,7 @@ pub fn decode(text: &str, now: Instant, wall_now: SystemTime) -> Result<Vec<Host
                 cooldown: h
                     .cooldown_until_unix_ms
                     .and_then(to_instant)
-                    .map(|until| (until, cause_from(h.cooldown_cause.as_deref()))),
+                    .map(|until| (until, CooldownCause::from_word(h.cooldown_cause.as_deref()))),
                 operator_pause: h.operator_pause_until_unix_ms.and_then(to_instant),
                 rate_override: h.rate_override,
             },
@@ -161,33 +161,6 @@ fn unix_ms_up(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos().div_ceil(1_000_000) as u64)
         .unwrap_or(0)
-}
-
-fn cause_name(cause: CooldownCause) -> String {
-    match cause {
-        CooldownCause::Status(s) => format!("status:{s}"),
-        CooldownCause::Failure => "failure".into(),
-        CooldownCause::ServerBudget => "server_budget".into(),
-        CooldownCause::Operator => "operator".into(),
-        CooldownCause::SoftBlock => "soft_block".into(),
-        CooldownCause::HardBlock => "hard_block".into(),
-        CooldownCause::Restored => "restored".into(),
-    }
-}
-
-fn cause_from(name: Option<&str>) -> CooldownCause {
-    match name {
-        Some("failure") => CooldownCause::Failure,
-        Some("server_budget") => CooldownCause::ServerBudget,
-        Some("operator") => CooldownCause::Operator,
-        Some("soft_block") => CooldownCause::SoftBlock,
-        Some("hard_block") => CooldownCause::HardBlock,
-        Some(s) => s
-            .strip_prefix("status:")
-            .and_then(|n| n.parse().ok())
-            .map_or(CooldownCause::Restored, CooldownCause::Status),
-        None => CooldownCause::Restored,
-    }
 }
 
 #[cfg(test)]

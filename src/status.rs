@@ -49,11 +49,33 @@ pub async fn fetch_hosts(admin: SocketAddr, token: Option<&str>) -> anyhow::Resu
     serde_json::from_slice(&body).context("the admin API did not answer JSON")
 }
 
+/// The line above the table for a shared budget (nothing for a local one): the mode, the store and
+/// the instances seen.
+fn budget_line(budget: &crate::views::BudgetView) -> String {
+    if budget.mode == "local" {
+        return String::new();
+    }
+    let seen = budget
+        .instances_seen
+        .map_or(String::new(), |n| format!(", {n} instances seen"));
+    let share = match (budget.mode.as_str(), budget.fallback_share) {
+        ("fallback", Some(share)) => format!(", keeping {:.0} % of each budget", share * 100.0),
+        _ => String::new(),
+    };
+    format!(
+        "budget: {} on {} (prefix {}{seen}{share})\n",
+        budget.mode,
+        budget.store.as_deref().unwrap_or("?"),
+        budget.key_prefix.as_deref().unwrap_or("?"),
+    )
+}
+
 /// Renders the `/hosts` page as an aligned table; `color` adds ANSI colours to the state.
 pub fn render(page: &Page, color: bool) -> String {
+    let budget = budget_line(&page.budget);
     let list = &page.hosts;
     if list.is_empty() {
-        return "no hosts yet\n".to_string();
+        return format!("{budget}no hosts yet\n");
     }
     let header = [
         "HOST",
@@ -109,7 +131,7 @@ pub fn render(page: &Page, color: bool) -> String {
             *w = (*w).max(cell.len());
         }
     }
-    let mut out = String::new();
+    let mut out = budget;
     let line = |cells: &[String], out: &mut String, paint: Option<&str>| {
         for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
             let padded = format!("{cell:<w$}");
@@ -190,6 +212,24 @@ mod tests {
         assert!(!text.contains('\x1b'));
         assert!(render(&hosts, true).contains("\x1b[33m"));
         assert_eq!(render(&page(json!({"hosts": []})), false), "no hosts yet\n");
+    }
+
+    #[test]
+    fn a_shared_budget_is_named_above_the_table() {
+        let shared = page(json!({
+            "budget": {"mode": "fallback", "store": "redis://***@10.0.0.5:6379/0",
+                       "key_prefix": "team", "instances_seen": 4, "fallback_share": 0.25},
+            "hosts": [{"host": "a.test:80", "state": "idle"}],
+        }));
+        let text = render(&shared, false);
+        assert_eq!(
+            text.lines().next(),
+            Some(
+                "budget: fallback on redis://***@10.0.0.5:6379/0 (prefix team, 4 instances seen, \
+                 keeping 25 % of each budget)"
+            )
+        );
+        assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("HOST")));
     }
 
     #[test]

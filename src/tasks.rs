@@ -1,11 +1,12 @@
 //! The work courtesy does beside serving requests, each a timer and never a poll: saving what must
-//! survive a restart, forgetting idle hosts (and their metrics series and robots.txt answers), and
-//! turning SIGHUPs into reloads.
+//! survive a restart, forgetting idle hosts (and their metrics series and robots.txt answers),
+//! the shared store's heartbeat and hints, and turning SIGHUPs into reloads.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::limiter::{Limiter, Swept};
@@ -19,6 +20,9 @@ pub(crate) struct Background {
     sweeper: JoinHandle<()>,
     saver: JoinHandle<()>,
     stop_saver: tokio::sync::oneshot::Sender<()>,
+    /// The shared store's heartbeat and hint subscriber, if there is a store.
+    shared: Vec<JoinHandle<()>>,
+    stop_shared: CancellationToken,
 }
 
 impl Background {
@@ -31,11 +35,27 @@ impl Background {
     ) -> Self {
         let sweeper = tokio::spawn(sweep_idle_hosts(limiter.clone(), proxy, metrics, idle));
         let (stop_saver, saver_stop) = tokio::sync::oneshot::channel();
+        let stop_shared = CancellationToken::new();
+        let mut shared = Vec::new();
+        if let Some(store) = limiter.store() {
+            shared.push(tokio::spawn(crate::shared::run_heartbeat(
+                store.clone(),
+                stop_shared.clone(),
+            )));
+            let table = limiter.clone();
+            shared.push(tokio::spawn(crate::shared::run_hints(
+                store.clone(),
+                move |hint| table.apply_hint(hint),
+                stop_shared.clone(),
+            )));
+        }
         let saver = tokio::spawn(save_state(limiter, saver_stop));
         Background {
             sweeper,
             saver,
             stop_saver,
+            shared,
+            stop_shared,
         }
     }
 
@@ -44,8 +64,12 @@ impl Background {
         self.sweeper.abort();
     }
 
-    /// Saves the state one last time and waits for that save.
+    /// Saves the state one last time and waits for that save; leaves the shared store's live set.
     pub(crate) async fn finish(self) {
+        self.stop_shared.cancel();
+        for task in self.shared {
+            let _ = task.await;
+        }
         let _ = self.stop_saver.send(());
         if let Err(e) = self.saver.await {
             warn!("the final state save failed: {e}");

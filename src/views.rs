@@ -20,8 +20,40 @@ pub struct HostsPage<H> {
     /// Counts over every known host, whatever the limit left out.
     #[serde(default)]
     pub total: Totals,
+    /// Where the budgets are kept.
+    #[serde(default)]
+    pub budget: BudgetView,
     /// The hosts shown.
     pub hosts: H,
+}
+
+/// Where the budgets are kept: `/hosts`, `courtesy status` and the dashboard show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BudgetView {
+    /// `local` (this instance's own), `shared` (on the store, with the other instances) or
+    /// `fallback` (this instance's share, while the store cannot be reached).
+    pub mode: String,
+    /// The store's URL (without its password), with a shared budget.
+    pub store: Option<String>,
+    /// The key prefix the instances share, with a shared budget.
+    pub key_prefix: Option<String>,
+    /// Live instances the store counted recently, with a shared budget.
+    pub instances_seen: Option<u32>,
+    /// The share of each budget this instance keeps in fallback.
+    pub fallback_share: Option<f64>,
+}
+
+impl Default for BudgetView {
+    fn default() -> Self {
+        BudgetView {
+            mode: "local".into(),
+            store: None,
+            key_prefix: None,
+            instances_seen: None,
+            fallback_share: None,
+        }
+    }
 }
 
 /// Counts over every known host: what the dashboard's header shows.

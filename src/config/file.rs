@@ -92,6 +92,18 @@ pub(super) struct FileConfig {
     pub(super) admin: FileAdmin,
     #[serde(default)]
     pub(super) alerts: FileAlerts,
+    pub(super) shared: Option<Spanned<FileShared>>,
+}
+
+/// `[shared]`: the store that several instances keep one budget in.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileShared {
+    pub(super) redis_url: Option<Spanned<String>>,
+    pub(super) key_prefix: Option<Spanned<String>>,
+    pub(super) instances: Option<Spanned<i64>>,
+    pub(super) timeout_ms: Option<Spanned<i64>>,
+    pub(super) lease_seconds: Option<Spanned<f64>>,
 }
 
 /// `[alerts]`.

@@ -45,7 +45,7 @@ pub use live::LiveConfig;
 pub(crate) use pattern::canonical_ip;
 pub use pattern::{HostPattern, HostRule};
 pub use policy::{HostPolicy, OffPeak};
-pub use settings::{AdminSettings, AlertSettings, ProxySettings};
+pub use settings::{AdminSettings, AlertSettings, ProxySettings, SharedSettings};
 pub use word::ConfigWord;
 
 use validate::Validator;
@@ -65,6 +65,8 @@ pub struct Config {
     pub admin: AdminSettings,
     /// `[alerts]`.
     pub alerts: AlertSettings,
+    /// `[shared]`: the store several instances keep one budget in; `None`, this instance's own.
+    pub shared: Option<SharedSettings>,
 }
 
 impl Default for Config {
@@ -76,6 +78,7 @@ impl Default for Config {
             hosts: Vec::new(),
             admin: AdminSettings::default(),
             alerts: AlertSettings::default(),
+            shared: None,
         }
     }
 }
@@ -98,6 +101,7 @@ impl Config {
         let proxy = v.proxy(&file.proxy);
         let admin = v.admin(&file.admin, &proxy);
         let alerts = v.alerts(&file.alerts);
+        let shared = v.shared(&file.shared);
         let defaults = v.policy(&HostPolicy::default(), &file.defaults, "[defaults]");
         let hosts = v.host_rules(&file.host, &defaults);
         v.finish()?;
@@ -108,6 +112,7 @@ impl Config {
             hosts,
             admin,
             alerts,
+            shared,
         })
     }
 

@@ -101,3 +101,45 @@ impl Default for AdminSettings {
         }
     }
 }
+
+/// Settings of the shared budget (`[shared]`): several instances on one Redis (or Valkey) keep one
+/// budget per host, as if they were one courtesy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedSettings {
+    /// `redis://` or `rediss://` (TLS through rustls) URL of the store.
+    pub redis_url: String,
+    /// Instances with the same `redis_url` and `key_prefix` share budgets.
+    pub key_prefix: String,
+    /// How many instances share the budget: while the store cannot be reached, each keeps
+    /// `1/instances` of every budget. `None`: the most live instances seen recently.
+    pub instances: Option<u32>,
+    /// How long one round trip to the store may take before this instance falls back to its share.
+    pub timeout: Duration,
+    /// How long a concurrency slot outlives an instance that died holding it (renewed while the
+    /// request lasts).
+    pub lease: Duration,
+}
+
+impl SharedSettings {
+    /// The settings for `redis_url` with every other key at its default.
+    pub fn new(redis_url: &str) -> Self {
+        SharedSettings {
+            redis_url: redis_url.to_string(),
+            key_prefix: "courtesy".into(),
+            instances: None,
+            timeout: Duration::from_millis(250),
+            lease: Duration::from_secs(30),
+        }
+    }
+
+    /// The URL with any password replaced by `***`, for logs and pages.
+    pub fn redacted_url(&self) -> String {
+        match self.redis_url.split_once("://") {
+            Some((scheme, rest)) => match rest.rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://***@{host}"),
+                None => self.redis_url.clone(),
+            },
+            None => self.redis_url.clone(),
+        }
+    }
+}

@@ -2,18 +2,21 @@
 //! reported. Everything around it (the host table, the FIFO queue, the dispatcher, the refusals)
 //! and the pure policy under it are the same body of code whatever keeps the budget.
 //!
-//! Today the budget is [`Budget::Local`]: each host's token bucket, concurrency count and cooldowns
-//! live in this process (`Pacing` and `InFlight` inside the host's state). A shared budget (several
-//! instances on one store) becomes a second variant here, chosen once at start-up; callers do not
-//! change.
+//! [`Budget::Local`] keeps each host's token bucket, concurrency count and cooldowns in this
+//! process (`Pacing` and `InFlight` inside the host's state). [`Budget::Shared`] keeps them in a
+//! store shared by several instances (`crate::shared`): a turn is then a reservation the dispatcher
+//! asks the store for ([`Turn::AskStore`], see `shared.rs`), and every answer's lesson goes to the
+//! store after it. While the store cannot be reached, the shared budget is the local one at this
+//! instance's share. Chosen once at start-up; callers do not change.
 
 use std::sync::Arc;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::host::HostState;
+use super::host::{Host, HostState};
 use crate::policy::{CooldownCause, Observation, Reaction};
+use crate::shared::{Lease, Lesson, Limits, RateBounds, Store, StoreAction};
 
 /// The rate from which a host's turns are timed to the sub-millisecond. Below one turn a second,
 /// tokio's ~1 ms of lateness is under 0.1 % of the budget, not worth a thread wake-up per turn.
@@ -28,6 +31,14 @@ pub(crate) enum Budget {
     Local {
         /// Wakes the state saver.
         persist: Arc<Notify>,
+    },
+    /// In a store shared with other instances; cooldowns are kept here too (and saved), so that
+    /// they hold while the store is away.
+    Shared {
+        /// Wakes the state saver.
+        persist: Arc<Notify>,
+        /// The store.
+        store: Arc<Store>,
     },
 }
 
@@ -45,6 +56,9 @@ pub(crate) enum Turn {
     NoGlobalSlot,
     /// Jitter held this turn back; the global slot is kept for the next look.
     Held(OwnedSemaphorePermit),
+    /// The shared store keeps the budget: ask it (outside the lock) for a turn within `Limits`,
+    /// holding this global slot meanwhile.
+    AskStore(OwnedSemaphorePermit, Limits),
 }
 
 impl Budget {
@@ -59,79 +73,120 @@ impl Budget {
     ) -> Turn {
         match self {
             Budget::Local { .. } => {
+                let cap = state.policy.concurrency;
+                local_turn(state, global, held, cap, now)
+            }
+            Budget::Shared { store, .. } if store.in_fallback() => {
+                let burst = state.policy.burst;
+                state.pacing.set_share(store.share(), burst, now);
+                let cap = state.pacing.share_of(state.policy.concurrency);
+                local_turn(state, global, held, cap, now)
+            }
+            Budget::Shared { store, .. } => {
+                let burst = state.policy.burst;
+                state.pacing.set_share(1.0, burst, now);
                 if !state.in_flight.has_room(state.policy.concurrency) {
                     return Turn::NoHostSlot;
                 }
-                let ready = state.pacing.ready_at(now);
-                if ready > now {
-                    return Turn::NotBefore(ready, state.pacing.pacing_rate() >= FINE_MIN_RATE);
+                // What this instance knows closes the host without asking (a cooldown learned
+                // here, or kept from before the store went away).
+                if let Some(block) = state.pacing.block(now) {
+                    return Turn::NotBefore(block.until, false);
                 }
                 let Some(slot) = held.or_else(|| global.clone().try_acquire_owned().ok()) else {
                     return Turn::NoGlobalSlot;
                 };
-                let jitter = state.policy.jitter;
-                let sample = if jitter > 0.0 {
-                    rand::random::<f64>()
-                } else {
-                    0.0
+                let limits = Limits {
+                    rate: state.pacing.effective_rate(now),
+                    configured_rate: state.policy.rate,
+                    burst: state.policy.burst,
+                    concurrency: state.policy.concurrency,
+                    rejoin: state.epoch != store.epoch(),
                 };
-                if !state.pacing.try_take(now, jitter, sample) {
-                    return Turn::Held(slot);
-                }
-                state.in_flight.start();
-                Turn::Go(slot)
+                Turn::AskStore(slot, limits)
             }
         }
     }
 
-    /// Reports an upstream answer (or failure) of a request that had its turn. Called under the
-    /// host's lock.
+    /// Reports an upstream answer (or failure) of a request that had its turn; `lease_start` is
+    /// when a shared turn started on the store's clock. Called under the host's lock.
     pub(crate) fn report(
         &self,
+        host: &Arc<Host>,
         state: &mut HostState,
         observation: &Observation,
+        lease_start: Option<i64>,
         now: Instant,
     ) -> Reaction {
-        match self {
-            Budget::Local { persist } => {
-                let policy = state.policy.clone();
-                let reaction =
-                    state
-                        .pacing
-                        .observe(observation, &policy, now, rand::random::<f64>());
-                if reaction.cooldown.is_some() || reaction.hard_block {
-                    persist.notify_one();
-                }
-                reaction
-            }
+        let policy = state.policy.clone();
+        let reaction = state
+            .pacing
+            .observe(observation, &policy, now, rand::random::<f64>());
+        if reaction.cooldown.is_some() || reaction.hard_block {
+            self.persist_signal().notify_one();
         }
+        if let (Budget::Shared { store, .. }, Some(start)) = (self, lease_start) {
+            let cooldown = reaction.cooldown.map(|window| {
+                let cause = state
+                    .pacing
+                    .cooldown(now)
+                    .map_or(CooldownCause::Restored, |c| c.cause);
+                (window, cause)
+            });
+            let lesson = Lesson {
+                cooldown,
+                rate_before: reaction.rate_before,
+                rate_after: reaction.rate_after,
+                cap: state.pacing.robots_cap(),
+            };
+            teach(store, host, lesson, start, &policy);
+        }
+        reaction
     }
 
     /// Pauses the host for a block seen in a response; `false` when a pause of that kind is already
     /// in force. Called under the host's lock.
     pub(crate) fn pause_for_block(
         &self,
+        host: &Arc<Host>,
         state: &mut HostState,
         cause: CooldownCause,
+        lease_start: Option<i64>,
         now: Instant,
     ) -> bool {
-        match self {
-            Budget::Local { persist } => {
-                let policy = state.policy.clone();
-                let paused = state.pacing.pause_for_block(cause, &policy, now);
-                if paused {
-                    persist.notify_one();
-                }
-                paused
+        let policy = state.policy.clone();
+        let before = state.pacing.rate();
+        let paused = state.pacing.pause_for_block(cause, &policy, now);
+        if paused {
+            self.persist_signal().notify_one();
+            if let (Budget::Shared { store, .. }, Some(start)) = (self, lease_start) {
+                let lesson = Lesson {
+                    cooldown: Some((policy.block_pause, cause)),
+                    rate_before: before,
+                    rate_after: state.pacing.rate(),
+                    cap: None,
+                };
+                teach(store, host, lesson, start, &policy);
             }
         }
+        paused
     }
 
     /// Says that an operator changed a host's pacing (a pause, a resume, a rate): it is kept at
-    /// once, like a cooldown.
-    pub(crate) fn operator_changed(&self) {
-        match self {
-            Budget::Local { persist } => persist.notify_one(),
+    /// once, like a cooldown, and with a shared budget it goes to every instance.
+    pub(crate) fn operator_changed(&self, key: &Arc<str>, action: StoreAction) {
+        self.persist_signal().notify_one();
+        if let Budget::Shared { store, .. } = self {
+            if store.in_fallback() {
+                return;
+            }
+            let store = store.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.operator(&key, action).await {
+                    tracing::warn!(host = %key, "the operator's action reached only this instance: {}", e.0);
+                }
+            });
         }
     }
 
@@ -139,26 +194,112 @@ impl Budget {
     pub(crate) fn mode(&self) -> &'static str {
         match self {
             Budget::Local { .. } => "local",
+            Budget::Shared { store, .. } if store.in_fallback() => "fallback",
+            Budget::Shared { .. } => "shared",
+        }
+    }
+
+    /// The shared store, if the budget is kept in one.
+    pub(crate) fn store(&self) -> Option<&Arc<Store>> {
+        match self {
+            Budget::Local { .. } => None,
+            Budget::Shared { store, .. } => Some(store),
         }
     }
 
     /// What wakes the state saver: a cooldown, a block pause or an operator's change.
     pub(crate) fn persist_signal(&self) -> Arc<Notify> {
         match self {
-            Budget::Local { persist } => persist.clone(),
+            Budget::Local { persist } | Budget::Shared { persist, .. } => persist.clone(),
         }
     }
 
-    /// Ends a turn: frees the host slot and, for a request that never left, gives its token back.
-    /// Called under the host's lock.
-    pub(crate) fn end_turn(&self, state: &mut HostState, sent: bool, now: Instant) {
-        match self {
-            Budget::Local { .. } => {
-                state.in_flight.finish();
+    /// Ends a turn: frees the host slot and, for a request that never left, gives its token back
+    /// (to the store, for a shared turn, after the lock is released). Called under the host's lock.
+    pub(crate) fn end_turn(
+        &self,
+        state: &mut HostState,
+        sent: bool,
+        lease: Option<Lease>,
+        now: Instant,
+    ) {
+        state.in_flight.finish();
+        match (self, lease) {
+            (Budget::Shared { store, .. }, Some(lease)) => {
+                let store = store.clone();
+                let concurrency = state.policy.concurrency;
+                tokio::spawn(async move { store.release(lease, concurrency, sent).await });
+            }
+            _ => {
                 if !sent {
                     state.pacing.refund(now);
                 }
             }
         }
     }
+}
+
+/// A local turn: a host slot under `cap`, a token, a global slot.
+fn local_turn(
+    state: &mut HostState,
+    global: &Arc<Semaphore>,
+    held: Option<OwnedSemaphorePermit>,
+    cap: u32,
+    now: Instant,
+) -> Turn {
+    if !state.in_flight.has_room(cap) {
+        return Turn::NoHostSlot;
+    }
+    let ready = state.pacing.ready_at(now);
+    if ready > now {
+        return Turn::NotBefore(ready, state.pacing.pacing_rate() >= FINE_MIN_RATE);
+    }
+    let Some(slot) = held.or_else(|| global.clone().try_acquire_owned().ok()) else {
+        return Turn::NoGlobalSlot;
+    };
+    let jitter = state.policy.jitter;
+    let sample = if jitter > 0.0 {
+        rand::random::<f64>()
+    } else {
+        0.0
+    };
+    if !state.pacing.try_take(now, jitter, sample) {
+        return Turn::Held(slot);
+    }
+    state.in_flight.start();
+    Turn::Go(slot)
+}
+
+/// Sends an answer's lesson to the store, off the request's path; the learned rate it answers
+/// with becomes the host's here.
+fn teach(
+    store: &Arc<Store>,
+    host: &Arc<Host>,
+    lesson: Lesson,
+    start: i64,
+    policy: &crate::config::HostPolicy,
+) {
+    if store.in_fallback() {
+        return;
+    }
+    let bounds = RateBounds {
+        min_rate: policy.min_rate,
+        ceiling: if policy.adaptive {
+            policy.max_rate
+        } else {
+            policy.rate
+        },
+        configured_rate: policy.rate,
+        burst: policy.burst,
+    };
+    let store = store.clone();
+    let host = host.clone();
+    tokio::spawn(async move {
+        if let Ok((rate, _)) = store.report(&host.key, &lesson, start, bounds).await {
+            let now = Instant::now();
+            let mut state = host.lock();
+            let rate_override = state.pacing.rate_override();
+            state.pacing.adopt_shared(rate, rate_override, now);
+        }
+    });
 }

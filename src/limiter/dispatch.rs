@@ -12,7 +12,9 @@ use tokio::time::{sleep_until, Instant};
 use super::budget::Turn;
 use super::host::Host;
 use super::permit::Permit;
+use super::shared::take_shared_turn;
 use super::Limiter;
+use crate::shared::Limits;
 
 /// How long before a token's instant the dispatcher hands over from tokio's millisecond timer to an
 /// OS sleep with nanosecond resolution: tokio wakes up to about 1.5 ms late, and the OS sleep should
@@ -62,6 +64,8 @@ enum Next {
     WaitForGlobal,
     /// Look again at once (a turn was given, or jitter held it back).
     Again,
+    /// Ask the shared store for a turn, with this global slot.
+    AskStore(OwnedSemaphorePermit, Limits),
 }
 
 /// Hands out turns for one host in FIFO order while its queue is not empty.
@@ -94,6 +98,7 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                         global = Some(slot);
                         Next::Again
                     }
+                    Turn::AskStore(slot, limits) => Next::AskStore(slot, limits),
                     Turn::Go(slot) => {
                         if let Some(waiter) = state.queue.pop_front() {
                             let waited = now.saturating_duration_since(waiter.arrived);
@@ -119,6 +124,12 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
         match next {
             Next::Exit => return,
             Next::Again => {}
+            Next::AskStore(slot, limits) => {
+                if let Some(store) = limiter.budget.store() {
+                    let store = store.clone();
+                    take_shared_turn(&limiter, &host, &store, slot, limits).await;
+                }
+            }
             Next::SleepUntil(at, fine) => {
                 global = None;
                 tokio::select! {

@@ -41,6 +41,8 @@ pub(crate) struct HostState {
     pub(crate) stats: HostStats,
     /// The operator's rate override was forced past the config's ceiling.
     pub(crate) forced: bool,
+    /// The shared store's rejoin count at this host's last shared turn (see `Store::epoch`).
+    pub(crate) epoch: u32,
 }
 
 /// A request waiting in a host's queue for its turn.
@@ -67,6 +69,7 @@ impl Host {
                 last_active: now,
                 stats: HostStats::default(),
                 forced: false,
+                epoch: 0,
             }),
             wake: Notify::new(),
         }

@@ -14,6 +14,7 @@
 //! | `permit.rs` | a request's turn while it is in flight |
 //! | `dispatch.rs` | handing out queued turns in order, the fine-grained wait |
 //! | `refusal.rs` | why a request gets no turn |
+//! | `shared.rs` | turns from a shared store, and its hints |
 //! | `sweep.rs` | forgetting idle hosts |
 //! | `steer.rs` | snapshots, operator actions, reloads, restart records |
 //! | `stats.rs` | per-host counters |
@@ -26,6 +27,7 @@ mod dispatch;
 mod host;
 mod permit;
 mod refusal;
+mod shared;
 mod stats;
 mod steer;
 mod sweep;
@@ -78,6 +80,13 @@ impl Limiter {
         Self::build(config, true)
     }
 
+    /// Like [`Limiter::with_live`], with every host's budget kept in `store`, shared with the other
+    /// instances on it.
+    pub(crate) fn with_store(config: LiveConfig, store: Arc<crate::shared::Store>) -> Arc<Self> {
+        let persist = Arc::new(tokio::sync::Notify::new());
+        Self::with_budget(config, Budget::Shared { persist, store }, true)
+    }
+
     /// A limiter that waits on tokio's timer alone: turns may come about 1 ms late, but a test on
     /// the paused clock spends no real time on the last stretch of each wait.
     #[cfg(test)]
@@ -86,11 +95,14 @@ impl Limiter {
     }
 
     fn build(config: LiveConfig, fine_waits: bool) -> Arc<Self> {
+        let persist = Arc::new(tokio::sync::Notify::new());
+        Self::with_budget(config, Budget::Local { persist }, fine_waits)
+    }
+
+    fn with_budget(config: LiveConfig, budget: Budget, fine_waits: bool) -> Arc<Self> {
         Arc::new(Limiter {
             hosts: DashMap::new(),
-            budget: Budget::Local {
-                persist: Arc::new(tokio::sync::Notify::new()),
-            },
+            budget,
             global: Arc::new(Semaphore::new(config.get().proxy.max_in_flight)),
             config,
             shutting_down: AtomicBool::new(false),
@@ -257,9 +269,30 @@ impl Limiter {
     }
 
     /// Which budget is in force, for `/readyz`, `/hosts` and `/metrics`: `"local"` (this
-    /// instance's own).
+    /// instance's own), `"shared"` (on the store) or `"fallback"` (this instance's share, while
+    /// the store cannot be reached).
     pub fn budget_mode(&self) -> &'static str {
         self.budget.mode()
+    }
+
+    /// Where the budgets are kept, for `/hosts`.
+    pub(crate) fn budget_view(&self) -> crate::views::BudgetView {
+        let mut view = crate::views::BudgetView {
+            mode: self.budget_mode().to_string(),
+            ..Default::default()
+        };
+        if let Some(store) = self.budget.store() {
+            view.store = Some(store.settings().redacted_url());
+            view.key_prefix = Some(store.settings().key_prefix.clone());
+            view.instances_seen = Some(store.instances_seen());
+            view.fallback_share = Some(store.share());
+        }
+        view
+    }
+
+    /// The shared store, if the budget is kept in one.
+    pub(crate) fn store(&self) -> Option<&Arc<crate::shared::Store>> {
+        self.budget.store()
     }
 
     /// How many hosts are in the table.

@@ -13,6 +13,7 @@ use super::host::Host;
 use super::refusal::refuse_queue;
 use crate::config::HostPolicy;
 use crate::policy::{Answer, CooldownCause, Observation, Reaction};
+use crate::shared::Lease;
 
 /// The right to send one request to a host now: holds one of the host's concurrency slots and one
 /// global slot until dropped. Dropped without [`Permit::mark_sent`], it also gives its token back,
@@ -26,6 +27,8 @@ pub struct Permit {
     waited: Duration,
     /// Whether the request had to queue for its turn: only then may a healthy answer raise the rate.
     limited: bool,
+    /// The turn's slot in the shared store, for a shared turn.
+    lease: Option<Lease>,
 }
 
 impl Permit {
@@ -43,7 +46,18 @@ impl Permit {
             sent_at: None,
             waited,
             limited,
+            lease: None,
         }
+    }
+
+    /// Makes this a shared turn that holds `lease` in the store.
+    pub(super) fn with_lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    fn lease_start(&self) -> Option<i64> {
+        self.lease.as_ref().map(|l| l.starts_us)
     }
 
     /// Records that the request is about to go out: from here on its token is spent for good.
@@ -62,7 +76,13 @@ impl Permit {
             limited: self.limited,
             others_in_flight: state.in_flight.current.saturating_sub(1),
         };
-        let reaction = self.budget.report(&mut state, &observation, now);
+        let reaction = self.budget.report(
+            &self.host,
+            &mut state,
+            &observation,
+            self.lease_start(),
+            now,
+        );
         state.stats.answered(answer.status);
         let refused = if reaction.cooldown.is_some() {
             refuse_queue(&mut state, now)
@@ -82,10 +102,13 @@ impl Permit {
     pub fn soft_block(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut state = self.host.lock();
-        if !self
-            .budget
-            .pause_for_block(&mut state, CooldownCause::SoftBlock, now)
-        {
+        if !self.budget.pause_for_block(
+            &self.host,
+            &mut state,
+            CooldownCause::SoftBlock,
+            self.lease_start(),
+            now,
+        ) {
             return None;
         }
         let pause = state.policy.block_pause;
@@ -121,9 +144,10 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
+        let lease = self.lease.take();
         let mut state = self.host.lock();
         self.budget
-            .end_turn(&mut state, self.sent_at.is_some(), Instant::now());
+            .end_turn(&mut state, self.sent_at.is_some(), lease, Instant::now());
         let wake = !state.queue.is_empty();
         drop(state);
         if wake {

@@ -15,6 +15,7 @@ use super::refusal::refuse_queue;
 use super::{host_key, HostStats, Limiter, Refusal};
 use crate::config::{Config, HostPolicy};
 use crate::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
+use crate::shared::StoreAction;
 
 /// One host as the operator sees it.
 #[derive(Debug, Clone)]
@@ -172,7 +173,13 @@ impl Limiter {
             let _ = waiter.reply.send(Err(refusal));
         }
         entry.wake.notify_one();
-        self.budget.operator_changed();
+        let shared_action = match action {
+            OperatorAction::Pause(length) => StoreAction::Pause(length),
+            OperatorAction::Resume => StoreAction::Resume,
+            OperatorAction::SetRate { rate, .. } => StoreAction::Rate(Some(rate)),
+            OperatorAction::ClearRate => StoreAction::Rate(None),
+        };
+        self.budget.operator_changed(&entry.key, shared_action);
         Ok(snapshot_of(&entry))
     }
 

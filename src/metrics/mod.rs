@@ -77,6 +77,13 @@ pub struct Metrics {
     leaf_hits: Counter,
     labelled: Mutex<HashSet<String>>,
     max_hosts: usize,
+    /// `courtesy_shared_mode` and `courtesy_shared_instances`, with a shared budget.
+    shared: Option<(Family<ModeLabel, Gauge>, Gauge)>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabel {
+    mode: &'static str,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -172,6 +179,7 @@ impl Metrics {
             leaf_hits,
             labelled: Mutex::new(HashSet::new()),
             max_hosts,
+            shared: None,
         }
     }
 
@@ -279,6 +287,35 @@ impl Metrics {
     }
 
     /// Renders the Prometheus text format, filling the gauges from the host table first.
+    /// Adds the shared budget's series: the mode in force, the instances seen, the store's
+    /// round-trip latency and its errors by operation.
+    pub(crate) fn with_shared(mut self, store: &crate::shared::Store) -> Self {
+        let mode = Family::<ModeLabel, Gauge>::default();
+        self.registry.register(
+            "shared_mode",
+            "1 for the budget mode in force: shared (on the store) or fallback (this instance's share while the store cannot be reached)",
+            mode.clone(),
+        );
+        let instances = Gauge::default();
+        self.registry.register(
+            "shared_instances",
+            "Live instances on the shared store, as its heartbeats counted them recently",
+            instances.clone(),
+        );
+        self.registry.register(
+            "shared_round_trip_seconds",
+            "Round trips to the shared store (each reservation, report, release and heartbeat)",
+            store.round_trip.clone(),
+        );
+        self.registry.register(
+            "shared_errors",
+            "Calls to the shared store that failed or timed out, by operation",
+            store.errors.clone(),
+        );
+        self.shared = Some((mode, instances));
+        self
+    }
+
     pub fn render(&self, limiter: &Limiter, leaf: (u64, u64)) -> String {
         let snapshots = limiter.snapshots();
         let mut per_label: HashMap<String, (f64, i64, i64, f64)> = HashMap::new();
@@ -302,6 +339,15 @@ impl Metrics {
             self.cooldown.get_or_create(&label).set(cooldown);
         }
         self.hosts_known.set(snapshots.len() as i64);
+        if let Some((mode, instances)) = &self.shared {
+            let now = limiter.budget_mode();
+            for m in ["shared", "fallback"] {
+                mode.get_or_create(&ModeLabel { mode: m })
+                    .set(i64::from(m == now));
+            }
+            let seen = limiter.budget_view().instances_seen.unwrap_or(0);
+            instances.set(i64::from(seen));
+        }
         let (hits, minted) = leaf;
         self.leaf_hits
             .inc_by(hits.saturating_sub(self.leaf_hits.get()));

@@ -37,6 +37,39 @@ impl fmt::Display for CooldownCause {
     }
 }
 
+impl CooldownCause {
+    /// The cause as one word (`status:429`, `failure`, `soft_block`...), as the state file and the
+    /// shared store keep it.
+    pub fn word(self) -> String {
+        match self {
+            CooldownCause::Status(s) => format!("status:{s}"),
+            CooldownCause::Failure => "failure".into(),
+            CooldownCause::ServerBudget => "server_budget".into(),
+            CooldownCause::Operator => "operator".into(),
+            CooldownCause::SoftBlock => "soft_block".into(),
+            CooldownCause::HardBlock => "hard_block".into(),
+            CooldownCause::Restored => "restored".into(),
+        }
+    }
+
+    /// The cause [`CooldownCause::word`] wrote; anything else was kept by a run that knew more
+    /// (or nothing), and is [`CooldownCause::Restored`].
+    pub fn from_word(word: Option<&str>) -> CooldownCause {
+        match word {
+            Some("failure") => CooldownCause::Failure,
+            Some("server_budget") => CooldownCause::ServerBudget,
+            Some("operator") => CooldownCause::Operator,
+            Some("soft_block") => CooldownCause::SoftBlock,
+            Some("hard_block") => CooldownCause::HardBlock,
+            Some(s) => s
+                .strip_prefix("status:")
+                .and_then(|n| n.parse().ok())
+                .map_or(CooldownCause::Restored, CooldownCause::Status),
+            None => CooldownCause::Restored,
+        }
+    }
+}
+
 /// A window in which no request for the host may leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cooldown {

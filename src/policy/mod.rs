@@ -46,6 +46,10 @@ pub struct Pacing {
     rare: Option<Box<Rare>>,
     /// The off-peak window, if the policy has one (boxed: most hosts have none).
     off_peak: Option<Box<OffPeakClock>>,
+    /// The part of the host's budget this instance may use on its own: 1, or `1/instances` while
+    /// a shared budget's store cannot be reached. Rates are for all instances; the bucket runs at
+    /// this share of them.
+    share: f32,
 }
 
 /// The part of a host's pacing worth keeping across a restart.
@@ -74,7 +78,42 @@ impl Pacing {
             rate,
             rare: None,
             off_peak: OffPeakClock::new(policy, (now, std::time::SystemTime::now())),
+            share: 1.0,
         }
+    }
+
+    /// Keeps `share` (in (0, 1]) of the host's budget for this instance: the bucket's rate and
+    /// burst (at least 1) are that share of the host's. A share of 1 is the whole budget.
+    pub fn set_share(&mut self, share: f64, burst: u32, now: Instant) {
+        let share = share.clamp(f64::MIN_POSITIVE, 1.0) as f32;
+        if share == self.share {
+            return;
+        }
+        self.share = share;
+        self.bucket.set_burst(self.share_of(burst), now);
+        self.sync(now);
+    }
+
+    /// This instance's share of a burst or concurrency: at least 1.
+    pub fn share_of(&self, whole: u32) -> u32 {
+        (f64::from(whole) * f64::from(self.share)).floor().max(1.0) as u32
+    }
+
+    /// The share of the host's budget this instance keeps (see [`Pacing::set_share`]).
+    pub fn share(&self) -> f64 {
+        f64::from(self.share)
+    }
+
+    /// Takes on what the instances sharing a budget learned together: the rate and an operator's
+    /// rate, set through any of them.
+    pub fn adopt_shared(&mut self, rate: f64, rate_override: Option<f64>, now: Instant) {
+        if rate.is_finite() && rate > 0.0 {
+            self.rate = rate;
+        }
+        if rate_override.is_some() || self.rare.is_some() {
+            self.rare_mut().rate_override = rate_override;
+        }
+        self.sync(now);
     }
 
     /// Like [`Pacing::new`], with `now` corresponding to the wall-clock time `wall` (tests of
@@ -167,7 +206,7 @@ impl Pacing {
     /// Applies a reloaded policy: burst and bounds change at once; a rate that had been lowered by
     /// feedback stays lowered (never above the new configured rate).
     pub fn apply_policy(&mut self, old: &HostPolicy, new: &HostPolicy, now: Instant) {
-        self.bucket.set_burst(new.burst, now);
+        self.bucket.set_burst(self.share_of(new.burst), now);
         let anchor = (now, std::time::SystemTime::now());
         let anchor = self.off_peak.as_ref().map_or(anchor, |o| o.anchor);
         self.off_peak = OffPeakClock::new(new, anchor);
@@ -235,7 +274,8 @@ impl Pacing {
     }
 
     /// The rate the bucket paces at, as of the last look at the host ([`Pacing::ready_at`] and
-    /// every change bring it up to date): [`Pacing::effective_rate`] without computing it again.
+    /// every change bring it up to date): [`Pacing::effective_rate`] (times this instance's
+    /// share) without computing it again.
     pub fn pacing_rate(&self) -> f64 {
         self.bucket.rate()
     }
@@ -297,7 +337,7 @@ impl Pacing {
                 self.rare = None;
             }
         }
-        let rate = self.effective_rate(now);
+        let rate = self.effective_rate(now) * f64::from(self.share);
         if (rate - self.bucket.rate()).abs() > f64::EPSILON * rate.max(1.0) {
             self.bucket.set_rate(rate, now);
         }

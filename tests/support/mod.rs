@@ -11,6 +11,7 @@
 //! - [`direct`]: requests that bypass the proxy (the admin listener);
 //! - [`binary`]: courtesy run as its own process, from the built binary;
 //! - [`real_clients`]: real client programs (curl, Python, Node);
+//! - [`redis`]: a real redis-server for the shared budget;
 //! - [`tls`]: the test CA and client TLS configs;
 //! - [`temp`]: fresh temporary directories;
 //! - [`wait`]: bounded waits for what happens elsewhere.
@@ -26,6 +27,7 @@ mod in_process;
 mod origin;
 mod proxy_client;
 mod real_clients;
+mod redis;
 mod temp;
 mod tls;
 mod wait;
@@ -41,6 +43,7 @@ pub use self::{
     origin::{come_back_later, Arrival, Origin},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
     real_clients::{client_command, run_to_success, undici_through},
+    redis::RedisServer,
     temp::temp_dir,
     tls::{client_tls_trusting, TestCa},
     wait::eventually,

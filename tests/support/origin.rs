@@ -178,6 +178,21 @@ impl Origin {
             .count()
     }
 
+    /// The most requests that arrived within any `window` (from one arrival on): what
+    /// "at most `burst + rate × T` in any window T" bounds.
+    pub fn most_within_any(&self, window: Duration) -> usize {
+        let times = self.arrival_times();
+        (0..times.len())
+            .map(|i| {
+                times[i..]
+                    .iter()
+                    .take_while(|t| t.duration_since(times[i]) < window)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// How many requests arrived so far.
     pub fn count(&self) -> usize {
         self.arrivals.lock().unwrap().len()

@@ -1,4 +1,4 @@
-//! Validation of the process's own sections: `[proxy]`, `[admin]` and `[alerts]`.
+//! Validation of the process's own sections: `[proxy]`, `[admin]`, `[alerts]` and `[shared]`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use toml::Spanned;
 
 use super::Validator;
-use crate::config::file::{FileAdmin, FileAlerts, FileProxy};
+use crate::config::file::{FileAdmin, FileAlerts, FileProxy, FileShared};
 use crate::config::pattern::parse_network;
-use crate::config::{AdminSettings, AlertSettings, ProxySettings};
+use crate::config::{AdminSettings, AlertSettings, ProxySettings, SharedSettings};
+use std::time::Duration;
 
 impl Validator<'_> {
     /// An `ip:port` socket address for the `[proxy]` key `key`.
@@ -163,6 +164,69 @@ impl Validator<'_> {
             a.webhook_timeout = d;
         }
         a
+    }
+
+    /// `[shared]`, if the file has it: the store's URL is required.
+    pub(in crate::config) fn shared(
+        &mut self,
+        file: &Option<Spanned<FileShared>>,
+    ) -> Option<SharedSettings> {
+        let section = file.as_ref()?;
+        let file = section.get_ref();
+        let Some(url) = &file.redis_url else {
+            self.error(
+                section.span().start,
+                "[shared] redis_url is required (e.g. \"redis://127.0.0.1:6379/0\"); \
+                 leave [shared] out for budgets of this instance alone",
+            );
+            return None;
+        };
+        let mut s = SharedSettings::new(url.get_ref());
+        let scheme_ok =
+            url.get_ref().starts_with("redis://") || url.get_ref().starts_with("rediss://");
+        if !scheme_ok || redis::Client::open(url.get_ref().as_str()).is_err() {
+            self.error(
+                url.span().start,
+                &format!(
+                    "[shared] redis_url must be a redis:// or rediss:// URL, got {:?}",
+                    s.redacted_url()
+                ),
+            );
+        }
+        if let Some(prefix) = &file.key_prefix {
+            let p = prefix.get_ref();
+            if p.is_empty()
+                || p.len() > 64
+                || !p
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
+            {
+                self.error(
+                    prefix.span().start,
+                    &format!(
+                        "[shared] key_prefix must be 1 to 64 letters, digits or -_.: , got {p:?}"
+                    ),
+                );
+            } else {
+                s.key_prefix = p.clone();
+            }
+        }
+        if let Some(n) = self.count(&file.instances, "[shared]", "instances", 1, 10_000) {
+            s.instances = Some(n as u32);
+        }
+        if let Some(ms) = self.count(&file.timeout_ms, "[shared]", "timeout_ms", 1, 60_000) {
+            s.timeout = Duration::from_millis(ms as u64);
+        }
+        if let Some(d) = self.seconds(
+            &file.lease_seconds,
+            "[shared]",
+            "lease_seconds",
+            1.0,
+            86_400.0,
+        ) {
+            s.lease = d;
+        }
+        Some(s)
     }
 
     /// `[admin]` over the built-in settings; an admin listener beyond loopback needs a token.

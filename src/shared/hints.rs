@@ -1,0 +1,97 @@
+//! The hints: one pub/sub subscription per instance to `<prefix>:hints`, on which the scripts say
+//! that a slot came free, a cooldown began, or an operator acted. A hint only wakes or closes a
+//! host early; the store stays the truth, and a lost hint costs at most a wait until the next
+//! lease expiry or reservation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::Store;
+use crate::policy::CooldownCause;
+
+/// A hint as received.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Hint {
+    /// A concurrency slot of the host came free.
+    Free(String),
+    /// The host cools down for this long, for this cause.
+    Cool(String, Duration, CooldownCause),
+    /// An operator paused the host for this long.
+    Pause(String, Duration),
+    /// An operator ended the host's pause.
+    Resume(String),
+    /// An operator pinned the host's rate (or, `None`, let it go).
+    Rate(String, Option<f64>),
+}
+
+impl Hint {
+    /// Reads one message; anything else is ignored.
+    pub(crate) fn parse(text: &str) -> Option<Hint> {
+        let mut words = text.split(' ');
+        let kind = words.next()?;
+        let host = words.next()?.to_string();
+        let millis = |w: Option<&str>| w?.parse::<u64>().ok().map(Duration::from_millis);
+        match kind {
+            "free" => Some(Hint::Free(host)),
+            "cool" => {
+                let d = millis(words.next())?;
+                Some(Hint::Cool(host, d, CooldownCause::from_word(words.next())))
+            }
+            "pause" => Some(Hint::Pause(host, millis(words.next())?)),
+            "resume" => Some(Hint::Resume(host)),
+            "rate" => {
+                let rate = words.next()?;
+                let rate = if rate == "-" {
+                    None
+                } else {
+                    Some(
+                        rate.parse::<f64>()
+                            .ok()
+                            .filter(|r| r.is_finite() && *r > 0.0)?,
+                    )
+                };
+                Some(Hint::Rate(host, rate))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Delivers every hint to `deliver` until `stop`, subscribing again after any failure.
+pub(crate) async fn run_hints(
+    store: Arc<Store>,
+    deliver: impl Fn(Hint) + Send + 'static,
+    stop: CancellationToken,
+) {
+    loop {
+        let connected = tokio::select! {
+            c = tokio::time::timeout(store.settings.timeout.max(Duration::from_secs(1)), store.client.get_async_pubsub()) => c,
+            _ = stop.cancelled() => return,
+        };
+        if let Ok(Ok(mut pubsub)) = connected {
+            if pubsub.subscribe(&store.channel).await.is_ok() {
+                let mut messages = pubsub.on_message();
+                loop {
+                    let message = tokio::select! {
+                        m = messages.next() => m,
+                        _ = stop.cancelled() => return,
+                    };
+                    let Some(message) = message else { break };
+                    if let Some(hint) = std::str::from_utf8(message.get_payload_bytes())
+                        .ok()
+                        .and_then(Hint::parse)
+                    {
+                        deliver(hint);
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}

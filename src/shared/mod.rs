@@ -1,0 +1,535 @@
+//! The shared budget's store: Redis (or Valkey), where several instances with the same
+//! `[shared] redis_url` and `key_prefix` keep one budget per host, so that the site sees one
+//! courtesy.
+//!
+//! One script call reserves each turn (`reserve`, the only round trip before a request); the
+//! answer's bookkeeping (`report`, `release`) runs after it, off the request's path. Pub/sub hints
+//! (`hints.rs`) wake an instance early (a slot came free, a cooldown began elsewhere) but are
+//! never the truth: the store is. When the store fails or is slower than `timeout_ms`, the instance
+//! falls back to its share of every budget (`share`) and keeps every cooldown it knows; the
+//! heartbeat (`heartbeat.rs`) finds the store again and the instance rejoins without a burst.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | the store's calls and the mode (shared or fallback) |
+//! | `scripts.rs` | the Lua, with the semantics of every field |
+//! | `hints.rs` | the pub/sub subscriber |
+//! | `heartbeat.rs` | live instances, lease renewal, finding the store again |
+//!
+//! It decides nothing about pacing itself: the limiter asks it for turns through its budget seam.
+
+mod heartbeat;
+mod hints;
+mod scripts;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::config::SharedSettings;
+use crate::locks::lock;
+use crate::policy::CooldownCause;
+
+pub(crate) use heartbeat::run_heartbeat;
+pub(crate) use hints::{run_hints, Hint};
+
+/// How far ahead a turn may be reserved. Beyond it the instance sleeps and asks again: a turn
+/// reserved long before it is used holds a concurrency slot and cannot learn of a cooldown that
+/// starts meanwhile except through a hint.
+const HORIZON: Duration = Duration::from_secs(1);
+
+/// How long an idle host's shared state outlives its last use: the learned rate is worth keeping
+/// a day.
+const IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The store of one group of instances.
+#[derive(Debug)]
+pub(crate) struct Store {
+    settings: SharedSettings,
+    client: redis::Client,
+    conn: ConnectionManager,
+    /// This instance's id in the store (leases and the live set).
+    instance: String,
+    /// The pub/sub channel of the hints.
+    channel: String,
+    fallback: AtomicBool,
+    /// Counts the times this instance rejoined the store; a host's first turn after a rejoin
+    /// starts with an empty bucket.
+    epoch: AtomicU32,
+    /// The most live instances counted by the recent heartbeats.
+    seen: AtomicU32,
+    next_lease: AtomicU64,
+    /// Leases in flight, by host, for the heartbeat to renew.
+    live: Mutex<HashMap<Arc<str>, Vec<String>>>,
+    scripts: Scripts,
+    /// Round trips to the store, for `/metrics`.
+    pub(crate) round_trip: Histogram,
+    /// Failed or timed-out calls by operation, for `/metrics`.
+    pub(crate) errors: Family<OpLabel, Counter>,
+}
+
+/// The `op` label of `courtesy_shared_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub(crate) struct OpLabel {
+    /// `reserve`, `report`, `release`, `operator`, `heartbeat`.
+    pub(crate) op: &'static str,
+}
+
+#[derive(Debug)]
+struct Scripts {
+    reserve: redis::Script,
+    release: redis::Script,
+    report: redis::Script,
+    operator: redis::Script,
+    heartbeat: redis::Script,
+    renew: redis::Script,
+}
+
+/// What the store says about one host besides a turn: the learned rate and an operator's rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SharedView {
+    /// The rate the instances learned together.
+    pub(crate) rate: f64,
+    /// An operator's rate, set through any instance.
+    pub(crate) rate_override: Option<f64>,
+}
+
+/// The store's answer to "may this host's next request go?".
+#[derive(Debug)]
+pub(crate) enum Reservation {
+    /// A turn is reserved `wait` from now.
+    Go {
+        /// How long until the turn.
+        wait: Duration,
+        /// The concurrency slot it holds.
+        lease: Lease,
+        /// The host's shared state.
+        view: SharedView,
+    },
+    /// The host is closed for `remaining` more.
+    Cool {
+        /// How long it stays closed.
+        remaining: Duration,
+        /// Why.
+        cause: CooldownCause,
+        /// The host's shared state.
+        view: SharedView,
+    },
+    /// Every concurrency slot is taken; the first lease runs out in `retry_in`.
+    Busy {
+        /// When to ask again if no hint comes first.
+        retry_in: Duration,
+    },
+    /// The next turn is beyond the reservation horizon: ask again in `retry_in`.
+    Later {
+        /// When to ask again.
+        retry_in: Duration,
+    },
+}
+
+/// A reserved turn's concurrency slot in the store, released when the turn ends.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    host: Arc<str>,
+    member: String,
+    /// The `tat` the reservation wrote and its interval, to undo it if the turn is never used.
+    tat: String,
+    interval: i64,
+    /// When the turn starts on the store's clock (µs), for the wave rule.
+    pub(crate) starts_us: i64,
+}
+
+/// What one answer taught, in the terms the store keeps (see `scripts::REPORT`).
+#[derive(Debug, Clone)]
+pub(crate) struct Lesson {
+    /// A cooldown that started or grew, and its cause.
+    pub(crate) cooldown: Option<(Duration, CooldownCause)>,
+    /// The instance's rate before and after the answer.
+    pub(crate) rate_before: f64,
+    /// See `rate_before`.
+    pub(crate) rate_after: f64,
+    /// A Crawl-delay or server cap on the rate.
+    pub(crate) cap: Option<f64>,
+}
+
+/// The limits of one host that a reservation needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The rate this instance would use (its caps included).
+    pub(crate) rate: f64,
+    /// The configured rate.
+    pub(crate) configured_rate: f64,
+    /// Burst and concurrency as configured (for all instances together).
+    pub(crate) burst: u32,
+    /// See `burst`.
+    pub(crate) concurrency: u32,
+    /// Whether this host's turn is the first since this instance rejoined the store.
+    pub(crate) rejoin: bool,
+}
+
+/// The bounds a reported rate moves within.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RateBounds {
+    /// See `HostPolicy::min_rate`.
+    pub(crate) min_rate: f64,
+    /// The highest rate adaptation may reach.
+    pub(crate) ceiling: f64,
+    /// The configured rate.
+    pub(crate) configured_rate: f64,
+    /// The configured burst.
+    pub(crate) burst: u32,
+}
+
+/// An operator's action as the store applies it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StoreAction {
+    /// Pause for this long.
+    Pause(Duration),
+    /// End the operator's pause.
+    Resume,
+    /// Pin the rate, or (`None`) return to the learned one.
+    Rate(Option<f64>),
+}
+
+/// The store could not be used (an error, or no answer within `timeout_ms`).
+#[derive(Debug)]
+pub(crate) struct StoreDown(pub(crate) String);
+
+impl Store {
+    /// A store for `settings`; nothing is connected yet (the first call connects, and a store
+    /// that cannot be reached starts this instance in fallback, not as a start-up failure).
+    pub(crate) fn new(settings: &SharedSettings) -> Result<Arc<Store>, String> {
+        // rediss:// goes through rustls, on the same provider as the rest of courtesy.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = redis::Client::open(settings.redis_url.as_str())
+            .map_err(|e| format!("[shared] redis_url: {e}"))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.timeout.max(Duration::from_millis(100))))
+            .set_response_timeout(Some(settings.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(1));
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(|e| format!("[shared] redis_url: {e}"))?;
+        let instance = format!("{:016x}", rand::random::<u64>());
+        Ok(Arc::new(Store {
+            channel: format!("{}:hints", settings.key_prefix),
+            settings: settings.clone(),
+            client,
+            conn,
+            instance,
+            fallback: AtomicBool::new(false),
+            epoch: AtomicU32::new(0),
+            seen: AtomicU32::new(0),
+            next_lease: AtomicU64::new(0),
+            live: Mutex::new(HashMap::new()),
+            scripts: Scripts {
+                reserve: scripts::script(scripts::RESERVE),
+                release: scripts::script(scripts::RELEASE),
+                report: scripts::script(scripts::REPORT),
+                operator: scripts::script(scripts::OPERATOR),
+                heartbeat: scripts::script(scripts::HEARTBEAT),
+                renew: scripts::script(scripts::RENEW),
+            },
+            round_trip: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            errors: Family::default(),
+        }))
+    }
+
+    /// Whether the instance keeps its share of the budget locally because the store failed.
+    pub(crate) fn in_fallback(&self) -> bool {
+        self.fallback.load(Ordering::Acquire)
+    }
+
+    /// The rejoin count: a host whose last turn was in an earlier epoch starts with an empty
+    /// bucket.
+    pub(crate) fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The share of each budget this instance keeps in fallback: `1/instances`, or one over the
+    /// most live instances seen recently.
+    pub(crate) fn share(&self) -> f64 {
+        let n = self
+            .settings
+            .instances
+            .unwrap_or_else(|| self.seen.load(Ordering::Acquire))
+            .max(1);
+        1.0 / f64::from(n)
+    }
+
+    /// How many live instances the last heartbeats counted.
+    pub(crate) fn instances_seen(&self) -> u32 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// The settings in force.
+    pub(crate) fn settings(&self) -> &SharedSettings {
+        &self.settings
+    }
+
+    fn budget_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:b", self.settings.key_prefix)
+    }
+
+    fn lease_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:l", self.settings.key_prefix)
+    }
+
+    fn instances_key(&self) -> String {
+        format!("{}:instances", self.settings.key_prefix)
+    }
+
+    /// Runs one script call within the timeout; a failure switches this instance to fallback.
+    async fn call(
+        &self,
+        op: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<Value, StoreDown> {
+        let mut conn = self.conn.clone();
+        let started = Instant::now();
+        let result =
+            tokio::time::timeout(self.settings.timeout, invocation.invoke_async(&mut conn)).await;
+        let error = match result {
+            Ok(Ok(value)) => {
+                self.round_trip.observe(started.elapsed().as_secs_f64());
+                return Ok(value);
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {} ms", self.settings.timeout.as_millis()),
+        };
+        self.errors.get_or_create(&OpLabel { op }).inc();
+        self.fall_back(&error);
+        Err(StoreDown(error))
+    }
+
+    /// Switches to fallback (once, logged at `warn`).
+    pub(crate) fn fall_back(&self, why: &str) {
+        if !self.fallback.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                store = %self.settings.redacted_url(),
+                share = self.share(),
+                "shared budget store unreachable ({why}): each host keeps this instance's share \
+                 of its budget until it answers again"
+            );
+        }
+    }
+
+    /// Switches back to the shared budget after the store answered again.
+    pub(crate) fn rejoin(&self) {
+        if self.fallback.swap(false, Ordering::AcqRel) {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            tracing::warn!(
+                store = %self.settings.redacted_url(),
+                "shared budget store answers again: back on the shared budget"
+            );
+        }
+    }
+
+    /// Asks the store for the next turn of `host` (one round trip).
+    pub(crate) async fn reserve(
+        &self,
+        host: &Arc<str>,
+        limits: Limits,
+    ) -> Result<Reservation, StoreDown> {
+        let member = format!(
+            "{}:{}",
+            self.instance,
+            self.next_lease.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut invocation = self.scripts.reserve.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .key(self.lease_key(host))
+            .arg("")
+            .arg(limits.rate.to_string())
+            .arg(limits.configured_rate.to_string())
+            .arg(limits.burst.max(1))
+            .arg(limits.concurrency.max(1))
+            .arg(micros(self.settings.lease))
+            .arg(&member)
+            .arg(micros(HORIZON))
+            .arg(if limits.rejoin { "1" } else { "0" })
+            .arg(micros(IDLE_TTL));
+        let value = self.call("reserve", &invocation).await?;
+        let reply = ReserveReply::parse(value)
+            .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
+        let wait = Duration::from_micros(reply.micros.max(0) as u64);
+        let view = SharedView {
+            rate: reply.rate,
+            rate_override: reply.rate_override,
+        };
+        Ok(match reply.kind.as_str() {
+            "go" => {
+                lock(&self.live)
+                    .entry(host.clone())
+                    .or_default()
+                    .push(member.clone());
+                Reservation::Go {
+                    wait,
+                    lease: Lease {
+                        host: host.clone(),
+                        member,
+                        tat: reply.tat,
+                        interval: reply.interval,
+                        starts_us: reply.start,
+                    },
+                    view,
+                }
+            }
+            "cool" => Reservation::Cool {
+                remaining: wait,
+                cause: CooldownCause::from_word(Some(&reply.cause)),
+                view,
+            },
+            "busy" => Reservation::Busy { retry_in: wait },
+            _ => Reservation::Later { retry_in: wait },
+        })
+    }
+
+    /// Ends a turn: frees its slot and, for a request that never left, gives its token back.
+    /// Runs after the answer, off the request's path.
+    pub(crate) async fn release(&self, lease: Lease, concurrency: u32, sent: bool) {
+        if let Some(members) = lock(&self.live).get_mut(&lease.host) {
+            members.retain(|m| *m != lease.member);
+        }
+        {
+            let mut live = lock(&self.live);
+            if live.get(&lease.host).is_some_and(Vec::is_empty) {
+                live.remove(&lease.host);
+            }
+        }
+        let mut invocation = self.scripts.release.prepare_invoke();
+        invocation
+            .key(self.budget_key(&lease.host))
+            .key(self.lease_key(&lease.host))
+            .arg("")
+            .arg(&lease.member)
+            .arg(concurrency.max(1))
+            .arg(if sent { "0" } else { "1" })
+            .arg(&lease.tat)
+            .arg(lease.interval)
+            .arg(&self.channel)
+            .arg(&*lease.host);
+        // A failure leaves the lease to expire; the call has already switched to fallback.
+        let _ = self.call("release", &invocation).await;
+    }
+
+    /// Applies what an answer taught to the shared state; returns the learned rate and the
+    /// cooldown left, as the store has them now.
+    pub(crate) async fn report(
+        &self,
+        host: &str,
+        lesson: &Lesson,
+        starts_us: i64,
+        bounds: RateBounds,
+    ) -> Result<(f64, Duration), StoreDown> {
+        let (cool, cause) = match lesson.cooldown {
+            Some((d, cause)) => (micros(d), cause.word()),
+            None => (0, String::new()),
+        };
+        let mut invocation = self.scripts.report.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .arg("")
+            .arg(cool)
+            .arg(cause)
+            .arg(lesson.rate_before.to_string())
+            .arg(lesson.rate_after.to_string())
+            .arg(starts_us)
+            .arg(bounds.min_rate.to_string())
+            .arg(bounds.ceiling.to_string())
+            .arg(bounds.configured_rate.to_string())
+            .arg(bounds.burst.max(1))
+            .arg(lesson.cap.map(|c| c.to_string()).unwrap_or_default())
+            .arg(micros(Duration::from_secs(3600)))
+            .arg(&self.channel)
+            .arg(host)
+            .arg(micros(IDLE_TTL));
+        let value = self.call("report", &invocation).await?;
+        let (rate, left): (String, i64) = redis::from_redis_value(value)
+            .map_err(|e| StoreDown(format!("the report script answered {e}")))?;
+        Ok((
+            rate.parse().unwrap_or(bounds.configured_rate),
+            Duration::from_micros(left.max(0) as u64),
+        ))
+    }
+
+    /// Applies an operator's action for every instance.
+    pub(crate) async fn operator(&self, host: &str, action: StoreAction) -> Result<(), StoreDown> {
+        let (word, value) = match action {
+            StoreAction::Pause(d) => ("pause", micros(d).to_string()),
+            StoreAction::Resume => ("resume", String::new()),
+            StoreAction::Rate(Some(r)) => ("rate", r.to_string()),
+            StoreAction::Rate(None) => ("unrate", String::new()),
+        };
+        let mut invocation = self.scripts.operator.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .arg("")
+            .arg(word)
+            .arg(value)
+            .arg(&self.channel)
+            .arg(host)
+            .arg(micros(IDLE_TTL));
+        self.call("operator", &invocation).await.map(|_| ())
+    }
+}
+
+/// A duration in whole microseconds, as the scripts count.
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The reservation script's reply, `{kind, µs, cause, rate, override, tat, interval, start}`.
+#[derive(Debug)]
+struct ReserveReply {
+    kind: String,
+    micros: i64,
+    cause: String,
+    rate: f64,
+    rate_override: Option<f64>,
+    tat: String,
+    interval: i64,
+    start: i64,
+}
+
+impl ReserveReply {
+    fn parse(value: Value) -> Option<ReserveReply> {
+        let (kind, micros, cause, rate, rate_override, tat, interval, start): (
+            String,
+            i64,
+            String,
+            String,
+            String,
+            String,
+            i64,
+            i64,
+        ) = redis::from_redis_value(value).ok()?;
+        Some(ReserveReply {
+            kind,
+            micros,
+            cause,
+            rate: rate
+                .parse()
+                .ok()
+                .filter(|r: &f64| r.is_finite() && *r > 0.0)?,
+            rate_override: rate_override
+                .parse()
+                .ok()
+                .filter(|r: &f64| r.is_finite() && *r > 0.0),
+            tat,
+            interval,
+            start,
+        })
+    }
+}

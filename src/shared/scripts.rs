@@ -1,0 +1,199 @@
+//! The Lua scripts that keep a host's shared budget in Redis, each one atomic and run by one
+//! round trip (`EVALSHA`, `EVAL` once after the store restarted).
+//!
+//! Every script reads the time from Redis (`TIME`, in microseconds: whole seconds would break any
+//! rate above one a second), so instances' clocks never matter; tests pass an explicit `now` in
+//! `ARGV[1]` instead. Times and counts are kept as whole microseconds written with `%d`: Lua's
+//! `tostring` keeps only 14 digits, which would lose the microseconds of a Unix time.
+//!
+//! Keys of one host share a hash tag (`<prefix>:{<host:port>}:b` and `...:l`), so Redis Cluster
+//! keeps them in one slot. The budget hash holds `tat` (the GCRA theoretical arrival time: the
+//! next turn is free from `tat - τ` on, where `τ = (burst - 1) × interval`), `cd`/`cdc` (the
+//! cooldown's end and cause), `op` (an operator's pause), `ovr` (an operator's rate), `rate` and
+//! `cut` (the learned rate and when it was last cut), `cap`/`capx` (a Crawl-delay or server cap and
+//! its end). The lease set holds one member per turn in flight, scored by its expiry.
+
+/// Shared helpers, prepended to every script.
+const PRELUDE: &str = r#"
+local function now_us(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function int(x) return string.format('%d', x) end
+local function real(x) return string.format('%.17g', x) end
+local function keep_at_least(key, ms)
+  local ttl = redis.call('PTTL', key)
+  if ttl < ms then redis.call('PEXPIRE', key, ms) end
+end
+"#;
+
+/// Asks for a turn. `KEYS`: budget, leases. `ARGV`: now, the rate this instance would use (its
+/// caps), the configured rate (the learned rate's start), burst, concurrency, lease µs, lease
+/// member, horizon µs, rejoin (`1`: the bucket starts empty), idle TTL µs.
+///
+/// Returns `{kind, µs, cause, learned rate, operator rate, tat, interval, start}`: `go` (a turn is
+/// reserved `µs` from now, at `start` on the store's clock; `tat` and `interval` undo it if it is
+/// never used), `cool` (the host is
+/// closed for `µs` more, for `cause`), `busy` (every concurrency slot is taken; the first lease
+/// runs out in `µs`) or `later` (the next turn is beyond the horizon: ask again in `µs`).
+pub(super) const RESERVE: &str = r#"
+local now = now_us(ARGV[1])
+local h = redis.call('HMGET', KEYS[1], 'tat', 'cd', 'cdc', 'op', 'ovr', 'rate', 'cap', 'capx')
+local learned = tonumber(h[6]) or tonumber(ARGV[3])
+local view_rate, view_ovr = real(learned), h[5] or ''
+local block, cause = 0, ''
+local cd, op = tonumber(h[2]) or 0, tonumber(h[4]) or 0
+if cd > now then block = cd; cause = h[3] or 'restored' end
+if op > now and op > block then block = op; cause = 'operator' end
+if block > now then return {'cool', block - now, cause, view_rate, view_ovr, '', 0, 0} end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now))
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  return {'busy', tonumber(first[2]) - now, '', view_rate, view_ovr, '', 0, 0}
+end
+local rate = tonumber(h[5]) or learned
+local cap = tonumber(h[7])
+if cap and cap > 0 and (tonumber(h[8]) or 0) > now and cap < rate then rate = cap end
+local mine = tonumber(ARGV[2])
+if mine and mine > 0 and mine < rate then rate = mine end
+if not rate or rate <= 0 then rate = tonumber(ARGV[3]) end
+local interval = math.ceil(1000000 / rate)
+local tau = (tonumber(ARGV[4]) - 1) * interval
+local tat = tonumber(h[1]) or 0
+if tat < now then tat = now end
+if ARGV[9] == '1' and tat < now + tau then tat = now + tau end
+local slot = tat - tau
+if slot < now then slot = now end
+local horizon = tonumber(ARGV[8])
+if slot - now > horizon then
+  return {'later', slot - now - horizon, '', view_rate, view_ovr, '', 0, 0}
+end
+local new_tat = tat + interval
+redis.call('HSET', KEYS[1], 'tat', int(new_tat))
+keep_at_least(KEYS[1], math.ceil((new_tat - now + tonumber(ARGV[10])) / 1000))
+redis.call('ZADD', KEYS[2], int(slot + tonumber(ARGV[6])), ARGV[7])
+keep_at_least(KEYS[2], math.ceil((slot - now + tonumber(ARGV[6])) / 1000) + 1000)
+return {'go', slot - now, '', view_rate, view_ovr, int(new_tat), interval, slot}
+"#;
+
+/// Ends a turn. `KEYS`: budget, leases. `ARGV`: now (unused), lease member, concurrency, refund
+/// (`1`: the request never left), the `tat` its reservation wrote, its interval, hint channel,
+/// host key. A refund undoes the reservation only if no later one was made on top of it. When every
+/// slot had been taken, the hint `free <host>` wakes the instances waiting for one.
+pub(super) const RELEASE: &str = r#"
+local before = redis.call('ZCARD', KEYS[2])
+local removed = redis.call('ZREM', KEYS[2], ARGV[2])
+if removed == 1 and ARGV[4] == '1' then
+  local tat = redis.call('HGET', KEYS[1], 'tat')
+  if tat == ARGV[5] then
+    redis.call('HSET', KEYS[1], 'tat', int(tonumber(tat) - tonumber(ARGV[6])))
+  end
+end
+if removed == 1 and before >= tonumber(ARGV[3]) then
+  redis.call('PUBLISH', ARGV[7], 'free ' .. ARGV[8])
+end
+return removed
+"#;
+
+/// Applies what one answer taught. `KEYS`: budget. `ARGV`: now, cooldown µs (`0`: none), its
+/// cause, the rate before and after the answer as this instance computed it, the turn's start (on
+/// Redis' clock), min rate, ceiling, configured rate, burst, cap (`''`: none), cap µs, hint channel,
+/// host key, idle TTL µs.
+///
+/// A cut applies once per wave: only an answer to a request that started after the last cut cuts
+/// again, so N instances that see one storm of 429s cut once. A cut or a raise moves the shared
+/// rate by the same factor or step as the instance's own. A cooldown only ever grows; when it
+/// starts or grows, `tat` is moved so that one request (not a burst) may leave at its end, and
+/// `cool <host> <ms> <cause>` tells the other instances at once. Returns `{learned rate,
+/// cooldown µs left}`.
+pub(super) const REPORT: &str = r#"
+local now = now_us(ARGV[1])
+local h = redis.call('HMGET', KEYS[1], 'rate', 'cut', 'cd', 'tat', 'ovr')
+local rate = tonumber(h[1]) or tonumber(ARGV[9])
+local before, after = tonumber(ARGV[4]), tonumber(ARGV[5])
+if after < before then
+  if tonumber(ARGV[6]) >= (tonumber(h[2]) or 0) then
+    rate = math.max(rate * after / before, math.min(tonumber(ARGV[7]), rate))
+    redis.call('HSET', KEYS[1], 'cut', int(now))
+  end
+elseif after > before then
+  local ceiling = tonumber(ARGV[8])
+  if rate < ceiling then rate = math.min(rate + (after - before), ceiling) end
+end
+redis.call('HSET', KEYS[1], 'rate', real(rate))
+local ttl = tonumber(ARGV[15])
+local left = 0
+local cd = tonumber(h[3]) or 0
+local cool = tonumber(ARGV[2])
+if cool > 0 then
+  local ends = now + cool
+  if ends > cd then
+    redis.call('HSET', KEYS[1], 'cd', int(ends), 'cdc', ARGV[3])
+    local interval = math.ceil(1000000 / (tonumber(h[5]) or rate))
+    local tau = (tonumber(ARGV[10]) - 1) * interval
+    if (tonumber(h[4]) or 0) < ends + tau then
+      redis.call('HSET', KEYS[1], 'tat', int(ends + tau))
+    end
+    redis.call('PUBLISH', ARGV[13], 'cool ' .. ARGV[14] .. ' ' .. int(math.ceil(cool / 1000)) .. ' ' .. ARGV[3])
+    cd = ends
+  end
+end
+if cd > now then left = cd - now end
+if ARGV[11] ~= '' then
+  redis.call('HSET', KEYS[1], 'cap', ARGV[11], 'capx', int(now + tonumber(ARGV[12])))
+  keep_at_least(KEYS[1], math.ceil((tonumber(ARGV[12]) + ttl) / 1000))
+end
+keep_at_least(KEYS[1], math.ceil((left + ttl) / 1000))
+return {real(rate), left}
+"#;
+
+/// An operator's action, for every instance. `KEYS`: budget. `ARGV`: now, action (`pause`,
+/// `resume`, `rate`, `unrate`), value (the pause in µs, or the rate), hint channel, host key, idle
+/// TTL µs. A resume ends only the operator's pause, never a cooldown the server asked for.
+pub(super) const OPERATOR: &str = r#"
+local now = now_us(ARGV[1])
+local action, value = ARGV[2], ARGV[3]
+if action == 'pause' then
+  local ends = now + tonumber(value)
+  redis.call('HSET', KEYS[1], 'op', int(ends))
+  keep_at_least(KEYS[1], math.ceil((ends - now + tonumber(ARGV[6])) / 1000))
+  redis.call('PUBLISH', ARGV[4], 'pause ' .. ARGV[5] .. ' ' .. int(math.ceil(tonumber(value) / 1000)))
+elseif action == 'resume' then
+  redis.call('HDEL', KEYS[1], 'op')
+  redis.call('PUBLISH', ARGV[4], 'resume ' .. ARGV[5])
+elseif action == 'rate' then
+  redis.call('HSET', KEYS[1], 'ovr', value)
+  keep_at_least(KEYS[1], math.ceil(tonumber(ARGV[6]) / 1000))
+  redis.call('PUBLISH', ARGV[4], 'rate ' .. ARGV[5] .. ' ' .. value)
+elseif action == 'unrate' then
+  redis.call('HDEL', KEYS[1], 'ovr')
+  redis.call('PUBLISH', ARGV[4], 'rate ' .. ARGV[5] .. ' -')
+end
+return 1
+"#;
+
+/// Says this instance is alive and counts the live ones. `KEYS`: the instance set. `ARGV`: now,
+/// instance id, how long an instance counts as live after its last beat (µs).
+pub(super) const HEARTBEAT: &str = r#"
+local now = now_us(ARGV[1])
+redis.call('ZADD', KEYS[1], int(now), ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now - tonumber(ARGV[3])))
+keep_at_least(KEYS[1], math.ceil(tonumber(ARGV[3]) / 1000) * 2)
+return redis.call('ZCARD', KEYS[1])
+"#;
+
+/// Keeps this instance's leases of one host alive. `KEYS`: leases. `ARGV`: now, lease µs, then the
+/// members. A member already gone (released, or expired) is not brought back.
+pub(super) const RENEW: &str = r#"
+local now = now_us(ARGV[1])
+local expiry = int(now + tonumber(ARGV[2]))
+for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
+keep_at_least(KEYS[1], math.ceil(tonumber(ARGV[2]) / 1000) + 1000)
+return 1
+"#;
+
+/// A script with the prelude, ready to run.
+pub(super) fn script(body: &str) -> redis::Script {
+    redis::Script::new(&format!("{PRELUDE}{body}"))
+}

@@ -1,0 +1,348 @@
+//! The scripts' time arithmetic against a real `redis-server` on a free loopback port, with an
+//! injected `now`, and compared with the local token bucket (`crate::policy::Bucket`) fed the same
+//! events.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use super::hints::Hint;
+use super::scripts::{script, RELEASE, REPORT, RESERVE};
+use crate::policy::{Bucket, CooldownCause};
+
+/// A `redis-server` of this test's own, stopped when dropped.
+pub(crate) struct TestRedis {
+    child: Child,
+    pub(crate) url: String,
+}
+
+impl TestRedis {
+    /// Starts one, or `None` (the test is skipped) when `redis-server` is not installed and `CI`
+    /// is not set; with `CI` set a missing server fails the test.
+    pub(crate) fn start() -> Option<TestRedis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .ok()?;
+        let spawned = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) if std::env::var_os("CI").is_none() => {
+                eprintln!("skipped: redis-server cannot be started ({e}); install redis-server");
+                return None;
+            }
+            Err(e) => panic!("CI is set and redis-server cannot be started: {e}"),
+        };
+        let url = format!("redis://127.0.0.1:{port}/0");
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(TestRedis { child, url });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server did not listen on {port} within 2 s");
+    }
+
+    async fn conn(&self) -> MultiplexedConnection {
+        redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for TestRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One reservation at `now` µs: `(kind, µs, tat, interval, start)`.
+async fn reserve(
+    conn: &mut MultiplexedConnection,
+    host: &str,
+    now: i64,
+    rate: f64,
+    burst: u32,
+    concurrency: u32,
+    rejoin: bool,
+) -> (String, i64, String, i64, i64, String) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let member = format!(
+        "m{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let (kind, micros, _cause, _rate, _ovr, tat, interval, start): (
+        String,
+        i64,
+        String,
+        String,
+        String,
+        String,
+        i64,
+        i64,
+    ) = script(RESERVE)
+        .key(format!("t:{{{host}}}:b"))
+        .key(format!("t:{{{host}}}:l"))
+        .arg(now)
+        .arg(rate.to_string())
+        .arg(rate.to_string())
+        .arg(burst)
+        .arg(concurrency)
+        .arg(60_000_000)
+        .arg(&member)
+        .arg(1_000_000_000_i64)
+        .arg(if rejoin { "1" } else { "0" })
+        .arg(3_600_000_000_i64)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    (kind, micros, tat, interval, start, member)
+}
+
+/// A Unix time in µs with all 16 digits in use, as `TIME` gives.
+const T0: i64 = 1_764_590_000_123_456;
+
+#[tokio::test]
+async fn reservations_start_when_the_local_bucket_would_let_them() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = redis.conn().await;
+    // Arrivals bunched and spread, at 7/s with a burst of 3: each request, reserved on arrival,
+    // starts when the local bucket (taking in arrival order) would have let it go.
+    let arrivals: Vec<i64> = vec![
+        0, 0, 0, 0, 10_000, 400_000, 405_000, 2_000_000, 2_000_001, 2_100_000,
+    ];
+    let (rate, burst) = (7.0, 3);
+    let epoch = Instant::now();
+    let mut bucket = Bucket::new(rate, burst, epoch);
+    let mut free_at = 0_i64;
+    for (i, at) in arrivals.iter().enumerate() {
+        let (kind, wait, ..) =
+            reserve(&mut conn, "gcra.test:80", T0 + at, rate, burst, 100, false).await;
+        assert_eq!(kind, "go", "request {i}");
+        let start = at + wait;
+        // The bucket's turn: not before the arrival, nor before the previous request's start.
+        let mut when = (*at).max(free_at);
+        let instant = |us: i64| epoch + Duration::from_micros(us as u64);
+        let ready = bucket.ready_at(instant(when));
+        when = ready.duration_since(epoch).as_micros() as i64;
+        assert!(bucket.try_take(instant(when), 0.0, 0.0));
+        free_at = when;
+        // Intervals are whole microseconds rounded up in the script: at most 1 µs per turn late.
+        assert!(
+            (start - when).abs() <= i as i64 + 1,
+            "request {i}: script starts it at {start} µs, the bucket at {when} µs"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refund_undoes_only_the_last_reservation() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = redis.conn().await;
+    let host = "refund.test:80";
+    let (_, _, tat1, interval, _, first) = reserve(&mut conn, host, T0, 2.0, 1, 10, false).await;
+    let (_, wait2, tat2, _, _, second) = reserve(&mut conn, host, T0, 2.0, 1, 10, false).await;
+    assert_eq!(wait2, 500_000);
+    let release_script = script(RELEASE);
+    let release = |member: &str, member_tat: String, refund: bool| {
+        let mut invocation = release_script.prepare_invoke();
+        invocation
+            .key(format!("t:{{{host}}}:b"))
+            .key(format!("t:{{{host}}}:l"))
+            .arg("")
+            .arg(member)
+            .arg(10)
+            .arg(if refund { "1" } else { "0" })
+            .arg(member_tat)
+            .arg(interval)
+            .arg("t:hints")
+            .arg(host);
+        invocation
+    };
+    // A lease that is not in the set refunds nothing.
+    let removed: i64 = release("nobody", tat2.clone(), true)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(removed, 0);
+    // The last reservation, never used, is given back: the next request takes its turn.
+    let removed: i64 = release(&second, tat2.clone(), true)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    let (_, wait3, tat3, ..) = reserve(&mut conn, host, T0 + 1, 2.0, 1, 10, false).await;
+    assert_eq!(wait3, 499_999, "the refunded turn is taken again");
+    // An earlier reservation with a later one on top cannot be undone without freeing a turn
+    // twice: its release gives back nothing.
+    let removed: i64 = release(&first, tat1.clone(), true)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1, "the lease is freed");
+    let (_, wait4, ..) = reserve(&mut conn, host, T0 + 2, 2.0, 1, 10, false).await;
+    assert_eq!(wait4, 999_998, "no token came back");
+    assert_ne!(tat1, tat3);
+}
+
+#[tokio::test]
+async fn a_cooldown_closes_the_host_and_lets_one_request_go_at_its_end() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = redis.conn().await;
+    let host = "cool.test:80";
+    let (kind, ..) = reserve(&mut conn, host, T0, 10.0, 5, 10, false).await;
+    assert_eq!(kind, "go");
+    // A 429 with Retry-After: 3 s.
+    let (rate, left): (String, i64) = script(REPORT)
+        .key(format!("t:{{{host}}}:b"))
+        .arg(T0 + 1_000)
+        .arg(3_000_000)
+        .arg("status:429")
+        .arg("10")
+        .arg("5")
+        .arg(T0)
+        .arg("0.1")
+        .arg("10")
+        .arg("10")
+        .arg(5)
+        .arg("")
+        .arg(0)
+        .arg("t:hints")
+        .arg(host)
+        .arg(3_600_000_000_i64)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rate.parse::<f64>().unwrap(), 5.0);
+    assert_eq!(left, 3_000_000);
+    let (kind, wait, ..) = reserve(&mut conn, host, T0 + 2_000_000, 10.0, 5, 10, false).await;
+    assert_eq!((kind.as_str(), wait), ("cool", 1_001_000));
+    // At its end one request goes at once, the next a full interval later: no burst.
+    let end = T0 + 3_001_000;
+    let (kind, wait, ..) = reserve(&mut conn, host, end, 5.0, 5, 10, false).await;
+    assert_eq!((kind.as_str(), wait), ("go", 0));
+    let (_, wait, ..) = reserve(&mut conn, host, end, 5.0, 5, 10, false).await;
+    assert_eq!(wait, 200_000);
+}
+
+#[tokio::test]
+async fn one_storm_seen_by_several_instances_cuts_the_rate_once() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = redis.conn().await;
+    let host = "wave.test:80";
+    let report_script = script(REPORT);
+    let report = |now: i64, started: i64| {
+        let mut invocation = report_script.prepare_invoke();
+        invocation
+            .key(format!("t:{{{host}}}:b"))
+            .arg(now)
+            .arg(0)
+            .arg("")
+            .arg("8")
+            .arg("4")
+            .arg(started)
+            .arg("0.5")
+            .arg("8")
+            .arg("8")
+            .arg(1)
+            .arg("")
+            .arg(0)
+            .arg("t:hints")
+            .arg(host)
+            .arg(3_600_000_000_i64);
+        invocation
+    };
+    // Four instances answer 429 to requests that all started before the first cut.
+    let mut rates = Vec::new();
+    for i in 0..4 {
+        let (rate, _): (String, i64) = report(T0 + 1_000 + i, T0)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        rates.push(rate.parse::<f64>().unwrap());
+    }
+    assert_eq!(rates, vec![4.0, 4.0, 4.0, 4.0]);
+    // A request that started after the cut and met a 429 again cuts again.
+    let (rate, _): (String, i64) = report(T0 + 10_000, T0 + 5_000)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rate.parse::<f64>().unwrap(), 2.0);
+}
+
+#[tokio::test]
+async fn every_slot_taken_is_busy_until_a_lease_runs_out() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = redis.conn().await;
+    let host = "busy.test:80";
+    for _ in 0..2 {
+        let (kind, ..) = reserve(&mut conn, host, T0, 1000.0, 10, 2, false).await;
+        assert_eq!(kind, "go");
+    }
+    let (kind, wait, ..) = reserve(&mut conn, host, T0 + 1_000, 1000.0, 10, 2, false).await;
+    assert_eq!(kind, "busy");
+    // Leases last 60 s from their turn's start (the test's lease time).
+    assert!((59_000_000..=60_000_000).contains(&wait), "{wait}");
+    let (kind, ..) = reserve(&mut conn, host, T0 + 60_000_001, 1000.0, 10, 2, false).await;
+    assert_eq!(kind, "go", "the leases ran out");
+}
+
+#[tokio::test]
+async fn a_rejoining_instance_starts_with_an_empty_bucket() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = redis.conn().await;
+    let host = "rejoin.test:80";
+    let (kind, wait, ..) = reserve(&mut conn, host, T0, 4.0, 10, 100, true).await;
+    assert_eq!((kind.as_str(), wait), ("go", 0));
+    let (_, wait, ..) = reserve(&mut conn, host, T0, 4.0, 10, 100, false).await;
+    assert_eq!(wait, 250_000, "one request, then the rate: no burst");
+}
+
+#[test]
+fn hints_read_back_what_the_scripts_publish() {
+    assert_eq!(
+        Hint::parse("cool shop.test:443 3000 status:429"),
+        Some(Hint::Cool(
+            "shop.test:443".into(),
+            Duration::from_secs(3),
+            CooldownCause::Status(429)
+        ))
+    );
+    assert_eq!(
+        Hint::parse("free [::1]:80"),
+        Some(Hint::Free("[::1]:80".into()))
+    );
+    assert_eq!(
+        Hint::parse("rate a.test:80 2.5"),
+        Some(Hint::Rate("a.test:80".into(), Some(2.5)))
+    );
+    assert_eq!(
+        Hint::parse("rate a.test:80 -"),
+        Some(Hint::Rate("a.test:80".into(), None))
+    );
+    assert_eq!(Hint::parse("rate a.test:80 NaN"), None);
+    assert_eq!(Hint::parse("pause a.test:80"), None);
+    assert_eq!(Hint::parse(""), None);
+}
