@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use http::StatusCode;
 use tokio::time::Instant;
 
 use support::*;
@@ -18,6 +19,31 @@ async fn instances(n: usize, redis: &RedisServer, shared: &str, config: &str) ->
         all.push(Courtesy::start(&format!("{}\n{config}", redis.shared_section(shared))).await);
     }
     all
+}
+
+/// Whether the state of `/hosts/{key}` of `courtesy` comes to satisfy `test` within 2 s.
+async fn host_in_state(courtesy: &Courtesy, key: &str, test: impl Fn(&str) -> bool) -> bool {
+    let mut last = String::new();
+    for _ in 0..100 {
+        let (_, body) = admin_call(
+            "GET",
+            &courtesy.admin_url(&format!("/hosts/{key}")),
+            None,
+            "",
+        )
+        .await;
+        let state = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v["state"].as_str().map(String::from))
+            .unwrap_or_default();
+        if test(&state) {
+            return true;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("/hosts/{key} stayed {last}");
+    false
 }
 
 /// Sends `per_instance` GETs through each instance at once; every one must be answered 200.
@@ -68,5 +94,314 @@ async fn three_instances_keep_one_rate_and_one_concurrency_cap() {
         origin.max_in_flight() <= 2,
         "in flight at once: {}",
         origin.max_in_flight()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cooldown_learned_through_one_instance_holds_for_all() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = answered.clone();
+    let origin = Origin::start("127.0.0.1", move |_req| {
+        let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                come_back_later(429, "2", "slow down")
+            } else {
+                http::Response::new(full("ok"))
+            }
+        }
+    })
+    .await;
+    let all = instances(
+        3,
+        &redis,
+        "",
+        "[defaults]\nrate = 50.0\nburst = 5\non_cooldown = \"hold\"\nmax_wait_seconds = 10\n",
+    )
+    .await;
+    let first = all[0].client().get(&origin.url("/first")).await;
+    assert_eq!(first.status, StatusCode::TOO_MANY_REQUESTS);
+    let window_ends = origin.arrival_times()[0] + Duration::from_secs(2);
+    // The other instances hold their requests for the same host until the window is over.
+    let mut tasks = Vec::new();
+    for c in &all[1..] {
+        tasks.extend(
+            c.client()
+                .spawn_gets((0..3).map(|i| origin.url(&format!("/after?{i}")))),
+        );
+    }
+    assert_each_ok(tasks).await;
+    let times = origin.arrival_times();
+    assert_eq!(times.len(), 7);
+    for (i, at) in times.iter().enumerate().skip(1) {
+        assert!(
+            *at + Duration::from_millis(5) >= window_ends,
+            "request {i} arrived {:?} before the Retry-After window ended",
+            window_ends.duration_since(*at)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_pause_through_one_instance_holds_every_instance() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances(2, &redis, "", "[defaults]\nrate = 50.0\n").await;
+    let key = origin.addr.to_string();
+    // The other instance has met the host before, so it learns of the pause from the hint.
+    assert_eq!(
+        all[1].client().get(&origin.url("/before")).await.status,
+        StatusCode::OK
+    );
+    let (status, body) = admin_call(
+        "POST",
+        &all[0].admin_url(&format!("/hosts/{key}/pause?seconds=300")),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        host_in_state(&all[1], &key, |s| s == "paused").await,
+        "the other instance shows the host paused"
+    );
+    let got = all[1].client().get(&origin.url("/during")).await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        got.header("proxy-status").contains("operator"),
+        "{}",
+        got.header("proxy-status")
+    );
+    // A third instance that never met the host learns it from its first reservation.
+    let late = Courtesy::start(&format!(
+        "{}\n[defaults]\nrate = 50.0\n",
+        redis.shared_section("")
+    ))
+    .await;
+    assert_eq!(
+        late.client().get(&origin.url("/late")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // A resume through the paused instance's peer lets every instance send again.
+    let (status, _) = admin_call(
+        "POST",
+        &all[1].admin_url(&format!("/hosts/{key}/resume")),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        host_in_state(&late, &key, |s| s != "paused").await,
+        "the resume reaches every instance"
+    );
+    let again = late.client().get(&origin.url("/again")).await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(origin.paths(), vec!["/before", "/again"]);
+}
+
+/// Two instances of a 10/s budget (burst 1, so 5/s each in fallback) and 3 clients on each.
+const TWO_OF_TEN: &str = "[defaults]\nrate = 10.0\nburst = 1\nconcurrency = 8\nadaptive = false\nmax_wait_seconds = 20\n";
+
+/// Hammers both instances until `end`; every request must be answered 200 by then plus 5 s.
+async fn hammer_both(all: &[Courtesy], origin: &Origin, end: Instant) {
+    let mut tasks = Vec::new();
+    for c in all {
+        for i in 0..3 {
+            let client = c.client();
+            let url = origin.url(&format!("/p{i}"));
+            tasks.push(tokio::spawn(async move {
+                let mut conn = client.connect().await;
+                while Instant::now() < end {
+                    assert_eq!(conn.get(&url).await.status, StatusCode::OK);
+                }
+            }));
+        }
+    }
+    let all_done = async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    };
+    tokio::time::timeout(
+        end.saturating_duration_since(Instant::now()) + Duration::from_secs(5),
+        all_done,
+    )
+    .await
+    .expect("no client hangs");
+}
+
+/// Arrivals at `origin` between `from` and `to`.
+fn arrivals_between(origin: &Origin, from: Instant, to: Instant) -> usize {
+    origin
+        .arrival_times()
+        .into_iter()
+        .filter(|t| *t >= from && *t < to)
+        .count()
+}
+
+async fn budget_mode(courtesy: &Courtesy) -> String {
+    let (_, body) = admin_call("GET", &courtesy.admin_url("/readyz"), None, "").await;
+    serde_json::from_str::<serde_json::Value>(&body).unwrap()["budget"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_leaves_each_instance_its_share_and_no_client_hangs() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances(2, &redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
+    let start = Instant::now();
+    hammer_both(&all, &origin, start + Duration::from_millis(1500)).await;
+    assert_eq!(budget_mode(&all[0]).await, "shared");
+    redis.kill();
+    let killed = Instant::now();
+    hammer_both(&all, &origin, killed + Duration::from_secs(3)).await;
+    let end = Instant::now();
+    for c in &all {
+        assert_eq!(budget_mode(c).await, "fallback");
+    }
+    // 5/s each, 10/s together: the site sees the budget, neither more nor nothing.
+    let from = killed + Duration::from_millis(200);
+    let seen = arrivals_between(&origin, from, end);
+    let allowed = (10.0 * end.duration_since(from).as_secs_f64()).ceil() as usize + 2;
+    assert!(
+        seen <= allowed,
+        "{seen} arrivals in fallback, the budget allows {allowed}"
+    );
+    assert!(
+        seen * 2 >= allowed,
+        "{seen} arrivals in fallback: the instances kept sending"
+    );
+    let text = fetch_direct(&all[0].admin_url("/metrics")).await;
+    assert!(
+        text.contains("courtesy_shared_mode{mode=\"fallback\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("courtesy_shared_errors_total{op="), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_then_continued_falls_back_and_rejoins_without_a_burst() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances(2, &redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
+    let start = Instant::now();
+    hammer_both(&all, &origin, start + Duration::from_millis(1500)).await;
+    redis.pause();
+    let stopped = Instant::now();
+    hammer_both(&all, &origin, stopped + Duration::from_secs(2)).await;
+    for c in &all {
+        assert_eq!(
+            budget_mode(c).await,
+            "fallback",
+            "a store that does not answer is away"
+        );
+    }
+    let from = stopped + Duration::from_millis(300);
+    let continued = Instant::now();
+    let seen = arrivals_between(&origin, from, continued);
+    let allowed = (10.0 * continued.duration_since(from).as_secs_f64()).ceil() as usize + 2;
+    assert!(
+        seen <= allowed,
+        "{seen} arrivals while stopped, the budget allows {allowed}"
+    );
+    assert!(
+        seen > 0,
+        "the instances kept sending while the store was stopped"
+    );
+    redis.resume();
+    hammer_both(&all, &origin, continued + Duration::from_secs(3)).await;
+    for c in &all {
+        assert_eq!(
+            budget_mode(c).await,
+            "shared",
+            "rejoined once the store answers"
+        );
+    }
+    // Over the whole run, no second of traffic beyond one budget: no burst at the rejoin.
+    let most = origin.most_within_any(Duration::from_secs(1));
+    assert!(most <= 1 + 10 + 2, "{most} arrivals within one second");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_releases_no_burst_beyond_one_budget() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances(2, &redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
+    let start = Instant::now();
+    hammer_both(&all, &origin, start + Duration::from_millis(1500)).await;
+    redis.restart_empty();
+    let restarted = Instant::now();
+    hammer_both(&all, &origin, restarted + Duration::from_secs(3)).await;
+    let most = origin.most_within_any(Duration::from_secs(1));
+    assert!(most <= 1 + 10 + 2, "{most} arrivals within one second");
+    let end = Instant::now();
+    let seen = arrivals_between(&origin, restarted, end);
+    assert!(seen >= 15, "only {seen} arrivals after the restart");
+    for c in &all {
+        assert_eq!(budget_mode(c).await, "shared");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_killed_holding_a_slot_frees_it_when_its_lease_runs_out() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::start("127.0.0.1", |req| async move {
+        if req.uri().path() == "/hang" {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        }
+        http::Response::new(full("ok"))
+    })
+    .await;
+    let policy = "[defaults]\nrate = 50.0\nconcurrency = 1\n";
+    let dir = temp_dir("shared-lease");
+    let ports = Ports::free();
+    let file = dir.join("c.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "{}{}{policy}",
+            ports.proxy_section(&dir),
+            redis.shared_section("lease_seconds = 2")
+        ),
+    )
+    .unwrap();
+    let mut holder = spawn_courtesy_process(&file);
+    assert!(listening(ports.proxy_addr()).await);
+    let proxy = ProxyClient {
+        proxy: ports.proxy_addr(),
+    };
+    let hang = proxy.spawn_get(origin.url("/hang"));
+    assert!(eventually(Duration::from_secs(5), || origin.count() == 1).await);
+    holder.kill().await.unwrap();
+    hang.abort();
+    let other = Courtesy::start(&format!(
+        "{}\n{policy}",
+        redis.shared_section("lease_seconds = 2")
+    ))
+    .await;
+    let got = other.client().get(&origin.url("/fast")).await;
+    assert_eq!(got.status, StatusCode::OK);
+    let times = origin.arrival_times();
+    let held = times[1].duration_since(times[0]);
+    assert!(
+        held >= Duration::from_millis(1800) && held <= Duration::from_millis(3500),
+        "the dead instance's slot came back after {held:?} (lease: 2 s)"
     );
 }

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::host::{Host, HostState};
@@ -117,11 +118,12 @@ impl Budget {
         observation: &Observation,
         lease_start: Option<i64>,
         now: Instant,
-    ) -> Reaction {
+    ) -> (Reaction, Option<JoinHandle<()>>) {
         let policy = state.policy.clone();
         let reaction = state
             .pacing
             .observe(observation, &policy, now, rand::random::<f64>());
+        let mut teaching = None;
         if reaction.cooldown.is_some() || reaction.hard_block {
             self.persist_signal().notify_one();
         }
@@ -139,9 +141,9 @@ impl Budget {
                 rate_after: reaction.rate_after,
                 cap: state.pacing.robots_cap(),
             };
-            teach(store, host, lesson, start, &policy);
+            teaching = teach(store, host, lesson, start, &policy);
         }
-        reaction
+        (reaction, teaching)
     }
 
     /// Pauses the host for a block seen in a response; `false` when a pause of that kind is already
@@ -166,7 +168,8 @@ impl Budget {
                     rate_after: state.pacing.rate(),
                     cap: None,
                 };
-                teach(store, host, lesson, start, &policy);
+                // The block's reaction runs inside the body's poll: the lesson goes on alone.
+                drop(teach(store, host, lesson, start, &policy));
             }
         }
         paused
@@ -270,17 +273,18 @@ fn local_turn(
     Turn::Go(slot)
 }
 
-/// Sends an answer's lesson to the store, off the request's path; the learned rate it answers
-/// with becomes the host's here.
+/// Sends an answer's lesson to the store in a task of its own; the learned rate it answers with
+/// becomes the host's here. The caller may wait for it (a cooldown must be in the store before the
+/// client hears the answer that caused it) or let it run (everything else).
 fn teach(
     store: &Arc<Store>,
     host: &Arc<Host>,
     lesson: Lesson,
     start: i64,
     policy: &crate::config::HostPolicy,
-) {
+) -> Option<JoinHandle<()>> {
     if store.in_fallback() {
-        return;
+        return None;
     }
     let bounds = RateBounds {
         min_rate: policy.min_rate,
@@ -294,12 +298,12 @@ fn teach(
     };
     let store = store.clone();
     let host = host.clone();
-    tokio::spawn(async move {
+    Some(tokio::spawn(async move {
         if let Ok((rate, _)) = store.report(&host.key, &lesson, start, bounds).await {
             let now = Instant::now();
             let mut state = host.lock();
             let rate_override = state.pacing.rate_override();
             state.pacing.adopt_shared(rate, rate_override, now);
         }
-    });
+    }))
 }

@@ -67,7 +67,23 @@ impl Permit {
 
     /// Feeds an upstream answer back into the host's pacing: adapts the rate, starts or extends a
     /// cooldown and, with `on_cooldown = "reject"`, answers everything queued for the host at once.
+    /// With a shared budget the lesson goes to the store in the background.
     pub fn report(&self, answer: &Answer) -> Reaction {
+        self.report_inner(answer).0
+    }
+
+    /// Like [`Permit::report`]; with a shared budget, a cooldown the answer started is in the
+    /// store (or the store is found away) before this returns, so that no instance sends inside
+    /// a window the client has already heard of.
+    pub async fn report_settled(&self, answer: &Answer) -> Reaction {
+        let (reaction, teaching) = self.report_inner(answer);
+        if let Some(task) = teaching.filter(|_| reaction.cooldown.is_some()) {
+            let _ = task.await;
+        }
+        reaction
+    }
+
+    fn report_inner(&self, answer: &Answer) -> (Reaction, Option<tokio::task::JoinHandle<()>>) {
         let now = Instant::now();
         let mut state = self.host.lock();
         let observation = Observation {
@@ -76,7 +92,7 @@ impl Permit {
             limited: self.limited,
             others_in_flight: state.in_flight.current.saturating_sub(1),
         };
-        let reaction = self.budget.report(
+        let (reaction, teaching) = self.budget.report(
             &self.host,
             &mut state,
             &observation,
@@ -94,7 +110,7 @@ impl Permit {
             let _ = waiter.reply.send(Err(refusal));
         }
         self.host.wake.notify_one();
-        reaction
+        (reaction, teaching)
     }
 
     /// Pauses this permit's host for a soft block (a challenge page was seen in its response).

@@ -286,7 +286,6 @@ impl Metrics {
             .inc();
     }
 
-    /// Renders the Prometheus text format, filling the gauges from the host table first.
     /// Adds the shared budget's series: the mode in force, the instances seen, the store's
     /// round-trip latency and its errors by operation.
     pub(crate) fn with_shared(mut self, store: &crate::shared::Store) -> Self {
@@ -316,6 +315,7 @@ impl Metrics {
         self
     }
 
+    /// Renders the Prometheus text format, filling the gauges from the host table first.
     pub fn render(&self, limiter: &Limiter, leaf: (u64, u64)) -> String {
         let snapshots = limiter.snapshots();
         let mut per_label: HashMap<String, (f64, i64, i64, f64)> = HashMap::new();

@@ -76,7 +76,7 @@ impl Proxy {
                         failure.details
                     );
                 } else {
-                    self.report_failure(&permit, &failure, latency);
+                    self.report_failure(&permit, &failure, latency).await;
                 }
                 return Err(Unanswered { failure, stale });
             }
@@ -86,7 +86,7 @@ impl Proxy {
                     permit.host_key(),
                     timeout.as_secs_f64()
                 ));
-                self.report_failure(&permit, &failure, latency);
+                self.report_failure(&permit, &failure, latency).await;
                 return Err(Unanswered {
                     failure,
                     stale: false,
@@ -94,7 +94,9 @@ impl Proxy {
             }
         };
         let policy = permit.policy();
-        let reaction = permit.report(&answer_of(&response, latency, &policy));
+        let reaction = permit
+            .report_settled(&answer_of(&response, latency, &policy))
+            .await;
         let status = response.status().as_u16();
         self.metrics
             .response(permit.host_key(), status, latency, permit.waited());
@@ -118,20 +120,22 @@ impl Proxy {
     }
 
     /// Feeds a request that got no response back into the host's pacing and logs it.
-    fn report_failure(&self, permit: &Permit, failure: &Failure, latency: Duration) {
+    async fn report_failure(&self, permit: &Permit, failure: &Failure, latency: Duration) {
         // A request courtesy could not send because of the client's own body, or because courtesy
         // does not trust the host's certificate, says nothing of the host: no back-off.
         let feedback = match failure.kind {
             ProxyError::HttpRequestError | ProxyError::TlsCertificateError => Feedback::Neutral,
             _ => Feedback::Failed,
         };
-        let reaction = permit.report(&Answer {
-            feedback,
-            status: None,
-            latency,
-            retry_after: None,
-            server: None,
-        });
+        let reaction = permit
+            .report_settled(&Answer {
+                feedback,
+                status: None,
+                latency,
+                retry_after: None,
+                server: None,
+            })
+            .await;
         self.metrics.failure(permit.host_key(), permit.waited());
         warn!(
             error = failure.kind.token(),
