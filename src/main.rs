@@ -271,6 +271,17 @@ fn check(file: &Path) -> anyhow::Result<()> {
         p.connect_timeout.as_secs_f64(),
         p.response_timeout.as_secs_f64()
     );
+    if let Some(s) = &config.shared {
+        println!(
+            "[shared] redis_url={} key_prefix={} instances={} timeout={}ms lease={}s",
+            s.redacted_url(),
+            s.key_prefix,
+            s.instances
+                .map_or("most seen".to_string(), |n| n.to_string()),
+            s.timeout.as_millis(),
+            s.lease.as_secs_f64()
+        );
+    }
     println!("{:<32} {}", "[defaults]", describe(&config.defaults));
     for rule in &config.hosts {
         let label = format!("host rule {} ({})", rule.number, rule.pattern);

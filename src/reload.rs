@@ -11,7 +11,8 @@ use crate::config::Config;
 use crate::limiter::Limiter;
 
 /// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
-/// directory and upstream TLS settings need a restart; a change to them is reported and ignored.
+/// directory, upstream TLS settings and the shared store (`[shared]`) need a restart; a change to
+/// them is reported and ignored.
 /// On errors the old config stays.
 pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     let old = limiter.config();
@@ -39,13 +40,17 @@ pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     if new.proxy.connect_timeout != old.proxy.connect_timeout {
         kept.push("connect_timeout_seconds");
     }
+    if new.shared != old.shared {
+        kept.push("[shared]");
+    }
+    new.shared = old.shared.clone();
     new.proxy.listen = old.proxy.listen;
     new.proxy.admin_listen = old.proxy.admin_listen;
     new.proxy.state_dir = old.proxy.state_dir.clone();
     new.proxy.upstream_ca = old.proxy.upstream_ca.clone();
     new.proxy.connect_timeout = old.proxy.connect_timeout;
     if !kept.is_empty() {
-        warn!(keys = ?kept, "these [proxy] keys change only at a restart; their old values stay");
+        warn!(keys = ?kept, "these keys change only at a restart; their old values stay");
     }
     let summary = format!(
         "{}: {} host rules{}",

@@ -221,3 +221,52 @@ fn every_syntax_error_is_reported() {
         "{err}"
     );
 }
+
+#[test]
+fn a_shared_section_is_checked_and_defaults_the_rest() {
+    assert_eq!(parse("").unwrap().shared, None);
+    let c = parse("[shared]\nredis_url = \"rediss://:pw@store.internal:6380/2\"\n").unwrap();
+    let shared = c.shared.unwrap();
+    assert_eq!(shared.key_prefix, "courtesy");
+    assert_eq!(shared.instances, None);
+    assert_eq!(shared.timeout, std::time::Duration::from_millis(250));
+    assert_eq!(shared.redacted_url(), "rediss://***@store.internal:6380/2");
+    let c = parse(
+        "[shared]\nredis_url = \"redis://127.0.0.1:6379/0\"\nkey_prefix = \"team-a\"\ninstances = 4\n\
+         timeout_ms = 100\nlease_seconds = 5\n",
+    )
+    .unwrap();
+    let shared = c.shared.unwrap();
+    assert_eq!(
+        (shared.key_prefix.as_str(), shared.instances),
+        ("team-a", Some(4))
+    );
+    assert_eq!(shared.lease, std::time::Duration::from_secs(5));
+
+    let err = parse("[shared]\nkey_prefix = \"x\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("test.toml:1: [shared] redis_url is required"),
+        "{err}"
+    );
+    let err = parse(
+        "[shared]\nredis_url = \"http://:secret@x:1/\"\nkey_prefix = \"a b\"\ninstances = 0\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("test.toml:2: [shared] redis_url must be a redis:// or rediss:// URL"),
+        "{err}"
+    );
+    assert!(!err.contains("secret"), "a password never shows: {err}");
+    assert!(err.contains("test.toml:3: [shared] key_prefix"), "{err}");
+    assert!(
+        err.contains("test.toml:4: [shared]: instances must be between 1 and 10000"),
+        "{err}"
+    );
+    let err = parse("[shared]\nredis_url = \"redis://x\"\nredis = 1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("test.toml:3"), "{err}");
+}

@@ -315,6 +315,12 @@ impl Store {
     /// Switches to fallback (once, logged at `warn`).
     pub(crate) fn fall_back(&self, why: &str) {
         if !self.fallback.swap(true, Ordering::AcqRel) {
+            if self.settings.instances.is_none() && self.instances_seen() == 0 {
+                tracing::warn!(
+                    "the store was never reached, so this instance does not know how many share \
+                     the budgets and keeps all of each: set [shared] instances"
+                );
+            }
             tracing::warn!(
                 store = %self.settings.redacted_url(),
                 share = self.share(),
