@@ -405,3 +405,42 @@ async fn an_instance_killed_holding_a_slot_frees_it_when_its_lease_runs_out() {
         "the dead instance's slot came back after {held:?} (lease: 2 s)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_cut_off_from_the_store_and_one_on_it_keep_one_budget_together() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    // One instance reaches the store; the other is pointed at a port where nothing listens, as if
+    // a partition cut it off: it keeps its half, and the first keeps to the other half.
+    let on = instances(1, &redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let off = Courtesy::start(&format!(
+        "[shared]\nredis_url = \"redis://127.0.0.1:{dead_port}/0\"\ninstances = 2\ntimeout_ms = 100\n{TWO_OF_TEN}"
+    ))
+    .await;
+    // The heartbeat counts the live instances once a second.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let all = [on.into_iter().next().unwrap(), off];
+    let start = Instant::now();
+    hammer_both(&all, &origin, start + Duration::from_secs(4)).await;
+    assert_eq!(budget_mode(&all[0]).await, "shared");
+    assert_eq!(budget_mode(&all[1]).await, "fallback");
+    let from = start + Duration::from_millis(500);
+    let end = Instant::now();
+    let seen = arrivals_between(&origin, from, end);
+    let allowed = (10.0 * end.duration_since(from).as_secs_f64()).ceil() as usize + 2;
+    assert!(
+        seen <= allowed,
+        "{seen} arrivals, one budget allows {allowed}"
+    );
+    assert!(
+        seen * 10 >= allowed * 7,
+        "{seen} arrivals: both halves are used ({allowed})"
+    );
+}

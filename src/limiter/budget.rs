@@ -97,11 +97,15 @@ impl Budget {
                 let Some(slot) = held.or_else(|| global.clone().try_acquire_owned().ok()) else {
                     return Turn::NoGlobalSlot;
                 };
+                // While some instances are away from the store (each keeping its share locally),
+                // those on it keep to the rest of the budget.
+                let part = store.live_part();
+                let scaled = |whole: u32| (f64::from(whole) * part).floor().max(1.0) as u32;
                 let limits = Limits {
-                    rate: state.pacing.effective_rate(now),
+                    rate: state.pacing.effective_rate(now) * part,
                     configured_rate: state.policy.rate,
-                    burst: state.policy.burst,
-                    concurrency: state.policy.concurrency,
+                    burst: scaled(state.policy.burst),
+                    concurrency: scaled(state.policy.concurrency),
                     rejoin: state.epoch != store.epoch(),
                 };
                 Turn::AskStore(slot, limits)
@@ -230,8 +234,7 @@ impl Budget {
         match (self, lease) {
             (Budget::Shared { store, .. }, Some(lease)) => {
                 let store = store.clone();
-                let concurrency = state.policy.concurrency;
-                tokio::spawn(async move { store.release(lease, concurrency, sent).await });
+                tokio::spawn(async move { store.release(lease, sent).await });
             }
             _ => {
                 if !sent {

@@ -53,9 +53,8 @@ pub(super) async fn take_shared_turn(
             loop {
                 if host.lock().pacing.block(Instant::now()).is_some() {
                     // Closed meanwhile (a hint): the turn goes back unused.
-                    let concurrency = limits.concurrency;
                     let store = store.clone();
-                    tokio::spawn(async move { store.release(lease, concurrency, false).await });
+                    tokio::spawn(async move { store.release(lease, false).await });
                     return;
                 }
                 if Instant::now() >= at {
@@ -66,7 +65,7 @@ pub(super) async fn take_shared_turn(
                     _ = host.wake.notified() => {}
                 }
             }
-            hand_over(limiter, host, slot, lease, wait, limits);
+            hand_over(limiter, host, slot, lease, wait);
         }
         Reservation::Cool {
             remaining,
@@ -104,7 +103,6 @@ fn hand_over(
     slot: OwnedSemaphorePermit,
     lease: crate::shared::Lease,
     wait: Duration,
-    limits: Limits,
 ) {
     let mut state = host.lock();
     while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
@@ -116,7 +114,7 @@ fn hand_over(
             return;
         };
         let store = store.clone();
-        tokio::spawn(async move { store.release(lease, limits.concurrency, false).await });
+        tokio::spawn(async move { store.release(lease, false).await });
         return;
     };
     let now = Instant::now();

@@ -46,6 +46,7 @@ pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
         }
         let most = counts.iter().map(|(_, n)| *n).max().unwrap_or(live);
         store.seen.store(most, Ordering::Release);
+        store.live_now.store(live, Ordering::Release);
         store.rejoin();
         if now.duration_since(last_renewal) >= store.settings.lease / 3 {
             last_renewal = now;

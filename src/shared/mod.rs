@@ -68,6 +68,8 @@ pub(crate) struct Store {
     epoch: AtomicU32,
     /// The most live instances counted by the recent heartbeats.
     seen: AtomicU32,
+    /// The live instances counted by the last heartbeat.
+    live_now: AtomicU32,
     next_lease: AtomicU64,
     /// Leases in flight, by host, for the heartbeat to renew.
     live: Mutex<HashMap<Arc<str>, Vec<String>>>,
@@ -145,6 +147,8 @@ pub(crate) struct Lease {
     /// The `tat` the reservation wrote and its interval, to undo it if the turn is never used.
     tat: String,
     interval: i64,
+    /// The concurrency cap it was taken under: its release wakes the others when it was full.
+    concurrency: u32,
     /// When the turn starts on the store's clock (µs), for the wave rule.
     pub(crate) starts_us: i64,
 }
@@ -230,6 +234,7 @@ impl Store {
             fallback: AtomicBool::new(false),
             epoch: AtomicU32::new(0),
             seen: AtomicU32::new(0),
+            live_now: AtomicU32::new(0),
             next_lease: AtomicU64::new(0),
             live: Mutex::new(HashMap::new()),
             scripts: Scripts {
@@ -265,6 +270,23 @@ impl Store {
             .unwrap_or_else(|| self.seen.load(Ordering::Acquire))
             .max(1);
         1.0 / f64::from(n)
+    }
+
+    /// The part of each shared budget the instances on the store may use together: all of it
+    /// while every instance expected (`instances`, or the most seen recently) is live on the
+    /// store; less while some are not, because an instance cut off from the store keeps its
+    /// share locally (so that all of them together never exceed one budget).
+    pub(crate) fn live_part(&self) -> f64 {
+        let expected = self
+            .settings
+            .instances
+            .unwrap_or_else(|| self.seen.load(Ordering::Acquire));
+        let live = self.live_now.load(Ordering::Acquire);
+        if expected == 0 || live == 0 || live >= expected {
+            1.0
+        } else {
+            f64::from(live) / f64::from(expected)
+        }
     }
 
     /// How many live instances the last heartbeats counted.
@@ -387,6 +409,7 @@ impl Store {
                         member,
                         tat: reply.tat,
                         interval: reply.interval,
+                        concurrency: limits.concurrency.max(1),
                         starts_us: reply.start,
                     },
                     view,
@@ -404,7 +427,7 @@ impl Store {
 
     /// Ends a turn: frees its slot and, for a request that never left, gives its token back.
     /// Runs after the answer, off the request's path.
-    pub(crate) async fn release(&self, lease: Lease, concurrency: u32, sent: bool) {
+    pub(crate) async fn release(&self, lease: Lease, sent: bool) {
         if let Some(members) = lock(&self.live).get_mut(&lease.host) {
             members.retain(|m| *m != lease.member);
         }
@@ -420,7 +443,7 @@ impl Store {
             .key(self.lease_key(&lease.host))
             .arg("")
             .arg(&lease.member)
-            .arg(concurrency.max(1))
+            .arg(lease.concurrency)
             .arg(if sent { "0" } else { "1" })
             .arg(&lease.tat)
             .arg(lease.interval)
