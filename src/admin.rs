@@ -23,7 +23,7 @@ use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::metrics::Metrics;
 use crate::response::{self, local, ProxyError};
 use crate::tls::Interceptor;
-use crate::views::{unix_ms, HostView, HostsPage, Totals};
+use crate::views::{unix_ms, BudgetView, HostView, HostsPage, Totals};
 
 /// The dashboard: one self-contained page that polls `/hosts`.
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -133,7 +133,7 @@ impl Admin {
                     &HostsPage {
                         now_unix_ms: unix_ms(now),
                         total,
-                        budget: self.limiter.budget_view(),
+                        budget: BudgetView::of(&self.limiter),
                         hosts: HostList(&snapshots, now),
                     },
                 )

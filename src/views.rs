@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{HttpsMode, OnCooldown};
-use crate::limiter::HostSnapshot;
+use crate::limiter::{HostSnapshot, Limiter};
 
 /// `GET /hosts`: the hosts shown (all, or the `limit` most in need of attention) and the totals
 /// over every known host. `H` is a list of [`HostView`]s, or a type that writes them one by one.
@@ -42,6 +42,23 @@ pub struct BudgetView {
     pub instances_seen: Option<u32>,
     /// The share of each budget this instance keeps in fallback.
     pub fallback_share: Option<f64>,
+}
+
+impl BudgetView {
+    /// Where `limiter` keeps its budgets.
+    pub(crate) fn of(limiter: &Limiter) -> Self {
+        let mut view = BudgetView {
+            mode: limiter.budget_mode().to_string(),
+            ..Default::default()
+        };
+        if let Some(store) = limiter.store() {
+            view.store = Some(store.settings().redacted_url());
+            view.key_prefix = Some(store.settings().key_prefix.clone());
+            view.instances_seen = Some(store.instances_seen());
+            view.fallback_share = Some(store.share());
+        }
+        view
+    }
 }
 
 impl Default for BudgetView {

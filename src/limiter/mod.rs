@@ -275,21 +275,6 @@ impl Limiter {
         self.budget.mode()
     }
 
-    /// Where the budgets are kept, for `/hosts`.
-    pub(crate) fn budget_view(&self) -> crate::views::BudgetView {
-        let mut view = crate::views::BudgetView {
-            mode: self.budget_mode().to_string(),
-            ..Default::default()
-        };
-        if let Some(store) = self.budget.store() {
-            view.store = Some(store.settings().redacted_url());
-            view.key_prefix = Some(store.settings().key_prefix.clone());
-            view.instances_seen = Some(store.instances_seen());
-            view.fallback_share = Some(store.share());
-        }
-        view
-    }
-
     /// The shared store, if the budget is kept in one.
     pub(crate) fn store(&self) -> Option<&Arc<crate::shared::Store>> {
         self.budget.store()

@@ -345,7 +345,7 @@ impl Metrics {
                 mode.get_or_create(&ModeLabel { mode: m })
                     .set(i64::from(m == now));
             }
-            let seen = limiter.budget_view().instances_seen.unwrap_or(0);
+            let seen = limiter.store().map_or(0, |s| s.instances_seen());
             instances.set(i64::from(seen));
         }
         let (hits, minted) = leaf;
