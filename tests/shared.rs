@@ -136,6 +136,16 @@ async fn a_cooldown_learned_through_one_instance_holds_for_all() {
     assert_each_ok(tasks).await;
     let times = origin.arrival_times();
     assert_eq!(times.len(), 7);
+    // The rate cut for the 429 is shared too: the other instances pace at the learned rate.
+    let key = origin.addr.to_string();
+    let (_, body) = admin_call("GET", &all[2].admin_url(&format!("/hosts/{key}")), None, "").await;
+    let own_rate = serde_json::from_str::<serde_json::Value>(&body).unwrap()["own_rate"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        own_rate < 50.0,
+        "the learned rate after the 429 is {own_rate}: {body}"
+    );
     for (i, at) in times.iter().enumerate().skip(1) {
         assert!(
             *at + Duration::from_millis(5) >= window_ends,

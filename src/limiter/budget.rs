@@ -143,7 +143,7 @@ impl Budget {
                 cooldown,
                 rate_before: reaction.rate_before,
                 rate_after: reaction.rate_after,
-                cap: state.pacing.robots_cap(),
+                cap: state.pacing.standing_cap(),
             };
             teaching = teach(store, host, lesson, start, &policy);
         }

@@ -146,6 +146,16 @@ impl Pacing {
         self.rare().robots_cap
     }
 
+    /// The lowest standing cap on the rate from outside courtesy: robots.txt's Crawl-delay or the
+    /// rate of the server's RateLimit policy. Instances sharing a budget share it.
+    pub fn standing_cap(&self) -> Option<f64> {
+        let rare = self.rare();
+        match (rare.robots_cap, rare.server_policy_rate) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Pauses the host for a detected block (`block_pause_seconds`); the rate then resumes at
     /// `block_resume_factor` of the rate before it. Returns whether a new pause started.
     pub fn pause_for_block(

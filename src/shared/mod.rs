@@ -162,7 +162,7 @@ pub(crate) struct Lesson {
     pub(crate) rate_before: f64,
     /// See `rate_before`.
     pub(crate) rate_after: f64,
-    /// A Crawl-delay or server cap on the rate.
+    /// A standing cap on the rate (Crawl-delay, a RateLimit policy), shared for an hour.
     pub(crate) cap: Option<f64>,
 }
 

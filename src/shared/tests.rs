@@ -346,3 +346,42 @@ fn hints_read_back_what_the_scripts_publish() {
     assert_eq!(Hint::parse("pause a.test:80"), None);
     assert_eq!(Hint::parse(""), None);
 }
+
+#[tokio::test]
+async fn a_cap_taught_by_one_instance_paces_every_reservation() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = redis.conn().await;
+    let host = "cap.test:80";
+    // One instance read Crawl-delay: 2 (0.5/s); its lesson carries the cap for an hour.
+    let _: (String, i64) = script(REPORT)
+        .key(format!("t:{{{host}}}:b"))
+        .arg(T0)
+        .arg(0)
+        .arg("")
+        .arg("10")
+        .arg("10")
+        .arg(T0)
+        .arg("0.1")
+        .arg("10")
+        .arg("10")
+        .arg(1)
+        .arg("0.5")
+        .arg(3_600_000_000_i64)
+        .arg("t:hints")
+        .arg(host)
+        .arg(3_600_000_000_i64)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    // Another instance, which knows no cap (it would go at 10/s), is paced at 0.5/s.
+    let (_, first, ..) = reserve(&mut conn, host, T0 + 1, 10.0, 1, 10, false).await;
+    let (_, second, ..) = reserve(&mut conn, host, T0 + 1, 10.0, 1, 10, false).await;
+    assert_eq!((first, second), (0, 2_000_000));
+    // An hour later the cap has run out.
+    let later = T0 + 3_600_000_002;
+    let (_, a, ..) = reserve(&mut conn, host, later, 10.0, 1, 10, false).await;
+    let (_, b, ..) = reserve(&mut conn, host, later, 10.0, 1, 10, false).await;
+    assert_eq!((a, b), (0, 100_000));
+}
