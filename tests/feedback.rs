@@ -469,3 +469,93 @@ async fn hold_saves_the_page_for_a_client_that_retries_at_once_like_scrapy() {
     assert!(!windows.is_empty(), "the origin never throttled");
     assert_nothing_inside_windows(&limited.origin, &windows);
 }
+
+/// A GET of `url` through `client` carrying `Courtesy-On-Cooldown: choice`.
+async fn get_choosing(client: &ProxyClient, url: &str, choice: &str) -> Got {
+    let req = Request::builder()
+        .uri(url)
+        .header("courtesy-on-cooldown", choice)
+        .body(empty())
+        .unwrap();
+    client.send(req).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_asks_to_be_held_waits_out_the_cooldown_while_others_are_rejected() {
+    let answered = Arc::new(Mutex::new(0usize));
+    let seen = answered.clone();
+    let origin = Origin::start("127.0.0.12", move |_req| {
+        let first = {
+            let mut n = seen.lock().unwrap();
+            *n += 1;
+            *n == 1
+        };
+        async move {
+            if first {
+                come_back_later(429, "1", "slow down")
+            } else {
+                Response::new(full("ok"))
+            }
+        }
+    })
+    .await;
+    // The host rejects on a cooldown (the default); one client asks to be held instead.
+    let courtesy = Courtesy::start("[defaults]\nrate = 50\nburst = 5\n").await;
+    let client = courtesy.client();
+    assert_eq!(
+        client.get(&origin.url("/first")).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let window_ends = origin.arrival_times()[0] + Duration::from_secs(1);
+    let held = {
+        let client = client.clone();
+        let url = origin.url("/held");
+        tokio::spawn(async move { get_choosing(&client, &url, "hold").await })
+    };
+    // Queued beside it, a plain request and one that says reject are answered at once.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let plain = client.get(&origin.url("/plain")).await;
+    assert_eq!(plain.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(plain.header("proxy-status").contains("cooling down"));
+    let rejecting = get_choosing(&client, &origin.url("/rejecting"), "REJECT").await;
+    assert_eq!(rejecting.status, StatusCode::TOO_MANY_REQUESTS);
+    let held = held.await.unwrap();
+    assert_eq!(held.status, StatusCode::OK);
+    let arrivals = origin.arrivals();
+    assert_eq!(arrivals.len(), 2);
+    assert_eq!(arrivals[1].path, "/held");
+    assert!(arrivals[1].at + Duration::from_millis(5) >= window_ends);
+    assert!(
+        !arrivals[1].headers.contains_key("courtesy-on-cooldown"),
+        "the choice is courtesy's, never forwarded"
+    );
+    // A word courtesy does not know is the client's mistake, said as such.
+    let bad = get_choosing(&client, &origin.url("/bad"), "maybe").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.header("proxy-status").contains("Courtesy-On-Cooldown"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_holds_rejects_a_client_that_asks_for_it() {
+    let origin = Origin::start("127.0.0.13", |_req| async {
+        come_back_later(503, "30", "busy")
+    })
+    .await;
+    let courtesy =
+        Courtesy::start("[defaults]\nrate = 50\non_cooldown = \"hold\"\nmax_wait_seconds = 60\n")
+            .await;
+    let client = courtesy.client();
+    assert_eq!(
+        client.get(&origin.url("/first")).await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let asked = Instant::now();
+    let got = get_choosing(&client, &origin.url("/second"), "reject").await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(origin.count(), 1);
+}

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::permit::Permit;
 use super::refusal::Refusal;
 use super::stats::HostStats;
-use crate::config::HostPolicy;
+use crate::config::{HostPolicy, OnCooldown};
 use crate::policy::{InFlight, Pacing};
 
 /// The pacing state of one target host (`host:port`).
@@ -50,6 +50,8 @@ pub(crate) struct HostState {
 pub(super) struct Waiter {
     pub(super) id: u64,
     pub(super) arrived: Instant,
+    /// The request's own answer to a cooldown; `None`, the host's `on_cooldown`.
+    pub(super) on_cooldown: Option<OnCooldown>,
     pub(super) reply: oneshot::Sender<Result<Permit, Refusal>>,
 }
 

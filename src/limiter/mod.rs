@@ -120,16 +120,17 @@ impl Limiter {
     /// may be dropped at any point (the client went away): then nothing is spent and the request
     /// leaves the queue.
     pub async fn admit(self: &Arc<Self>, host: &str, port: u16) -> Result<Permit, Refusal> {
-        self.admit_with(host, port, false).await
+        self.admit_with(host, port, None).await
     }
 
-    /// Like [`Limiter::admit`]; with `hold_through_cooldown`, the request waits out a cooldown even
-    /// when the host's `on_cooldown` is `"reject"` (courtesy's own retries do).
+    /// Like [`Limiter::admit`], with this request's own answer to a cooldown instead of the host's
+    /// `on_cooldown` when `on_cooldown` is given: `Hold` waits it out (courtesy's own retries do,
+    /// and clients that send `Courtesy-On-Cooldown: hold`), `Reject` is answered at once.
     pub async fn admit_with(
         self: &Arc<Self>,
         host: &str,
         port: u16,
-        hold_through_cooldown: bool,
+        on_cooldown: Option<OnCooldown>,
     ) -> Result<Permit, Refusal> {
         let key = host_key(host, port);
         let (entry, rx, deadline, arrived) = loop {
@@ -143,8 +144,7 @@ impl Limiter {
             }
             let now = Instant::now();
             state.last_active = now;
-            let rejecting =
-                state.policy.on_cooldown == OnCooldown::Reject && !hold_through_cooldown;
+            let rejecting = on_cooldown.unwrap_or(state.policy.on_cooldown) == OnCooldown::Reject;
             if let Some(c) = state.pacing.block(now).filter(|_| rejecting) {
                 let refusal = Refusal::CoolingDown {
                     remaining: c.until.saturating_duration_since(now),
@@ -183,6 +183,7 @@ impl Limiter {
             state.queue.push_back(Waiter {
                 id,
                 arrived: now,
+                on_cooldown,
                 reply: tx,
             });
             let deadline = now + state.policy.max_wait;

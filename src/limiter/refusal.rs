@@ -2,6 +2,7 @@
 //! down in `on_cooldown = "reject"` mode. Each refusal becomes a locally made response
 //! (`crate::response::refusal`).
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -52,10 +53,13 @@ impl Refusal {
     }
 }
 
-/// With `on_cooldown = "reject"` and a cooldown or pause in force, takes every queued request out
-/// with its refusal (to be sent after the lock is released).
+/// With a cooldown or pause in force, takes every queued request that rejects on a cooldown (its
+/// own `Courtesy-On-Cooldown`, else the host's `on_cooldown`) out with its refusal (to be sent
+/// after the lock is released).
 pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, Refusal)> {
-    if state.policy.on_cooldown != OnCooldown::Reject {
+    let policy = state.policy.on_cooldown;
+    let rejects = |w: &Waiter| w.on_cooldown.unwrap_or(policy) == OnCooldown::Reject;
+    if !state.queue.iter().any(rejects) {
         return Vec::new();
     }
     let Some(c) = state.pacing.block(now) else {
@@ -65,11 +69,13 @@ pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, 
         remaining: c.until.saturating_duration_since(now),
         cause: c.cause,
     };
-    let refused: Vec<(Waiter, Refusal)> = state
-        .queue
-        .drain(..)
-        .map(|w| (w, refusal.clone()))
-        .collect();
+    // Those that asked to be held (or whose host holds) keep their places.
+    let (refused, kept): (VecDeque<Waiter>, VecDeque<Waiter>) = std::mem::take(&mut state.queue)
+        .into_iter()
+        .partition(rejects);
+    state.queue = kept;
+    let refused: Vec<(Waiter, Refusal)> =
+        refused.into_iter().map(|w| (w, refusal.clone())).collect();
     for _ in &refused {
         state.stats.refused(&refusal);
     }

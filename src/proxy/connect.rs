@@ -31,11 +31,12 @@ use tokio_rustls::LazyConfigAcceptor;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::failure::Failure;
+use super::headers::own_cooldown_choice;
 use super::sniff::{classify_opening, Opening, Prefixed};
 use super::target::Target;
 use super::Proxy;
 use crate::body::ProxyBody;
-use crate::config::HttpsMode;
+use crate::config::{HttpsMode, OnCooldown};
 use crate::connections::Connections;
 use crate::response::ProxyError;
 
@@ -46,11 +47,17 @@ impl Proxy {
     /// Answers `CONNECT host:port` with 200 and hands what comes inside to a task of its own.
     pub(super) async fn connect(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         client: SocketAddr,
     ) -> Response<ProxyBody> {
         let target = match Target::of_connect(req.uri()) {
             Ok(t) => t,
+            Err(failure) => return failure.into_response(),
+        };
+        // A choice on the CONNECT (undici's ProxyAgent sends its `headers` there) holds for the
+        // tunnel's turn and for every request inside that does not make its own.
+        let choice = match own_cooldown_choice(req.headers_mut()) {
+            Ok(choice) => choice,
             Err(failure) => return failure.into_response(),
         };
         let config = self.config.get();
@@ -79,7 +86,7 @@ impl Proxy {
         };
         let connections = self.connections.clone();
         connections.spawn(
-            self.serve_connect(req, target, leaf, client)
+            self.serve_connect(req, target, leaf, client, choice)
                 .instrument(span),
         );
         Response::new(ProxyBody::empty())
@@ -93,6 +100,7 @@ impl Proxy {
         target: Target,
         leaf: Option<Arc<ServerConfig>>,
         client: SocketAddr,
+        choice: Option<OnCooldown>,
     ) {
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(u) => u,
@@ -126,9 +134,15 @@ impl Proxy {
         };
         let stream = Prefixed::new(Bytes::from(first), io);
         match (opening, leaf) {
-            (Opening::PlainHttp, _) => self.serve_inside(stream, target, "http", client).await,
-            (Opening::Tls, Some(leaf)) => self.intercept_tls(stream, target, leaf, client).await,
-            (_, None) => self.tunnel(stream, target).await,
+            (Opening::PlainHttp, _) => {
+                self.serve_inside(stream, target, "http", client, choice)
+                    .await
+            }
+            (Opening::Tls, Some(leaf)) => {
+                self.intercept_tls(stream, target, leaf, client, choice)
+                    .await
+            }
+            (_, None) => self.tunnel(stream, target, choice).await,
             (_, Some(_)) => {
                 warn!("refused a CONNECT tunnel that carries neither TLS nor HTTP (no blind tunnels in intercept mode)");
             }
@@ -143,6 +157,7 @@ impl Proxy {
         target: Target,
         leaf: Arc<ServerConfig>,
         client: SocketAddr,
+        choice: Option<OnCooldown>,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -170,7 +185,10 @@ impl Proxy {
             },
         };
         match start.into_stream(config).await {
-            Ok(tls) => self.serve_inside(tls, target, "https", client).await,
+            Ok(tls) => {
+                self.serve_inside(tls, target, "https", client, choice)
+                    .await
+            }
             Err(e) => debug!("TLS handshake with the client failed: {e}"),
         }
     }
@@ -182,13 +200,20 @@ impl Proxy {
         target: Target,
         scheme: &'static str,
         client: SocketAddr,
+        choice: Option<OnCooldown>,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let connections = self.connections.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             let (proxy, target) = (self.clone(), target.clone());
-            async move { Ok::<_, Infallible>(proxy.forward_inside(req, target, scheme, client).await) }
+            async move {
+                Ok::<_, Infallible>(
+                    proxy
+                        .forward_inside(req, target, scheme, client, choice)
+                        .await,
+                )
+            }
         });
         let builder = Connections::builder(true);
         let conn = builder
@@ -200,11 +225,15 @@ impl Proxy {
     }
 
     /// Admits and dials a blind tunnel, then copies `client` bytes both ways.
-    async fn tunnel<S>(&self, mut client: S, target: Target)
+    async fn tunnel<S>(&self, mut client: S, target: Target, choice: Option<OnCooldown>)
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let mut permit = match self.limiter.admit(&target.host, target.port).await {
+        let admitted = self
+            .limiter
+            .admit_with(&target.host, target.port, choice)
+            .await;
+        let mut permit = match admitted {
             Ok(p) => p,
             Err(refusal) => {
                 info!(reason = ?refusal, "tunnel refused locally");

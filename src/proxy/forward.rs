@@ -14,7 +14,7 @@ use tracing::{info, info_span, Instrument};
 
 use super::cached::CacheUse;
 use super::failure::Failure;
-use super::headers::{strip_hop_by_hop, via_for};
+use super::headers::{own_cooldown_choice, strip_hop_by_hop, via_for};
 use super::skip::skipped_resource;
 use super::target::Target;
 use super::unread::BodyOnEntry;
@@ -22,6 +22,7 @@ use super::upstream::{Replay, UpstreamBody};
 use super::Proxy;
 use crate::blocks::is_block_redirect;
 use crate::body::ProxyBody;
+use crate::config::OnCooldown;
 use crate::response;
 
 impl Proxy {
@@ -47,18 +48,20 @@ impl Proxy {
         }
         let span =
             info_span!("request", client = %client, method = %req.method(), host = %target.key());
-        let (response, unread) = self.forward_to(req, target).instrument(span).await;
+        let (response, unread) = self.forward_to(req, target, None).instrument(span).await;
         entry.settle(response, unread).await
     }
 
     /// A request that came out of a CONNECT (decrypted, or plain HTTP inside the tunnel): it goes to
     /// the CONNECT's target with `scheme`, through exactly the same path as plain http.
+    /// `connect_choice` is the CONNECT's own `Courtesy-On-Cooldown`, for requests without one.
     pub(super) async fn forward_inside(
         &self,
         mut req: Request<Incoming>,
         target: Target,
         scheme: &'static str,
         client: SocketAddr,
+        connect_choice: Option<OnCooldown>,
     ) -> Response<ProxyBody> {
         let entry = BodyOnEntry::of(req.version(), req.headers(), req.body());
         let path = req
@@ -76,7 +79,10 @@ impl Proxy {
             }
         }
         let span = info_span!("request", client = %client, method = %req.method(), host = %target.key(), scheme);
-        let (response, unread) = self.forward_to(req, target).instrument(span).await;
+        let (response, unread) = self
+            .forward_to(req, target, connect_choice)
+            .instrument(span)
+            .await;
         entry.settle(response, unread).await
     }
 
@@ -85,6 +91,7 @@ impl Proxy {
         &self,
         req: Request<Incoming>,
         target: Target,
+        connect_choice: Option<OnCooldown>,
     ) -> (Response<ProxyBody>, Option<Incoming>) {
         let host_policy = self.config.get().policy_for(&target.host, target.port);
         if let Some(kind) = skipped_resource(&req, &host_policy.skip_resources) {
@@ -101,6 +108,10 @@ impl Proxy {
             }
         }
         let (mut parts, body) = req.into_parts();
+        let asked = match own_cooldown_choice(&mut parts.headers) {
+            Ok(asked) => asked.or(connect_choice),
+            Err(failure) => return (failure.into_response(), Some(body)),
+        };
         strip_hop_by_hop(&mut parts.headers);
         parts
             .headers
@@ -125,7 +136,15 @@ impl Proxy {
         loop {
             let admitted = self
                 .limiter
-                .admit_with(&target.host, target.port, attempt > 0 || fresh_retry)
+                .admit_with(
+                    &target.host,
+                    target.port,
+                    if attempt > 0 || fresh_retry {
+                        Some(OnCooldown::Hold)
+                    } else {
+                        asked
+                    },
+                )
                 .await;
             let permit = match admitted {
                 Ok(p) => p,

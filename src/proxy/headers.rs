@@ -1,8 +1,50 @@
-//! What courtesy changes in the headers it passes on: hop-by-hop headers go (RFC 9110 7.6.1), and
-//! its own `Via` entry is added with the protocol version of the message it received.
+//! What courtesy changes in the headers it passes on: hop-by-hop headers go (RFC 9110 7.6.1), its
+//! own request headers (`Courtesy-On-Cooldown`) are read and taken out, and its own `Via` entry is
+//! added with the protocol version of the message it received.
 
 use http::header::{HeaderName, HeaderValue, CONNECTION};
 use http::{HeaderMap, Version};
+
+use super::failure::Failure;
+use crate::config::OnCooldown;
+
+/// A client's own answer to a cooldown for this request (`hold` or `reject`), overriding the
+/// host's `on_cooldown`. Never forwarded.
+pub const ON_COOLDOWN_HEADER: &str = "courtesy-on-cooldown";
+
+/// Takes `Courtesy-On-Cooldown` out of the headers: the request's own choice, `None` without one,
+/// or a 400 for a value other than `hold` or `reject`.
+pub(crate) fn own_cooldown_choice(headers: &mut HeaderMap) -> Result<Option<OnCooldown>, Failure> {
+    let values: Vec<HeaderValue> = headers
+        .get_all(ON_COOLDOWN_HEADER)
+        .iter()
+        .cloned()
+        .collect();
+    if values.is_empty() {
+        return Ok(None);
+    }
+    headers.remove(ON_COOLDOWN_HEADER);
+    let mut choice = None;
+    for value in &values {
+        let word = value.to_str().unwrap_or("").trim().to_ascii_lowercase();
+        let this = match word.as_str() {
+            "hold" => OnCooldown::Hold,
+            "reject" => OnCooldown::Reject,
+            _ => {
+                return Err(Failure::bad_request(format!(
+                    "Courtesy-On-Cooldown must be \"hold\" or \"reject\", got {value:?}"
+                )))
+            }
+        };
+        if choice.is_some_and(|c| c != this) {
+            return Err(Failure::bad_request(
+                "Courtesy-On-Cooldown says both \"hold\" and \"reject\"".to_string(),
+            ));
+        }
+        choice = Some(this);
+    }
+    Ok(choice)
+}
 
 /// Headers that describe one connection, not the message: never forwarded either way.
 const HOP_BY_HOP: [&str; 9] = [
@@ -79,6 +121,26 @@ mod tests {
         strip_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         assert_eq!(left, vec!["accept", "cookie"]);
+    }
+
+    #[test]
+    fn the_cooldown_choice_is_read_and_never_forwarded() {
+        let mut h = HeaderMap::new();
+        h.insert("courtesy-on-cooldown", HeaderValue::from_static(" Hold "));
+        h.insert("accept", HeaderValue::from_static("*/*"));
+        assert_eq!(
+            own_cooldown_choice(&mut h).ok(),
+            Some(Some(OnCooldown::Hold))
+        );
+        assert!(!h.contains_key("courtesy-on-cooldown"));
+        assert_eq!(own_cooldown_choice(&mut h).ok(), Some(None));
+        h.insert("courtesy-on-cooldown", HeaderValue::from_static("wait"));
+        let err = own_cooldown_choice(&mut h).err().map(|f| f.status.as_u16());
+        assert_eq!(err, Some(400));
+        assert!(!h.contains_key("courtesy-on-cooldown"));
+        h.append("courtesy-on-cooldown", HeaderValue::from_static("hold"));
+        h.append("courtesy-on-cooldown", HeaderValue::from_static("reject"));
+        assert!(own_cooldown_choice(&mut h).is_err());
     }
 
     #[test]
