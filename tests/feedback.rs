@@ -508,7 +508,6 @@ async fn a_client_that_asks_to_be_held_waits_out_the_cooldown_while_others_are_r
     );
     let window_ends = origin.arrival_times()[0] + Duration::from_secs(1);
     let held = {
-        let client = client;
         let url = origin.url("/held");
         tokio::spawn(async move { get_choosing(&client, &url, "hold").await })
     };
