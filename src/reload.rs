@@ -11,8 +11,8 @@ use crate::config::Config;
 use crate::limiter::Limiter;
 
 /// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
-/// directory, upstream TLS settings and the shared store (`[shared]`) need a restart; a change to
-/// them is reported and ignored.
+/// directory, upstream TLS settings, the shared store (`[shared]`) and setting or lifting
+/// `global_rate` need a restart; a change to them is reported and ignored.
 /// On errors the old config stays.
 pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     let old = limiter.config();
@@ -39,6 +39,12 @@ pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     }
     if new.proxy.connect_timeout != old.proxy.connect_timeout {
         kept.push("connect_timeout_seconds");
+    }
+    if new.proxy.global_rate.is_some() != old.proxy.global_rate.is_some() {
+        // Setting or lifting the ceiling needs a restart; changing it does not.
+        kept.push("global_rate (set or unset)");
+        new.proxy.global_rate = old.proxy.global_rate;
+        new.proxy.global_burst = old.proxy.global_burst;
     }
     if new.shared != old.shared {
         kept.push("[shared]");

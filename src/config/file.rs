@@ -138,4 +138,6 @@ pub(super) struct FileProxy {
     pub(super) connect_ports: Option<Spanned<Vec<Spanned<i64>>>>,
     pub(super) upstream_ca: Option<Spanned<String>>,
     pub(super) cache_max_mb: Option<Spanned<i64>>,
+    pub(super) global_rate: Option<Spanned<f64>>,
+    pub(super) global_burst: Option<Spanned<i64>>,
 }

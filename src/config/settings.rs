@@ -34,6 +34,11 @@ pub struct ProxySettings {
     pub upstream_ca: Option<PathBuf>,
     /// The response store's size bound, in bytes.
     pub cache_max_bytes: u64,
+    /// A ceiling on requests per second to all hosts together (the crawler's own egress), on top
+    /// of every host's budget; `None`: no ceiling.
+    pub global_rate: Option<f64>,
+    /// Requests that may leave back to back under `global_rate` after a quiet spell.
+    pub global_burst: u32,
 }
 
 impl Default for ProxySettings {
@@ -51,6 +56,8 @@ impl Default for ProxySettings {
             connect_ports: vec![443, 80],
             upstream_ca: None,
             cache_max_bytes: 512 * 1024 * 1024,
+            global_rate: None,
+            global_burst: 1,
         }
     }
 }

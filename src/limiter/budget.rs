@@ -15,6 +15,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::egress::{Egress, EgressToken};
 use super::host::{Host, HostState};
 use crate::policy::{CooldownCause, Observation, Reaction};
 use crate::shared::{Lease, Lesson, Limits, RateBounds, Store, StoreAction};
@@ -53,35 +54,49 @@ pub(crate) enum Turn {
     NotBefore(Instant, bool),
     /// Every host slot is taken: wait until one comes free.
     NoHostSlot,
-    /// The global in-flight cap is full.
-    NoGlobalSlot,
-    /// Jitter held this turn back; the global slot is kept for the next look.
-    Held(OwnedSemaphorePermit),
+    /// The ceiling on all hosts together (`global_rate`) has no token: wait in its line.
+    NoEgressToken,
+    /// The global in-flight cap is full; the egress token already taken is kept.
+    NoGlobalSlot(Option<EgressToken>),
+    /// Jitter held this turn back; the global slot and egress token are kept for the next look.
+    Held(OwnedSemaphorePermit, Option<EgressToken>),
     /// The shared store keeps the budget: ask it (outside the lock) for a turn within `Limits`,
-    /// holding this global slot meanwhile.
-    AskStore(OwnedSemaphorePermit, Limits),
+    /// holding this global slot (and egress token) meanwhile.
+    AskStore(OwnedSemaphorePermit, Option<EgressToken>, Limits),
+}
+
+/// What a dispatcher keeps from one look at its host to the next: a global slot and a token of
+/// the global ceiling, so that it does not lose its place for them.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    /// A global in-flight slot.
+    pub(crate) slot: Option<OwnedSemaphorePermit>,
+    /// A token of `global_rate`.
+    pub(crate) egress: Option<EgressToken>,
 }
 
 impl Budget {
-    /// Takes a turn now if the host has a slot and a token and the global cap has room (`held` is a
-    /// global slot kept from an earlier look). Called under the host's lock.
+    /// Takes a turn now if the host has a slot and a token, the global ceiling (`egress`) a
+    /// token and the global cap room (`kept`: what an earlier look already holds). Called under
+    /// the host's lock.
     pub(crate) fn take_turn(
         &self,
         state: &mut HostState,
         global: &Arc<Semaphore>,
-        held: Option<OwnedSemaphorePermit>,
+        egress: Option<&Arc<Egress>>,
+        kept: Kept,
         now: Instant,
     ) -> Turn {
         match self {
             Budget::Local { .. } => {
                 let cap = state.policy.concurrency;
-                local_turn(state, global, held, cap, now)
+                local_turn(state, global, egress, kept, cap, now)
             }
             Budget::Shared { store, .. } if store.in_fallback() => {
                 let burst = state.policy.burst;
                 state.pacing.set_share(store.share(), burst, now);
                 let cap = state.pacing.share_of(state.policy.concurrency);
-                local_turn(state, global, held, cap, now)
+                local_turn(state, global, egress, kept, cap, now)
             }
             Budget::Shared { store, .. } => {
                 let burst = state.policy.burst;
@@ -94,8 +109,15 @@ impl Budget {
                 if let Some(block) = state.pacing.block(now) {
                     return Turn::NotBefore(block.until, false);
                 }
-                let Some(slot) = held.or_else(|| global.clone().try_acquire_owned().ok()) else {
-                    return Turn::NoGlobalSlot;
+                let token = match egress_token(egress, kept.egress, now) {
+                    Ok(token) => token,
+                    Err(turn) => return turn,
+                };
+                let Some(slot) = kept
+                    .slot
+                    .or_else(|| global.clone().try_acquire_owned().ok())
+                else {
+                    return Turn::NoGlobalSlot(token);
                 };
                 // While some instances are away from the store (each keeping its share locally),
                 // those on it keep to the rest of the budget.
@@ -108,7 +130,7 @@ impl Budget {
                     concurrency: scaled(state.policy.concurrency),
                     rejoin: state.epoch != store.epoch(),
                 };
-                Turn::AskStore(slot, limits)
+                Turn::AskStore(slot, token, limits)
             }
         }
     }
@@ -245,11 +267,28 @@ impl Budget {
     }
 }
 
-/// A local turn: a host slot under `cap`, a token, a global slot.
+/// A token of the global ceiling when there is one (kept, or free now and nobody in line ahead);
+/// `Ok(None)` without a ceiling; `Err(NoEgressToken)` when the line must be joined.
+fn egress_token(
+    egress: Option<&Arc<Egress>>,
+    kept: Option<EgressToken>,
+    now: Instant,
+) -> Result<Option<EgressToken>, Turn> {
+    let Some(egress) = egress else {
+        return Ok(None);
+    };
+    match kept.or_else(|| egress.try_take(now)) {
+        Some(token) => Ok(Some(token)),
+        None => Err(Turn::NoEgressToken),
+    }
+}
+
+/// A local turn: a host slot under `cap`, a token, one of the global ceiling, a global slot.
 fn local_turn(
     state: &mut HostState,
     global: &Arc<Semaphore>,
-    held: Option<OwnedSemaphorePermit>,
+    egress: Option<&Arc<Egress>>,
+    kept: Kept,
     cap: u32,
     now: Instant,
 ) -> Turn {
@@ -260,8 +299,15 @@ fn local_turn(
     if ready > now {
         return Turn::NotBefore(ready, state.pacing.pacing_rate() >= FINE_MIN_RATE);
     }
-    let Some(slot) = held.or_else(|| global.clone().try_acquire_owned().ok()) else {
-        return Turn::NoGlobalSlot;
+    let token = match egress_token(egress, kept.egress, now) {
+        Ok(token) => token,
+        Err(turn) => return turn,
+    };
+    let Some(slot) = kept
+        .slot
+        .or_else(|| global.clone().try_acquire_owned().ok())
+    else {
+        return Turn::NoGlobalSlot(token);
     };
     let jitter = state.policy.jitter;
     let sample = if jitter > 0.0 {
@@ -270,9 +316,12 @@ fn local_turn(
         0.0
     };
     if !state.pacing.try_take(now, jitter, sample) {
-        return Turn::Held(slot);
+        return Turn::Held(slot, token);
     }
     state.in_flight.start();
+    if let Some(token) = token {
+        token.spend();
+    }
     Turn::Go(slot)
 }
 

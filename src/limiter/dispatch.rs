@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep_until, Instant};
 
-use super::budget::Turn;
+use super::budget::{Kept, Turn};
+use super::egress::EgressToken;
 use super::host::Host;
 use super::permit::Permit;
 use super::shared::take_shared_turn;
@@ -62,15 +63,17 @@ enum Next {
     WaitForSlot,
     /// The head is ready but the global cap is full.
     WaitForGlobal,
+    /// The head is ready but the ceiling on all hosts has no token: wait in its line.
+    WaitForEgress,
     /// Look again at once (a turn was given, or jitter held it back).
     Again,
-    /// Ask the shared store for a turn, with this global slot.
-    AskStore(OwnedSemaphorePermit, Limits),
+    /// Ask the shared store for a turn, with this global slot (and egress token).
+    AskStore(OwnedSemaphorePermit, Option<EgressToken>, Limits),
 }
 
 /// Hands out turns for one host in FIFO order while its queue is not empty.
 pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
-    let mut global: Option<OwnedSemaphorePermit> = None;
+    let mut kept = Kept::default();
     loop {
         let mut unsent: Option<Permit> = None;
         let next = {
@@ -87,18 +90,29 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                 }
                 Next::Exit
             } else {
-                match limiter
-                    .budget
-                    .take_turn(&mut state, &limiter.global, global.take(), now)
-                {
+                let egress = limiter.egress.as_ref();
+                match limiter.budget.take_turn(
+                    &mut state,
+                    &limiter.global,
+                    egress,
+                    std::mem::take(&mut kept),
+                    now,
+                ) {
                     Turn::NoHostSlot => Next::WaitForSlot,
                     Turn::NotBefore(at, fine) => Next::SleepUntil(at, fine),
-                    Turn::NoGlobalSlot => Next::WaitForGlobal,
-                    Turn::Held(slot) => {
-                        global = Some(slot);
+                    Turn::NoEgressToken => Next::WaitForEgress,
+                    Turn::NoGlobalSlot(token) => {
+                        kept.egress = token;
+                        Next::WaitForGlobal
+                    }
+                    Turn::Held(slot, token) => {
+                        kept = Kept {
+                            slot: Some(slot),
+                            egress: token,
+                        };
                         Next::Again
                     }
-                    Turn::AskStore(slot, limits) => Next::AskStore(slot, limits),
+                    Turn::AskStore(slot, token, limits) => Next::AskStore(slot, token, limits),
                     Turn::Go(slot) => {
                         if let Some(waiter) = state.queue.pop_front() {
                             let waited = now.saturating_duration_since(waiter.arrived);
@@ -124,29 +138,38 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
         match next {
             Next::Exit => return,
             Next::Again => {}
-            Next::AskStore(slot, limits) => {
+            Next::AskStore(slot, token, limits) => {
                 if let Some(store) = limiter.budget.store() {
                     let store = store.clone();
-                    take_shared_turn(&limiter, &host, &store, slot, limits).await;
+                    take_shared_turn(&limiter, &host, &store, slot, token, limits).await;
                 }
             }
             Next::SleepUntil(at, fine) => {
-                global = None;
+                kept = Kept::default();
                 tokio::select! {
                     _ = limiter.sleep_until(at, fine) => {}
                     _ = host.wake.notified() => {}
                 }
             }
             Next::WaitForSlot => {
-                global = None;
+                kept = Kept::default();
                 host.wake.notified().await;
             }
             Next::WaitForGlobal => {
                 tokio::select! {
                     slot = limiter.global.clone().acquire_owned() => {
-                        global = slot.ok();
+                        kept.slot = slot.ok();
                     }
                     _ = host.wake.notified() => {}
+                }
+            }
+            Next::WaitForEgress => {
+                if let Some(egress) = &limiter.egress {
+                    let line = egress.wait();
+                    tokio::select! {
+                        token = line => kept.egress = token.ok(),
+                        _ = host.wake.notified() => {}
+                    }
                 }
             }
         }

@@ -13,6 +13,7 @@
 //! | `budget.rs` | the seam: a turn asked, an answer reported |
 //! | `permit.rs` | a request's turn while it is in flight |
 //! | `dispatch.rs` | handing out queued turns in order, the fine-grained wait |
+//! | `egress.rs` | the ceiling on all hosts together (`global_rate`), FIFO across hosts |
 //! | `refusal.rs` | why a request gets no turn |
 //! | `shared.rs` | turns from a shared store, and its hints |
 //! | `sweep.rs` | forgetting idle hosts |
@@ -24,6 +25,7 @@
 
 mod budget;
 mod dispatch;
+mod egress;
 mod host;
 mod permit;
 mod refusal;
@@ -48,7 +50,8 @@ pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
 pub use sweep::Swept;
 
 use crate::config::{Config, LiveConfig, OnCooldown};
-use budget::{Budget, Turn};
+use budget::{Budget, Kept, Turn};
+use egress::Egress;
 use host::Waiter;
 
 /// The table of hosts and the global in-flight cap, shared by every connection.
@@ -59,6 +62,8 @@ pub struct Limiter {
     budget: Budget,
     config: LiveConfig,
     global: Arc<Semaphore>,
+    /// The ceiling on all hosts together (`[proxy] global_rate`), if set.
+    egress: Option<Arc<Egress>>,
     shutting_down: AtomicBool,
     /// The most hosts known at a sweep since memory was last handed back to the OS.
     peak_hosts: AtomicUsize,
@@ -104,6 +109,12 @@ impl Limiter {
             hosts: DashMap::new(),
             budget,
             global: Arc::new(Semaphore::new(config.get().proxy.max_in_flight)),
+            egress: {
+                let proxy = &config.get().proxy;
+                proxy
+                    .global_rate
+                    .map(|r| Egress::new(r, proxy.global_burst))
+            },
             config,
             shutting_down: AtomicBool::new(false),
             peak_hosts: AtomicUsize::new(0),
@@ -154,7 +165,13 @@ impl Limiter {
                 return Err(refusal);
             }
             if state.queue.is_empty() {
-                let turn = self.budget.take_turn(&mut state, &self.global, None, now);
+                let turn = self.budget.take_turn(
+                    &mut state,
+                    &self.global,
+                    self.egress.as_ref(),
+                    Kept::default(),
+                    now,
+                );
                 if let Turn::Go(global) = turn {
                     drop(state);
                     return Ok(Permit::new(

@@ -14,6 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep, Instant};
 
 use super::budget::Budget;
+use super::egress::EgressToken;
 use super::host::Host;
 use super::permit::Permit;
 use super::refusal::refuse_queue;
@@ -32,6 +33,7 @@ pub(super) async fn take_shared_turn(
     host: &Arc<Host>,
     store: &Arc<Store>,
     slot: OwnedSemaphorePermit,
+    token: Option<EgressToken>,
     limits: Limits,
 ) {
     // Never dropped half-way: a reservation the store made must be known here to be given back.
@@ -65,7 +67,11 @@ pub(super) async fn take_shared_turn(
                     _ = host.wake.notified() => {}
                 }
             }
-            hand_over(limiter, host, slot, lease, wait);
+            if hand_over(limiter, host, slot, lease, wait) {
+                if let Some(token) = token {
+                    token.spend();
+                }
+            }
         }
         Reservation::Cool {
             remaining,
@@ -96,26 +102,25 @@ pub(super) async fn take_shared_turn(
     }
 }
 
-/// Gives a reserved turn to the first request still waiting, or back to the store.
+/// Gives a reserved turn to the first request still waiting (`true`), or back to the store.
 fn hand_over(
     limiter: &Arc<Limiter>,
     host: &Arc<Host>,
     slot: OwnedSemaphorePermit,
     lease: crate::shared::Lease,
     wait: Duration,
-) {
+) -> bool {
     let mut state = host.lock();
     while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
         state.queue.pop_front();
     }
     let Some(waiter) = state.queue.pop_front() else {
         drop(state);
-        let Budget::Shared { store, .. } = &limiter.budget else {
-            return;
-        };
-        let store = store.clone();
-        tokio::spawn(async move { store.release(lease, false).await });
-        return;
+        if let Budget::Shared { store, .. } = &limiter.budget {
+            let store = store.clone();
+            tokio::spawn(async move { store.release(lease, false).await });
+        }
+        return false;
     };
     let now = Instant::now();
     // Only a request that had to wait for its turn may raise the rate when the answer is healthy.
@@ -128,7 +133,9 @@ fn hand_over(
     // A receiver that went away hands the permit back; dropping it ends the turn unused.
     if let Err(Ok(permit)) = waiter.reply.send(Ok(permit)) {
         drop(permit);
+        return false;
     }
+    true
 }
 
 /// Closes the host until `until`: an operator's pause, or a cooldown (only ever grown).

@@ -216,6 +216,9 @@ impl Limiter {
                 );
             }
         }
+        if let (Some(egress), Some(rate)) = (&self.egress, config.proxy.global_rate) {
+            egress.set(rate, config.proxy.global_burst);
+        }
         let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
         let now = Instant::now();
         for host in &hosts {

@@ -534,3 +534,45 @@ async fn turns_fit_the_budget_for_random_arrivals() {
         }
     }
 }
+
+/// `[proxy] global_rate`: all hosts together stay under the ceiling, each host under its own
+/// budget, and the hosts take the ceiling's tokens in the order their requests came.
+#[tokio::test(start_paused = true)]
+async fn a_global_rate_caps_all_hosts_together_in_arrival_order() {
+    let mut config = Config {
+        defaults: Arc::new(policy(100.0, 1, 10)),
+        ..Config::default()
+    };
+    config.proxy.global_rate = Some(10.0);
+    config.proxy.global_burst = 2;
+    let limiter = Limiter::coarse(Arc::new(config));
+    let start = Instant::now();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let host = ["a.test", "b.test", "c.test"][i % 3];
+        let (limiter, order) = (limiter.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut permit = limiter.admit(host, 80).await.unwrap();
+            permit.mark_sent();
+            order.lock().unwrap().push(i);
+            start.elapsed().as_secs_f64()
+        }));
+        tokio::task::yield_now().await;
+    }
+    let mut at = Vec::new();
+    for t in tasks {
+        at.push(t.await.unwrap());
+    }
+    at.sort_by(f64::total_cmp);
+    // Two at once (the global burst), then one every 100 ms: 12 requests by 1.0 s, not 0.1 s.
+    assert_eq!(
+        rounded(&at),
+        vec![0.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    );
+    assert_eq!(
+        *order.lock().unwrap(),
+        (0..12).collect::<Vec<_>>(),
+        "arrival order across hosts"
+    );
+}

@@ -69,6 +69,13 @@ impl Validator<'_> {
         if let Some(n) = self.count(&file.max_in_flight, l, "max_in_flight", 1, 1_000_000) {
             p.max_in_flight = n as usize;
         }
+        let bounds = (0.001, 1_000_000.0);
+        if let Some(r) = self.bounded(&file.global_rate, l, "global_rate", bounds, "/s") {
+            p.global_rate = Some(r);
+        }
+        if let Some(n) = self.count(&file.global_burst, l, "global_burst", 1, 1_000_000) {
+            p.global_burst = n as u32;
+        }
         if let Some(list) = &file.allow_clients {
             for entry in list.get_ref() {
                 match parse_network(entry.get_ref()) {
