@@ -83,13 +83,16 @@ impl Restart {
 /// come every few seconds per host, and each cooldown resumes at half the rate: with the default
 /// `increase_step` (0.05 per healthy answer) the hosts would sink to `min_rate` and the soak would
 /// measure waiting, so the rate climbs back by 1/s per healthy answer, from at least 1/s.
+///
+/// `SOAK_EXTRA_CONFIG` is appended as it is: a `[shared]` section soaks the shared budget.
 pub fn config_text(proxy: SocketAddr, admin: SocketAddr, state_dir: &Path, mode: Mode) -> String {
+    let extra = std::env::var("SOAK_EXTRA_CONFIG").unwrap_or_default();
     format!(
         "[proxy]\nlisten = \"{proxy}\"\nadmin_listen = \"{admin}\"\nstate_dir = \"{}\"\n\
          connect_timeout_seconds = 3\nresponse_timeout_seconds = 3\nshutdown_grace_seconds = 5\n\n\
          [defaults]\nrate = 20.0\nburst = 5\nconcurrency = 4\nmax_wait_seconds = 30\n\
          backoff_max_seconds = 10\nmin_rate = 1.0\nincrease_step = 1.0\nobey_robots = false\n\
-         on_cooldown = \"{}\"\n",
+         on_cooldown = \"{}\"\n{extra}",
         state_dir.display(),
         mode.word()
     )

@@ -428,13 +428,13 @@ impl Store {
     /// Ends a turn: frees its slot and, for a request that never left, gives its token back.
     /// Runs after the answer, off the request's path.
     pub(crate) async fn release(&self, lease: Lease, sent: bool) {
-        if let Some(members) = lock(&self.live).get_mut(&lease.host) {
-            members.retain(|m| *m != lease.member);
-        }
         {
             let mut live = lock(&self.live);
-            if live.get(&lease.host).is_some_and(Vec::is_empty) {
-                live.remove(&lease.host);
+            if let Some(members) = live.get_mut(&lease.host) {
+                members.retain(|m| *m != lease.member);
+                if members.is_empty() {
+                    live.remove(&lease.host);
+                }
             }
         }
         let mut invocation = self.scripts.release.prepare_invoke();
