@@ -25,10 +25,11 @@ struct Cli {
 enum Command {
     /// Run the proxy (the default when no command is given).
     Run(RunArgs),
-    /// Validate a config file and print the policy each host rule resolves to.
+    /// Validate a config file and print the policy each host rule resolves to:
+    /// `courtesy check FILE` or `courtesy check --config FILE`.
     Check {
-        /// The config file to check.
-        file: PathBuf,
+        /// The config file to check [default: --config].
+        file: Option<PathBuf>,
     },
     /// Print the host table of a running courtesy (from its admin API).
     Status {
@@ -85,7 +86,14 @@ enum LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Check { file }) => check(&file),
+        // `--config` is global, so `check --config FILE` (as a unit's ExecStartPre= writes it)
+        // lands in `cli.run.config`.
+        Some(Command::Check { file }) => match file.or(cli.run.config) {
+            Some(file) => check(&file),
+            None => Err(anyhow::anyhow!(
+                "check needs a file: courtesy check FILE (or --config FILE)"
+            )),
+        },
         Some(Command::Ca { config, regenerate }) => ca(config.as_deref(), regenerate),
         Some(Command::Env { config }) => load(config.as_deref())
             .and_then(|config| courtesy::client_env::shell_lines(&config))

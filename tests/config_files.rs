@@ -71,3 +71,26 @@ fn check_prints_each_rule_and_rejects_bad_files() {
         "{err}"
     );
 }
+
+#[test]
+fn check_takes_the_file_from_config_too() {
+    // `courtesy check --config FILE` is how deploy/courtesy.service's ExecStartPre= and the
+    // container examples call it.
+    let out = Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args([
+            "check",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/config/team.toml"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("team.toml: ok"));
+
+    let none = Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .arg("check")
+        .output()
+        .unwrap();
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("check needs a file"));
+}
