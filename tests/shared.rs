@@ -21,8 +21,12 @@ async fn instances(n: usize, redis: &RedisServer, shared: &str, config: &str) ->
     all
 }
 
-/// Whether the state of `/hosts/{key}` of `courtesy` comes to satisfy `test` within 2 s.
-async fn host_in_state(courtesy: &Courtesy, key: &str, test: impl Fn(&str) -> bool) -> bool {
+/// Whether `/hosts/{key}` of `courtesy` comes to satisfy `test` within 2 s.
+async fn host_shows(
+    courtesy: &Courtesy,
+    key: &str,
+    test: impl Fn(&serde_json::Value) -> bool,
+) -> bool {
     let mut last = String::new();
     for _ in 0..100 {
         let (_, body) = admin_call(
@@ -32,11 +36,7 @@ async fn host_in_state(courtesy: &Courtesy, key: &str, test: impl Fn(&str) -> bo
             "",
         )
         .await;
-        let state = serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v["state"].as_str().map(String::from))
-            .unwrap_or_default();
-        if test(&state) {
+        if serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| test(&v)) {
             return true;
         }
         last = body;
@@ -177,7 +177,7 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert!(
-        host_in_state(&all[1], &key, |s| s == "paused").await,
+        host_shows(&all[1], &key, |h| h["state"] == "paused").await,
         "the other instance shows the host paused"
     );
     let got = all[1].client().get(&origin.url("/during")).await;
@@ -186,6 +186,19 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
         got.header("proxy-status").contains("operator"),
         "{}",
         got.header("proxy-status")
+    );
+    // A rate pinned through one instance is every instance's.
+    let (status, body) = admin_call(
+        "PUT",
+        &all[0].admin_url(&format!("/hosts/{key}/rate")),
+        None,
+        "7.5",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        host_shows(&all[1], &key, |h| h["rate"].as_f64() == Some(7.5)).await,
+        "the other instance paces at the pinned rate"
     );
     // A third instance that never met the host learns it from its first reservation.
     let late = Courtesy::start(&format!(
@@ -207,7 +220,7 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
     .await;
     assert_eq!(status, StatusCode::OK);
     assert!(
-        host_in_state(&late, &key, |s| s != "paused").await,
+        host_shows(&late, &key, |h| h["state"] != "paused").await,
         "the resume reaches every instance"
     );
     let again = late.client().get(&origin.url("/again")).await;

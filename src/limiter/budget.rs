@@ -109,15 +109,9 @@ impl Budget {
                 if let Some(block) = state.pacing.block(now) {
                     return Turn::NotBefore(block.until, false);
                 }
-                let token = match egress_token(egress, kept.egress, now) {
-                    Ok(token) => token,
+                let (token, slot) = match egress_and_slot(global, egress, kept, now) {
+                    Ok(both) => both,
                     Err(turn) => return turn,
-                };
-                let Some(slot) = kept
-                    .slot
-                    .or_else(|| global.clone().try_acquire_owned().ok())
-                else {
-                    return Turn::NoGlobalSlot(token);
                 };
                 // While some instances are away from the store (each keeping its share locally),
                 // those on it keep to the rest of the budget.
@@ -267,19 +261,28 @@ impl Budget {
     }
 }
 
-/// A token of the global ceiling when there is one (kept, or free now and nobody in line ahead);
-/// `Ok(None)` without a ceiling; `Err(NoEgressToken)` when the line must be joined.
-fn egress_token(
+/// What a request needs beyond its host's budget: a token of the global ceiling when there is one
+/// (kept, or free now with nobody in line ahead) and a global slot (kept, or free now). Otherwise
+/// the turn that says which to wait for, keeping what was taken.
+fn egress_and_slot(
+    global: &Arc<Semaphore>,
     egress: Option<&Arc<Egress>>,
-    kept: Option<EgressToken>,
+    kept: Kept,
     now: Instant,
-) -> Result<Option<EgressToken>, Turn> {
-    let Some(egress) = egress else {
-        return Ok(None);
+) -> Result<(Option<EgressToken>, OwnedSemaphorePermit), Turn> {
+    let token = match egress {
+        None => None,
+        Some(egress) => match kept.egress.or_else(|| egress.try_take(now)) {
+            Some(token) => Some(token),
+            None => return Err(Turn::NoEgressToken),
+        },
     };
-    match kept.or_else(|| egress.try_take(now)) {
-        Some(token) => Ok(Some(token)),
-        None => Err(Turn::NoEgressToken),
+    match kept
+        .slot
+        .or_else(|| global.clone().try_acquire_owned().ok())
+    {
+        Some(slot) => Ok((token, slot)),
+        None => Err(Turn::NoGlobalSlot(token)),
     }
 }
 
@@ -299,15 +302,9 @@ fn local_turn(
     if ready > now {
         return Turn::NotBefore(ready, state.pacing.pacing_rate() >= FINE_MIN_RATE);
     }
-    let token = match egress_token(egress, kept.egress, now) {
-        Ok(token) => token,
+    let (token, slot) = match egress_and_slot(global, egress, kept, now) {
+        Ok(both) => both,
         Err(turn) => return turn,
-    };
-    let Some(slot) = kept
-        .slot
-        .or_else(|| global.clone().try_acquire_owned().ok())
-    else {
-        return Turn::NoGlobalSlot(token);
     };
     let jitter = state.policy.jitter;
     let sample = if jitter > 0.0 {

@@ -532,18 +532,13 @@ struct ReserveReply {
     start: i64,
 }
 
+/// The reservation script's reply as Redis sends it.
+pub(super) type ReserveTuple = (String, i64, String, String, String, String, i64, i64);
+
 impl ReserveReply {
     fn parse(value: Value) -> Option<ReserveReply> {
-        let (kind, micros, cause, rate, rate_override, tat, interval, start): (
-            String,
-            i64,
-            String,
-            String,
-            String,
-            String,
-            i64,
-            i64,
-        ) = redis::from_redis_value(value).ok()?;
+        let (kind, micros, cause, rate, rate_override, tat, interval, start): ReserveTuple =
+            redis::from_redis_value(value).ok()?;
         Some(ReserveReply {
             kind,
             micros,

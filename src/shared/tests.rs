@@ -81,32 +81,60 @@ async fn reserve(
         "m{}",
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let (kind, micros, _cause, _rate, _ovr, tat, interval, start): (
-        String,
-        i64,
-        String,
-        String,
-        String,
-        String,
-        i64,
-        i64,
-    ) = script(RESERVE)
+    let (kind, micros, _cause, _rate, _ovr, tat, interval, start): super::ReserveTuple =
+        script(RESERVE)
+            .key(format!("t:{{{host}}}:b"))
+            .key(format!("t:{{{host}}}:l"))
+            .arg(now)
+            .arg(rate.to_string())
+            .arg(rate.to_string())
+            .arg(burst)
+            .arg(concurrency)
+            .arg(60_000_000)
+            .arg(&member)
+            .arg(1_000_000_000_i64)
+            .arg(if rejoin { "1" } else { "0" })
+            .arg(3_600_000_000_i64)
+            .invoke_async(conn)
+            .await
+            .unwrap();
+    (kind, micros, tat, interval, start, member)
+}
+
+/// What one report tells the store, with the fields a test varies.
+struct Told<'a> {
+    now: i64,
+    cooldown_us: i64,
+    cause: &'a str,
+    rate: (&'a str, &'a str),
+    started: i64,
+    cap: &'a str,
+}
+
+/// One report (`scripts::REPORT`) for `host`: min rate 0.5, ceiling 10, configured rate 10,
+/// burst 5; returns `(learned rate, cooldown µs left)`.
+async fn report(conn: &mut MultiplexedConnection, host: &str, told: Told<'_>) -> (f64, i64) {
+    let (rate, left): (String, i64) = script(REPORT)
         .key(format!("t:{{{host}}}:b"))
-        .key(format!("t:{{{host}}}:l"))
-        .arg(now)
-        .arg(rate.to_string())
-        .arg(rate.to_string())
-        .arg(burst)
-        .arg(concurrency)
-        .arg(60_000_000)
-        .arg(&member)
-        .arg(1_000_000_000_i64)
-        .arg(if rejoin { "1" } else { "0" })
+        .arg(told.now)
+        .arg(told.cooldown_us)
+        .arg(told.cause)
+        .arg(told.rate.0)
+        .arg(told.rate.1)
+        .arg(told.started)
+        .arg("0.5")
+        .arg("10")
+        .arg("10")
+        .arg(5)
+        .arg(told.cap)
+        .arg(3_600_000_000_i64)
+        .arg("t:hints")
+        .arg(host)
         .arg(3_600_000_000_i64)
         .invoke_async(conn)
         .await
         .unwrap();
-    (kind, micros, tat, interval, start, member)
+    (rate.parse().unwrap(), left)
 }
 
 /// A Unix time in µs with all 16 digits in use, as `TIME` gives.
@@ -209,28 +237,15 @@ async fn a_cooldown_closes_the_host_and_lets_one_request_go_at_its_end() {
     let (kind, ..) = reserve(&mut conn, host, T0, 10.0, 5, 10, false).await;
     assert_eq!(kind, "go");
     // A 429 with Retry-After: 3 s.
-    let (rate, left): (String, i64) = script(REPORT)
-        .key(format!("t:{{{host}}}:b"))
-        .arg(T0 + 1_000)
-        .arg(3_000_000)
-        .arg("status:429")
-        .arg("10")
-        .arg("5")
-        .arg(T0)
-        .arg("0.1")
-        .arg("10")
-        .arg("10")
-        .arg(5)
-        .arg("")
-        .arg(0)
-        .arg("t:hints")
-        .arg(host)
-        .arg(3_600_000_000_i64)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(rate.parse::<f64>().unwrap(), 5.0);
-    assert_eq!(left, 3_000_000);
+    let told = Told {
+        now: T0 + 1_000,
+        cooldown_us: 3_000_000,
+        cause: "status:429",
+        rate: ("10", "5"),
+        started: T0,
+        cap: "",
+    };
+    assert_eq!(report(&mut conn, host, told).await, (5.0, 3_000_000));
     let (kind, wait, ..) = reserve(&mut conn, host, T0 + 2_000_000, 10.0, 5, 10, false).await;
     assert_eq!((kind.as_str(), wait), ("cool", 1_001_000));
     // At its end one request goes at once, the next a full interval later: no burst.
@@ -248,44 +263,24 @@ async fn one_storm_seen_by_several_instances_cuts_the_rate_once() {
     };
     let mut conn = redis.conn().await;
     let host = "wave.test:80";
-    let report_script = script(REPORT);
-    let report = |now: i64, started: i64| {
-        let mut invocation = report_script.prepare_invoke();
-        invocation
-            .key(format!("t:{{{host}}}:b"))
-            .arg(now)
-            .arg(0)
-            .arg("")
-            .arg("8")
-            .arg("4")
-            .arg(started)
-            .arg("0.5")
-            .arg("8")
-            .arg("8")
-            .arg(1)
-            .arg("")
-            .arg(0)
-            .arg("t:hints")
-            .arg(host)
-            .arg(3_600_000_000_i64);
-        invocation
+    let cut = |now: i64, started: i64| Told {
+        now,
+        cooldown_us: 0,
+        cause: "",
+        rate: ("8", "4"),
+        started,
+        cap: "",
     };
     // Four instances answer 429 to requests that all started before the first cut.
     let mut rates = Vec::new();
     for i in 0..4 {
-        let (rate, _): (String, i64) = report(T0 + 1_000 + i, T0)
-            .invoke_async(&mut conn)
-            .await
-            .unwrap();
-        rates.push(rate.parse::<f64>().unwrap());
+        rates.push(report(&mut conn, host, cut(T0 + 1_000 + i, T0)).await.0);
     }
-    assert_eq!(rates, vec![4.0, 4.0, 4.0, 4.0]);
+    // The shared rate starts at the configured 10; the instances cut 8 → 4, so it halves once.
+    assert_eq!(rates, vec![5.0, 5.0, 5.0, 5.0]);
     // A request that started after the cut and met a 429 again cuts again.
-    let (rate, _): (String, i64) = report(T0 + 10_000, T0 + 5_000)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(rate.parse::<f64>().unwrap(), 2.0);
+    let (rate, _) = report(&mut conn, host, cut(T0 + 10_000, T0 + 5_000)).await;
+    assert_eq!(rate, 2.5);
 }
 
 #[tokio::test]
@@ -355,26 +350,15 @@ async fn a_cap_taught_by_one_instance_paces_every_reservation() {
     let mut conn = redis.conn().await;
     let host = "cap.test:80";
     // One instance read Crawl-delay: 2 (0.5/s); its lesson carries the cap for an hour.
-    let _: (String, i64) = script(REPORT)
-        .key(format!("t:{{{host}}}:b"))
-        .arg(T0)
-        .arg(0)
-        .arg("")
-        .arg("10")
-        .arg("10")
-        .arg(T0)
-        .arg("0.1")
-        .arg("10")
-        .arg("10")
-        .arg(1)
-        .arg("0.5")
-        .arg(3_600_000_000_i64)
-        .arg("t:hints")
-        .arg(host)
-        .arg(3_600_000_000_i64)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let told = Told {
+        now: T0,
+        cooldown_us: 0,
+        cause: "",
+        rate: ("10", "10"),
+        started: T0,
+        cap: "0.5",
+    };
+    report(&mut conn, host, told).await;
     // Another instance, which knows no cap (it would go at 10/s), is paced at 0.5/s.
     let (_, first, ..) = reserve(&mut conn, host, T0 + 1, 10.0, 1, 10, false).await;
     let (_, second, ..) = reserve(&mut conn, host, T0 + 1, 10.0, 1, 10, false).await;
