@@ -147,7 +147,9 @@ impl Budget {
         if reaction.cooldown.is_some() || reaction.hard_block {
             self.persist_signal().notify_one();
         }
-        if let (Budget::Shared { store, .. }, Some(start)) = (self, lease_start) {
+        // An answer that changed nothing teaches the store nothing: no round trip for it.
+        let taught = reaction.cooldown.is_some() || reaction.rate_after != reaction.rate_before;
+        if let (Budget::Shared { store, .. }, Some(start), true) = (self, lease_start, taught) {
             let cooldown = reaction.cooldown.map(|window| {
                 let cause = state
                     .pacing
