@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::admin::Admin;
 use crate::config::{Config, LiveConfig};
@@ -144,12 +144,37 @@ pub async fn run(
             () = &mut shutdown => break,
         }
     }
-    drop(listeners);
+    let Listeners {
+        proxy: proxy_listener,
+        admin: admin_listener,
+    } = listeners;
+    drop(proxy_listener);
     info!("shutting down: refusing queued requests, finishing those in flight");
     limiter.shutdown();
     background.stop_sweeping();
     let grace = live.get().proxy.shutdown_grace;
-    if !connections.shut_down(grace).await {
+    // The admin port stays open while requests drain, so that `/readyz` says 503 (draining) and
+    // `/metrics` can still be read; its connections are not waited for.
+    let drained = connections.shut_down(grace);
+    tokio::pin!(drained);
+    let finished = loop {
+        tokio::select! {
+            finished = &mut drained => break finished,
+            accepted = admin_listener.accept() => {
+                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let admin = admin.clone();
+                let service = service_fn(move |req| admin.clone().serve(req, peer));
+                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        debug!(client = %peer, "admin connection during the drain ended: {e}");
+                    }
+                });
+            }
+        }
+    };
+    drop(admin_listener);
+    if !finished {
         warn!(
             grace_s = grace.as_secs_f64(),
             "requests still in flight after shutdown_grace_seconds; closing them"

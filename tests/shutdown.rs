@@ -71,3 +71,35 @@ async fn requests_inside_intercepted_tunnels_get_the_grace_and_queued_ones_the_5
     assert!(run.unwrap().is_ok());
     assert_eq!(origin.count(), 1, "the queued request never left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_requests_drain_readyz_says_503_and_the_admin_port_answers() {
+    let origin = Origin::slow("127.0.0.1", Duration::from_millis(1500), "late but whole").await;
+    let courtesy = Courtesy::start("[proxy]\nshutdown_grace_seconds = 10\n").await;
+    let admin = courtesy.admin;
+    let (status, _) = admin_call("GET", &format!("http://{admin}/readyz"), None, "").await;
+    assert_eq!(status, http::StatusCode::OK);
+    let in_flight = courtesy.client().spawn_get(origin.url("/slow"));
+    assert!(eventually(Duration::from_secs(2), || origin.count() == 1).await);
+    let stopped = courtesy.begin_shutdown();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, body) = admin_call("GET", &format!("http://{admin}/readyz"), None, "").await;
+    assert_eq!(status, http::StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body.contains("\"ready\":false") || body.contains("\"ready\": false"),
+        "{body}"
+    );
+    let (status, _) = admin_call("GET", &format!("http://{admin}/metrics"), None, "").await;
+    assert_eq!(
+        status,
+        http::StatusCode::OK,
+        "metrics stay readable while draining"
+    );
+    let got = in_flight.await.unwrap();
+    assert_eq!(got.status, http::StatusCode::OK);
+    stopped.await.unwrap().unwrap();
+    assert!(
+        std::net::TcpStream::connect(admin).is_err(),
+        "the admin port closes once the drain is over"
+    );
+}
