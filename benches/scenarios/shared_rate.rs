@@ -1,10 +1,14 @@
 //! Scenario 5, the shared budget's aggregate: 4 courtesy instances on one Redis (`[shared]`, one
-//! key prefix), 200 hosts at 5/s, burst 1, and 4 kept-alive hammering connections per host, one
-//! through each instance, for 25 s. At the origin: the aggregate arrivals per second (the 4
-//! instances together must give the hosts their whole budget, 1000/s, and no more), every host's
-//! most arrivals in any 1 s window (never above burst + rate × 1 s, whichever instances sent
-//! them), and how the turns were spread over the instances; what Redis executed per request and
-//! what it and the instances cost.
+//! key prefix), 200 hosts at 5/s, burst 1, not adaptive, and 4 kept-alive hammering connections
+//! per host, one through each instance, for 25 s. At the origin: the aggregate arrivals per second
+//! (the 4 instances together must give the hosts their whole budget, 1000/s, and no more), every
+//! host's most arrivals in any 1 s window (never above burst + rate × 1 s, whichever instances
+//! sent them), and how the turns were spread over the instances; what Redis executed per request
+//! and what it and the instances cost.
+//!
+//! Run with concurrency 4 (every instance may hold a turn of every host: the rate alone limits),
+//! then for 12 s with concurrency 1, the default, where the instances contend for the one slot of
+//! each host and every freed slot wakes all of them.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -28,35 +32,72 @@ pub const SHARED_METRICS: [&str; 3] = [
     "courtesy_shared_round_trip_seconds_sum",
 ];
 
+const INSTANCES: usize = 4;
+const HOSTS: usize = 200;
+const RATE: f64 = 5.0;
+const BURST: usize = 1;
+const CONNS_PER_HOST: usize = INSTANCES;
+const WARMUP: f64 = 1.0;
+/// The last seconds of each run log every Redis command, to tell the scripts apart.
+const SAMPLE: Duration = Duration::from_secs(3);
+/// The runs: (concurrency, length).
+const VARIANTS: [(usize, Duration); 2] = [
+    (CONNS_PER_HOST, Duration::from_secs(25)),
+    (1, Duration::from_secs(12)),
+];
+
 /// Runs scenario 5 against the courtesy binary `bin`.
 pub async fn run(bin: &Path) -> anyhow::Result<Section> {
-    const INSTANCES: usize = 4;
-    const HOSTS: usize = 200;
-    const RATE: f64 = 5.0;
-    const BURST: usize = 1;
-    const CONNS_PER_HOST: usize = INSTANCES;
-    const RUN: Duration = Duration::from_secs(25);
-    const WARMUP: f64 = 1.0;
-    // The last seconds of the run log every Redis command, to tell the scripts apart.
-    const SAMPLE: Duration = Duration::from_secs(3);
-    const PREFIX: &str = "bench-rate";
     let mut section = Section::new(
         5,
         "Shared budget, aggregate (4 instances on one Redis, 200 hosts at 5/s, burst 1, \
-         4 connections per host, one through each instance, 25 s)",
+         4 connections per host, one through each instance; concurrency 4 for 25 s, then \
+         concurrency 1 for 12 s)",
     );
     let mut store = Store::start().await?;
     let ips: Vec<Ipv4Addr> = (0..HOSTS).map(host_ip).collect();
     let origin = Origin::start(&ips, false).await?;
-    let shared = store.shared_section(PREFIX, INSTANCES);
+    for (concurrency, length) in VARIANTS {
+        eprintln!(
+            "[scenarios]   5: concurrency {concurrency}, {} s …",
+            length.as_secs()
+        );
+        variant(
+            bin,
+            &mut store,
+            &origin,
+            &ips,
+            concurrency,
+            length,
+            &mut section,
+        )
+        .await?;
+    }
+    store.stop();
+    Ok(section)
+}
+
+/// One run of 4 fresh instances with `concurrency` for `length`; its rows and notes go to
+/// `section`, each saying the concurrency.
+async fn variant(
+    bin: &Path,
+    store: &mut Store,
+    origin: &Origin,
+    ips: &[Ipv4Addr],
+    concurrency: usize,
+    length: Duration,
+    section: &mut Section,
+) -> anyhow::Result<()> {
+    let prefix = format!("bench-rate-c{concurrency}");
+    let shared = store.shared_section(&prefix, INSTANCES);
     let mut instances = Vec::with_capacity(INSTANCES);
     for i in 0..INSTANCES {
         instances.push(
             Courtesy::start_with(
                 bin,
-                &format!("shared-{i}"),
+                &format!("shared-c{concurrency}-{i}"),
                 &format!(
-                    "rate = {RATE:.1}\nburst = {BURST}\nconcurrency = {CONNS_PER_HOST}\n\
+                    "rate = {RATE:.1}\nburst = {BURST}\nconcurrency = {concurrency}\n\
                      adaptive = false"
                 ),
                 600,
@@ -72,7 +113,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     let cpu = |instances: &[Courtesy]| -> u64 { instances.iter().map(Courtesy::cpu_ticks).sum() };
     let (c0, r0) = (cpu(&instances), store.cpu_ticks());
     let start = Instant::now();
-    let deadline = start + RUN;
+    let deadline = start + length;
     // Connection k: host k mod 200 through instance k div 200, so every host has one connection
     // through every instance.
     let tasks: Vec<JoinHandle<()>> = (0..HOSTS * CONNS_PER_HOST)
@@ -94,7 +135,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     let stats = store.command_stats().await?;
     store.start_sample().await?;
     join_all(tasks, deadline + Duration::from_secs(5)).await;
-    let sample = store.end_sample(PREFIX).await?;
+    let sample = store.end_sample(&prefix).await?;
     let mut metrics = [0.0; 3];
     for courtesy in &instances {
         let sums = courtesy.metric_sums(&SHARED_METRICS).await?;
@@ -105,12 +146,11 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     for courtesy in instances {
         courtesy.stop().await;
     }
-    store.stop();
 
     // Steady state: from 1 s after the start (past the first burst token) to the deadline; the
     // densest second over the whole run, the first one included.
     let from = start + Duration::from_secs_f64(WARMUP);
-    let window = RUN.as_secs_f64() - WARMUP;
+    let window = length.as_secs_f64() - WARMUP;
     let mut rates = Vec::with_capacity(HOSTS);
     let (mut all, mut in_window, mut before_sample, mut in_sample) = (0, 0, 0, 0);
     let mut densest = Vec::with_capacity(HOSTS);
@@ -136,9 +176,10 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), r| {
             (lo.min(*r), hi.max(*r))
         });
+    let c = format!("concurrency {concurrency}:");
     section.rows.push(
         row(
-            "aggregate origin arrivals/s (steady state, sum of per-host rates)",
+            format!("{c} aggregate origin arrivals/s (steady state, sum of per-host rates)"),
             format!(
                 "within 2 % of {budget:.0}/s ({:.0}–{:.0})",
                 budget * 0.98,
@@ -150,7 +191,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     );
     section.rows.push(
         row(
-            "per-host max arrivals in any 1 s window (whole run)",
+            format!("{c} per-host max arrivals in any 1 s window (whole run)"),
             format!("≤ {limit} (burst + R × 1 s) for every host"),
             format!("{worst} (hosts above {limit}: {over} of {HOSTS})"),
         )
@@ -158,7 +199,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     );
     section.rows.push(
         row(
-            "per-host rate min / max",
+            format!("{c} per-host rate min / max"),
             format!("within 2 % of {RATE}/s"),
             format!("{min:.3} / {max:.3}"),
         )
@@ -168,7 +209,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     let ok: u64 = tallies.iter().map(|t| t.get(200)).sum();
     section.rows.push(
         row(
-            "client answers that were 200",
+            format!("{c} client answers that were 200"),
             "all",
             format!("{ok} of {answered}"),
         )
@@ -176,7 +217,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     );
     section.rows.push(
         row(
-            "store calls that failed or timed out (all instances)",
+            format!("{c} store calls that failed or timed out (all instances)"),
             "0 (no instance fell back to its share)",
             format!("{:.0}", metrics[0]),
         )
@@ -187,11 +228,27 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
         .enumerate()
         .map(|(i, t)| format!("#{i}: {}", t.describe()))
         .collect();
+    // The reservation script calls ZRANGE only to answer `busy`; PUBLISH runs in release only,
+    // for a `free` hint (every slot had been taken).
+    let reserves = sample.by_kind.get("reserve").copied().unwrap_or(0) as f64;
+    let called =
+        |name: &str| stats.get(name).map_or(0, |s| s.calls) as f64 / before_sample.max(1) as f64;
+    section.rows.push(row(
+        format!("{c} reservations (round trips before a request is sent) per request"),
+        "(info; 1 when nothing contends)",
+        format!(
+            "{:.2} ({:.2} answered `busy`); `free` hints published per request {:.2}, each \
+             to all {INSTANCES} instances",
+            reserves / in_sample.max(1) as f64,
+            called("zrange"),
+            called("publish")
+        ),
+    ));
     section.notes.push(format!(
-        "{all} arrivals in {:.0} s ({in_window} in the steady window of {window:.0} s); per-host \
+        "{c} {all} arrivals in {:.0} s ({in_window} in the steady window of {window:.0} s); per-host \
          rate = (n − 1) / (last − first) over that window; arrivals counted in the window / its \
          length: {counted:.1}/s. Hosts by their densest second: {}. Client answers by instance: {}.",
-        RUN.as_secs_f64(),
+        length.as_secs_f64(),
         histogram(&densest),
         per_instance.join("; ")
     ));
@@ -205,7 +262,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     let failed: u64 = stats.values().map(|s| s.failed).sum();
     let redis_usec: u64 = stats.values().map(|s| s.usec).sum();
     section.notes.push(format!(
-        "Cost over the first {window_s:.0} s ({requests} requests at the origin): the 4 instances \
+        "{c} cost over the first {window_s:.0} s ({requests} requests at the origin): the 4 instances \
          used {:.1} % of a core together ({:.0} µs CPU per request, utime + stime), redis-server \
          {:.1} % of a core ({:.0} µs per request; Redis' own time in commands {:.1} µs per \
          request). Commands Redis executed (`INFO commandstats`, the scripts' own calls included, \
@@ -223,7 +280,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
         in_sample as u64,
     );
     section.notes.push(format!(
-        "Round trips (every top-level command logged by `SLOWLOG` over the last {:.0} s, {in_sample} \
+        "{c} round trips (every top-level command logged by `SLOWLOG` over the last {:.0} s, {in_sample} \
          requests at the origin{}): {round_trips:.2} per request: {by_kind}; commands run inside \
          the scripts {:.2} per request. Mean store round trip as the instances time it: {:.0} µs \
          over {:.0} calls.",
@@ -233,7 +290,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
         metrics[2] / metrics[1].max(1.0) * 1e6,
         metrics[1]
     ));
-    Ok(section)
+    Ok(())
 }
 
 /// "6: 180 hosts, 5: 20 hosts": how many hosts had each densest-second count, most first.
