@@ -267,8 +267,8 @@ async fn variant(
          {:.1} % of a core ({:.0} µs per request; Redis' own time in commands {:.1} µs per \
          request). Commands Redis executed (`INFO commandstats`, the scripts' own calls included, \
          the bench's left out): {commands:.2} per request: {by_command}; failed {failed} \
-         (`NOSCRIPT` answers to the first `EVALSHA` of each script on each instance, which then \
-         loads it).",
+         (`NOSCRIPT`: every call of a script an instance sent before its first `SCRIPT LOAD` of it \
+         landed, each followed by a load and a retry; many hosts start at once).",
         ticks(c1 - c0) / window_s * 100.0,
         ticks(c1 - c0) * 1e6 / requests.max(1) as f64,
         ticks(r1 - r0) / window_s * 100.0,
