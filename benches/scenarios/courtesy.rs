@@ -42,6 +42,18 @@ impl Courtesy {
         defaults: &str,
         idle_host_seconds: u64,
     ) -> anyhow::Result<Courtesy> {
+        Courtesy::start_with(bin, name, defaults, idle_host_seconds, "").await
+    }
+
+    /// Like [`Courtesy::start`], with `sections` (such as a `[shared]` section) after the
+    /// `[defaults]`.
+    pub async fn start_with(
+        bin: &Path,
+        name: &str,
+        defaults: &str,
+        idle_host_seconds: u64,
+        sections: &str,
+    ) -> anyhow::Result<Courtesy> {
         let mut last = anyhow!("not started");
         for attempt in 0..3 {
             let dir = std::env::temp_dir().join(format!(
@@ -56,7 +68,7 @@ impl Courtesy {
                 "[proxy]\nlisten = \"{proxy}\"\nadmin_listen = \"{admin}\"\nstate_dir = \"{}\"\n\
                  max_in_flight = 100000\nidle_host_seconds = {idle_host_seconds}\n\n\
                  [defaults]\n{defaults}\nmax_queue = 100000\nmax_wait_seconds = 600\n\
-                 obey_robots = false\n",
+                 obey_robots = false\n\n{sections}\n",
                 dir.join("state").display()
             );
             let config_path = dir.join("courtesy.toml");
@@ -130,6 +142,30 @@ impl Courtesy {
         }
         let value: serde_json::Value = serde_json::from_slice(&body)?;
         Ok(value["hosts"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// `GET /metrics`: the sum of every sample of each metric in `names` (all label sets), in
+    /// that order; a metric that is not there is 0.
+    pub async fn metric_sums(&self, names: &[&str]) -> anyhow::Result<Vec<f64>> {
+        let (status, body) =
+            tokio::time::timeout(Duration::from_secs(30), admin_get(self.admin, "/metrics"))
+                .await
+                .context("GET /metrics timed out")??;
+        if status != 200 {
+            bail!("GET /metrics answered {status}");
+        }
+        let text = String::from_utf8_lossy(&body);
+        let mut sums = vec![0.0; names.len()];
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let name = series.split('{').next().unwrap_or(series);
+            if let Some(i) = names.iter().position(|n| *n == name) {
+                sums[i] += value.parse::<f64>().unwrap_or(0.0);
+            }
+        }
+        Ok(sums)
     }
 
     /// Stops this courtesy (SIGKILL to its PID) and removes its temp dir.

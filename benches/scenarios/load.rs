@@ -1,5 +1,5 @@
 //! The load the scenarios put on courtesy: connections that send requests back to back within a
-//! bound in count and in time, and the tally of what they got back.
+//! bound in count and in time, and the tally of what they got back and how long it took.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use crate::common::client::Client;
+use crate::common::percentile::percentile_at_fraction;
 
 /// Converts a std instant to tokio's, for `timeout_at`.
 pub fn tokio_at(at: Instant) -> tokio::time::Instant {
@@ -21,30 +22,64 @@ pub fn target(ip: Ipv4Addr, port: u16) -> (String, String) {
     (format!("http://{authority}/"), authority)
 }
 
-/// Answers counted by status; `0` counts requests that got no answer (connection errors).
+/// Answers counted by status; `0` counts requests that got no answer (connection errors). Also
+/// how long each answered request took, from sending it to the end of its body.
 #[derive(Default)]
-pub struct Tally(Mutex<BTreeMap<u16, u64>>);
+pub struct Tally {
+    statuses: Mutex<BTreeMap<u16, u64>>,
+    latencies_us: Mutex<Vec<u32>>,
+}
 
 impl Tally {
     /// Counts one answer with `status` (`0`: none).
     pub fn add(&self, status: u16) {
         *self
-            .0
+            .statuses
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .entry(status)
             .or_default() += 1;
     }
 
+    /// Counts one answer with `status` that took `latency`.
+    pub fn answered(&self, status: u16, latency: Duration) {
+        self.add(status);
+        let us = u32::try_from(latency.as_micros()).unwrap_or(u32::MAX);
+        self.latencies_us
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(us);
+    }
+
+    /// The latencies of the answered requests at `fractions` (0.5: the median), in µs.
+    pub fn latency_us(&self, fractions: &[f64]) -> Vec<Option<u32>> {
+        let mut sorted = self
+            .latencies_us
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        sorted.sort_unstable();
+        fractions
+            .iter()
+            .map(|f| percentile_at_fraction(&sorted, *f))
+            .collect()
+    }
+
     /// How many answers had `status`.
     pub fn get(&self, status: u16) -> u64 {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
         map.get(&status).copied().unwrap_or(0)
+    }
+
+    /// How many requests were counted, answered or not.
+    pub fn total(&self) -> u64 {
+        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().sum()
     }
 
     /// The counts for the report, such as "200: 600, no answer: 2".
     pub fn describe(&self) -> String {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let map = self.statuses.lock().unwrap_or_else(|p| p.into_inner());
         if map.is_empty() {
             return "none".into();
         }
@@ -93,9 +128,10 @@ pub async fn hammer(
         };
         let (url, host) = &targets[(offset + sent * stride) % targets.len()];
         sent += 1;
+        let asked = Instant::now();
         match tokio::time::timeout_at(tokio_at(deadline), conn.get(url, host)).await {
             Ok(Ok((status, _))) => {
-                tally.add(status);
+                tally.answered(status, asked.elapsed());
                 client = Some(conn);
             }
             Ok(Err(_)) => {

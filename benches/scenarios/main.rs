@@ -12,21 +12,32 @@
 //! 4. **Fan-out fairness** (`fan_out.rs`): 200 hosts at 5/s, 3 connections per host, 20 s; the
 //!    aggregate and per-host rates.
 //!
-//! Timing is sensitive to other load on the machine: scenario 1 is run again (at most 3 runs)
-//! while other processes used more than 20 % of a core, and the quietest run is reported. Every
-//! scenario's row in the report says how busy the machine was.
+//! and, run apart (`benches/shared.sh`, `--only 5,6`; they need `redis-server`), the shared budget
+//! of several instances on one Redis:
+//!
+//! 5. **Shared aggregate** (`shared_rate.rs`): 4 instances, 200 hosts at 5/s, burst 1, 25 s; the
+//!    aggregate rate, every host's densest second, Redis commands per request.
+//! 6. **Shared cost** (`shared_cost.rs`): one instance, pacing off, 16 clients, local vs shared
+//!    budget on 1 and on 16 hosts; requests/s, latency, CPU per request of courtesy and of Redis,
+//!    Redis commands and round trips per request.
+//!
+//! Timing is sensitive to other load on the machine: scenarios 1 and 6 are run again (at most 3
+//! runs) while other processes used more than 20 % of a core, and the quietest run is reported.
+//! Every scenario's row in the report says how busy the machine was.
 //!
 //! Prints a Markdown report (one table of targets, measured values and pass/fail, then details) and
-//! writes it to `benches/SCENARIOS_RESULTS.md`.
+//! writes it to `benches/SCENARIOS_RESULTS.md` (scenarios 1–4), or `benches/SHARED_RESULTS.md`
+//! when only 5 and 6 run.
 //!
-//! Usage: `benches/scenarios.sh [ARGS]` (raises `ulimit -n`, builds the release binary, runs this),
-//! or `cargo bench --bench scenarios -- [ARGS]` with
-//! `--only 1,2,3,4` (scenarios to run), `--e2e-hosts N` (scenario 2b, default 5000, at most 9000),
-//! `--out PATH` (report file; `-` for stdout only), `--courtesy PATH` (the binary; also
-//! `$COURTESY_BIN`; default `target/release/courtesy`).
+//! Usage: `benches/scenarios.sh [ARGS]` or `benches/shared.sh` (each raises `ulimit -n`, builds
+//! the release binary, runs this), or `cargo bench --bench scenarios -- [ARGS]` with
+//! `--only 1,2,3,4` (scenarios to run, 1–6; default 1–4), `--e2e-hosts N` (scenario 2b, default
+//! 5000, at most 9000), `--out PATH` (report file; `-` for stdout only), `--courtesy PATH` (the
+//! binary; also `$COURTESY_BIN`; default `target/release/courtesy`).
 //!
-//! Every loop is bounded in count and in time; the only process started is courtesy (and this
-//! binary as a child for 2a), each stopped by its own handle (PID) at the end.
+//! Every loop is bounded in count and in time; the only processes started are courtesy (and this
+//! binary as a child for 2a) and, for 5 and 6, one `redis-server`, each stopped by its own handle
+//! (PID) at the end.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -41,7 +52,10 @@ mod origin;
 mod pacing;
 mod parked;
 mod report;
+mod shared_cost;
+mod shared_rate;
 mod stats;
+mod store;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -49,7 +63,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 
 use crate::measure::{clk_tck, machine_ticks, own_and_children_ticks};
-use crate::report::{render, Section};
+use crate::report::{render, Heading, Section};
 
 /// What to run and where the report goes, from the command line.
 struct Args {
@@ -59,18 +73,24 @@ struct Args {
     e2e_hosts: usize,
     /// The report file; `None`: stdout only.
     out: Option<PathBuf>,
+    /// Whether `--out` was given (otherwise it follows the scenarios chosen).
+    out_given: bool,
     /// The courtesy binary under test.
     bin: PathBuf,
 }
 
-/// Reads the arguments (see the module doc); the defaults run everything and write
-/// `benches/SCENARIOS_RESULTS.md`.
+/// The shared-budget scenarios, which need a `redis-server` and have a report of their own.
+const SHARED: [u32; 2] = [5, 6];
+
+/// Reads the arguments (see the module doc); the defaults run scenarios 1–4 and write
+/// `benches/SCENARIOS_RESULTS.md` (only 5 and 6: `benches/SHARED_RESULTS.md`).
 fn parse_args(args: &[String]) -> anyhow::Result<Args> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut parsed = Args {
         only: vec![1, 2, 3, 4],
         e2e_hosts: 5_000,
         out: Some(root.join("benches/SCENARIOS_RESULTS.md")),
+        out_given: false,
         bin: std::env::var_os("COURTESY_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target/release/courtesy")),
@@ -86,7 +106,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Args> {
                     .split(',')
                     .map(|s| s.trim().parse::<u32>())
                     .collect::<Result<_, _>>()
-                    .context("--only takes scenario numbers 1..4")?;
+                    .context("--only takes scenario numbers 1..6")?;
             }
             "--e2e-hosts" => {
                 let v = it.next().context("--e2e-hosts needs a number")?;
@@ -98,12 +118,16 @@ fn parse_args(args: &[String]) -> anyhow::Result<Args> {
             "--out" => {
                 let v = it.next().context("--out needs a path or -")?;
                 parsed.out = (v != "-").then(|| PathBuf::from(v));
+                parsed.out_given = true;
             }
             "--courtesy" => {
                 parsed.bin = PathBuf::from(it.next().context("--courtesy needs a path")?);
             }
             other => bail!("unknown argument {other:?}"),
         }
+    }
+    if !parsed.out_given && parsed.only.iter().all(|n| SHARED.contains(n)) {
+        parsed.out = Some(root.join("benches/SHARED_RESULTS.md"));
     }
     Ok(parsed)
 }
@@ -124,9 +148,10 @@ async fn run(args: Args) -> anyhow::Result<String> {
     let mut sections = Vec::new();
     let mut failures = Vec::new();
     for number in args.only.clone() {
-        // Scenario 1 is about timing: on a shared machine, run it again (at most twice more) when
-        // other processes used more than NOISE_PCT of a core meanwhile, and keep the quietest run.
-        let attempts = if number == 1 { 3 } else { 1 };
+        // Scenarios 1 and 6 are about timing: on a shared machine, run them again (at most twice
+        // more) when other processes used more than NOISE_PCT of a core meanwhile, and keep the
+        // quietest run.
+        let attempts = if matches!(number, 1 | 6) { 3 } else { 1 };
         let mut best: Option<Section> = None;
         let mut tried = Vec::new();
         for attempt in 1..=attempts {
@@ -174,10 +199,27 @@ async fn run(args: Args) -> anyhow::Result<String> {
             sections.push(s);
         }
     }
-    Ok(render(&sections, &failures, &started, begin.elapsed()))
+    let heading = if args.only.iter().all(|n| SHARED.contains(n)) {
+        Heading {
+            title: "courtesy shared budget benchmark (several instances on one Redis)",
+            script: "benches/shared.sh",
+        }
+    } else {
+        Heading {
+            title: "courtesy performance scenarios (targets 2–5)",
+            script: "benches/scenarios.sh",
+        }
+    };
+    Ok(render(
+        &heading,
+        &sections,
+        &failures,
+        &started,
+        begin.elapsed(),
+    ))
 }
 
-/// Other processes' CPU (% of a core) above which scenario 1 is run again.
+/// Other processes' CPU (% of a core) above which scenarios 1 and 6 are run again.
 const NOISE_PCT: f64 = 20.0;
 
 /// Runs one scenario and notes how long it took and what else the machine did meanwhile.
@@ -196,6 +238,8 @@ async fn measured(args: &Args, number: u32) -> anyhow::Result<Section> {
         }
         3 => parked::run(&args.bin).await?,
         4 => fan_out::run(&args.bin).await?,
+        5 => shared_rate::run(&args.bin).await?,
+        6 => shared_cost::run(&args.bin).await?,
         other => bail!("there is no scenario {other}"),
     };
     s.ran = t.elapsed();

@@ -37,9 +37,17 @@ impl Row {
     }
 }
 
+/// What the report is called and which script runs it.
+pub struct Heading {
+    /// The report's title.
+    pub title: &'static str,
+    /// The script that runs the scenarios (with `cargo bench --bench scenarios`).
+    pub script: &'static str,
+}
+
 /// One scenario's results.
 pub struct Section {
-    /// The scenario's number (1–4), as `--only` takes it.
+    /// The scenario's number (1–6), as `--only` takes it.
     pub number: u32,
     /// The scenario and its parameters, as the report names it.
     pub title: String,
@@ -70,12 +78,18 @@ impl Section {
     }
 }
 
-/// The whole report: header (date, machine, commit, total time), both tables, details; `failures`
-/// are scenarios that did not run, one error row each.
-pub fn render(sections: &[Section], failures: &[String], started: &str, total: Duration) -> String {
+/// The whole report: header (title, date, machine, commit, total time), both tables, details;
+/// `failures` are scenarios that did not run, one error row each.
+pub fn render(
+    heading: &Heading,
+    sections: &[Section],
+    failures: &[String],
+    started: &str,
+    total: Duration,
+) -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let mut md = String::new();
-    let _ = writeln!(md, "# courtesy performance scenarios (targets 2–5)\n");
+    let _ = writeln!(md, "# {}\n", heading.title);
     let _ = writeln!(md, "- Date: {started}");
     let _ = writeln!(md, "- Machine: {}", machine());
     let _ = writeln!(
@@ -86,7 +100,8 @@ pub fn render(sections: &[Section], failures: &[String], started: &str, total: D
     );
     let _ = writeln!(
         md,
-        "- Ran with `benches/scenarios.sh` (`cargo bench --bench scenarios`); total {:.0} s\n",
+        "- Ran with `{}` (`cargo bench --bench scenarios`); total {:.0} s\n",
+        heading.script,
         total.as_secs_f64()
     );
     let _ = writeln!(md, "| # | measure | target | measured | result |");
@@ -126,7 +141,7 @@ pub fn render(sections: &[Section], failures: &[String], started: &str, total: D
     }
     let _ = writeln!(
         md,
-        "\nOther processes: machine user + system time minus this bench's and its courtesy's. \
+        "\nOther processes: machine user + system time minus this bench's and its courtesy's (and redis-server's). \
          Interrupt time is charged to no process; it includes this bench's own loopback traffic."
     );
     let _ = writeln!(md, "\n## Details\n");

@@ -1,6 +1,8 @@
 //! A real `redis-server` of the test's own on a free loopback port, for the shared budget's
 //! tests: started, killed (`SIGKILL`), stopped and continued (`SIGSTOP`/`SIGCONT`, a partition:
-//! connections stay open and nothing answers) and restarted empty on the same port.
+//! connections stay open and nothing answers) and restarted empty on the same port. The
+//! shared-budget scenarios of `benches/scenarios` start theirs with this file too (`pid` is for
+//! their CPU accounting).
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -48,6 +50,11 @@ impl RedisServer {
         Err(std::io::Error::other(
             "redis-server did not listen within 3 s",
         ))
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// `redis://127.0.0.1:<port>/0`.
