@@ -28,6 +28,7 @@ pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut counts: VecDeque<(Instant, u32)> = VecDeque::new();
     let mut last_renewal = Instant::now();
+    store.load_scripts().await;
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
@@ -47,7 +48,10 @@ pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
         let most = counts.iter().map(|(_, n)| *n).max().unwrap_or(live);
         store.seen.store(most, Ordering::Release);
         store.live_now.store(live, Ordering::Release);
-        store.rejoin();
+        if store.rejoin() {
+            // The store may have restarted empty: its script cache too.
+            store.load_scripts().await;
+        }
         if now.duration_since(last_renewal) >= store.settings.lease / 3 {
             last_renewal = now;
             store.renew_leases().await;

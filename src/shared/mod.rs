@@ -352,15 +352,37 @@ impl Store {
         }
     }
 
+    /// Loads every script into the store, so that the first calls after a start or a store
+    /// restart do not each meet `NOSCRIPT` on the request's path.
+    pub(crate) async fn load_scripts(&self) {
+        let mut conn = self.conn.clone();
+        let s = &self.scripts;
+        for script in [
+            &s.reserve,
+            &s.release,
+            &s.report,
+            &s.operator,
+            &s.heartbeat,
+            &s.renew,
+        ] {
+            let loaded = tokio::time::timeout(self.settings.timeout, script.load_async(&mut conn));
+            if !matches!(loaded.await, Ok(Ok(_))) {
+                return;
+            }
+        }
+    }
+
     /// Switches back to the shared budget after the store answered again.
-    pub(crate) fn rejoin(&self) {
-        if self.fallback.swap(false, Ordering::AcqRel) {
+    pub(crate) fn rejoin(&self) -> bool {
+        let rejoined = self.fallback.swap(false, Ordering::AcqRel);
+        if rejoined {
             self.epoch.fetch_add(1, Ordering::AcqRel);
             tracing::warn!(
                 store = %self.settings.redacted_url(),
                 "shared budget store answers again: back on the shared budget"
             );
         }
+        rejoined
     }
 
     /// Asks the store for the next turn of `host` (one round trip).

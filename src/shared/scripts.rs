@@ -11,7 +11,8 @@
 //! next turn is free from `tat - τ` on, where `τ = (burst - 1) × interval`), `cd`/`cdc` (the
 //! cooldown's end and cause), `op` (an operator's pause), `ovr` (an operator's rate), `rate` and
 //! `cut` (the learned rate and when it was last cut), `cap`/`capx` (a Crawl-delay or server cap and
-//! its end). The lease set holds one member per turn in flight, scored by its expiry.
+//! its end), `w` (some instance waits for a slot). The lease set holds one member per turn in
+//! flight, scored by its expiry.
 
 /// Shared helpers, prepended to every script.
 const PRELUDE: &str = r#"
@@ -49,6 +50,7 @@ if op > now and op > block then block = op; cause = 'operator' end
 if block > now then return {'cool', block - now, cause, view_rate, view_ovr, '', 0, 0} end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now))
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+  redis.call('HSET', KEYS[1], 'w', '1')
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   return {'busy', tonumber(first[2]) - now, '', view_rate, view_ovr, '', 0, 0}
 end
@@ -77,12 +79,12 @@ keep_at_least(KEYS[2], math.ceil((slot - now + tonumber(ARGV[6])) / 1000) + 1000
 return {'go', slot - now, '', view_rate, view_ovr, int(new_tat), interval, slot}
 "#;
 
-/// Ends a turn. `KEYS`: budget, leases. `ARGV`: now (unused), lease member, concurrency, refund
-/// (`1`: the request never left), the `tat` its reservation wrote, its interval, hint channel,
-/// host key. A refund undoes the reservation only if no later one was made on top of it. When every
-/// slot had been taken, the hint `free <host>` wakes the instances waiting for one.
+/// Ends a turn. `KEYS`: budget, leases. `ARGV`: now (unused), lease member, concurrency (unused),
+/// refund (`1`: the request never left), the `tat` its reservation wrote, its interval, hint
+/// channel, host key. A refund undoes the reservation only if no later one was made on top of it.
+/// When a reservation was answered `busy` since the last release (the `w` flag), the hint
+/// `free <host>` wakes the instances waiting for a slot; otherwise nobody waits and nothing is sent.
 pub(super) const RELEASE: &str = r#"
-local before = redis.call('ZCARD', KEYS[2])
 local removed = redis.call('ZREM', KEYS[2], ARGV[2])
 if removed == 1 and ARGV[4] == '1' then
   local tat = redis.call('HGET', KEYS[1], 'tat')
@@ -90,7 +92,7 @@ if removed == 1 and ARGV[4] == '1' then
     redis.call('HSET', KEYS[1], 'tat', int(tonumber(tat) - tonumber(ARGV[6])))
   end
 end
-if removed == 1 and before >= tonumber(ARGV[3]) then
+if removed == 1 and redis.call('HDEL', KEYS[1], 'w') == 1 then
   redis.call('PUBLISH', ARGV[7], 'free ' .. ARGV[8])
 end
 return removed

@@ -298,8 +298,37 @@ async fn every_slot_taken_is_busy_until_a_lease_runs_out() {
     assert_eq!(kind, "busy");
     // Leases last 60 s from their turn's start (the test's lease time).
     assert!((59_000_000..=60_000_000).contains(&wait), "{wait}");
+    // Someone waits now: the next release says so on the hint channel, once.
+    let waits = |conn: &mut MultiplexedConnection| {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(format!("t:{{{host}}}:b")).arg("w");
+        let mut conn = conn.clone();
+        async move { cmd.query_async::<Option<String>>(&mut conn).await.unwrap() }
+    };
+    assert_eq!(waits(&mut conn).await.as_deref(), Some("1"));
     let (kind, ..) = reserve(&mut conn, host, T0 + 60_000_001, 1000.0, 10, 2, false).await;
     assert_eq!(kind, "go", "the leases ran out");
+    let (.., member) = reserve(&mut conn, host, T0 + 60_000_002, 1000.0, 10, 2, false).await;
+    let freed: i64 = script(RELEASE)
+        .key(format!("t:{{{host}}}:b"))
+        .key(format!("t:{{{host}}}:l"))
+        .arg("")
+        .arg(&member)
+        .arg(2)
+        .arg("0")
+        .arg("")
+        .arg(0)
+        .arg("t:hints")
+        .arg(host)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(freed, 1);
+    assert_eq!(
+        waits(&mut conn).await,
+        None,
+        "the hint went out and the flag with it"
+    );
 }
 
 #[tokio::test]
