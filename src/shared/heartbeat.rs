@@ -1,5 +1,5 @@
-//! The heartbeat: once a second this instance tells the store it is alive and counts the live
-//! instances (the fallback share when `instances` is not set), renews the leases of its turns in
+//! The heartbeat: once a second (ten times a second while fewer are live than expected) this
+//! instance tells the store it is alive and counts the live instances (the fallback share when `instances` is not set), renews the leases of its turns in
 //! flight, and, while in fallback, is the probe that finds the store again.
 
 use std::collections::VecDeque;
@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::{interval, Instant, MissedTickBehavior};
+use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{micros, Store};
@@ -15,6 +15,11 @@ use crate::locks::lock;
 
 /// How often the heartbeat beats.
 const BEAT: Duration = Duration::from_secs(1);
+
+/// How often it beats while fewer instances are live than expected: instances that start one
+/// after another then see each other within a fraction of a second, instead of keeping to a part
+/// of each budget (see `Store::live_part`) for a whole beat.
+const QUICK_BEAT: Duration = Duration::from_millis(100);
 
 /// An instance counts as live this long after its last beat.
 const LIVE_FOR: Duration = Duration::from_secs(5);
@@ -24,16 +29,16 @@ const REMEMBER: Duration = Duration::from_secs(600);
 
 /// Beats until `stop`; then takes this instance out of the live set.
 pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
-    let mut ticks = interval(BEAT);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut next = Instant::now();
     let mut counts: VecDeque<(Instant, u32)> = VecDeque::new();
     let mut last_renewal = Instant::now();
     store.load_scripts().await;
     loop {
         tokio::select! {
-            _ = ticks.tick() => {}
+            _ = sleep_until(next) => {}
             _ = stop.cancelled() => break,
         }
+        next = Instant::now() + BEAT;
         let Some(live) = store.beat().await else {
             continue;
         };
@@ -48,6 +53,9 @@ pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
         let most = counts.iter().map(|(_, n)| *n).max().unwrap_or(live);
         store.seen.store(most, Ordering::Release);
         store.live_now.store(live, Ordering::Release);
+        if store.live_part() < 1.0 {
+            next = now + QUICK_BEAT;
+        }
         if store.rejoin() {
             // The store may have restarted empty: its script cache too.
             store.load_scripts().await;
