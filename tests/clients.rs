@@ -66,3 +66,86 @@ print(statuses, r.status_code, r.headers.get("Via"), r.text)
     let span = arrivals[4].at.duration_since(arrivals[0].at);
     assert!(span >= Duration::from_millis(550), "{span:?}");
 }
+
+/// A Scrapy crawl of 16 pages through `courtesy`, 8 at a time, with Scrapy's default retries
+/// (a 429 is retried at once, at most twice); `hold` adds `Courtesy-On-Cooldown: hold` to
+/// `DEFAULT_REQUEST_HEADERS`. Prints the final status of each page, one per line.
+async fn scrapy_crawl(courtesy: &Courtesy, base: &str, hold: bool) -> Vec<u16> {
+    let headers = if hold {
+        r#"{"Courtesy-On-Cooldown": "hold"}"#
+    } else {
+        "{}"
+    };
+    let script = format!(
+        r#"
+import scrapy
+from scrapy.crawler import CrawlerProcess
+
+statuses = []
+
+class Pages(scrapy.Spider):
+    name = "pages"
+    start_urls = ["{base}" + str(i) for i in range(16)]
+    custom_settings = {{
+        "DEFAULT_REQUEST_HEADERS": {headers},
+        "CONCURRENT_REQUESTS": 8,
+        "HTTPERROR_ALLOW_ALL": True,
+        "LOG_LEVEL": "ERROR",
+        "ROBOTSTXT_OBEY": False,
+        "TELNETCONSOLE_ENABLED": False,
+    }}
+
+    def parse(self, response):
+        statuses.append(response.status)
+
+process = CrawlerProcess()
+process.crawl(Pages)
+process.start()
+for s in statuses:
+    print(s)
+"#
+    );
+    let stdout = run_to_success(
+        client_command("python3")
+            .env("HTTP_PROXY", format!("http://{}", courtesy.addr))
+            .env("http_proxy", format!("http://{}", courtesy.addr))
+            .args(["-c", &script]),
+    )
+    .await;
+    stdout
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrapy_crawl_that_asks_to_be_held_loses_nothing_while_a_plain_one_loses_pages() {
+    // Every fourth request the origin sees is answered 429 with Retry-After: 1.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = seen.clone();
+    let origin = Origin::start("127.0.0.14", move |_req| {
+        let n = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if n % 4 == 3 {
+                come_back_later(429, "1", "slow down")
+            } else {
+                http::Response::new(full("a page"))
+            }
+        }
+    })
+    .await;
+    // The host rejects on a cooldown (the default): a client that does not ask is answered at once.
+    let courtesy = Courtesy::start("[defaults]\nrate = 20\nburst = 4\nconcurrency = 4\n").await;
+    let held = scrapy_crawl(&courtesy, &origin.url("/held/"), true).await;
+    assert_eq!(held.len(), 16, "{held:?}");
+    assert!(
+        held.iter().all(|s| *s == 200),
+        "every page arrives: {held:?}"
+    );
+    let plain = scrapy_crawl(&courtesy, &origin.url("/plain/"), false).await;
+    assert_eq!(plain.len(), 16, "{plain:?}");
+    assert!(
+        plain.iter().any(|s| *s == 429),
+        "without the header Scrapy's two quick retries meet local 429s and give up: {plain:?}"
+    );
+}
