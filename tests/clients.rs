@@ -145,7 +145,7 @@ async fn a_scrapy_crawl_that_asks_to_be_held_loses_nothing_while_a_plain_one_los
     let plain = scrapy_crawl(&courtesy, &origin.url("/plain/"), false).await;
     assert_eq!(plain.len(), 16, "{plain:?}");
     assert!(
-        plain.iter().any(|s| *s == 429),
+        plain.contains(&429),
         "without the header Scrapy's two quick retries meet local 429s and give up: {plain:?}"
     );
 }
