@@ -467,3 +467,51 @@ async fn an_instance_cut_off_from_the_store_and_one_on_it_keep_one_budget_togeth
         "{seen} arrivals: both halves are used ({allowed})"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_over_tls_is_shared_with_its_ca_and_away_without_it() {
+    let ca = TestCa::new();
+    let dir = temp_dir("rediss");
+    let (cert, key) = ca.server_files(&dir, &["127.0.0.1"]);
+    let ca_file = ca.write(&dir, "store-ca.pem");
+    let Some(redis) = RedisServer::start_tls(&cert, &key, &ca_file) else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let policy = "[defaults]\nrate = 50.0\n";
+    let trusting = Courtesy::start(&format!(
+        "{}\n{policy}",
+        redis.shared_section(&format!(
+            "ca_file = \"{}\"\ntimeout_ms = 500",
+            ca_file.display()
+        ))
+    ))
+    .await;
+    assert_eq!(
+        trusting.client().get(&origin.url("/tls")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(budget_mode(&trusting).await, "shared");
+    let key = format!("courtesy:{{{}}}:b", origin.addr);
+    assert_eq!(
+        redis.cli(&["exists", &key]),
+        "1",
+        "the reservation is in the store"
+    );
+    // Without the CA the store's certificate is not trusted: the instance keeps its share, and
+    // the request is answered all the same.
+    let untrusting = Courtesy::start(&format!(
+        "{}\n{policy}",
+        redis.shared_section("instances = 2\ntimeout_ms = 500")
+    ))
+    .await;
+    assert_eq!(
+        untrusting
+            .client()
+            .get(&origin.url("/untrusted"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(budget_mode(&untrusting).await, "fallback");
+}

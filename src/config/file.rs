@@ -104,6 +104,7 @@ pub(super) struct FileShared {
     pub(super) instances: Option<Spanned<i64>>,
     pub(super) timeout_ms: Option<Spanned<i64>>,
     pub(super) lease_seconds: Option<Spanned<f64>>,
+    pub(super) ca_file: Option<Spanned<String>>,
 }
 
 /// `[alerts]`.

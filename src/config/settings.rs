@@ -125,6 +125,9 @@ pub struct SharedSettings {
     /// How long a concurrency slot outlives an instance that died holding it (renewed while the
     /// request lasts).
     pub lease: Duration,
+    /// PEM file of the CA(s) that sign the store's certificate (`rediss://`), instead of the
+    /// system's roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl SharedSettings {
@@ -136,6 +139,7 @@ impl SharedSettings {
             instances: None,
             timeout: Duration::from_millis(250),
             lease: Duration::from_secs(30),
+            ca_file: None,
         }
     }
 

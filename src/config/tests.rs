@@ -269,4 +269,18 @@ fn a_shared_section_is_checked_and_defaults_the_rest() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("test.toml:3"), "{err}");
+    let err = parse("[shared]\nredis_url = \"redis://x\"\nca_file = \"/etc/hostname\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("test.toml:3: [shared] ca_file is for a rediss://"),
+        "{err}"
+    );
+    let err = parse("[shared]\nredis_url = \"rediss://x\"\nca_file = \"/no/such.pem\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("[shared] ca_file: no such file /no/such.pem"),
+        "{err}"
+    );
 }

@@ -215,8 +215,19 @@ impl Store {
     pub(crate) fn new(settings: &SharedSettings) -> Result<Arc<Store>, String> {
         // rediss:// goes through rustls, on the same provider as the rest of courtesy.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = redis::Client::open(settings.redis_url.as_str())
-            .map_err(|e| format!("[shared] redis_url: {e}"))?;
+        let client = match &settings.ca_file {
+            None => redis::Client::open(settings.redis_url.as_str()),
+            Some(path) => {
+                let pem = std::fs::read(path)
+                    .map_err(|e| format!("[shared] ca_file {}: {e}", path.display()))?;
+                let certificates = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                redis::Client::build_with_tls(settings.redis_url.as_str(), certificates)
+            }
+        }
+        .map_err(|e| format!("[shared] redis_url: {e}"))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.timeout.max(Duration::from_millis(100))))
             .set_response_timeout(Some(settings.timeout))

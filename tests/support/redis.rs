@@ -4,6 +4,7 @@
 //! shared-budget scenarios of `benches/scenarios` start theirs with this file too (`pid` is for
 //! their CPU accounting).
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -12,6 +13,8 @@ pub struct RedisServer {
     child: Option<Child>,
     /// Its port on 127.0.0.1.
     pub port: u16,
+    /// With TLS: the certificate and key files it serves, and the CA that signed them.
+    tls: Option<(PathBuf, PathBuf, PathBuf)>,
 }
 
 impl RedisServer {
@@ -22,7 +25,27 @@ impl RedisServer {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .expect("a free port");
-        let mut server = RedisServer { child: None, port };
+        RedisServer::launch(RedisServer {
+            child: None,
+            port,
+            tls: None,
+        })
+    }
+
+    /// Like [`RedisServer::start`], speaking only TLS with `cert` and `key` (signed by `ca`).
+    pub fn start_tls(cert: &Path, key: &Path, ca: &Path) -> Option<RedisServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port");
+        RedisServer::launch(RedisServer {
+            child: None,
+            port,
+            tls: Some((cert.to_path_buf(), key.to_path_buf(), ca.to_path_buf())),
+        })
+    }
+
+    fn launch(mut server: RedisServer) -> Option<RedisServer> {
         match server.spawn() {
             Ok(()) => Some(server),
             Err(e) if std::env::var_os("CI").is_none() => {
@@ -34,8 +57,21 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> std::io::Result<()> {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let mut cmd = Command::new("redis-server");
+        match &self.tls {
+            None => cmd.args(["--port", &self.port.to_string()]),
+            Some((cert, key, ca)) => cmd
+                .args(["--port", "0", "--tls-port", &self.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(cert)
+                .arg("--tls-key-file")
+                .arg(key)
+                .arg("--tls-ca-cert-file")
+                .arg(ca)
+                .args(["--tls-auth-clients", "no"]),
+        };
+        let child = cmd
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -57,9 +93,14 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
-    /// `redis://127.0.0.1:<port>/0`.
+    /// `redis://127.0.0.1:<port>/0` (`rediss://` with TLS).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
 
     /// The `[shared]` section for instances on this server.
@@ -101,7 +142,11 @@ impl RedisServer {
 
     /// One command's reply as text, through `redis-cli`.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
+        let mut cmd = Command::new("redis-cli");
+        if let Some((_, _, ca)) = &self.tls {
+            cmd.arg("--tls").arg("--cacert").arg(ca);
+        }
+        let out = cmd
             .args(["-p", &self.port.to_string()])
             .args(args)
             .output()

@@ -36,6 +36,20 @@ impl TestCa {
         path
     }
 
+    /// A certificate for `names` signed by this CA and its key, written as PEM files
+    /// `dir/server.pem` and `dir/server-key.pem` (for servers that read files, like redis-server).
+    pub fn server_files(&self, dir: &Path, names: &[&str]) -> (PathBuf, PathBuf) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let (cert_path, key_path) = (dir.join("server.pem"), dir.join("server-key.pem"));
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path)
+    }
+
     /// A server config for `names` (DNS names or IP literals), signed by this CA.
     pub fn server_config(&self, names: &[&str]) -> Arc<rustls::ServerConfig> {
         let key = rcgen::KeyPair::generate().unwrap();

@@ -233,6 +233,22 @@ impl Validator<'_> {
         ) {
             s.lease = d;
         }
+        if let Some(ca) = &file.ca_file {
+            let path = expand_home(ca.get_ref());
+            if !url.get_ref().starts_with("rediss://") {
+                self.error(
+                    ca.span().start,
+                    "[shared] ca_file is for a rediss:// (TLS) redis_url",
+                );
+            } else if !path.is_file() {
+                self.error(
+                    ca.span().start,
+                    &format!("[shared] ca_file: no such file {}", path.display()),
+                );
+            } else {
+                s.ca_file = Some(path);
+            }
+        }
         Some(s)
     }
 
