@@ -323,5 +323,8 @@ fn describe(p: &courtesy::config::HostPolicy) -> String {
     if p.retry_idempotent > 0 {
         out.push_str(&format!(" retry_idempotent={}", p.retry_idempotent));
     }
+    if !p.enforce {
+        out.push_str(" enforce=false (report-only)");
+    }
     out
 }

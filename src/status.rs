@@ -112,7 +112,11 @@ pub fn render(page: &Page, color: bool) -> String {
             .collect();
         rows.push([
             h.host.clone(),
-            h.state.clone(),
+            if h.policy.enforce {
+                h.state.clone()
+            } else {
+                format!("{} (report-only)", h.state)
+            },
             format!("{:.2}", h.rate),
             h.queued.to_string(),
             h.in_flight.to_string(),
@@ -144,7 +148,8 @@ pub fn render(page: &Page, color: bool) -> String {
     };
     line(&header.map(String::from), &mut out, None);
     for row in &rows {
-        let paint = color.then(|| match row[1].as_str() {
+        let state = row[1].split(' ').next().unwrap_or("");
+        let paint = color.then_some(match state {
             "cooling_down" => "33",
             "paused" => "35",
             "queued" => "36",

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{HttpsMode, OnCooldown};
-use crate::limiter::{HostSnapshot, Limiter};
+use crate::limiter::{HostSnapshot, Limiter, SHADOW_REASONS};
 
 /// `GET /hosts`: the hosts shown (all, or the `limit` most in need of attention) and the totals
 /// over every known host. `H` is a list of [`HostView`]s, or a type that writes them one by one.
@@ -131,6 +131,22 @@ pub struct HostView {
     pub last_statuses: Vec<u16>,
     /// Counters since the host became known.
     pub counters: Counters,
+    /// For a report-only host (`enforce = false`): what courtesy would have done so far.
+    pub shadow: Option<ShadowView>,
+}
+
+/// What a report-only host's requests would have met, had courtesy enforced.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ShadowView {
+    /// Requests that would have waited for their turn.
+    pub would_wait: u64,
+    /// How long they would have waited, in all.
+    pub would_wait_seconds: f64,
+    /// Requests that would have been refused, by reason.
+    pub would_refuse: BTreeMap<String, u64>,
+    /// Requests sent inside a window the server announced.
+    pub inside_window: u64,
 }
 
 /// A cooldown or pause in force.
@@ -180,6 +196,13 @@ pub struct PolicyView {
     pub max_queue: usize,
     /// `max_wait_seconds`.
     pub max_wait_seconds: f64,
+    /// `enforce` (`false`: report-only).
+    #[serde(default = "enforcing")]
+    pub enforce: bool,
+}
+
+fn enforcing() -> bool {
+    true
 }
 
 impl Default for PolicyView {
@@ -201,6 +224,7 @@ impl PolicyView {
             https: p.https,
             max_queue: p.max_queue,
             max_wait_seconds: p.max_wait.as_secs_f64(),
+            enforce: p.enforce,
         }
     }
 }
@@ -272,6 +296,17 @@ impl HostView {
                     .map(|(name, n)| (name.to_string(), *n))
                     .collect(),
             },
+            shadow: s.shadow.map(|c| ShadowView {
+                would_wait: c.would_wait,
+                would_wait_seconds: round3(c.would_wait_seconds),
+                would_refuse: SHADOW_REASONS
+                    .iter()
+                    .zip(c.would_refuse)
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(r, n)| (r.to_string(), n))
+                    .collect(),
+                inside_window: c.inside_window,
+            }),
         }
     }
 }

@@ -67,6 +67,7 @@ policy_keys! {
     skip_resources: Vec<String>,
     off_peak: FileOffPeak,
     cache: String,
+    enforce: bool,
 }
 
 /// `off_peak = { hours, timezone, rate }`, as written.

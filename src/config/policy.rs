@@ -57,6 +57,10 @@ pub struct HostPolicy {
     pub https: HttpsMode,
     /// Whether robots.txt is fetched and obeyed for this host.
     pub obey_robots: bool,
+    /// Whether courtesy acts on what it decides for this host. `false` is report-only (shadow)
+    /// mode: every request is forwarded at once, and what courtesy would have done (waits,
+    /// refusals, arrivals inside announced windows) is counted and logged.
+    pub enforce: bool,
     /// The robots.txt group to obey; `None`: the product token of the client's User-Agent.
     pub robots_user_agent: Option<String>,
     /// The longest Crawl-delay honoured as such; longer ones pace at this and log a warning.
@@ -105,6 +109,7 @@ impl Default for HostPolicy {
             retry_idempotent: 0,
             https: HttpsMode::Intercept,
             obey_robots: true,
+            enforce: true,
             robots_user_agent: None,
             max_crawl_delay: Duration::from_secs(60),
             block_scan_bytes: 64 * 1024,

@@ -119,7 +119,7 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                             let permit = Permit::new(
                                 host.clone(),
                                 limiter.budget.clone(),
-                                slot,
+                                Some(slot),
                                 waited,
                                 true,
                             );

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::permit::Permit;
 use super::refusal::Refusal;
+use super::shadow::Shadow;
 use super::stats::HostStats;
 use crate::config::{HostPolicy, OnCooldown};
 use crate::policy::{InFlight, Pacing};
@@ -43,6 +44,8 @@ pub(crate) struct HostState {
     pub(crate) forced: bool,
     /// The shared store's rejoin count at this host's last shared turn (see `Store::epoch`).
     pub(crate) epoch: u32,
+    /// A report-only host's would-be schedule and counts (boxed: most hosts enforce).
+    pub(crate) shadow: Option<Box<Shadow>>,
 }
 
 /// A request waiting in a host's queue for its turn.
@@ -72,6 +75,7 @@ impl Host {
                 stats: HostStats::default(),
                 forced: false,
                 epoch: 0,
+                shadow: None,
             }),
             wake: Notify::new(),
         }

@@ -16,6 +16,7 @@
 //! | `egress.rs` | the ceiling on all hosts together (`global_rate`), FIFO across hosts |
 //! | `refusal.rs` | why a request gets no turn |
 //! | `shared.rs` | turns from a shared store, and its hints |
+//! | `shadow.rs` | report-only hosts (`enforce = false`): what would have happened |
 //! | `sweep.rs` | forgetting idle hosts |
 //! | `steer.rs` | snapshots, operator actions, reloads, restart records |
 //! | `stats.rs` | per-host counters |
@@ -29,6 +30,7 @@ mod egress;
 mod host;
 mod permit;
 mod refusal;
+mod shadow;
 mod shared;
 mod stats;
 mod steer;
@@ -45,6 +47,7 @@ use tokio::time::{timeout_at, Instant};
 pub use host::Host;
 pub use permit::Permit;
 pub use refusal::Refusal;
+pub use shadow::{ShadowCounts, ShadowVerdict, SHADOW_REASONS};
 pub use stats::HostStats;
 pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
 pub use sweep::Swept;
@@ -143,6 +146,20 @@ impl Limiter {
         port: u16,
         on_cooldown: Option<OnCooldown>,
     ) -> Result<Permit, Refusal> {
+        self.admit_asking(host, port, on_cooldown, None).await
+    }
+
+    /// Like [`Limiter::admit_with`]; for a report-only host (`enforce = false`), `refused` is a
+    /// refusal decided before the budget (robots.txt, `skip_resources`) that the request is
+    /// forwarded despite. Report-only hosts get their permit at once, with a
+    /// [`ShadowVerdict`] saying what would have happened.
+    pub async fn admit_asking(
+        self: &Arc<Self>,
+        host: &str,
+        port: u16,
+        on_cooldown: Option<OnCooldown>,
+        refused: Option<&'static str>,
+    ) -> Result<Permit, Refusal> {
         let key = host_key(host, port);
         let (entry, rx, deadline, arrived) = loop {
             let entry = self.host(&key, host, port);
@@ -155,6 +172,13 @@ impl Limiter {
             }
             let now = Instant::now();
             state.last_active = now;
+            if !state.policy.enforce {
+                let verdict = shadow::judge(&mut state, refused, now);
+                state.in_flight.start();
+                drop(state);
+                let permit = Permit::new(entry, self.budget.clone(), None, Duration::ZERO, false);
+                return Ok(permit.with_shadow(verdict));
+            }
             let rejecting = on_cooldown.unwrap_or(state.policy.on_cooldown) == OnCooldown::Reject;
             if let Some(c) = state.pacing.block(now).filter(|_| rejecting) {
                 let refusal = Refusal::CoolingDown {
@@ -177,7 +201,7 @@ impl Limiter {
                     return Ok(Permit::new(
                         entry,
                         self.budget.clone(),
-                        global,
+                        Some(global),
                         Duration::ZERO,
                         false,
                     ));

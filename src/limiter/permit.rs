@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::budget::Budget;
 use super::host::Host;
 use super::refusal::refuse_queue;
+use super::shadow::ShadowVerdict;
 use crate::config::HostPolicy;
 use crate::policy::{Answer, CooldownCause, Observation, Reaction};
 use crate::shared::Lease;
@@ -29,25 +30,40 @@ pub struct Permit {
     limited: bool,
     /// The turn's slot in the shared store, for a shared turn.
     lease: Option<Lease>,
+    /// What courtesy would have done, for a report-only host's request (which took no token).
+    shadow: Option<Box<ShadowVerdict>>,
 }
 
 impl Permit {
     pub(super) fn new(
         host: Arc<Host>,
         budget: Budget,
-        global: OwnedSemaphorePermit,
+        global: Option<OwnedSemaphorePermit>,
         waited: Duration,
         limited: bool,
     ) -> Self {
         Permit {
             host,
             budget,
-            _global: Some(global),
+            _global: global,
             sent_at: None,
             waited,
             limited,
             lease: None,
+            shadow: None,
         }
+    }
+
+    /// Makes this the permit of a report-only host's request: forwarded at once, with what
+    /// courtesy would have done.
+    pub(super) fn with_shadow(mut self, verdict: ShadowVerdict) -> Self {
+        self.shadow = Some(Box::new(verdict));
+        self
+    }
+
+    /// For a report-only host (`enforce = false`), what courtesy would have done with this request.
+    pub fn shadow(&self) -> Option<ShadowVerdict> {
+        self.shadow.as_deref().copied()
     }
 
     /// Makes this a shared turn that holds `lease` in the store.
@@ -162,8 +178,10 @@ impl Drop for Permit {
     fn drop(&mut self) {
         let lease = self.lease.take();
         let mut state = self.host.lock();
+        // A report-only request took no token: there is none to give back.
+        let spent = self.sent_at.is_some() || self.shadow.is_some();
         self.budget
-            .end_turn(&mut state, self.sent_at.is_some(), lease, Instant::now());
+            .end_turn(&mut state, spent, lease, Instant::now());
         let wake = !state.queue.is_empty();
         drop(state);
         if wake {

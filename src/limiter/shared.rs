@@ -127,8 +127,14 @@ fn hand_over(
     let limited = !wait.is_zero() || !state.queue.is_empty();
     state.in_flight.start();
     let waited = now.saturating_duration_since(waiter.arrived);
-    let permit =
-        Permit::new(host.clone(), limiter.budget.clone(), slot, waited, limited).with_lease(lease);
+    let permit = Permit::new(
+        host.clone(),
+        limiter.budget.clone(),
+        Some(slot),
+        waited,
+        limited,
+    )
+    .with_lease(lease);
     drop(state);
     // A receiver that went away hands the permit back; dropping it ends the turn unused.
     if let Err(Ok(permit)) = waiter.reply.send(Ok(permit)) {

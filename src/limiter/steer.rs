@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::host::{Host, Waiter};
 use super::refusal::refuse_queue;
-use super::{host_key, HostStats, Limiter, Refusal};
+use super::{host_key, HostStats, Limiter, Refusal, ShadowCounts};
 use crate::config::{Config, HostPolicy};
 use crate::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
 use crate::shared::StoreAction;
@@ -48,6 +48,8 @@ pub struct HostSnapshot {
     pub forced: bool,
     /// Counters.
     pub stats: HostStats,
+    /// For a report-only host (`enforce = false`), what would have happened so far.
+    pub shadow: Option<ShadowCounts>,
 }
 
 impl HostSnapshot {
@@ -307,6 +309,8 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
         rate_override: state.pacing.rate_override(),
         forced: state.forced,
         stats: state.stats.clone(),
+        shadow: (!state.policy.enforce)
+            .then(|| state.shadow.as_ref().map(|s| s.counts).unwrap_or_default()),
     }
 }
 

@@ -79,6 +79,21 @@ pub struct Metrics {
     max_hosts: usize,
     /// `courtesy_shared_mode` and `courtesy_shared_instances`, with a shared budget.
     shared: Option<(Family<ModeLabel, Gauge>, Gauge)>,
+    shadow: ShadowFamilies,
+}
+
+/// What report-only hosts (`enforce = false`) would have seen: every series has `shadow` in its name.
+struct ShadowFamilies {
+    would_wait: Family<HostLabel, Counter>,
+    would_wait_seconds: Family<HostLabel, Counter<f64, AtomicU64>>,
+    would_refuse: Family<ReasonLabels, Counter>,
+    inside_window: Family<HostLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    host: String,
+    reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -164,8 +179,35 @@ impl Metrics {
             "CONNECTs served from the leaf certificate cache",
             leaf_hits.clone(),
         );
+        let shadow = ShadowFamilies {
+            would_wait: Family::default(),
+            would_wait_seconds: Family::default(),
+            would_refuse: Family::default(),
+            inside_window: Family::default(),
+        };
+        registry.register(
+            "shadow_would_wait",
+            "Requests to report-only hosts (enforce = false) that would have waited for their turn",
+            shadow.would_wait.clone(),
+        );
+        registry.register(
+            "shadow_would_wait_seconds",
+            "How long requests to report-only hosts would have waited, in all",
+            shadow.would_wait_seconds.clone(),
+        );
+        registry.register(
+            "shadow_would_refuse",
+            "Requests to report-only hosts that would have been refused, by reason: cooling_down, paused, queue_full, waited_too_long, robots, skip_resources",
+            shadow.would_refuse.clone(),
+        );
+        registry.register(
+            "shadow_inside_window",
+            "Requests to report-only hosts sent inside a window the server announced (Retry-After, RateLimit reset)",
+            shadow.inside_window.clone(),
+        );
         Metrics {
             registry,
+            shadow,
             requests,
             queue_wait,
             latency,
@@ -227,6 +269,15 @@ impl Metrics {
                 outcome.outcome = kind.to_string();
                 self.blocks.remove(&outcome);
             }
+            self.shadow.would_wait.remove(&label);
+            self.shadow.would_wait_seconds.remove(&label);
+            self.shadow.inside_window.remove(&label);
+            for reason in crate::limiter::SHADOW_REASONS {
+                self.shadow.would_refuse.remove(&ReasonLabels {
+                    host: host.clone(),
+                    reason: reason.to_string(),
+                });
+            }
         }
         gone.len()
     }
@@ -263,6 +314,32 @@ impl Metrics {
     pub fn refusal(&self, host: &str, refusal: &Refusal) {
         let host = self.label(host);
         self.count(&host, &format!("local_{}", refusal.reason()));
+    }
+
+    /// Counts what a report-only host's request would have met.
+    pub fn shadow(&self, host: &str, verdict: &crate::limiter::ShadowVerdict) {
+        let label = HostLabel {
+            host: self.label(host),
+        };
+        if verdict.waits {
+            self.shadow.would_wait.get_or_create(&label).inc();
+            self.shadow
+                .would_wait_seconds
+                .get_or_create(&label)
+                .inc_by(verdict.would_wait.as_secs_f64());
+        }
+        if let Some(reason) = verdict.would_refuse {
+            self.shadow
+                .would_refuse
+                .get_or_create(&ReasonLabels {
+                    host: label.host.clone(),
+                    reason: reason.to_string(),
+                })
+                .inc();
+        }
+        if verdict.inside_window {
+            self.shadow.inside_window.get_or_create(&label).inc();
+        }
     }
 
     /// Counts a block pause (`kind` is one of [`BLOCK_KINDS`]).

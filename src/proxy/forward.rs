@@ -94,17 +94,27 @@ impl Proxy {
         connect_choice: Option<OnCooldown>,
     ) -> (Response<ProxyBody>, Option<Incoming>) {
         let host_policy = self.config.get().policy_for(&target.host, target.port);
+        // A report-only host (`enforce = false`) is told what would have refused the request, and
+        // the request goes on.
+        let mut shadow_refused = None;
         if let Some(kind) = skipped_resource(&req, &host_policy.skip_resources) {
             let reason = format!("skip_resources: {kind} ({})", req.uri().path());
-            info!(%reason, "skipped locally");
-            return (
-                Failure::denied(reason).into_response(),
-                Some(req.into_body()),
-            );
+            if host_policy.enforce {
+                info!(%reason, "skipped locally");
+                return (
+                    Failure::denied(reason).into_response(),
+                    Some(req.into_body()),
+                );
+            }
+            shadow_refused = Some("skip_resources");
         }
-        if host_policy.obey_robots && req.uri().path() != "/robots.txt" {
+        if host_policy.obey_robots && req.uri().path() != "/robots.txt" && shadow_refused.is_none()
+        {
             if let Some(refused) = self.obey_robots(&req, &target, &host_policy).await {
-                return (refused, Some(req.into_body()));
+                if host_policy.enforce {
+                    return (refused, Some(req.into_body()));
+                }
+                shadow_refused = Some("robots");
             }
         }
         let (mut parts, body) = req.into_parts();
@@ -136,7 +146,7 @@ impl Proxy {
         loop {
             let admitted = self
                 .limiter
-                .admit_with(
+                .admit_asking(
                     &target.host,
                     target.port,
                     if attempt > 0 || fresh_retry {
@@ -144,10 +154,25 @@ impl Proxy {
                     } else {
                         asked
                     },
+                    shadow_refused.take(),
                 )
                 .await;
             let permit = match admitted {
-                Ok(p) => p,
+                Ok(p) => {
+                    if let Some(verdict) = p.shadow() {
+                        self.metrics.shadow(&target.key(), &verdict);
+                        if verdict.waits || verdict.would_refuse.is_some() || verdict.inside_window
+                        {
+                            info!(
+                                would_wait_ms = verdict.would_wait.as_millis() as u64,
+                                would_refuse = verdict.would_refuse,
+                                inside_window = verdict.inside_window,
+                                "report-only: forwarded at once"
+                            );
+                        }
+                    }
+                    p
+                }
                 Err(refusal) => {
                     info!(reason = ?refusal, "refused locally");
                     let key = target.key();

@@ -1,0 +1,206 @@
+//! Report-only (shadow) mode, `enforce = false`: every request to the host is forwarded at once,
+//! and what courtesy would have done is judged and counted. The judgement keeps its own schedule of
+//! the turns the host would have given (GCRA: the turn is free from `tat − (burst − 1) × interval`
+//! on, the same arithmetic as the shared store's), so "would have waited 3.2 s" means what it says
+//! for a crawl that never waited. Feedback (cooldowns, the adaptive rate, blocks) moves the host's
+//! pacing as usual; it only never holds anything back.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::host::HostState;
+use crate::config::OnCooldown;
+use crate::policy::CooldownCause;
+
+/// Why a request would have been refused; the words of `courtesy_shadow_would_refuse_total`.
+pub const SHADOW_REASONS: [&str; 6] = [
+    "cooling_down",
+    "paused",
+    "queue_full",
+    "waited_too_long",
+    "robots",
+    "skip_resources",
+];
+
+/// What courtesy would have done with one request, had it enforced.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ShadowVerdict {
+    /// How long it would have waited for its turn (zero: it would have left at once). A wait for
+    /// a concurrency slot counts as a wait, of unknown length (not added here).
+    pub would_wait: Duration,
+    /// Whether it would have waited at all.
+    pub waits: bool,
+    /// Why it would have been refused, one of [`SHADOW_REASONS`].
+    pub would_refuse: Option<&'static str>,
+    /// Whether it arrived inside a window the server announced (Retry-After, RateLimit reset).
+    pub inside_window: bool,
+}
+
+/// A report-only host's counts since courtesy met it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ShadowCounts {
+    /// Requests that would have waited for their turn.
+    pub would_wait: u64,
+    /// How long they would have waited, in all.
+    pub would_wait_seconds: f64,
+    /// Requests that would have been refused, by reason (in [`SHADOW_REASONS`]'s order).
+    pub would_refuse: [u64; SHADOW_REASONS.len()],
+    /// Requests that arrived inside a window the server announced.
+    pub inside_window: u64,
+}
+
+impl ShadowCounts {
+    fn count(&mut self, verdict: &ShadowVerdict) {
+        if verdict.waits {
+            self.would_wait += 1;
+            self.would_wait_seconds += verdict.would_wait.as_secs_f64();
+        }
+        if let Some(reason) = verdict.would_refuse {
+            if let Some(i) = SHADOW_REASONS.iter().position(|r| *r == reason) {
+                self.would_refuse[i] += 1;
+            }
+        }
+        if verdict.inside_window {
+            self.inside_window += 1;
+        }
+    }
+}
+
+/// A report-only host's schedule of the turns it would have given, and its counts.
+#[derive(Debug, Default)]
+pub(crate) struct Shadow {
+    tat: Option<Instant>,
+    pub(crate) counts: ShadowCounts,
+}
+
+/// Judges one request to a report-only host at `now` and counts the verdict; `refused` is a
+/// refusal already decided before the budget (robots.txt, `skip_resources`).
+pub(super) fn judge(
+    state: &mut HostState,
+    refused: Option<&'static str>,
+    now: Instant,
+) -> ShadowVerdict {
+    let block = state.pacing.block(now);
+    let mut verdict = ShadowVerdict {
+        inside_window: block.is_some_and(|c| {
+            matches!(
+                c.cause,
+                CooldownCause::Status(_) | CooldownCause::ServerBudget
+            )
+        }),
+        would_refuse: refused,
+        ..ShadowVerdict::default()
+    };
+    if verdict.would_refuse.is_none() {
+        schedule(state, block, &mut verdict, now);
+    }
+    state
+        .shadow
+        .get_or_insert_with(Box::default)
+        .counts
+        .count(&verdict);
+    verdict
+}
+
+/// Places the request in the host's would-be schedule: refused by a cooldown (reject), a full
+/// queue or `max_wait_seconds`, or given a turn, perhaps later than now.
+fn schedule(
+    state: &mut HostState,
+    block: Option<crate::policy::Cooldown>,
+    verdict: &mut ShadowVerdict,
+    now: Instant,
+) {
+    let policy = state.policy.clone();
+    if let Some(c) = block.filter(|_| policy.on_cooldown == OnCooldown::Reject) {
+        verdict.would_refuse = Some(if c.cause == CooldownCause::Operator {
+            "paused"
+        } else {
+            "cooling_down"
+        });
+        return;
+    }
+    let rate = state.pacing.effective_rate(now).max(1e-9);
+    let interval = Duration::from_secs_f64((1.0 / rate).min(86_400.0));
+    let tolerance = interval * policy.burst.saturating_sub(1);
+    let shadow = state.shadow.get_or_insert_with(Box::default);
+    let tat = shadow.tat.map_or(now, |t| t.max(now));
+    let mut start = tat.checked_sub(tolerance).unwrap_or(now).max(now);
+    if let Some(c) = block {
+        start = start.max(c.until);
+    }
+    let wait = start.saturating_duration_since(now);
+    if wait > policy.max_wait {
+        verdict.would_refuse = Some("waited_too_long");
+        return;
+    }
+    if wait.as_secs_f64() * rate >= policy.max_queue as f64 {
+        verdict.would_refuse = Some("queue_full");
+        return;
+    }
+    shadow.tat = Some(tat.max(start) + interval);
+    let slot_free = state.in_flight.has_room(policy.concurrency);
+    verdict.would_wait = wait;
+    verdict.waits = !wait.is_zero() || !slot_free;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::HostPolicy;
+    use crate::limiter::host::Host;
+
+    fn host(rate: f64, burst: u32) -> Host {
+        let policy = HostPolicy {
+            rate,
+            burst,
+            concurrency: 100,
+            enforce: false,
+            ..HostPolicy::default()
+        };
+        Host::new(
+            Arc::from("shadow.test:80"),
+            80,
+            Arc::new(policy),
+            Instant::now(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_at_once_would_have_waited_their_turns() {
+        let host = host(2.0, 2);
+        let now = Instant::now();
+        let mut state = host.lock();
+        let waits: Vec<f64> = (0..5)
+            .map(|_| judge(&mut state, None, now).would_wait.as_secs_f64())
+            .collect();
+        // Burst 2 at once, then one every 0.5 s.
+        assert_eq!(waits, vec![0.0, 0.0, 0.5, 1.0, 1.5]);
+        let counts = state.shadow.as_ref().unwrap().counts;
+        assert_eq!(counts.would_wait, 3);
+        assert!((counts.would_wait_seconds - 3.0).abs() < 1e-6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cooldown_would_have_refused_and_a_robots_verdict_is_counted() {
+        let host = host(10.0, 1);
+        let now = Instant::now();
+        let mut state = host.lock();
+        state.pacing.pause(
+            now + Duration::from_secs(30),
+            CooldownCause::Status(429),
+            now,
+        );
+        let v = judge(&mut state, None, now);
+        assert_eq!(v.would_refuse, Some("cooling_down"));
+        assert!(v.inside_window);
+        let v = judge(&mut state, Some("robots"), now);
+        assert_eq!(v.would_refuse, Some("robots"));
+        let counts = state.shadow.as_ref().unwrap().counts;
+        assert_eq!(counts.would_refuse[0], 1);
+        assert_eq!(counts.would_refuse[4], 1);
+        assert_eq!(counts.inside_window, 2);
+    }
+}
