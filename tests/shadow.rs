@@ -101,7 +101,8 @@ async fn a_cooldown_and_robots_hold_nothing_back_and_are_counted() {
     })
     .await;
     let courtesy = Courtesy::start(
-        "[defaults]\nrate = 50.0\nburst = 5\nobey_robots = true\nenforce = false\n",
+        "[defaults]\nrate = 50.0\nburst = 5\nobey_robots = true\nenforce = false\n\
+         retry_idempotent = 2\n",
     )
     .await;
     let client = courtesy.client();
@@ -109,6 +110,11 @@ async fn a_cooldown_and_robots_hold_nothing_back_and_are_counted() {
     assert_eq!(first.status, StatusCode::OK);
     let throttled = client.get(&origin.url("/throttled")).await;
     assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        origin.paths().iter().filter(|p| *p == "/throttled").count(),
+        1,
+        "no retries of courtesy's own for a report-only host"
+    );
     // Inside the 30 s window (reject mode) and a path robots.txt disallows: forwarded all the same.
     for path in ["/after/1", "/after/2", "/private/page"] {
         assert_eq!(

@@ -225,7 +225,10 @@ impl Proxy {
                 attempt,
                 "upstream response"
             );
+            // A report-only host gets no retries of courtesy's own: they could not wait out the
+            // cooldown, and report-only never adds a request.
             let retry = replay.is_some()
+                && policy.enforce
                 && attempt < policy.retry_idempotent
                 && matches!(status, 429 | 503);
             if retry {
