@@ -8,11 +8,12 @@
 //! |---|---|
 //! | `server` | `run`: build the shared parts, accept on both ports, shut down gracefully |
 //! | `connections` | the HTTP server settings and one graceful shutdown that every connection joins |
-//! | `tasks` | beside serving: the state saver, the idle-host sweeper, SIGHUP |
+//! | `tasks` | beside serving: the state saver, the idle-host sweeper, the shared store's heartbeat and hints, SIGHUP |
 //! | `reload` | re-reading the config file and putting it in force |
 //! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; the config in force |
 //! | [`proxy`] | the proxy service: forwarding, the paced send, CONNECT, robots.txt, the response store's use |
-//! | [`limiter`] | the host table, per-host FIFO, the dispatcher, the budget seam: the only place requests wait |
+//! | [`limiter`] | the host table, per-host FIFO, the dispatcher, the budget seam (local or shared), the global ceiling, report-only hosts: the only place requests wait |
+//! | `shared` | the shared budget's store (Redis): the scripts, the hints, the heartbeat, fallback |
 //! | [`policy`] | pure per-host pacing state: token bucket, AIMD rate, cooldowns, blocks; takes `now` |
 //! | `feedback` | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
 //! | `blocks` | what a block page looks like: markers, the body scan, block redirects |
