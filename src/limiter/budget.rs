@@ -22,7 +22,7 @@ use crate::shared::{Lease, Lesson, Limits, RateBounds, Store, StoreAction};
 
 /// The rate from which a host's turns are timed to the sub-millisecond. Below one turn a second,
 /// tokio's ~1 ms of lateness is under 0.1 % of the budget, not worth a thread wake-up per turn.
-const FINE_MIN_RATE: f64 = 1.0;
+pub(super) const FINE_MIN_RATE: f64 = 1.0;
 
 /// Where the budget of every host is kept.
 #[derive(Debug, Clone)]

@@ -12,7 +12,7 @@ use tokio::time::{sleep_until, Instant};
 use super::budget::{Kept, Turn};
 use super::egress::EgressToken;
 use super::host::Host;
-use super::permit::Permit;
+use super::permit::{hand_to_head, Permit};
 use super::shared::take_shared_turn;
 use super::Limiter;
 use crate::shared::Limits;
@@ -114,21 +114,14 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                     }
                     Turn::AskStore(slot, token, limits) => Next::AskStore(slot, token, limits),
                     Turn::Go(slot) => {
-                        if let Some(waiter) = state.queue.pop_front() {
-                            let waited = now.saturating_duration_since(waiter.arrived);
-                            let permit = Permit::new(
-                                host.clone(),
-                                limiter.budget.clone(),
-                                Some(slot),
-                                waited,
-                                true,
-                            );
-                            // A receiver that went away hands the permit back; it must be
-                            // dropped after the lock is released, since its drop locks too.
-                            if let Err(Ok(permit)) = waiter.reply.send(Ok(permit)) {
-                                unsent = Some(permit);
-                            }
-                        }
+                        let permit = Permit::new(
+                            host.clone(),
+                            limiter.budget.clone(),
+                            Some(slot),
+                            Duration::ZERO,
+                            true,
+                        );
+                        unsent = hand_to_head(&mut state, permit, now);
                         Next::Again
                     }
                 }

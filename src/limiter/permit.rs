@@ -9,7 +9,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::budget::Budget;
-use super::host::Host;
+use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
 use super::shadow::ShadowVerdict;
 use crate::config::HostPolicy;
@@ -172,6 +172,27 @@ impl Permit {
     pub fn host_key(&self) -> &str {
         &self.host.key
     }
+}
+
+/// Gives `permit` to the first request in the host's queue that still waits, with the time it
+/// waited; gives it back (`Some`) when none does. Called under the host's lock: a permit that comes back is
+/// dropped after the lock is released (its drop locks too), which ends the turn unused.
+pub(super) fn hand_to_head(
+    state: &mut HostState,
+    mut permit: Permit,
+    now: Instant,
+) -> Option<Permit> {
+    while let Some(waiter) = state.queue.pop_front() {
+        permit.waited = now.saturating_duration_since(waiter.arrived);
+        match waiter.reply.send(Ok(permit)) {
+            Ok(()) => return None,
+            // The request went away: the next in line gets the turn.
+            Err(Ok(back)) => permit = back,
+            // Only a permit was sent, so only a permit comes back.
+            Err(Err(_)) => return None,
+        }
+    }
+    Some(permit)
 }
 
 impl Drop for Permit {

@@ -13,17 +13,14 @@ use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep, Instant};
 
-use super::budget::Budget;
+use super::budget::FINE_MIN_RATE;
 use super::egress::EgressToken;
 use super::host::Host;
-use super::permit::Permit;
+use super::permit::{hand_to_head, Permit};
 use super::refusal::refuse_queue;
 use super::Limiter;
 use crate::policy::CooldownCause;
 use crate::shared::{Hint, Limits, Reservation, Store};
-
-/// A turn reserved below this rate is not worth a sub-millisecond wait (see `budget.rs`).
-const FINE_MIN_RATE: f64 = 1.0;
 
 /// Asks the store for the next turn of `host` and sees it through: sleeps until the reserved
 /// instant and gives the turn to the first request still waiting, takes on a cooldown the store
@@ -110,38 +107,25 @@ fn hand_over(
     lease: crate::shared::Lease,
     wait: Duration,
 ) -> bool {
-    let mut state = host.lock();
-    while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
-        state.queue.pop_front();
-    }
-    let Some(waiter) = state.queue.pop_front() else {
-        drop(state);
-        if let Budget::Shared { store, .. } = &limiter.budget {
-            let store = store.clone();
-            tokio::spawn(async move { store.release(lease, false).await });
-        }
-        return false;
-    };
     let now = Instant::now();
+    let mut state = host.lock();
     // Only a request that had to wait for its turn may raise the rate when the answer is healthy.
-    let limited = !wait.is_zero() || !state.queue.is_empty();
+    let limited = !wait.is_zero() || state.queue.len() > 1;
     state.in_flight.start();
-    let waited = now.saturating_duration_since(waiter.arrived);
     let permit = Permit::new(
         host.clone(),
         limiter.budget.clone(),
         Some(slot),
-        waited,
+        Duration::ZERO,
         limited,
     )
     .with_lease(lease);
+    let unsent = hand_to_head(&mut state, permit, now);
     drop(state);
-    // A receiver that went away hands the permit back; dropping it ends the turn unused.
-    if let Err(Ok(permit)) = waiter.reply.send(Ok(permit)) {
-        drop(permit);
-        return false;
-    }
-    true
+    // A turn nobody took ends unused: its drop frees the slot and gives the turn to the store.
+    let handed = unsent.is_none();
+    drop(unsent);
+    handed
 }
 
 /// Closes the host until `until`: an operator's pause, or a cooldown (only ever grown).

@@ -275,12 +275,15 @@ impl Store {
     /// The share of each budget this instance keeps in fallback: `1/instances`, or one over the
     /// most live instances seen recently.
     pub(crate) fn share(&self) -> f64 {
-        let n = self
-            .settings
+        1.0 / f64::from(self.expected().max(1))
+    }
+
+    /// How many instances share the budgets: `instances`, or the most seen recently (0 before
+    /// the store was ever reached).
+    fn expected(&self) -> u32 {
+        self.settings
             .instances
             .unwrap_or_else(|| self.seen.load(Ordering::Acquire))
-            .max(1);
-        1.0 / f64::from(n)
     }
 
     /// The part of each shared budget the instances on the store may use together: all of it
@@ -288,10 +291,7 @@ impl Store {
     /// store; less while some are not, because an instance cut off from the store keeps its
     /// share locally (so that all of them together never exceed one budget).
     pub(crate) fn live_part(&self) -> f64 {
-        let expected = self
-            .settings
-            .instances
-            .unwrap_or_else(|| self.seen.load(Ordering::Acquire));
+        let expected = self.expected();
         let live = self.live_now.load(Ordering::Acquire);
         if expected == 0 || live == 0 || live >= expected {
             1.0

@@ -2,7 +2,6 @@
 //! injected `now`, and compared with the local token bucket (`crate::policy::Bucket`) fed the same
 //! events.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -12,58 +11,19 @@ use super::hints::Hint;
 use super::scripts::{script, RELEASE, REPORT, RESERVE};
 use crate::policy::{Bucket, CooldownCause};
 
-/// A `redis-server` of this test's own, stopped when dropped.
-pub(crate) struct TestRedis {
-    child: Child,
-    pub(crate) url: String,
-}
+#[path = "../../tests/support/redis.rs"]
+#[allow(dead_code)]
+mod server;
 
-impl TestRedis {
-    /// Starts one, or `None` (the test is skipped) when `redis-server` is not installed and `CI`
-    /// is not set; with `CI` set a missing server fails the test.
-    pub(crate) fn start() -> Option<TestRedis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .ok()?;
-        let spawned = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let child = match spawned {
-            Ok(child) => child,
-            Err(e) if std::env::var_os("CI").is_none() => {
-                eprintln!("skipped: redis-server cannot be started ({e}); install redis-server");
-                return None;
-            }
-            Err(e) => panic!("CI is set and redis-server cannot be started: {e}"),
-        };
-        let url = format!("redis://127.0.0.1:{port}/0");
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(TestRedis { child, url });
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not listen on {port} within 2 s");
-    }
+use server::RedisServer as TestRedis;
 
-    async fn conn(&self) -> MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for TestRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A connection of the test's own to `redis`.
+async fn connect(redis: &TestRedis) -> MultiplexedConnection {
+    redis::Client::open(redis.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }
 
 /// One reservation at `now` µs: `(kind, µs, tat, interval, start)`.
@@ -145,7 +105,7 @@ async fn reservations_start_when_the_local_bucket_would_let_them() {
     let Some(redis) = TestRedis::start() else {
         return;
     };
-    let mut conn = redis.conn().await;
+    let mut conn = connect(&redis).await;
     // Arrivals bunched and spread, at 7/s with a burst of 3: each request, reserved on arrival,
     // starts when the local bucket (taking in arrival order) would have let it go.
     let arrivals: Vec<i64> = vec![
@@ -180,7 +140,7 @@ async fn a_refund_undoes_only_the_last_reservation() {
     let Some(redis) = TestRedis::start() else {
         return;
     };
-    let mut conn = redis.conn().await;
+    let mut conn = connect(&redis).await;
     let host = "refund.test:80";
     let (_, _, tat1, interval, _, first) = reserve(&mut conn, host, T0, 2.0, 1, 10, false).await;
     let (_, wait2, tat2, _, _, second) = reserve(&mut conn, host, T0, 2.0, 1, 10, false).await;
@@ -232,7 +192,7 @@ async fn a_cooldown_closes_the_host_and_lets_one_request_go_at_its_end() {
     let Some(redis) = TestRedis::start() else {
         return;
     };
-    let mut conn = redis.conn().await;
+    let mut conn = connect(&redis).await;
     let host = "cool.test:80";
     let (kind, ..) = reserve(&mut conn, host, T0, 10.0, 5, 10, false).await;
     assert_eq!(kind, "go");
@@ -261,7 +221,7 @@ async fn one_storm_seen_by_several_instances_cuts_the_rate_once() {
     let Some(redis) = TestRedis::start() else {
         return;
     };
-    let mut conn = redis.conn().await;
+    let mut conn = connect(&redis).await;
     let host = "wave.test:80";
     let cut = |now: i64, started: i64| Told {
         now,
@@ -288,7 +248,7 @@ async fn every_slot_taken_is_busy_until_a_lease_runs_out() {
     let Some(redis) = TestRedis::start() else {
         return;
     };
-    let mut conn = redis.conn().await;
+    let mut conn = connect(&redis).await;
     let host = "busy.test:80";
     for _ in 0..2 {
         let (kind, ..) = reserve(&mut conn, host, T0, 1000.0, 10, 2, false).await;
@@ -336,7 +296,7 @@ async fn a_rejoining_instance_starts_with_an_empty_bucket() {
     let Some(redis) = TestRedis::start() else {
         return;
     };
-    let mut conn = redis.conn().await;
+    let mut conn = connect(&redis).await;
     let host = "rejoin.test:80";
     let (kind, wait, ..) = reserve(&mut conn, host, T0, 4.0, 10, 100, true).await;
     assert_eq!((kind.as_str(), wait), ("go", 0));
@@ -376,7 +336,7 @@ async fn a_cap_taught_by_one_instance_paces_every_reservation() {
     let Some(redis) = TestRedis::start() else {
         return;
     };
-    let mut conn = redis.conn().await;
+    let mut conn = connect(&redis).await;
     let host = "cap.test:80";
     // One instance read Crawl-delay: 2 (0.5/s); its lesson carries the cap for an hour.
     let told = Told {

@@ -1,5 +1,6 @@
 //! A real `redis-server` of the test's own on a free loopback port, for the shared budget's
-//! tests: started, killed (`SIGKILL`), stopped and continued (`SIGSTOP`/`SIGCONT`, a partition:
+//! tests (end to end, the scripts' unit tests in `src/shared/tests.rs` and the benches include this
+//! file too): started, killed (`SIGKILL`), stopped and continued (`SIGSTOP`/`SIGCONT`, a partition:
 //! connections stay open and nothing answers) and restarted empty on the same port. The
 //! shared-budget scenarios of `benches/scenarios` start theirs with this file too (`pid` is for
 //! their CPU accounting).
@@ -21,26 +22,18 @@ impl RedisServer {
     /// Starts one on a free port. Without `redis-server` installed the test cannot run: with `CI`
     /// set that fails it, otherwise it is skipped (`None`) with a note.
     pub fn start() -> Option<RedisServer> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
         RedisServer::launch(RedisServer {
             child: None,
-            port,
+            port: free_port(),
             tls: None,
         })
     }
 
     /// Like [`RedisServer::start`], speaking only TLS with `cert` and `key` (signed by `ca`).
     pub fn start_tls(cert: &Path, key: &Path, ca: &Path) -> Option<RedisServer> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
         RedisServer::launch(RedisServer {
             child: None,
-            port,
+            port: free_port(),
             tls: Some((cert.to_path_buf(), key.to_path_buf(), ca.to_path_buf())),
         })
     }
@@ -153,6 +146,14 @@ impl RedisServer {
             .expect("redis-cli");
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
+}
+
+/// A loopback port that was free a moment ago (the server binds it itself).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 impl Drop for RedisServer {
