@@ -515,3 +515,35 @@ async fn a_store_over_tls_is_shared_with_its_ca_and_away_without_it() {
     );
     assert_eq!(budget_mode(&untrusting).await, "fallback");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_requests_leave_in_order_and_one_that_hangs_up_is_never_sent() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "{}\n[defaults]\nrate = 4.0\nburst = 1\nconcurrency = 4\nadaptive = false\n",
+        redis.shared_section("")
+    ))
+    .await;
+    let client = courtesy.client();
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        tasks.push(client.spawn_get(origin.url(&format!("/q/{i}"))));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The third gives up while it waits for its turn.
+    let gone = tasks.remove(2);
+    gone.abort();
+    assert_each_ok(tasks).await;
+    // In arrival order, without the one that hung up; its turn went to the next in line, so the
+    // four took three intervals at 4/s, not four.
+    assert_eq!(origin.paths(), vec!["/q/0", "/q/1", "/q/3", "/q/4"]);
+    let times = origin.arrival_times();
+    let span = times[3].duration_since(times[0]);
+    assert!(
+        span >= Duration::from_millis(700) && span < Duration::from_millis(1000),
+        "{span:?}"
+    );
+}

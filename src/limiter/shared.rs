@@ -81,7 +81,7 @@ pub(super) async fn take_shared_turn(
                 state
                     .pacing
                     .adopt_shared(view.rate, view.rate_override, now);
-                close(&mut state.pacing, now + remaining, cause);
+                close(&mut state.pacing, now + remaining, cause, now);
                 refuse_queue(&mut state, now)
             };
             limiter.budget.persist_signal().notify_one();
@@ -129,8 +129,7 @@ fn hand_over(
 }
 
 /// Closes the host until `until`: an operator's pause, or a cooldown (only ever grown).
-fn close(pacing: &mut crate::policy::Pacing, until: Instant, cause: CooldownCause) {
-    let now = Instant::now();
+fn close(pacing: &mut crate::policy::Pacing, until: Instant, cause: CooldownCause, now: Instant) {
     if cause == CooldownCause::Operator {
         if pacing.operator_paused_until(now).is_none_or(|p| p < until) {
             pacing.operator_pause(until);
@@ -160,11 +159,11 @@ impl Limiter {
             match hint {
                 Hint::Free(_) => Vec::new(),
                 Hint::Cool(_, d, cause) => {
-                    close(&mut state.pacing, now + d, cause);
+                    close(&mut state.pacing, now + d, cause, now);
                     refuse_queue(&mut state, now)
                 }
                 Hint::Pause(_, d) => {
-                    close(&mut state.pacing, now + d, CooldownCause::Operator);
+                    close(&mut state.pacing, now + d, CooldownCause::Operator, now);
                     refuse_queue(&mut state, now)
                 }
                 Hint::Resume(_) => {

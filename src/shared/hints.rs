@@ -60,38 +60,41 @@ impl Hint {
     }
 }
 
-/// Delivers every hint to `deliver` until `stop`, subscribing again after any failure.
+/// Delivers every hint to `deliver` until `stop`, subscribing again a second after any failure.
 pub(crate) async fn run_hints(
     store: Arc<Store>,
     deliver: impl Fn(Hint) + Send + 'static,
     stop: CancellationToken,
 ) {
     loop {
-        let connected = tokio::select! {
-            c = tokio::time::timeout(store.settings.timeout.max(Duration::from_secs(1)), store.client.get_async_pubsub()) => c,
-            _ = stop.cancelled() => return,
-        };
-        if let Ok(Ok(mut pubsub)) = connected {
-            if pubsub.subscribe(&store.channel).await.is_ok() {
-                let mut messages = pubsub.on_message();
-                loop {
-                    let message = tokio::select! {
-                        m = messages.next() => m,
-                        _ = stop.cancelled() => return,
-                    };
-                    let Some(message) = message else { break };
-                    if let Some(hint) = std::str::from_utf8(message.get_payload_bytes())
-                        .ok()
-                        .and_then(Hint::parse)
-                    {
-                        deliver(hint);
-                    }
-                }
-            }
+        tokio::select! {
+            () = follow(&store, &deliver) => {}
+            () = stop.cancelled() => return,
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = stop.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Subscribes to the hints and delivers them until the subscription fails or ends.
+async fn follow(store: &Store, deliver: &impl Fn(Hint)) {
+    let connect = store.client.get_async_pubsub();
+    let limit = store.settings.timeout.max(Duration::from_secs(1));
+    let Ok(Ok(mut pubsub)) = tokio::time::timeout(limit, connect).await else {
+        return;
+    };
+    if pubsub.subscribe(&store.channel).await.is_err() {
+        return;
+    }
+    let mut messages = pubsub.on_message();
+    while let Some(message) = messages.next().await {
+        if let Some(hint) = std::str::from_utf8(message.get_payload_bytes())
+            .ok()
+            .and_then(Hint::parse)
+        {
+            deliver(hint);
         }
     }
 }
