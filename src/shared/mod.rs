@@ -147,8 +147,6 @@ pub(crate) struct Lease {
     /// The `tat` the reservation wrote and its interval, to undo it if the turn is never used.
     tat: String,
     interval: i64,
-    /// The concurrency cap it was taken under: its release wakes the others when it was full.
-    concurrency: u32,
     /// When the turn starts on the store's clock (µs), for the wave rule.
     pub(crate) starts_us: i64,
 }
@@ -442,7 +440,6 @@ impl Store {
                         member,
                         tat: reply.tat,
                         interval: reply.interval,
-                        concurrency: limits.concurrency.max(1),
                         starts_us: reply.start,
                     },
                     view,
@@ -476,7 +473,6 @@ impl Store {
             .key(self.lease_key(&lease.host))
             .arg("")
             .arg(&lease.member)
-            .arg(lease.concurrency)
             .arg(if sent { "0" } else { "1" })
             .arg(&lease.tat)
             .arg(lease.interval)

@@ -79,21 +79,21 @@ keep_at_least(KEYS[2], math.ceil((slot - now + tonumber(ARGV[6])) / 1000) + 1000
 return {'go', slot - now, '', view_rate, view_ovr, int(new_tat), interval, slot}
 "#;
 
-/// Ends a turn. `KEYS`: budget, leases. `ARGV`: now (unused), lease member, concurrency (unused),
-/// refund (`1`: the request never left), the `tat` its reservation wrote, its interval, hint
-/// channel, host key. A refund undoes the reservation only if no later one was made on top of it.
-/// When a reservation was answered `busy` since the last release (the `w` flag), the hint
-/// `free <host>` wakes the instances waiting for a slot; otherwise nobody waits and nothing is sent.
+/// Ends a turn. `KEYS`: budget, leases. `ARGV`: now (unused), lease member, refund (`1`: the
+/// request never left), the `tat` its reservation wrote, its interval, hint channel, host key. A
+/// refund undoes the reservation only if no later one was made on top of it. When a reservation
+/// was answered `busy` since the last release (the `w` flag), the hint `free <host>` wakes the
+/// instances waiting for a slot; otherwise nobody waits and nothing is sent.
 pub(super) const RELEASE: &str = r#"
 local removed = redis.call('ZREM', KEYS[2], ARGV[2])
-if removed == 1 and ARGV[4] == '1' then
+if removed == 1 and ARGV[3] == '1' then
   local tat = redis.call('HGET', KEYS[1], 'tat')
-  if tat == ARGV[5] then
-    redis.call('HSET', KEYS[1], 'tat', int(tonumber(tat) - tonumber(ARGV[6])))
+  if tat == ARGV[4] then
+    redis.call('HSET', KEYS[1], 'tat', int(tonumber(tat) - tonumber(ARGV[5])))
   end
 end
 if removed == 1 and redis.call('HDEL', KEYS[1], 'w') == 1 then
-  redis.call('PUBLISH', ARGV[7], 'free ' .. ARGV[8])
+  redis.call('PUBLISH', ARGV[6], 'free ' .. ARGV[7])
 end
 return removed
 "#;
