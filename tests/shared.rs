@@ -21,6 +21,13 @@ async fn instances(n: usize, redis: &RedisServer, shared: &str, config: &str) ->
     all
 }
 
+/// An operator's action through `courtesy`'s admin API (`/hosts/{key}/{action}`); it must succeed.
+async fn operate(courtesy: &Courtesy, method: &str, key: &str, action: &str, body: &str) {
+    let url = courtesy.admin_url(&format!("/hosts/{key}/{action}"));
+    let (status, answer) = admin_call(method, &url, None, body).await;
+    assert_eq!(status, StatusCode::OK, "{method} {action}: {answer}");
+}
+
 /// Whether `/hosts/{key}` of `courtesy` comes to satisfy `test` within 2 s.
 async fn host_shows(
     courtesy: &Courtesy,
@@ -168,14 +175,7 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
         all[1].client().get(&origin.url("/before")).await.status,
         StatusCode::OK
     );
-    let (status, body) = admin_call(
-        "POST",
-        &all[0].admin_url(&format!("/hosts/{key}/pause?seconds=300")),
-        None,
-        "",
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    operate(&all[0], "POST", &key, "pause?seconds=300", "").await;
     assert!(
         host_shows(&all[1], &key, |h| h["state"] == "paused").await,
         "the other instance shows the host paused"
@@ -188,14 +188,7 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
         got.header("proxy-status")
     );
     // A rate pinned through one instance is every instance's.
-    let (status, body) = admin_call(
-        "PUT",
-        &all[0].admin_url(&format!("/hosts/{key}/rate")),
-        None,
-        "7.5",
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    operate(&all[0], "PUT", &key, "rate", "7.5").await;
     assert!(
         host_shows(&all[1], &key, |h| h["rate"].as_f64() == Some(7.5)).await,
         "the other instance paces at the pinned rate"
@@ -211,14 +204,7 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
         StatusCode::TOO_MANY_REQUESTS
     );
     // A resume through the paused instance's peer lets every instance send again.
-    let (status, _) = admin_call(
-        "POST",
-        &all[1].admin_url(&format!("/hosts/{key}/resume")),
-        None,
-        "",
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK);
+    operate(&all[1], "POST", &key, "resume", "").await;
     assert!(
         host_shows(&late, &key, |h| h["state"] != "paused").await,
         "the resume reaches every instance"
