@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::body::ProxyBody;
 use crate::config::LiveConfig;
+use crate::keys::{BudgetKey, Keyer};
 use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::metrics::Metrics;
 use crate::response::{self, local, ProxyError};
@@ -33,21 +34,25 @@ const DASHBOARD: &str = include_str!("dashboard.html");
 pub struct Admin {
     config: LiveConfig,
     limiter: Arc<Limiter>,
+    keyer: Keyer,
     metrics: Arc<Metrics>,
     interceptor: Arc<Interceptor>,
 }
 
 impl Admin {
-    /// The admin service over the config in force and the shared limiter.
+    /// The admin service over the config in force and the shared limiter; `keyer` finds the
+    /// budget a `host:port` spends (the proxy's own, so that both find the same one).
     pub fn new(
         config: LiveConfig,
         limiter: Arc<Limiter>,
+        keyer: Keyer,
         metrics: Arc<Metrics>,
         interceptor: Arc<Interceptor>,
     ) -> Self {
         Admin {
             config,
             limiter,
+            keyer,
             metrics,
             interceptor,
         }
@@ -138,10 +143,12 @@ impl Admin {
                     },
                 )
             }
-            (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key) {
-                Ok((host, port)) => match self.limiter.snapshot(&host, port) {
+            (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key).await {
+                Ok(budget) => match self.limiter.snapshot_by_key(&budget.key) {
                     Some(s) => json_response(StatusCode::OK, &HostView::of(&s, SystemTime::now())),
-                    None => error_json(StatusCode::NOT_FOUND, &format!("no host {host}:{port}")),
+                    None => {
+                        error_json(StatusCode::NOT_FOUND, &format!("no host {}", budget.name()))
+                    }
                 },
                 Err((status, message)) => error_json(status, &message),
             },
@@ -150,19 +157,27 @@ impl Admin {
                     .and_then(|s| s.parse::<f64>().ok())
                     .filter(|s| s.is_finite() && *s > 0.0 && *s <= 30.0 * 86400.0);
                 match seconds {
-                    Some(s) => self.operate(key, OperatorAction::Pause(Duration::from_secs_f64(s))),
+                    Some(s) => {
+                        self.operate(key, OperatorAction::Pause(Duration::from_secs_f64(s)))
+                            .await
+                    }
                     None => error_json(
                         StatusCode::BAD_REQUEST,
                         "pause needs ?seconds=N with 0 < N <= 2592000",
                     ),
                 }
             }
-            (&Method::POST, ["hosts", key, "resume"]) => self.operate(key, OperatorAction::Resume),
+            (&Method::POST, ["hosts", key, "resume"]) => {
+                self.operate(key, OperatorAction::Resume).await
+            }
             (&Method::PUT, ["hosts", key, "rate"]) => {
                 let force = query_param(&query, "force").is_some_and(|v| v == "true" || v == "1");
                 match read_small_body(req).await {
                     Ok(text) => match text.trim().parse::<f64>() {
-                        Ok(rate) => self.operate(key, OperatorAction::SetRate { rate, force }),
+                        Ok(rate) => {
+                            self.operate(key, OperatorAction::SetRate { rate, force })
+                                .await
+                        }
                         Err(_) => error_json(
                             StatusCode::BAD_REQUEST,
                             &format!(
@@ -175,7 +190,7 @@ impl Admin {
                 }
             }
             (&Method::DELETE, ["hosts", key, "rate"]) => {
-                self.operate(key, OperatorAction::ClearRate)
+                self.operate(key, OperatorAction::ClearRate).await
             }
             (&Method::POST, ["reload"]) => match crate::reload::reload(&self.limiter) {
                 Ok(summary) => json_response(StatusCode::OK, &json!({ "reloaded": summary })),
@@ -191,12 +206,12 @@ impl Admin {
         }
     }
 
-    fn operate(&self, key: &str, action: OperatorAction) -> Response<ProxyBody> {
-        let (host, port) = match self.find(key) {
+    async fn operate(&self, key: &str, action: OperatorAction) -> Response<ProxyBody> {
+        let budget = match self.find(key).await {
             Ok(found) => found,
             Err((status, message)) => return error_json(status, &message),
         };
-        match self.limiter.operate(&host, port, action) {
+        match self.limiter.operate_on(&budget, action) {
             Ok(snapshot) => {
                 json_response(StatusCode::OK, &HostView::of(&snapshot, SystemTime::now()))
             }
@@ -204,12 +219,21 @@ impl Admin {
         }
     }
 
-    /// Resolves a path segment to a host and port: `host:port`, `[v6]:port`, or a bare host that
-    /// matches exactly one known key.
-    fn find(&self, segment: &str) -> Result<(String, u16), (StatusCode, String)> {
+    /// Resolves a path segment to the budget it names: a known budget's key (`host:port`, a
+    /// domain, an address), a `host:port` or `[v6]:port` (the budget its rule's `key` gives it,
+    /// known or not), or a bare host that matches exactly one known budget.
+    async fn find(&self, segment: &str) -> Result<BudgetKey, (StatusCode, String)> {
         let decoded = percent_decode(segment).to_ascii_lowercase();
+        if let Some(known) = self.limiter.known_key(&decoded) {
+            return Ok(known);
+        }
         if let Some((host, port)) = split_key(&decoded) {
-            return Ok((host, port));
+            let kind = self.config.get().policy_for(&host, port).key;
+            return self
+                .keyer
+                .key(&host, port, kind)
+                .await
+                .map_err(|e| (StatusCode::BAD_GATEWAY, e.to_string()));
         }
         let matches: Vec<HostSnapshot> = self
             .limiter
@@ -218,7 +242,12 @@ impl Admin {
             .filter(|s| s.host == decoded)
             .collect();
         match matches.as_slice() {
-            [one] => Ok((one.host.clone(), one.port)),
+            [one] => self.limiter.known_key(&one.key).ok_or_else(|| {
+                (
+                    StatusCode::NOT_FOUND,
+                    format!("{} was just forgotten", one.key),
+                )
+            }),
             [] => Err((
                 StatusCode::NOT_FOUND,
                 format!("no known host {decoded:?}; name it as host:port"),

@@ -50,6 +50,7 @@ mod connections;
 mod feedback;
 mod files;
 mod heap;
+pub mod keys;
 pub mod limiter;
 mod locks;
 pub mod log_writer;

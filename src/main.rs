@@ -323,6 +323,9 @@ fn describe(p: &courtesy::config::HostPolicy) -> String {
     if p.retry_idempotent > 0 {
         out.push_str(&format!(" retry_idempotent={}", p.retry_idempotent));
     }
+    if p.key != courtesy::config::KeyMode::Host {
+        out.push_str(&format!(" key={}", p.key));
+    }
     if !p.enforce {
         out.push_str(" enforce=false (report-only)");
     }

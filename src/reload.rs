@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::limiter::Limiter;
 
 /// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
-/// directory, upstream TLS settings, the shared store (`[shared]`) and setting or lifting
+/// directory, upstream TLS settings, `hosts_file`, the shared store (`[shared]`) and setting or lifting
 /// `global_rate` need a restart; a change to them is reported and ignored.
 /// On errors the old config stays.
 pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
@@ -37,6 +37,11 @@ pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     if new.proxy.upstream_ca != old.proxy.upstream_ca {
         kept.push("upstream_ca");
     }
+    if new.proxy.hosts_file != old.proxy.hosts_file
+        || new.proxy.static_hosts != old.proxy.static_hosts
+    {
+        kept.push("hosts_file");
+    }
     if new.proxy.connect_timeout != old.proxy.connect_timeout {
         kept.push("connect_timeout_seconds");
     }
@@ -55,6 +60,8 @@ pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     new.proxy.state_dir = old.proxy.state_dir.clone();
     new.proxy.upstream_ca = old.proxy.upstream_ca.clone();
     new.proxy.connect_timeout = old.proxy.connect_timeout;
+    new.proxy.hosts_file = old.proxy.hosts_file.clone();
+    new.proxy.static_hosts = old.proxy.static_hosts.clone();
     if !kept.is_empty() {
         warn!(keys = ?kept, "these keys change only at a restart; their old values stay");
     }

@@ -20,10 +20,12 @@ use tracing::{debug, info, warn};
 use crate::admin::Admin;
 use crate::config::{Config, LiveConfig};
 use crate::connections::Connections;
+use crate::keys::Keyer;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
-use crate::proxy::Proxy;
+use crate::proxy::{Proxy, UpstreamSetup};
 use crate::reload::reload;
+use crate::resolve::Resolver;
 use crate::state;
 use crate::tasks::{hangup_signals, Background};
 use crate::tls::{self, Interceptor, LocalCa};
@@ -92,18 +94,28 @@ pub async fn run(
     }
     let metrics = Arc::new(metrics);
     let connections = Connections::new();
+    // One resolver for keys and connections: the address a `key = "ip"` budget was made from is
+    // the one connected to.
+    let keyer = Keyer::new(Resolver::new(
+        config.proxy.connect_timeout,
+        config.proxy.static_hosts.clone(),
+    ));
     let proxy = Arc::new(Proxy::new(
         live.clone(),
         limiter.clone(),
         vec![proxy_addr, admin_addr],
         interceptor.clone(),
-        upstream_tls,
+        UpstreamSetup {
+            keyer: keyer.clone(),
+            tls: upstream_tls,
+        },
         metrics.clone(),
         connections.clone(),
     ));
     let admin = Arc::new(Admin::new(
         live.clone(),
         limiter.clone(),
+        keyer,
         metrics.clone(),
         interceptor,
     ));

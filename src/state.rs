@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::config::KeyMode;
 use crate::limiter::HostRecord;
 use crate::policy::{CooldownCause, PacingRecord};
 
@@ -36,6 +37,11 @@ struct StateFile {
 struct SavedHost {
     host: String,
     port: u16,
+    /// A key several names share (`key = "domain"` or `"ip"`), and what it was made from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_by: Option<KeyMode>,
     rate: f64,
     cooldown_until_unix_ms: Option<u64>,
     cooldown_cause: Option<String>,
@@ -63,6 +69,8 @@ pub fn encode(records: &[HostRecord], now: Instant, wall_now: SystemTime) -> Str
             .map(|r| SavedHost {
                 host: r.host.clone(),
                 port: r.port,
+                key: r.shared_key.as_ref().map(|(key, _)| key.clone()),
+                key_by: r.shared_key.as_ref().map(|(_, kind)| *kind),
                 rate: r.pacing.rate,
                 cooldown_until_unix_ms: r.pacing.cooldown.map(|(until, _)| to_wall(until)),
                 cooldown_cause: r.pacing.cooldown.map(|(_, cause)| cause.word()),
@@ -92,6 +100,7 @@ pub fn decode(text: &str, now: Instant, wall_now: SystemTime) -> Result<Vec<Host
         .hosts
         .into_iter()
         .map(|h| HostRecord {
+            shared_key: h.key.map(|key| (key, h.key_by.unwrap_or(KeyMode::Domain))),
             host: h.host,
             port: h.port,
             pacing: PacingRecord {
@@ -171,6 +180,7 @@ mod tests {
         HostRecord {
             host: "shop.test".into(),
             port: 443,
+            shared_key: None,
             pacing: PacingRecord {
                 rate: 0.5,
                 cooldown: Some((now + Duration::from_secs(3600), CooldownCause::Status(429))),
@@ -199,6 +209,19 @@ mod tests {
         );
         assert_eq!(back[0].pacing.rate_override, Some(2.0));
         assert!(back[0].forced);
+    }
+
+    #[test]
+    fn a_shared_key_survives_and_files_without_one_still_read() {
+        let now = Instant::now();
+        let wall = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut shared = record(now);
+        shared.shared_key = Some(("shop.test".into(), KeyMode::Domain));
+        let text = encode(&[shared.clone(), record(now)], now, wall);
+        let back = decode(&text, now, wall).unwrap();
+        assert_eq!(back[0].shared_key, shared.shared_key);
+        assert_eq!(back[1].shared_key, None);
+        assert!(!text.contains("\"key\": null"), "absent, not null: {text}");
     }
 
     #[test]

@@ -111,7 +111,14 @@ pub fn render(page: &Page, color: bool) -> String {
             })
             .collect();
         rows.push([
-            h.host.clone(),
+            match h.names.len() {
+                0 => h.host.clone(),
+                n => format!(
+                    "{} ({n} names{})",
+                    h.host,
+                    if h.names_truncated { "+" } else { "" }
+                ),
+            },
             if h.policy.enforce {
                 h.state.clone()
             } else {

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{HttpsMode, OnCooldown};
+use crate::config::{HttpsMode, KeyMode, OnCooldown};
 use crate::limiter::{HostSnapshot, Limiter, SHADOW_REASONS};
 
 /// `GET /hosts`: the hosts shown (all, or the `limit` most in need of attention) and the totals
@@ -107,8 +107,16 @@ impl Totals {
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HostView {
-    /// `host:port`.
+    /// The budget's key: `host:port`, or the domain or address several names share.
     pub host: String,
+    /// What the key was made from (`key`: `host`, `domain` or `ip`).
+    pub key_by: KeyMode,
+    /// For a domain or address key: the names (`host:port`) seen sharing it, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// More names shared it than `names` lists (at most 100 are).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub names_truncated: bool,
     /// `paused`, `cooling_down`, `queued`, `active` or `idle`.
     pub state: String,
     /// The rate in effect (after the operator's rate and the server's caps), per second.
@@ -266,6 +274,9 @@ impl HostView {
         };
         HostView {
             host: s.key.clone(),
+            key_by: s.kind,
+            names: s.names.clone(),
+            names_truncated: s.names_truncated,
             state: s.state().to_string(),
             rate: round3(s.rate),
             own_rate: round3(s.own_rate),

@@ -1,5 +1,5 @@
-//! The keys that take one word from a closed set: `on_cooldown`, `https`, `cache` and the entries
-//! of `skip_resources`, each as an enum whose serde derive is its word table (see [`ConfigWord`]).
+//! The keys that take one word from a closed set: `on_cooldown`, `https`, `cache`, `key` and the
+//! entries of `skip_resources`, each as an enum whose serde derive is its word table (see [`ConfigWord`]).
 
 use std::fmt;
 
@@ -73,6 +73,24 @@ word_enum!(CacheMode {
     Revalidate,
     Dev
 });
+
+/// What one budget is kept for (`key`): which requests share a rate, a concurrency cap and a
+/// cooldown.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyMode {
+    /// One budget per `host:port`, as the request names it (the default).
+    #[default]
+    Host,
+    /// One budget per registrable domain (the Public Suffix List's eTLD+1), port ignored: every
+    /// subdomain of one site shares it.
+    Domain,
+    /// One budget per address courtesy connects to, port ignored: every name served by one
+    /// machine shares it.
+    Ip,
+}
+
+word_enum!(KeyMode { Host, Domain, Ip });
 
 /// Kinds of sub-resources a plain crawler rarely needs (`skip_resources`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -68,6 +68,7 @@ policy_keys! {
     off_peak: FileOffPeak,
     cache: String,
     enforce: bool,
+    key: String,
 }
 
 /// `off_peak = { hours, timezone, rate }`, as written.
@@ -139,6 +140,7 @@ pub(super) struct FileProxy {
     pub(super) idle_host_seconds: Option<Spanned<f64>>,
     pub(super) connect_ports: Option<Spanned<Vec<Spanned<i64>>>>,
     pub(super) upstream_ca: Option<Spanned<String>>,
+    pub(super) hosts_file: Option<Spanned<String>>,
     pub(super) cache_max_mb: Option<Spanned<i64>>,
     pub(super) global_rate: Option<Spanned<f64>>,
     pub(super) global_burst: Option<Spanned<i64>>,

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CacheMode, HttpsMode, OnCooldown, ResourceKind};
+use super::{CacheMode, HttpsMode, KeyMode, OnCooldown, ResourceKind};
 use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 
 /// The pacing rules for one host, fully resolved (defaults merged with the most specific rule).
@@ -61,6 +61,9 @@ pub struct HostPolicy {
     /// mode: every request is forwarded at once, and what courtesy would have done (waits,
     /// refusals, arrivals inside announced windows) is counted and logged.
     pub enforce: bool,
+    /// What the budget is kept for: the `host:port`, the registrable domain or the address. The
+    /// rule matching the request's host decides.
+    pub key: KeyMode,
     /// The robots.txt group to obey; `None`: the product token of the client's User-Agent.
     pub robots_user_agent: Option<String>,
     /// The longest Crawl-delay honoured as such; longer ones pace at this and log a warning.
@@ -110,6 +113,7 @@ impl Default for HostPolicy {
             https: HttpsMode::Intercept,
             obey_robots: true,
             enforce: true,
+            key: KeyMode::Host,
             robots_user_agent: None,
             max_crawl_delay: Duration::from_secs(60),
             block_scan_bytes: 64 * 1024,

@@ -3,9 +3,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
+
+use crate::resolve::StaticHosts;
 
 /// Settings of the proxy process itself (`[proxy]`).
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +35,10 @@ pub struct ProxySettings {
     pub connect_ports: Vec<u16>,
     /// A PEM file of extra roots trusted for upstream TLS (private CAs).
     pub upstream_ca: Option<PathBuf>,
+    /// A file in `/etc/hosts` format whose names courtesy resolves itself, before DNS.
+    pub hosts_file: Option<PathBuf>,
+    /// What `hosts_file` says, read when the config was.
+    pub static_hosts: Arc<StaticHosts>,
     /// The response store's size bound, in bytes.
     pub cache_max_bytes: u64,
     /// A ceiling on requests per second to all hosts together (the crawler's own egress), on top
@@ -55,6 +62,8 @@ impl Default for ProxySettings {
             idle_host: Duration::from_secs(600),
             connect_ports: vec![443, 80],
             upstream_ca: None,
+            hosts_file: None,
+            static_hosts: Arc::default(),
             cache_max_bytes: 512 * 1024 * 1024,
             global_rate: None,
             global_burst: 1,

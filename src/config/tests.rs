@@ -153,6 +153,7 @@ fn each_choice_has_one_word_table_with_the_file_words() {
     assert_eq!(words::<OnCooldown>(), ["reject", "hold"]);
     assert_eq!(words::<HttpsMode>(), ["intercept", "tunnel"]);
     assert_eq!(words::<CacheMode>(), ["off", "revalidate", "dev"]);
+    assert_eq!(words::<KeyMode>(), ["host", "domain", "ip"]);
     assert_eq!(
         words::<ResourceKind>(),
         ["image", "font", "script", "stylesheet", "media"]
@@ -160,6 +161,7 @@ fn each_choice_has_one_word_table_with_the_file_words() {
     reads_back::<OnCooldown>();
     reads_back::<HttpsMode>();
     reads_back::<CacheMode>();
+    reads_back::<KeyMode>();
     reads_back::<ResourceKind>();
     assert_eq!(OnCooldown::from_word("Reject"), None, "words are exact");
     assert_eq!(CacheMode::from_word(""), None);
@@ -283,4 +285,43 @@ fn a_shared_section_is_checked_and_defaults_the_rest() {
         err.contains("[shared] ca_file: no such file /no/such.pem"),
         "{err}"
     );
+}
+
+#[test]
+fn a_budget_key_is_a_word_and_a_hosts_file_must_read() {
+    let err = parse("[defaults]\nkey = \"subnet\"\n").unwrap_err();
+    assert_eq!(
+        err.errors,
+        ["test.toml:2: [defaults]: key must be one of \"host\", \"domain\", \"ip\", got \"subnet\""]
+    );
+    let c = parse("[defaults]\nkey = \"domain\"\n[[host]]\nmatch = \"*.cdn.test\"\nkey = \"ip\"\n")
+        .unwrap();
+    assert_eq!(c.policy_for("a.shop.test", 80).key, KeyMode::Domain);
+    assert_eq!(c.policy_for("x.cdn.test", 443).key, KeyMode::Ip);
+    let err = parse("[proxy]\nhosts_file = \"/no/such/hosts\"\n").unwrap_err();
+    assert!(
+        err.errors[0].starts_with("test.toml:2: [proxy] hosts_file \"/no/such/hosts\": "),
+        "{err}"
+    );
+    let dir = crate::scratch::dir("hosts-file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("hosts");
+    std::fs::write(&path, "127.0.0.1 a.test\nnonsense b.test\n").unwrap();
+    let err = parse(&format!(
+        "[proxy]\nhosts_file = {:?}\n",
+        path.display().to_string()
+    ))
+    .unwrap_err();
+    assert!(
+        err.errors[0].contains("line 2: \"nonsense\" is not an IP address"),
+        "{err}"
+    );
+    std::fs::write(&path, "127.0.0.1 a.test\n").unwrap();
+    let c = parse(&format!(
+        "[proxy]\nhosts_file = {:?}\n",
+        path.display().to_string()
+    ))
+    .unwrap();
+    assert_eq!(c.proxy.static_hosts.len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
 }

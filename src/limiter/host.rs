@@ -1,5 +1,6 @@
-//! One target host (`host:port`) in the table: its policy, its pacing state, its FIFO of waiting
-//! requests, and the lock that keeps them together. The lock is held for a few lines at a time and
+//! One budget in the table (a target `host:port`, or every name of a domain or an address, see
+//! `crate::keys`): its policy, its pacing state, its FIFO of waiting requests, and the lock that
+//! keeps them together. The lock is held for a few lines at a time and
 //! never across an `.await`.
 
 use std::collections::VecDeque;
@@ -8,19 +9,25 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
+use super::names::Names;
 use super::permit::Permit;
 use super::refusal::Refusal;
 use super::shadow::Shadow;
 use super::stats::HostStats;
-use crate::config::{HostPolicy, OnCooldown};
+use crate::config::{HostPolicy, KeyMode, OnCooldown};
+use crate::keys::BudgetKey;
 use crate::policy::{InFlight, Pacing};
 
-/// The pacing state of one target host (`host:port`).
+/// The pacing state of one budget: a target host (`host:port`), or the names sharing a key.
 #[derive(Debug)]
 pub struct Host {
-    /// `host:port` (`[v6]:port`); the host part is read from it, not stored twice.
+    /// `host:port` (`[v6]:port`), the host part read from it, not stored twice; or a shared key
+    /// (a domain, an address), whose names are in the state.
     pub(super) key: Arc<str>,
+    /// The port of the (first) name.
     pub(super) port: u16,
+    /// What the key was made from.
+    pub(super) kind: KeyMode,
     state: Mutex<HostState>,
     /// Tells the dispatcher to look again: a slot came free, a waiter left, shutdown.
     pub(super) wake: Notify,
@@ -46,6 +53,8 @@ pub(crate) struct HostState {
     pub(crate) epoch: u32,
     /// A report-only host's would-be schedule and counts (boxed: most hosts enforce).
     pub(crate) shadow: Option<Box<Shadow>>,
+    /// The names sharing a key other than `host:port` (boxed: most budgets have one name).
+    pub(crate) names: Option<Box<Names>>,
 }
 
 /// A request waiting in a host's queue for its turn.
@@ -59,10 +68,11 @@ pub(super) struct Waiter {
 }
 
 impl Host {
-    pub(super) fn new(key: Arc<str>, port: u16, policy: Arc<HostPolicy>, now: Instant) -> Self {
+    pub(super) fn new(key: &BudgetKey, policy: Arc<HostPolicy>, now: Instant) -> Self {
         Host {
-            key,
-            port,
+            key: Arc::from(key.key.as_str()),
+            port: key.port,
+            kind: key.kind,
             state: Mutex::new(HostState {
                 pacing: Pacing::new(&policy, now),
                 policy,
@@ -76,15 +86,25 @@ impl Host {
                 forced: false,
                 epoch: 0,
                 shadow: None,
+                names: key.is_shared().then(|| Box::new(Names::new(key))),
             }),
             wake: Notify::new(),
         }
     }
 
-    /// The host part of the key (without brackets for IPv6).
-    pub(super) fn name(&self) -> &str {
+    /// The host part of a `host:port` key (without brackets for IPv6).
+    fn name(&self) -> &str {
         let host = self.key.rsplit_once(':').map_or(&*self.key, |(h, _)| h);
         host.trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// The name whose rule gives this budget its policy: the target of a `host:port` key, the
+    /// first name seen for a shared one.
+    pub(super) fn policy_name(&self, state: &HostState) -> (String, u16) {
+        match &state.names {
+            Some(names) => names.first.clone(),
+            None => (self.name().to_string(), self.port),
+        }
     }
 
     /// Locks the state. A panic while the lock was held cannot leave the plain counters in a state

@@ -1,6 +1,6 @@
 //! The host table and the per-host holding queue: the only place requests wait.
 //!
-//! Each target host has one [`Host`]: its pure pacing state (`crate::policy`), a FIFO of waiting
+//! Each budget (a target host, or the names sharing a key: `crate::keys`) has one [`Host`]: its pure pacing state (`crate::policy`), a FIFO of waiting
 //! requests and, while that FIFO is not empty, one dispatcher task that hands out turns in order. A
 //! request whose turn is free right away (empty queue, a token, a slot) never touches the
 //! dispatcher. Every turn is asked of the budget seam (`budget.rs`), and every answer reported
@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `mod.rs` | the table, admission (`admit`), shutdown |
 //! | `host.rs` | one host's state and its lock |
+//! | `names.rs` | the names sharing a budget keyed by domain or address |
 //! | `budget.rs` | the seam: a turn asked, an answer reported |
 //! | `permit.rs` | a request's turn while it is in flight |
 //! | `dispatch.rs` | handing out queued turns in order, the fine-grained wait |
@@ -28,6 +29,7 @@ mod budget;
 mod dispatch;
 mod egress;
 mod host;
+mod names;
 mod permit;
 mod refusal;
 mod shadow;
@@ -53,6 +55,7 @@ pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
 pub use sweep::Swept;
 
 use crate::config::{Config, LiveConfig, OnCooldown};
+pub use crate::keys::{host_key, BudgetKey};
 use budget::{Budget, Kept, Turn};
 use egress::Egress;
 use host::Waiter;
@@ -160,12 +163,26 @@ impl Limiter {
         on_cooldown: Option<OnCooldown>,
         refused: Option<&'static str>,
     ) -> Result<Permit, Refusal> {
-        let key = host_key(host, port);
+        self.admit_for(&BudgetKey::of_host(host, port), on_cooldown, refused)
+            .await
+    }
+
+    /// Like [`Limiter::admit_asking`], spending the budget of `key` (a `host:port`, or a domain or
+    /// address that several names share).
+    pub async fn admit_for(
+        self: &Arc<Self>,
+        key: &BudgetKey,
+        on_cooldown: Option<OnCooldown>,
+        refused: Option<&'static str>,
+    ) -> Result<Permit, Refusal> {
         let (entry, rx, deadline, arrived) = loop {
-            let entry = self.host(&key, host, port);
+            let entry = self.host(key);
             let mut state = entry.lock();
             if state.retired {
                 continue;
+            }
+            if let Some(names) = &mut state.names {
+                names.note(key);
             }
             if self.shutting_down.load(Ordering::Acquire) {
                 return Err(Refusal::ShuttingDown);
@@ -261,15 +278,17 @@ impl Limiter {
         }
     }
 
-    fn host(&self, key: &str, host: &str, port: u16) -> Arc<Host> {
-        if let Some(found) = self.hosts.get(key) {
+    /// The entry of `key`, made (with the policy of `key`'s name) if the table has none.
+    fn host(&self, key: &BudgetKey) -> Arc<Host> {
+        if let Some(found) = self.hosts.get(key.key.as_str()) {
             return found.value().clone();
         }
-        let policy = self.config().policy_for(host, port);
-        let key: Arc<str> = Arc::from(key);
+        let policy = self.config().policy_for(&key.host, key.port);
+        // The table's key and the host's are one allocation.
+        let fresh = Arc::new(Host::new(key, policy, Instant::now()));
         self.hosts
-            .entry(key.clone())
-            .or_insert_with(|| Arc::new(Host::new(key, port, policy, Instant::now())))
+            .entry(fresh.key.clone())
+            .or_insert(fresh)
             .value()
             .clone()
     }
@@ -300,7 +319,8 @@ impl Limiter {
         self.budget.persist_signal().notified().await
     }
 
-    /// Whether the table knows the host with this key (`host:port`, as [`Permit::host_key`]).
+    /// Whether the table knows the budget with this key (`host:port`, a domain or an address, as
+    /// [`Permit::host_key`]).
     pub fn knows(&self, key: &str) -> bool {
         self.hosts.contains_key(key)
     }
@@ -325,15 +345,6 @@ impl Limiter {
     /// How many hosts are in the table.
     pub fn host_count(&self) -> usize {
         self.hosts.len()
-    }
-}
-
-/// The canonical key of a target: lowercased host, explicit port, IPv6 in brackets.
-pub fn host_key(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
     }
 }
 

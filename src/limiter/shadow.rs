@@ -161,8 +161,7 @@ mod tests {
             ..HostPolicy::default()
         };
         Host::new(
-            Arc::from("shadow.test:80"),
-            80,
+            &crate::keys::BudgetKey::of_host("shadow.test", 80),
             Arc::new(policy),
             Instant::now(),
         )

@@ -12,20 +12,26 @@ use tracing::{info, warn};
 
 use super::host::{Host, Waiter};
 use super::refusal::refuse_queue;
-use super::{host_key, HostStats, Limiter, Refusal, ShadowCounts};
-use crate::config::{Config, HostPolicy};
+use super::{host_key, BudgetKey, HostStats, Limiter, Refusal, ShadowCounts};
+use crate::config::{Config, HostPolicy, KeyMode};
 use crate::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
 use crate::shared::StoreAction;
 
 /// One host as the operator sees it.
 #[derive(Debug, Clone)]
 pub struct HostSnapshot {
-    /// `host:port`.
+    /// `host:port`, or the domain or address several names share.
     pub key: String,
-    /// The host part.
+    /// What the key was made from (`key`).
+    pub kind: KeyMode,
+    /// The host part (of the first name, for a shared key).
     pub host: String,
-    /// The port.
+    /// The port (of the first name, for a shared key).
     pub port: u16,
+    /// For a shared key: the names (`host:port`) seen sharing it, in order.
+    pub names: Vec<String>,
+    /// More names shared it than `names` lists.
+    pub names_truncated: bool,
     /// Its resolved policy.
     pub policy: Arc<HostPolicy>,
     /// The rate in effect (after the operator's rate and the server's caps).
@@ -102,10 +108,13 @@ pub enum OperatorError {
 /// What a restart must not forget about one host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostRecord {
-    /// The host part of the key.
+    /// The host part of the key (of the first name, for a shared key).
     pub host: String,
     /// The port.
     pub port: u16,
+    /// A key several names share (a domain or an address) and what it was made from; `None`:
+    /// `host:port`.
+    pub shared_key: Option<(String, KeyMode)>,
     /// The pacing state worth keeping.
     pub pacing: PacingRecord,
     /// Whether the operator's rate was forced.
@@ -123,9 +132,27 @@ impl Limiter {
 
     /// One host, if known.
     pub fn snapshot(&self, host: &str, port: u16) -> Option<HostSnapshot> {
-        let key = host_key(host, port);
-        let entry = self.hosts.get(key.as_str())?.value().clone();
+        self.snapshot_by_key(&host_key(host, port))
+    }
+
+    /// The budget with this table key (`host:port`, a domain or an address), if known.
+    pub fn snapshot_by_key(&self, key: &str) -> Option<HostSnapshot> {
+        let entry = self.hosts.get(key)?.value().clone();
         Some(snapshot_of(&entry))
+    }
+
+    /// The key of the known budget whose table key is `key` (`host:port`, a domain or an
+    /// address).
+    pub fn known_key(&self, key: &str) -> Option<BudgetKey> {
+        let host = self.hosts.get(key)?.value().clone();
+        let state = host.lock();
+        let (name, port) = host.policy_name(&state);
+        Some(BudgetKey {
+            key: host.key.to_string(),
+            kind: host.kind,
+            host: name,
+            port,
+        })
     }
 
     /// Applies an operator's action to `host`:`port` (known or not) and returns the host after it.
@@ -135,13 +162,22 @@ impl Limiter {
         port: u16,
         action: OperatorAction,
     ) -> Result<HostSnapshot, OperatorError> {
-        let key = host_key(host, port);
+        self.operate_on(&BudgetKey::of_host(host, port), action)
+    }
+
+    /// Applies an operator's action to the budget of `key` (known or not) and returns it after.
+    pub fn operate_on(
+        &self,
+        key: &BudgetKey,
+        action: OperatorAction,
+    ) -> Result<HostSnapshot, OperatorError> {
         let entry = loop {
-            let entry = self.host(&key, host, port);
+            let entry = self.host(key);
             if !entry.lock().retired {
                 break entry;
             }
         };
+        let key = &key.key;
         let now = Instant::now();
         let mut refused: Vec<(Waiter, Refusal)> = Vec::new();
         {
@@ -188,9 +224,19 @@ impl Limiter {
     /// Caps `host`:`port` at `rate` (1 / robots.txt Crawl-delay) or lifts the cap; returns
     /// whether that changed anything.
     pub fn set_robots_cap(&self, host: &str, port: u16, rate: Option<f64>) -> bool {
-        let key = host_key(host, port);
-        let entry = self.host(&key, host, port);
+        self.set_robots_cap_for(&BudgetKey::of_host(host, port), rate)
+    }
+
+    /// Caps the budget of `key` at `rate`, the Crawl-delay of `key`'s name, or lifts that name's
+    /// cap; a budget several names share keeps to the strictest of theirs. Returns whether that
+    /// changed anything.
+    pub fn set_robots_cap_for(&self, key: &BudgetKey, rate: Option<f64>) -> bool {
+        let entry = self.host(key);
         let mut state = entry.lock();
+        let rate = match &mut state.names {
+            Some(names) => names.set_cap(key, rate),
+            None => rate,
+        };
         if state.pacing.robots_cap() == rate {
             return false;
         }
@@ -224,9 +270,10 @@ impl Limiter {
         let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
         let now = Instant::now();
         for host in &hosts {
-            let policy = config.policy_for(host.name(), host.port);
             {
                 let mut state = host.lock();
+                let (name, port) = host.policy_name(&state);
+                let policy = config.policy_for(&name, port);
                 let old = state.policy.clone();
                 state.pacing.apply_policy(&old, &policy, now);
                 state.policy = policy;
@@ -251,9 +298,12 @@ impl Limiter {
                 || record.rate_override.is_some()
                 || (record.rate - fresh_rate).abs() > 1e-9;
             if worth_keeping {
+                let (name, port) = host.policy_name(&state);
                 out.push(HostRecord {
-                    host: host.name().to_string(),
-                    port: host.port,
+                    shared_key: (host.kind != KeyMode::Host)
+                        .then(|| (host.key.to_string(), host.kind)),
+                    host: name,
+                    port,
                     pacing: record,
                     forced: state.forced,
                 });
@@ -267,8 +317,16 @@ impl Limiter {
     pub fn restore(&self, records: &[HostRecord]) {
         let now = Instant::now();
         for record in records {
-            let key = host_key(&record.host, record.port);
-            let entry = self.host(&key, &record.host, record.port);
+            let key = match &record.shared_key {
+                Some((key, kind)) => BudgetKey {
+                    key: key.clone(),
+                    kind: *kind,
+                    host: record.host.clone(),
+                    port: record.port,
+                },
+                None => BudgetKey::of_host(&record.host, record.port),
+            };
+            let entry = self.host(&key);
             let mut state = entry.lock();
             let policy = state.policy.clone();
             state.pacing.restore(&record.pacing, &policy, now);
@@ -291,10 +349,14 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
     let now = Instant::now();
     let state = host.lock();
     let block = state.pacing.block(now);
+    let (name, port) = host.policy_name(&state);
     HostSnapshot {
         key: host.key.to_string(),
-        host: host.name().to_string(),
-        port: host.port,
+        kind: host.kind,
+        host: name,
+        port,
+        names: state.names.as_ref().map(|n| n.list()).unwrap_or_default(),
+        names_truncated: state.names.as_ref().is_some_and(|n| n.truncated),
         policy: state.policy.clone(),
         rate: state.pacing.effective_rate(now),
         own_rate: state.pacing.rate(),

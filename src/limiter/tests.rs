@@ -576,3 +576,56 @@ async fn a_global_rate_caps_all_hosts_together_in_arrival_order() {
         "arrival order across hosts"
     );
 }
+
+/// Names sharing a key (`key = "domain"`) spend one budget: one rate for both, the strictest
+/// Crawl-delay of either, and one record that a restart puts back under the same key.
+#[tokio::test(start_paused = true)]
+async fn names_sharing_a_key_spend_one_budget_and_restore_under_it() {
+    use crate::config::KeyMode;
+    let limiter = limiter_with(policy(2.0, 1, 4), 64);
+    let a = BudgetKey::without_lookup("a.shop.test", 80, KeyMode::Domain).unwrap();
+    let b = BudgetKey::without_lookup("b.shop.test", 8443, KeyMode::Domain).unwrap();
+    let start = Instant::now();
+    for key in [&a, &b, &a] {
+        limiter
+            .admit_for(key, None, None)
+            .await
+            .unwrap()
+            .mark_sent();
+    }
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(1),
+        "two turns of one 2/s budget"
+    );
+    assert_eq!(limiter.host_count(), 1);
+    let snap = limiter.snapshot_by_key("shop.test").unwrap();
+    assert_eq!(snap.kind, KeyMode::Domain);
+    assert_eq!(snap.names, ["a.shop.test:80", "b.shop.test:8443"]);
+    assert_eq!((snap.host.as_str(), snap.port), ("a.shop.test", 80));
+
+    assert!(limiter.set_robots_cap_for(&a, Some(0.5)));
+    assert!(limiter.set_robots_cap_for(&b, Some(0.25)));
+    assert!(!limiter.set_robots_cap_for(&a, None), "b's cap still holds");
+    assert_eq!(limiter.snapshot_by_key("shop.test").unwrap().rate, 0.25);
+
+    limiter
+        .operate_on(&b, OperatorAction::Pause(Duration::from_secs(60)))
+        .unwrap();
+    let records = limiter.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0].shared_key,
+        Some(("shop.test".to_string(), KeyMode::Domain))
+    );
+    let again = limiter_with(policy(2.0, 1, 4), 64);
+    again.restore(&records);
+    assert_eq!(
+        again.snapshot_by_key("shop.test").unwrap().state(),
+        "paused"
+    );
+    assert!(matches!(
+        again.admit_for(&b, None, None).await,
+        Err(Refusal::CoolingDown { .. })
+    ));
+}

@@ -229,10 +229,18 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let admitted = self
-            .limiter
-            .admit_with(&target.host, target.port, choice)
-            .await;
+        let policy = self.config.get().policy_for(&target.host, target.port);
+        let budget = match self.budget_key(&target, &policy).await {
+            Ok(budget) => budget,
+            Err(failure) => {
+                warn!(
+                    error = failure.kind.token(),
+                    "tunnel refused: {}", failure.details
+                );
+                return;
+            }
+        };
+        let admitted = self.limiter.admit_for(&budget, choice, None).await;
         let mut permit = match admitted {
             Ok(p) => p,
             Err(refusal) => {

@@ -94,6 +94,10 @@ impl Proxy {
         connect_choice: Option<OnCooldown>,
     ) -> (Response<ProxyBody>, Option<Incoming>) {
         let host_policy = self.config.get().policy_for(&target.host, target.port);
+        let budget = match self.budget_key(&target, &host_policy).await {
+            Ok(budget) => budget,
+            Err(failure) => return (failure.into_response(), Some(req.into_body())),
+        };
         // A report-only host (`enforce = false`) is told what would have refused the request, and
         // the request goes on.
         let mut shadow_refused = None;
@@ -110,7 +114,8 @@ impl Proxy {
         }
         if host_policy.obey_robots && req.uri().path() != "/robots.txt" && shadow_refused.is_none()
         {
-            if let Some(refused) = self.obey_robots(&req, &target, &host_policy).await {
+            let robots = self.obey_robots(&req, &target, &budget, &host_policy).await;
+            if let Some(refused) = robots {
                 if host_policy.enforce {
                     return (refused, Some(req.into_body()));
                 }
@@ -146,9 +151,8 @@ impl Proxy {
         loop {
             let admitted = self
                 .limiter
-                .admit_asking(
-                    &target.host,
-                    target.port,
+                .admit_for(
+                    &budget,
                     if attempt > 0 || fresh_retry {
                         Some(OnCooldown::Hold)
                     } else {
@@ -160,7 +164,7 @@ impl Proxy {
             let permit = match admitted {
                 Ok(p) => {
                     if let Some(verdict) = p.shadow() {
-                        self.metrics.shadow(&target.key(), &verdict);
+                        self.metrics.shadow(&budget.key, &verdict);
                         if verdict.waits || verdict.would_refuse.is_some() || verdict.inside_window
                         {
                             info!(
@@ -175,10 +179,9 @@ impl Proxy {
                 }
                 Err(refusal) => {
                     info!(reason = ?refusal, "refused locally");
-                    let key = target.key();
-                    self.metrics.refusal(&key, &refusal);
+                    self.metrics.refusal(&budget.key, &refusal);
                     let unread = first.take().and_then(|r| r.into_body().into_client_body());
-                    return (response::refusal(&refusal, &key), unread);
+                    return (response::refusal(&refusal, &budget.key), unread);
                 }
             };
             let request = match (first.take(), &replay) {

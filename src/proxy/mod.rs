@@ -77,8 +77,9 @@ pub(crate) mod testing {
 use crate::alerts::Alerts;
 use crate::body::ProxyBody;
 use crate::cache;
-use crate::config::LiveConfig;
+use crate::config::{HostPolicy, LiveConfig};
 use crate::connections::Connections;
+use crate::keys::{BudgetKey, Keyer};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::resolve::Resolver;
@@ -87,6 +88,16 @@ use crate::robots::RobotsCache;
 use crate::tls::Interceptor;
 use blocked::Blocks;
 
+/// How courtesy reaches origins: names resolved through `keyer`'s resolver (so that a connection
+/// goes to the address a `key = "ip"` budget was made from), upstream TLS verified with `tls`.
+#[derive(Debug)]
+pub struct UpstreamSetup {
+    /// Makes budget keys; its resolver is the connector's.
+    pub keyer: Keyer,
+    /// The verified upstream TLS config.
+    pub tls: rustls::ClientConfig,
+}
+
 /// Everything the service needs, shared by every connection.
 #[derive(Debug)]
 pub struct Proxy {
@@ -94,6 +105,7 @@ pub struct Proxy {
     limiter: Arc<Limiter>,
     client: upstream::Upstream,
     resolver: Resolver,
+    keyer: Keyer,
     interceptor: Arc<Interceptor>,
     metrics: Arc<Metrics>,
     blocks: Arc<Blocks>,
@@ -104,29 +116,34 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Builds the service state: the pooled upstream client (verifying upstream TLS with
-    /// `upstream_tls`), the interceptor for CONNECTs, and the loop guard for `own_addrs`. Work that
-    /// outlives a request (CONNECT tunnels) runs under `connections`, so shutdown waits for it.
-    /// Per-request settings are read from `config` when the request comes, so a reload reaches them; the
-    /// timeouts of the connector are fixed at start.
+    /// Builds the service state: the pooled upstream client (see [`UpstreamSetup`]), the
+    /// interceptor for CONNECTs, and the loop guard for `own_addrs`. Work that outlives a request
+    /// (CONNECT tunnels) runs under `connections`, so shutdown waits for it. Per-request settings
+    /// are read from `config` when the request comes, so a reload reaches them; the timeouts of
+    /// the connector are fixed at start.
     pub fn new(
         config: LiveConfig,
         limiter: Arc<Limiter>,
         own_addrs: Vec<SocketAddr>,
         interceptor: Arc<Interceptor>,
-        upstream_tls: rustls::ClientConfig,
+        upstream: UpstreamSetup,
         metrics: Arc<Metrics>,
         connections: Connections,
     ) -> Self {
+        let UpstreamSetup {
+            keyer,
+            tls: upstream_tls,
+        } = upstream;
         let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
         let start = config.get();
-        let resolver = Resolver::new(start.proxy.connect_timeout);
+        let resolver = keyer.resolver().clone();
         let client = upstream::client(&start, resolver.clone(), upstream_tls);
         Proxy {
             config,
             limiter,
             client,
             resolver,
+            keyer,
             interceptor,
             blocks: Arc::new(Blocks::new(metrics.clone(), alerts)),
             metrics,
@@ -138,6 +155,20 @@ impl Proxy {
             loops: loops::LoopGuard::new(own_addrs),
             connections,
         }
+    }
+
+    /// The budget a request to `target` spends under `policy` (the rule matching it): its
+    /// `host:port`, its registrable domain, or the address it connects to (looked up here, which
+    /// can fail like any lookup).
+    async fn budget_key(
+        &self,
+        target: &target::Target,
+        policy: &HostPolicy,
+    ) -> Result<BudgetKey, failure::Failure> {
+        self.keyer
+            .key(&target.host, target.port, policy.key)
+            .await
+            .map_err(|e| failure::Failure::of_dns(&e))
     }
 
     /// Forgets expired robots.txt answers (called by the idle-host sweeper).

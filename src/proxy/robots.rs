@@ -14,6 +14,7 @@ use super::upstream::UpstreamBody;
 use super::Proxy;
 use crate::body::ProxyBody;
 use crate::config::HostPolicy;
+use crate::keys::BudgetKey;
 use crate::limiter::Refusal;
 use crate::response::{self, ProxyError};
 use crate::robots::{self, Fetched, Step, Verdict};
@@ -34,6 +35,7 @@ impl Proxy {
         &self,
         req: &Request<Incoming>,
         target: &Target,
+        budget: &BudgetKey,
         policy: &HostPolicy,
     ) -> Option<Response<ProxyBody>> {
         let scheme = req.uri().scheme_str().unwrap_or("http");
@@ -59,8 +61,8 @@ impl Proxy {
                             // The host refuses every request right now (a cooldown in reject mode):
                             // this one gets that answer, and a later request fetches robots.txt.
                             drop(guard);
-                            self.metrics.refusal(&target.key(), &refusal);
-                            return Some(response::refusal(&refusal, &target.key()));
+                            self.metrics.refusal(&budget.key, &refusal);
+                            return Some(response::refusal(&refusal, &budget.key));
                         }
                         Err(NotFetched::Untrusted(failure)) => {
                             // courtesy's own trust is the problem, not the host or its robots.txt:
@@ -77,7 +79,7 @@ impl Proxy {
             Verdict::Allowed { crawl_delay } => {
                 let max = policy.max_crawl_delay.as_secs_f64();
                 let cap = crawl_delay.filter(|d| *d > 0.0).map(|d| 1.0 / d.min(max));
-                if self.limiter.set_robots_cap(&target.host, target.port, cap) {
+                if self.limiter.set_robots_cap_for(budget, cap) {
                     match crawl_delay {
                         Some(d) if d > max => warn!(
                             crawl_delay_s = d,
@@ -115,9 +117,14 @@ impl Proxy {
             let Ok(next) = Target::of_any(&uri) else {
                 return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
             };
+            let policy = self.config.get().policy_for(&next.host, next.port);
+            let budget = match self.budget_key(&next, &policy).await {
+                Ok(budget) => budget,
+                Err(failure) => return Ok(Fetched::Unreachable(failure.details)),
+            };
             let permit = self
                 .limiter
-                .admit(&next.host, next.port)
+                .admit_for(&budget, None, None)
                 .await
                 .map_err(NotFetched::Refused)?;
             let mut request = Request::new(UpstreamBody::Empty);

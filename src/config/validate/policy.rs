@@ -164,6 +164,9 @@ impl Validator<'_> {
         if let Some(x) = self.choice(&file.https, label, "https") {
             p.https = x;
         }
+        if let Some(x) = self.choice(&file.key, label, "key") {
+            p.key = x;
+        }
         if let Some(v) = &file.enforce {
             p.enforce = *v.get_ref();
         }

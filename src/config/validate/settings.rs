@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use toml::Spanned;
 
@@ -9,6 +10,7 @@ use super::Validator;
 use crate::config::file::{FileAdmin, FileAlerts, FileProxy, FileShared};
 use crate::config::pattern::parse_network;
 use crate::config::{AdminSettings, AlertSettings, ProxySettings, SharedSettings};
+use crate::resolve::StaticHosts;
 use std::time::Duration;
 
 impl Validator<'_> {
@@ -103,6 +105,24 @@ impl Validator<'_> {
                     path.span().start,
                     &format!("[proxy] upstream_ca: no such file {:?}", path.get_ref()),
                 );
+            }
+        }
+        if let Some(path) = &file.hosts_file {
+            let resolved = expand_home(path.get_ref());
+            let read = std::fs::read_to_string(&resolved)
+                .map_err(|e| e.to_string())
+                .and_then(|text| {
+                    StaticHosts::parse(&text).map_err(|(line, what)| format!("line {line}: {what}"))
+                });
+            match read {
+                Ok(hosts) => {
+                    p.hosts_file = Some(resolved);
+                    p.static_hosts = Arc::new(hosts);
+                }
+                Err(e) => self.error(
+                    path.span().start,
+                    &format!("[proxy] hosts_file {:?}: {e}", path.get_ref()),
+                ),
             }
         }
         if let Some(list) = &file.connect_ports {
