@@ -12,6 +12,7 @@
 //! | `reload` | re-reading the config file and putting it in force |
 //! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; the config in force |
 //! | [`proxy`] | the proxy service: forwarding, the paced send, CONNECT, robots.txt, the response store's use |
+//! | [`keys`] | which budget a request spends: `host:port`, its registrable domain or its address (`key`) |
 //! | [`limiter`] | the host table, per-host FIFO, the dispatcher, the budget seam (local or shared), the global ceiling, report-only hosts: the only place requests wait |
 //! | `shared` | the shared budget's store (Redis): the scripts, the hints, the heartbeat, fallback |
 //! | [`policy`] | pure per-host pacing state: token bucket, AIMD rate, cooldowns, blocks; takes `now` |
@@ -19,7 +20,7 @@
 //! | `blocks` | what a block page looks like: markers, the body scan, block redirects |
 //! | `body` | the body of every response courtesy sends, holding the request's permit while it streams |
 //! | `response` | locally made responses with `Proxy-Status` (RFC 9209) |
-//! | `resolve` | DNS with a timeout, so DNS failures get their own `Proxy-Status` |
+//! | `resolve` | DNS with a timeout, so DNS failures get their own `Proxy-Status`; `hosts_file`; the addresses `ip` keys were made from, held for their TTLs |
 //! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
 //! | `robots` | robots.txt rules, cache and verdicts (the fetch itself is the proxy's) |
 //! | `cache` | the on-disk response store (`cache = "revalidate" \| "dev"`) |

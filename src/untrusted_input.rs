@@ -1,6 +1,6 @@
 //! Property tests of every parser that reads what others send: request targets and CONNECT
-//! authorities, `Retry-After`, RateLimit headers, robots.txt, the first bytes inside a CONNECT,
-//! admin API paths and config files. For arbitrary input each must answer (a value or an error)
+//! authorities, the budget key made of a request's host, `Retry-After`, RateLimit headers,
+//! robots.txt, the first bytes inside a CONNECT, admin API paths, config and hosts files. For arbitrary input each must answer (a value or an error)
 //! without panicking, within a bounded time, and without output larger than its input allows.
 
 use std::time::{Duration, Instant, SystemTime};
@@ -51,6 +51,22 @@ proptest! {
                 Ok(())
             })?;
         }
+    }
+
+    #[test]
+    fn budget_keys_of_request_hosts(text in texty()) {
+        if let Ok(uri) = text.parse::<Uri>() {
+            if let Some(host) = uri.host() {
+                let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
+                let key = bounded("a domain key", || crate::keys::domain_key(&host));
+                prop_assert!(key.len() <= host.len() + 2, "{} -> {}", host, key);
+            }
+        }
+    }
+
+    #[test]
+    fn hosts_files(text in texty()) {
+        bounded("a hosts file", || crate::resolve::StaticHosts::parse(&text).map(|h| h.len()).ok());
     }
 
     #[test]

@@ -63,6 +63,14 @@ impl Default for Pins {
 }
 
 impl Pins {
+    /// Pins whose answers come from `dns` (a test's own name server).
+    #[cfg(test)]
+    fn with_dns(dns: TokioResolver) -> Self {
+        let pins = Pins::default();
+        let _ = pins.dns.set(Some(dns));
+        pins
+    }
+
     /// The address connections to `name` go to, if a key was made from one that still stands.
     pub(crate) fn steering(&self, name: &str) -> Option<IpAddr> {
         if !self.any.load(Ordering::Acquire) {
@@ -183,6 +191,77 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("no-such-host.invalid"), "{err}");
+    }
+
+    /// A name server on loopback that answers every A query for any name with `answer` and a
+    /// TTL of 1 s, counting the queries.
+    async fn name_server(
+        answer: std::sync::Arc<Mutex<std::net::Ipv4Addr>>,
+        asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) -> std::net::SocketAddr {
+        use hickory_resolver::proto::op::{Message, MessageType};
+        use hickory_resolver::proto::rr::{rdata::A, RData, Record};
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+                let Ok(query) = Message::from_vec(&buf[..n]) else {
+                    continue;
+                };
+                asked.fetch_add(1, Ordering::SeqCst);
+                let mut reply = Message::new();
+                reply
+                    .set_id(query.id())
+                    .set_message_type(MessageType::Response)
+                    .set_recursion_available(true);
+                for q in query.queries() {
+                    reply.add_query(q.clone());
+                    if q.query_type() == hickory_resolver::proto::rr::RecordType::A {
+                        let ip = *answer.lock().unwrap();
+                        reply.add_answer(Record::from_rdata(q.name().clone(), 1, RData::A(A(ip))));
+                    }
+                }
+                if let Ok(bytes) = reply.to_vec() {
+                    let _ = socket.send_to(&bytes, from).await;
+                }
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_pin_lives_as_long_as_the_answer_s_ttl() {
+        use hickory_resolver::config::{NameServerConfigGroup, ResolverConfig};
+        use hickory_resolver::name_server::TokioConnectionProvider;
+        let answer = std::sync::Arc::new(Mutex::new(std::net::Ipv4Addr::new(127, 0, 0, 31)));
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let server = name_server(answer.clone(), asked.clone()).await;
+        let config = ResolverConfig::from_parts(
+            None,
+            vec![],
+            NameServerConfigGroup::from_ips_clear(&[server.ip()], server.port(), true),
+        );
+        let dns =
+            TokioResolver::builder_with_config(config, TokioConnectionProvider::default()).build();
+        let pins = Pins::with_dns(dns);
+        let timeout = Duration::from_secs(5);
+        let first = pins.address("moving.test.", timeout).await.unwrap();
+        assert_eq!(first.to_string(), "127.0.0.31");
+        // The site moves; within the TTL the key (and the connection) stay where they were.
+        *answer.lock().unwrap() = std::net::Ipv4Addr::new(127, 0, 0, 32);
+        assert_eq!(pins.address("moving.test.", timeout).await.unwrap(), first);
+        assert_eq!(pins.steering("moving.test."), Some(first));
+        let queries = asked.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        let moved = pins.address("moving.test.", timeout).await.unwrap();
+        assert_eq!(
+            moved.to_string(),
+            "127.0.0.32",
+            "asked again once the TTL ran out"
+        );
+        assert!(asked.load(Ordering::SeqCst) > queries);
+        assert_eq!(pins.steering("moving.test."), Some(moved));
     }
 
     #[test]
