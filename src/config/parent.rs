@@ -76,9 +76,11 @@ impl UpstreamProxy {
             "socks5" => ParentScheme::Socks5,
             "socks5h" => ParentScheme::Socks5h,
             "https" => {
-                return Err("https:// parents (TLS to the proxy itself) are not supported; \
+                return Err(
+                    "https:// parents (TLS to the proxy itself) are not supported; \
                             use http:// (https targets still go end to end through CONNECT)"
-                    .into())
+                        .into(),
+                )
             }
             other => {
                 return Err(format!(
@@ -249,7 +251,10 @@ mod tests {
         assert_eq!(p.scheme, ParentScheme::Http);
         assert_eq!(p.endpoint(), "proxy.corp:3128");
         let c = p.credentials.as_ref().unwrap();
-        assert_eq!((c.user.as_str(), c.password.as_str()), ("crawler", "s@cret"));
+        assert_eq!(
+            (c.user.as_str(), c.password.as_str()),
+            ("crawler", "s@cret")
+        );
         assert_eq!(p.to_string(), "http://crawler:***@proxy.corp:3128");
         assert!(!format!("{p:?}").contains("cret"));
         let s = UpstreamProxy::parse("socks5h://[::1]").unwrap();

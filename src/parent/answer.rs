@@ -128,7 +128,10 @@ mod tests {
         assert!(e.details.contains("ERR_CONNECT_FAIL"), "{}", e.details);
         let marked = response(
             502,
-            &[("proxy-status", "cdn; received-status=502, pool; error=connection_refused")],
+            &[(
+                "proxy-status",
+                "cdn; received-status=502, pool; error=connection_refused",
+            )],
         );
         let e = own_answer(&parent(), &marked).unwrap();
         assert_eq!(
@@ -139,7 +142,10 @@ mod tests {
         assert!(own_answer(&parent(), &response(503, &[])).is_none());
         let passed_on = response(
             502,
-            &[("proxy-status", "cdn; error=connection_refused, pool; received-status=502")],
+            &[(
+                "proxy-status",
+                "cdn; error=connection_refused, pool; received-status=502",
+            )],
         );
         assert!(own_answer(&parent(), &passed_on).is_none());
         assert!(own_answer(&parent(), &response(200, &[("x-squid-error", "x")])).is_none());

@@ -124,12 +124,17 @@ mod tests {
                 .unwrap();
             request
         });
-        handshake(&mut ours, &parent(), "a.test", 443).await.unwrap();
+        handshake(&mut ours, &parent(), "a.test", 443)
+            .await
+            .unwrap();
         let mut banner = [0u8; 6];
         ours.read_exact(&mut banner).await.unwrap();
         assert_eq!(&banner, b"BANNER");
         let request = parent_side.await.unwrap();
-        assert!(request.starts_with("CONNECT a.test:443 HTTP/1.1\r\n"), "{request}");
+        assert!(
+            request.starts_with("CONNECT a.test:443 HTTP/1.1\r\n"),
+            "{request}"
+        );
         assert!(request.contains("Proxy-Authorization: Basic dTpzZWNyZXQ=\r\n"));
     }
 

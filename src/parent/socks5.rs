@@ -136,7 +136,9 @@ where
         ([VERSION, NO_ACCEPTABLE_METHOD], _) => {
             let offered = match credentials {
                 Some(_) => "neither no authentication nor a user name and password",
-                None => "no authentication (it may want a user name and password in upstream_proxy)",
+                None => {
+                    "no authentication (it may want a user name and password in upstream_proxy)"
+                }
             };
             return Err(auth_failed(
                 parent,
@@ -166,10 +168,7 @@ where
         _ => return Err(garbled("bound address")),
     };
     let mut bound = [0u8; 257];
-    stream
-        .read_exact(&mut bound[..rest])
-        .await
-        .map_err(io)?;
+    stream.read_exact(&mut bound[..rest]).await.map_err(io)?;
     Ok(())
 }
 
@@ -189,7 +188,10 @@ fn refused(parent: &UpstreamProxy, error: ProxyError, details: String) -> Parent
 /// A SOCKS5 reply code other than "succeeded" (RFC 1928 section 6), as an RFC 9209 type.
 fn reply_error(parent: &UpstreamProxy, code: u8, address: &Address) -> ParentError {
     let (error, says) = match code {
-        1 => (ProxyError::DestinationUnavailable, "general SOCKS server failure"),
+        1 => (
+            ProxyError::DestinationUnavailable,
+            "general SOCKS server failure",
+        ),
         2 => (
             ProxyError::DestinationIpProhibited,
             "connection not allowed by ruleset",
@@ -203,7 +205,10 @@ fn reply_error(parent: &UpstreamProxy, code: u8, address: &Address) -> ParentErr
             ProxyError::ProxyConfigurationError,
             "address type not supported",
         ),
-        _ => (ProxyError::DestinationUnavailable, "an unassigned reply code"),
+        _ => (
+            ProxyError::DestinationUnavailable,
+            "an unassigned reply code",
+        ),
     };
     let target = match address {
         Address::Ip(a) => a.to_string(),
@@ -248,10 +253,7 @@ mod tests {
             assert_eq!((e.error, e.fault.kind), (error, ParentErrorKind::Refused));
             assert!(e.details.contains("p.test:1080") && e.details.contains("a.test:443"));
         }
-        assert_eq!(
-            reply_error(&p, 6, &to).status,
-            StatusCode::GATEWAY_TIMEOUT
-        );
+        assert_eq!(reply_error(&p, 6, &to).status, StatusCode::GATEWAY_TIMEOUT);
     }
 
     /// Plays the parent's side of a handshake: expects `expect` in order, answers `answers`.
@@ -282,7 +284,11 @@ mod tests {
                 [&[1u8, 3][..], b"ann", &[2], b"pw"].concat(),
                 connect,
             ],
-            vec![vec![5, 2], vec![1, 0], vec![5, 0, 0, 1, 127, 0, 0, 1, 0, 80]],
+            vec![
+                vec![5, 2],
+                vec![1, 0],
+                vec![5, 0, 0, 1, 127, 0, 0, 1, 0, 80],
+            ],
         ));
         handshake(&mut ours, &p, &Address::named("a.test", 443))
             .await
@@ -296,7 +302,10 @@ mod tests {
         let (mut ours, theirs) = tokio::io::duplex(1024);
         let script = tokio::spawn(parent_side(
             theirs,
-            vec![vec![5, 2, 0, 2], [&[1u8, 3][..], b"ann", &[2], b"pw"].concat()],
+            vec![
+                vec![5, 2, 0, 2],
+                [&[1u8, 3][..], b"ann", &[2], b"pw"].concat(),
+            ],
             vec![vec![5, 2], vec![1, 1]],
         ));
         let to = Address::Ip("127.0.0.1:80".parse().unwrap());
