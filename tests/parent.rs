@@ -90,7 +90,7 @@ async fn http_through_squid_with_credentials_is_paced_at_the_origin() {
         assert!(!arrival.headers.contains_key("proxy-authorization"));
     }
     let log = squid.access_log();
-    assert_eq!(log.matches(&format!("TCP_MISS/200")).count(), 5, "{log}");
+    assert_eq!(log.matches("TCP_MISS/200").count(), 5, "{log}");
     assert!(log.contains(USER), "{log}");
 }
 

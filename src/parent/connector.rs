@@ -1,21 +1,18 @@
 //! The connector of the pooled client for one parent: for an `http://` target through an HTTP
-//! parent, a plain connection to the parent marked as proxied (so the client sends absolute-form
-//! requests to it); for everything else, a tunnel through the parent ([`super::open`]), over
-//! which hyper-rustls then speaks TLS to the target end to end.
+//! parent, a plain connection to the parent (which `proxy/reuse.rs` marks as proxied, so the
+//! client sends absolute-form requests on it); for everything else, a tunnel through the parent
+//! ([`super::open`]), over which hyper-rustls then speaks TLS to the target end to end.
 //!
 //! The client pools connections by the target's scheme and authority, so a connection opened for
 //! one target only ever carries that target's requests, whatever parent it runs through.
 
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
-use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -47,9 +44,9 @@ impl ParentConnector {
 }
 
 impl tower::Service<Uri> for ParentConnector {
-    type Response = ParentStream;
+    type Response = TokioIo<TcpStream>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<ParentStream, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         Poll::Ready(Ok(()))
@@ -78,73 +75,10 @@ impl tower::Service<Uri> for ParentConnector {
                 )
                 .await
                 .unwrap_or_else(|_| Err(ParentError::timed_out(&this.parent, this.timeout)))?;
-                return Ok(ParentStream::new(tcp, true));
+                return Ok(TokioIo::new(tcp));
             }
             let tcp = open(&this.parent, host, port, &this.resolver, this.timeout).await?;
-            Ok(ParentStream::new(tcp, false))
+            Ok(TokioIo::new(tcp))
         })
-    }
-}
-
-/// A connection through a parent: to the parent itself for absolute-form requests (`proxied`),
-/// or a tunnel to the target.
-#[derive(Debug)]
-pub(crate) struct ParentStream {
-    io: TokioIo<TcpStream>,
-    proxied: bool,
-}
-
-impl ParentStream {
-    fn new(tcp: TcpStream, proxied: bool) -> Self {
-        ParentStream {
-            io: TokioIo::new(tcp),
-            proxied,
-        }
-    }
-}
-
-impl Connection for ParentStream {
-    fn connected(&self) -> Connected {
-        self.io.inner().connected().proxy(self.proxied)
-    }
-}
-
-impl Read for ParentStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl Write for ParentStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
     }
 }

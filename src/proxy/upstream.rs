@@ -14,7 +14,7 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::reuse::Counting;
-use crate::config::{Config, Route, UpstreamProxy};
+use crate::config::{Config, ParentScheme, Route, UpstreamProxy};
 use crate::parent::ParentConnector;
 use crate::resolve::{Connector, Resolver};
 
@@ -63,7 +63,13 @@ impl Upstreams {
         let client = self
             .parents
             .entry(parent.clone())
-            .or_insert_with(|| pooled(self.idle, tls_over(self.tls.clone(), connector)))
+            .or_insert_with(|| {
+                let counting = match parent.scheme {
+                    ParentScheme::Http => Counting::forwarding(connector),
+                    ParentScheme::Socks5 | ParentScheme::Socks5h => Counting::new(connector),
+                };
+                pooled(self.idle, tls_over(self.tls.clone(), counting))
+            })
             .clone();
         client.request(request)
     }
@@ -83,16 +89,19 @@ fn client(config: &Config, resolver: Resolver, tls: rustls::ClientConfig) -> Ups
     connector.set_connect_timeout(Some(config.proxy.connect_timeout));
     connector.set_nodelay(true);
     connector.enforce_http(false);
-    pooled(config.proxy.idle_host, tls_over(tls, connector))
+    pooled(
+        config.proxy.idle_host,
+        tls_over(tls, Counting::new(connector)),
+    )
 }
 
-/// `connector`'s connections, counted, with TLS to `https://` targets verified by `tls`.
-fn tls_over<C>(tls: rustls::ClientConfig, connector: C) -> HttpsConnector<Counting<C>> {
+/// `connector`'s connections with TLS to `https://` targets verified by `tls`.
+fn tls_over<C>(tls: rustls::ClientConfig, connector: Counting<C>) -> HttpsConnector<Counting<C>> {
     hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(Counting(connector))
+        .wrap_connector(connector)
 }
 
 /// A pooled client over `connector`, idle connections closed after [`upstream_idle_timeout`].
