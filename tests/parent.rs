@@ -434,3 +434,37 @@ fn bad_upstream_proxy_values_are_reported_with_file_line_and_key() {
     );
     assert_eq!(ok.policy_for("x.corp", 443).upstream.to_string(), "direct");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blind_tunnels_go_through_the_parent_too() {
+    let Some(squid) = ParentProxy::squid(None) else {
+        return;
+    };
+    let (origin, origin_ca) = https_origin(&squid.dir).await;
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nupstream_proxy = \"http://127.0.0.1:{}\"\nconnect_ports = [{}]\n\
+         [defaults]\nhttps = \"tunnel\"\n",
+        squid.port,
+        origin.addr.port()
+    ))
+    .await;
+    // A blind tunnel: the client speaks TLS with the origin itself, trusting the origin's CA.
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{}", courtesy.addr)).unwrap())
+        .tls_backend_preconfigured(client_tls_trusting(&origin_ca))
+        .build()
+        .unwrap();
+    let got = client
+        .get(format!("https://{}/blind", origin.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.text().await.unwrap(), "secure");
+    drop(client);
+    let connect = format!("CONNECT 127.0.0.1:{}", origin.addr.port());
+    let logged = eventually(Duration::from_secs(10), || {
+        squid.access_log().contains(&connect)
+    })
+    .await;
+    assert!(logged, "{}", squid.access_log());
+}

@@ -330,13 +330,14 @@ impl Metrics {
             .observe(waited.as_secs_f64());
     }
 
-    /// Counts a failure of the parent proxy `parent` (`host:port`) of `kind`; `host`, when a
-    /// request (not a tunnel) was failed, also counts it as `upstream_proxy_failed`.
+    /// Counts a failure of the parent proxy `parent` (`host:port`) of `kind` (one of a closed
+    /// set, `ParentErrorKind::label`); `host`, when a request (not a tunnel) was failed, also
+    /// counts it as `upstream_proxy_failed`.
     pub(crate) fn parent_failure(
         &self,
         host: Option<(&str, Duration)>,
         parent: &str,
-        kind: crate::parent::ParentErrorKind,
+        kind: &'static str,
     ) {
         if let Some((host, waited)) = host {
             self.unanswered(host, waited, "upstream_proxy_failed");
@@ -344,7 +345,7 @@ impl Metrics {
         self.parent_errors
             .get_or_create(&ParentLabels {
                 parent: parent.to_string(),
-                kind: kind.label(),
+                kind,
             })
             .inc();
     }

@@ -5,10 +5,11 @@
 //!
 //! - a **407** is always the parent's: courtesy never sends the target proxy credentials, and a
 //!   407 is addressed to a proxy's client, which is courtesy;
-//! - a **502, 503 or 504** is the parent's when it carries `X-Squid-Error` (Squid's own error
+//! - any other **4xx or 5xx** is the parent's when it carries `X-Squid-Error` (Squid's own error
 //!   pages, and those of proxies that imitate it), or a `Proxy-Status` whose **last** member has
 //!   an `error` parameter: RFC 9209 appends each intermediary's member, so the last is the hop
-//!   nearest courtesy, the parent, and an `error` there says that hop made the response;
+//!   nearest courtesy, the parent, and an `error` there says that hop made the response (a
+//!   parent's 403 thus never counts towards the target's hard block);
 //! - everything else is the target's, and is the target's feedback as on a direct connection.
 //!
 //! An error page of a parent that says nothing of itself (no Proxy-Status, no X-Squid-Error)
@@ -37,15 +38,11 @@ pub(crate) fn own_answer<B>(parent: &UpstreamProxy, response: &Response<B>) -> O
                  or not accepted"
             ),
         ),
-        502..=504
+        400..=599
             if headers.contains_key("x-squid-error")
                 || parent_status.is_some_and(last_member_is_an_error) =>
         {
-            let error = if status == 504 {
-                ProxyError::ConnectionTimeout
-            } else {
-                ProxyError::DestinationUnavailable
-            };
+            let error = ParentError::declined(status);
             let said = headers
                 .get("x-squid-error")
                 .and_then(|v| v.to_str().ok())
@@ -149,6 +146,10 @@ mod tests {
         );
         assert!(own_answer(&parent(), &passed_on).is_none());
         assert!(own_answer(&parent(), &response(200, &[("x-squid-error", "x")])).is_none());
+        let denied = response(403, &[("x-squid-error", "ERR_ACCESS_DENIED 0")]);
+        let e = own_answer(&parent(), &denied).unwrap();
+        assert_eq!(e.error, ProxyError::DestinationIpProhibited);
+        assert!(own_answer(&parent(), &response(403, &[])).is_none());
     }
 
     #[test]

@@ -53,7 +53,11 @@ async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<Vec<
 }
 
 /// What the parent's answer `head` to `CONNECT authority` means.
-fn judge(parent: &UpstreamProxy, authority: &str, head: &[u8]) -> Result<(), ParentError> {
+pub(super) fn judge(
+    parent: &UpstreamProxy,
+    authority: &str,
+    head: &[u8],
+) -> Result<(), ParentError> {
     let name = parent.endpoint();
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut answer = httparse::Response::new(&mut headers);
@@ -87,15 +91,10 @@ fn judge(parent: &UpstreamProxy, authority: &str, head: &[u8]) -> Result<(), Par
             ),
         )
     } else {
-        let error = if code == 504 {
-            ProxyError::ConnectionTimeout
-        } else {
-            ProxyError::DestinationUnavailable
-        };
         ParentError::new(
             parent,
             ParentErrorKind::Refused,
-            error,
+            ParentError::declined(code),
             format!("parent proxy {name} answered {code} to CONNECT {authority}"),
         )
     };

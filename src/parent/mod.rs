@@ -35,6 +35,17 @@ use crate::resolve::{DnsError, Resolver};
 use crate::response::ProxyError;
 
 pub(crate) use answer::own_answer;
+
+/// A parent's answers as the property tests of untrusted input read them.
+#[cfg(test)]
+pub(crate) mod testing {
+    /// What a parent's answer `head` to CONNECT means, as an `Ok` or the failure's details.
+    pub(crate) fn connect_answer(head: &[u8]) -> Result<(), String> {
+        let parent = crate::config::UpstreamProxy::parse("http://u:pw@p.test:3128")
+            .map_err(|e| e.to_string())?;
+        super::http_connect::judge(&parent, "a.test:443", head).map_err(|e| e.details)
+    }
+}
 pub(crate) use connector::ParentConnector;
 
 /// What went wrong with a parent, as the metric's `kind` label says it.
@@ -189,6 +200,15 @@ impl ParentError {
                 ProxyError::DestinationUnavailable,
                 format!("cannot reach parent proxy {name}: {err}"),
             ),
+        }
+    }
+
+    /// The parent declined with HTTP `status` (not a 407): the type of courtesy's member.
+    fn declined(status: u16) -> ProxyError {
+        match status {
+            504 => ProxyError::ConnectionTimeout,
+            403 => ProxyError::DestinationIpProhibited,
+            _ => ProxyError::DestinationUnavailable,
         }
     }
 

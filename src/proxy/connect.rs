@@ -254,7 +254,7 @@ impl Proxy {
             Err(failure) => {
                 if let Some(parent) = failure.parent.as_deref() {
                     self.metrics
-                        .parent_failure(None, &parent.next_hop, parent.kind);
+                        .parent_failure(None, &parent.next_hop, parent.kind.label());
                 }
                 warn!(
                     error = failure.kind.token(),

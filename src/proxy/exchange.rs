@@ -167,7 +167,7 @@ impl Proxy {
         self.metrics.parent_failure(
             Some((permit.host_key(), permit.waited())),
             &parent.next_hop,
-            parent.kind,
+            parent.kind.label(),
         );
         warn!(
             error = failure.kind.token(),
