@@ -58,6 +58,15 @@ fn through(courtesy: &Courtesy) -> reqwest::Client {
         .unwrap()
 }
 
+/// GET `https://{origin}{path}` on a fresh client through `courtesy`.
+async fn get_https(courtesy: &Courtesy, origin: &Origin, path: &str) -> reqwest::Response {
+    through(courtesy)
+        .get(format!("https://{}{path}", origin.addr))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// Asserts that the origin's arrivals after the first are spaced at least `gap` apart (with 10%
 /// slack for a busy machine). The first is left out: it also opened the connections through the
 /// parent (and Squid asked its password helper), so it reached the origin later after leaving
@@ -169,11 +178,7 @@ async fn socks5_parents_carry_http_and_https_with_and_without_a_password() {
         .await;
         let got = courtesy.client().get(&http.url("/plain")).await;
         assert_eq!(got.status, StatusCode::OK, "{url}: {:?}", got.body);
-        let got = through(&courtesy)
-            .get(format!("https://{}/tls", https.addr))
-            .send()
-            .await
-            .unwrap();
+        let got = get_https(&courtesy, &https, "/tls").await;
         assert_eq!(got.status(), 200, "{url}");
     }
     assert_eq!((http.count(), https.count()), (2, 2));
@@ -249,11 +254,7 @@ async fn a_parent_that_is_down_answers_502_naming_it_and_the_target_keeps_its_pa
         )),
         "{status}"
     );
-    let got = through(&courtesy)
-        .get(format!("https://{}/y", https.addr))
-        .send()
-        .await
-        .unwrap();
+    let got = get_https(&courtesy, &https, "/y").await;
     assert_eq!(got.status(), 502);
     assert!(got.headers()["proxy-status"]
         .to_str()
@@ -302,11 +303,7 @@ async fn wrong_credentials_are_a_502_naming_the_parent_not_a_cooldown() {
         assert!(got.headers.get("proxy-authenticate").is_none());
         expect(&got.header("proxy-status"));
     }
-    let got = through(&courtesy)
-        .get(format!("https://{}/c", https.addr))
-        .send()
-        .await
-        .unwrap();
+    let got = get_https(&courtesy, &https, "/c").await;
     assert_eq!(got.status(), 502);
     expect(got.headers()["proxy-status"].to_str().unwrap());
     for key in [http.addr.to_string(), https.addr.to_string()] {

@@ -49,9 +49,11 @@ pub(crate) struct Unanswered {
 }
 
 impl Proxy {
-    /// Sends `request` under `permit` within the response timeout. On success the answer has been
-    /// reported, counted and any block or cooldown it started logged; on failure the failure has
-    /// been reported (unless the connection was stale) and the permit released.
+    /// Sends `request` under `permit`, the way the host's `upstream_proxy` says, within the
+    /// response timeout. On success the answer has been reported, counted and any block or
+    /// cooldown it started logged; on failure the failure has been reported (unless the connection
+    /// was stale, or a parent proxy failed: then it is only counted and logged) and the permit
+    /// released.
     pub(super) async fn exchange(
         &self,
         mut permit: Permit,
