@@ -21,6 +21,7 @@
 //! | `body` | the body of every response courtesy sends, holding the request's permit while it streams |
 //! | `response` | locally made responses with `Proxy-Status` (RFC 9209) |
 //! | `resolve` | DNS with a timeout, so DNS failures get their own `Proxy-Status`; `hosts_file`; the addresses `ip` keys were made from, held for their TTLs |
+//! | `parent` | leaving through a parent proxy (`upstream_proxy`): HTTP CONNECT, SOCKS5, the pooled client's connector, a parent's errors |
 //! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
 //! | `robots` | robots.txt rules, cache and verdicts (the fetch itself is the proxy's) |
 //! | `cache` | the on-disk response store (`cache = "revalidate" \| "dev"`) |
@@ -56,6 +57,7 @@ pub mod limiter;
 mod locks;
 pub mod log_writer;
 mod metrics;
+mod parent;
 pub mod policy;
 pub mod proxy;
 mod reload;

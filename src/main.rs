@@ -279,6 +279,8 @@ fn check(file: &Path) -> anyhow::Result<()> {
         p.connect_timeout.as_secs_f64(),
         p.response_timeout.as_secs_f64()
     );
+    // Parents are shown without their passwords (`user:***`).
+    println!("[proxy] upstream_proxy={}", p.upstream_proxy);
     if let Some(s) = &config.shared {
         println!(
             "[shared] redis_url={} key_prefix={} instances={} timeout={}ms lease={}s",
@@ -328,6 +330,9 @@ fn describe(p: &courtesy::config::HostPolicy) -> String {
     }
     if !p.enforce {
         out.push_str(" enforce=false (report-only)");
+    }
+    if p.upstream != courtesy::config::Route::Direct {
+        out.push_str(&format!(" upstream_proxy={}", p.upstream));
     }
     out
 }

@@ -29,8 +29,15 @@ pub enum ProxyError {
     ConnectionTimeout,
     /// The origin closed or reset the connection before a complete response.
     ConnectionTerminated,
-    /// Any other failure to reach the origin.
+    /// Any other failure to reach the origin (or a parent proxy that could not).
     DestinationUnavailable,
+    /// A parent proxy's rules forbid the connection (SOCKS5 "not allowed by ruleset").
+    DestinationIpProhibited,
+    /// No route to the destination (SOCKS5 "network" or "host unreachable").
+    DestinationIpUnroutable,
+    /// courtesy's own configuration is wrong for the next hop: a parent proxy refused the
+    /// credentials in `upstream_proxy`, or does not support what courtesy asked of it.
+    ProxyConfigurationError,
     /// The origin sent no response headers within the response timeout.
     HttpResponseTimeout,
     /// The origin's response could not be parsed.
@@ -63,6 +70,9 @@ impl ProxyError {
             ProxyError::ConnectionTimeout => "connection_timeout",
             ProxyError::ConnectionTerminated => "connection_terminated",
             ProxyError::DestinationUnavailable => "destination_unavailable",
+            ProxyError::DestinationIpProhibited => "destination_ip_prohibited",
+            ProxyError::DestinationIpUnroutable => "destination_ip_unroutable",
+            ProxyError::ProxyConfigurationError => "proxy_configuration_error",
             ProxyError::HttpResponseTimeout => "http_response_timeout",
             ProxyError::HttpProtocolError => "http_protocol_error",
             ProxyError::HttpRequestError => "http_request_error",
@@ -97,11 +107,7 @@ pub fn local(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
-    let proxy_status = format!(
-        "{PROXY_NAME}; error={}; details={}",
-        error.token(),
-        sf_string(details)
-    );
+    let proxy_status = proxy_status_member(error, "", details);
     if let Ok(value) = HeaderValue::from_str(&proxy_status) {
         headers.insert("proxy-status", value);
     }
@@ -164,8 +170,18 @@ pub fn refusal(refusal: &Refusal, host: &str) -> Response<ProxyBody> {
     }
 }
 
+/// courtesy's own `Proxy-Status` member: `courtesy; error=<type>`, then `params` as written
+/// (each starting with `; `), then `; details="…"`.
+pub(crate) fn proxy_status_member(error: ProxyError, params: &str, details: &str) -> String {
+    format!(
+        "{PROXY_NAME}; error={}{params}; details={}",
+        error.token(),
+        sf_string(details)
+    )
+}
+
 /// Quotes `text` as an RFC 8941 sf-string: printable ASCII only, `"` and `\` escaped.
-fn sf_string(text: &str) -> String {
+pub(crate) fn sf_string(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 2);
     out.push('"');
     for c in text.chars() {

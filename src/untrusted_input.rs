@@ -1,6 +1,8 @@
 //! Property tests of every parser that reads what others send: request targets and CONNECT
 //! authorities, the budget key made of a request's host, `Retry-After`, RateLimit headers,
-//! robots.txt, the first bytes inside a CONNECT, admin API paths, config and hosts files. For arbitrary input each must answer (a value or an error)
+//! robots.txt, the first bytes inside a CONNECT, admin API paths, config and hosts files, parent
+//! proxy URLs and a parent's answers (to CONNECT, and its error pages told from the target's). For
+//! arbitrary input each must answer (a value or an error)
 //! without panicking, within a bounded time, and without output larger than its input allows.
 
 use std::time::{Duration, Instant, SystemTime};
@@ -8,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 use http::{HeaderMap, HeaderValue, Uri};
 use proptest::prelude::*;
 
-use crate::config::Config;
+use crate::config::{Config, UpstreamProxy};
 use crate::feedback::{retry_after, server_budget};
 use crate::proxy::testing::{classify_opening, connect_target, request_target};
 use crate::robots::{Fetched, RobotsCache, Step};
@@ -117,6 +119,45 @@ proptest! {
     #[test]
     fn the_first_bytes_inside_a_connect(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
         bounded("a tunnel's first bytes", || classify_opening(&bytes));
+    }
+
+    #[test]
+    fn parent_proxy_urls(text in texty()) {
+        bounded("an upstream_proxy URL", || {
+            if let Ok(parent) = UpstreamProxy::parse(&text) {
+                prop_assert!(parent.port > 0);
+                prop_assert!(!parent.to_string().is_empty());
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn a_parents_answers(
+        head in proptest::collection::vec(any::<u8>(), 0..512),
+        status in 100u16..600,
+        proxy_status in texty(),
+        squid in any::<bool>(),
+    ) {
+        let _ = bounded("a parent's answer to CONNECT", || crate::parent::testing::connect_answer(&head));
+        let mut response = http::Response::new(());
+        if let Ok(code) = http::StatusCode::from_u16(status) {
+            *response.status_mut() = code;
+        }
+        if let Ok(value) = HeaderValue::from_str(&proxy_status) {
+            response.headers_mut().insert("proxy-status", value);
+        }
+        if squid {
+            response.headers_mut().insert("x-squid-error", HeaderValue::from_static("ERR_X 0"));
+        }
+        let parent = UpstreamProxy::parse("http://u:secret@p.test:3128").map_err(TestCaseError::fail)?;
+        bounded("a parent's error page", || {
+            if let Some(own) = crate::parent::own_answer(&parent, &response) {
+                prop_assert!(!own.details.contains("secret"));
+                prop_assert!(status >= 400);
+            }
+            Ok(())
+        })?;
     }
 
     #[test]

@@ -22,6 +22,9 @@ macro_rules! policy_keys {
         pub(super) struct FileHostRule {
             #[serde(rename = "match")]
             pub(super) pattern: Spanned<String>,
+            /// `"direct"` or a parent URL for the hosts this rule matches (a host-rule key only:
+            /// `[defaults]` takes it from `[proxy] upstream_proxy`).
+            pub(super) upstream_proxy: Option<Spanned<String>>,
             $($key: Option<Spanned<$ty>>,)*
         }
 
@@ -144,4 +147,5 @@ pub(super) struct FileProxy {
     pub(super) cache_max_mb: Option<Spanned<i64>>,
     pub(super) global_rate: Option<Spanned<f64>>,
     pub(super) global_burst: Option<Spanned<i64>>,
+    pub(super) upstream_proxy: Option<Spanned<String>>,
 }

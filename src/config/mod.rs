@@ -19,11 +19,13 @@
 //! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`] |
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`] and their defaults |
+//! | `parent.rs` | [`UpstreamProxy`] and [`Route`]: parent proxy URLs, parsed and redacted |
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
 
 mod choices;
 mod file;
 mod live;
+mod parent;
 mod pattern;
 mod policy;
 mod read;
@@ -42,6 +44,7 @@ use std::sync::Arc;
 pub use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 pub use choices::{CacheMode, HttpsMode, KeyMode, OnCooldown, ResourceKind};
 pub use live::LiveConfig;
+pub use parent::{ParentCredentials, ParentScheme, Route, UpstreamProxy, SOCKS_DEFAULT_PORT};
 pub(crate) use pattern::canonical_ip;
 pub use pattern::{HostPattern, HostRule};
 pub use policy::{HostPolicy, OffPeak};
@@ -102,8 +105,12 @@ impl Config {
         let admin = v.admin(&file.admin, &proxy);
         let alerts = v.alerts(&file.alerts);
         let shared = v.shared(&file.shared);
-        let defaults = v.policy(&HostPolicy::default(), &file.defaults, "[defaults]");
-        let hosts = v.host_rules(&file.host, &defaults);
+        let base = HostPolicy {
+            upstream: proxy.upstream_proxy.clone(),
+            ..HostPolicy::default()
+        };
+        let defaults = v.policy(&base, &file.defaults, "[defaults]");
+        let hosts = v.host_rules(&file.host, &defaults, proxy.listen);
         v.finish()?;
         Ok(Config {
             source: name.to_string(),

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CacheMode, HttpsMode, KeyMode, OnCooldown, ResourceKind};
+use super::{CacheMode, HttpsMode, KeyMode, OnCooldown, ResourceKind, Route};
 use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 
 /// The pacing rules for one host, fully resolved (defaults merged with the most specific rule).
@@ -84,6 +84,9 @@ pub struct HostPolicy {
     pub off_peak: Option<OffPeak>,
     /// Whether GET responses are stored, revalidated or served from the store.
     pub cache: CacheMode,
+    /// Where this host's requests leave: straight to it, or through a parent proxy
+    /// (`upstream_proxy`, from the host's rule, else `[proxy]`). Pacing is the target's either way.
+    pub upstream: Route,
 }
 
 impl Default for HostPolicy {
@@ -129,6 +132,7 @@ impl Default for HostPolicy {
             skip_resources: Vec::new(),
             off_peak: None,
             cache: CacheMode::Off,
+            upstream: Route::Direct,
         }
     }
 }

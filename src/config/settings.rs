@@ -46,6 +46,9 @@ pub struct ProxySettings {
     pub global_rate: Option<f64>,
     /// Requests that may leave back to back under `global_rate` after a quiet spell.
     pub global_burst: u32,
+    /// Where requests leave by default (`upstream_proxy`): straight to the target, or through a
+    /// parent proxy; a `[[host]]` rule may say otherwise for its hosts.
+    pub upstream_proxy: super::Route,
 }
 
 impl Default for ProxySettings {
@@ -67,6 +70,7 @@ impl Default for ProxySettings {
             cache_max_bytes: 512 * 1024 * 1024,
             global_rate: None,
             global_burst: 1,
+            upstream_proxy: super::Route::Direct,
         }
     }
 }

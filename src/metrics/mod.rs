@@ -40,12 +40,13 @@ struct OutcomeLabels {
 }
 
 /// Every `outcome` of `courtesy_requests_total`: what a forgotten host's series are removed by.
-const REQUEST_OUTCOMES: [&str; 10] = [
+const REQUEST_OUTCOMES: [&str; 11] = [
     "upstream_2xx",
     "upstream_3xx",
     "upstream_4xx",
     "upstream_5xx",
     "upstream_failed",
+    "upstream_proxy_failed",
     "local_queue_full",
     "local_waited_too_long",
     "local_shutting_down",
@@ -80,6 +81,7 @@ pub struct Metrics {
     /// `courtesy_shared_mode` and `courtesy_shared_instances`, with a shared budget.
     shared: Option<(Family<ModeLabel, Gauge>, Gauge)>,
     shadow: ShadowFamilies,
+    parent_errors: Family<ParentLabels, Counter>,
 }
 
 /// What report-only hosts (`enforce = false`) would have seen: every series has `shadow` in its name.
@@ -94,6 +96,13 @@ struct ShadowFamilies {
 struct ReasonLabels {
     host: String,
     reason: String,
+}
+
+/// A parent proxy (`host:port`, bounded by the config's parents) and what went wrong with it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ParentLabels {
+    parent: String,
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -205,9 +214,16 @@ impl Metrics {
             "Requests to report-only hosts sent inside a window the server announced (Retry-After, RateLimit reset)",
             shadow.inside_window.clone(),
         );
+        let parent_errors = Family::<ParentLabels, Counter>::default();
+        registry.register(
+            "upstream_proxy_errors",
+            "Requests and tunnels a parent proxy (upstream_proxy) failed, by parent (host:port) and kind: unreachable, timeout, auth_failed, refused, protocol_error; none of them counts against the target",
+            parent_errors.clone(),
+        );
         Metrics {
             registry,
             shadow,
+            parent_errors,
             requests,
             queue_wait,
             latency,
@@ -303,11 +319,35 @@ impl Metrics {
 
     /// Counts a request that got no upstream response.
     pub fn failure(&self, host: &str, waited: Duration) {
+        self.unanswered(host, waited, "upstream_failed");
+    }
+
+    fn unanswered(&self, host: &str, waited: Duration, outcome: &str) {
         let host = self.label(host);
-        self.count(&host, "upstream_failed");
+        self.count(&host, outcome);
         self.queue_wait
             .get_or_create(&HostLabel { host })
             .observe(waited.as_secs_f64());
+    }
+
+    /// Counts a failure of the parent proxy `parent` (`host:port`) of `kind` (one of a closed
+    /// set, `ParentErrorKind::label`); `host`, when a request (not a tunnel) was failed, also
+    /// counts it as `upstream_proxy_failed`.
+    pub(crate) fn parent_failure(
+        &self,
+        host: Option<(&str, Duration)>,
+        parent: &str,
+        kind: &'static str,
+    ) {
+        if let Some((host, waited)) = host {
+            self.unanswered(host, waited, "upstream_proxy_failed");
+        }
+        self.parent_errors
+            .get_or_create(&ParentLabels {
+                parent: parent.to_string(),
+                kind,
+            })
+            .inc();
     }
 
     /// Counts an answer courtesy made itself instead of sending the request.

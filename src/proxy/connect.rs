@@ -15,7 +15,7 @@
 //! `crate::tls`; this module only asks for them.
 
 use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,8 +36,10 @@ use super::sniff::{classify_opening, Opening, Prefixed};
 use super::target::Target;
 use super::Proxy;
 use crate::body::ProxyBody;
-use crate::config::{HttpsMode, OnCooldown};
+use crate::config::{HttpsMode, OnCooldown, Route};
 use crate::connections::Connections;
+use crate::parent::tcp::{self, TcpFault};
+use crate::parent::{self, OpenError};
 use crate::response::ProxyError;
 
 /// How long a client may take to send its first bytes (and its TLS ClientHello) after the 200.
@@ -257,54 +259,48 @@ impl Proxy {
                     Err(e) => debug!("tunnel ended: {e}"),
                 }
             }
-            Err(failure) => warn!(
-                error = failure.kind.token(),
-                "tunnel connect failed: {}", failure.details
-            ),
+            Err(failure) => {
+                if let Some(parent) = failure.parent.as_deref() {
+                    self.metrics
+                        .parent_failure(None, &parent.next_hop, parent.kind.label());
+                }
+                warn!(
+                    error = failure.kind.token(),
+                    "tunnel connect failed: {}", failure.details
+                )
+            }
         }
         drop(permit);
     }
 
-    /// Connects a TCP stream to the target for a tunnel, with the same timeouts and error mapping as
-    /// forwarded requests.
+    /// Connects a TCP stream to the target for a tunnel, straight or through the host's parent
+    /// proxy, with the same timeouts and error mapping as forwarded requests.
     async fn dial(&self, target: &Target) -> Result<TcpStream, Failure> {
-        let addrs: Vec<SocketAddr> = match target.host.parse::<IpAddr>() {
-            Ok(ip) => vec![SocketAddr::new(ip, target.port)],
-            Err(_) => match self.resolver.lookup(&target.host).await {
-                Ok(addrs) => addrs
-                    .into_iter()
-                    .map(|a| SocketAddr::new(a.ip(), target.port))
-                    .collect(),
-                Err(e) => return Err(Failure::of_dns(&e)),
-            },
-        };
-        let timeout = self.config.get().proxy.connect_timeout;
-        let mut last = None;
-        for addr in addrs {
-            match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => {
-                    let _ = stream.set_nodelay(true);
-                    return Ok(stream);
-                }
-                Ok(Err(e)) => last = Some(Failure::of_io(&e, &target.key())),
-                Err(_) => {
-                    last = Some(Failure::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        ProxyError::ConnectionTimeout,
-                        format!(
-                            "no TCP connection to {addr} within {}s",
-                            timeout.as_secs_f64()
-                        ),
-                    ))
-                }
+        let config = self.config.get();
+        let timeout = config.proxy.connect_timeout;
+        if let Route::Parent(parent) = &config.policy_for(&target.host, target.port).upstream {
+            if let Some(failure) = self.loops.refuse_parent(parent) {
+                return Err(failure);
             }
+            let opened = parent::open(parent, &target.host, target.port, &self.resolver, timeout);
+            return opened.await.map_err(|e| match e {
+                OpenError::Parent(e) => Failure::of_parent(&e),
+                OpenError::TargetDns(e) => Failure::of_dns(&e),
+            });
         }
-        Err(last.unwrap_or_else(|| {
-            Failure::new(
-                StatusCode::BAD_GATEWAY,
-                ProxyError::DnsError,
-                format!("{} resolved to no address", target.host),
-            )
-        }))
+        tcp::connect(&self.resolver, &target.host, target.port, timeout)
+            .await
+            .map_err(|fault| match fault {
+                TcpFault::Dns(e) => Failure::of_dns(&e),
+                TcpFault::Io(e) => Failure::of_io(&e, &target.key()),
+                TcpFault::Timeout(addr) => Failure::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    ProxyError::ConnectionTimeout,
+                    format!(
+                        "no TCP connection to {addr} within {}s",
+                        timeout.as_secs_f64()
+                    ),
+                ),
+            })
     }
 }

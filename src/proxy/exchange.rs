@@ -1,12 +1,14 @@
 //! The one paced send: a request that has its turn (a [`Permit`]) goes upstream, and whatever comes
 //! back (a response, an error, no answer in time) is reported to the host's pacing, counted and
 //! logged before the caller sees it. Forwarded requests and robots.txt fetches both go through here,
-//! so a host's budget hears of every answer exactly once.
+//! so a host's budget hears of every answer exactly once. Through a parent proxy, what the parent
+//! itself failed (`crate::parent`) is counted and answered but not reported to the host: it is not
+//! the target's feedback.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use http::header::RETRY_AFTER;
+use http::header::{PROXY_AUTHORIZATION, RETRY_AFTER};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -16,9 +18,10 @@ use super::failure::Failure;
 use super::reuse;
 use super::upstream::UpstreamBody;
 use super::Proxy;
-use crate::config::HostPolicy;
+use crate::config::{HostPolicy, ParentScheme};
 use crate::feedback::{self, Feedback};
 use crate::limiter::Permit;
+use crate::parent;
 use crate::policy::Answer;
 use crate::response::ProxyError;
 
@@ -46,26 +49,63 @@ pub(crate) struct Unanswered {
 }
 
 impl Proxy {
-    /// Sends `request` under `permit` within the response timeout. On success the answer has been
-    /// reported, counted and any block or cooldown it started logged; on failure the failure has
-    /// been reported (unless the connection was stale) and the permit released.
+    /// Sends `request` under `permit`, the way the host's `upstream_proxy` says, within the
+    /// response timeout. On success the answer has been reported, counted and any block or
+    /// cooldown it started logged; on failure the failure has been reported (unless the connection
+    /// was stale, or a parent proxy failed: then it is only counted and logged) and the permit
+    /// released.
     pub(super) async fn exchange(
         &self,
         mut permit: Permit,
-        request: Request<UpstreamBody>,
+        mut request: Request<UpstreamBody>,
     ) -> Result<Exchanged, Unanswered> {
+        let route = permit.policy().upstream.clone();
+        // An http:// request through an HTTP parent goes to the parent in absolute form: the
+        // parent's own answers arrive as responses and are told from the target's.
+        let mut forwarded_through = None;
+        if let Some(parent) = route.parent() {
+            if let Some(failure) = self.loops.refuse_parent(parent) {
+                // Never sent: the token goes back when the permit drops.
+                return Err(Unanswered {
+                    failure,
+                    stale: false,
+                });
+            }
+            if parent.scheme == ParentScheme::Http && request.uri().scheme_str() == Some("http") {
+                if let Some(auth) = parent::basic_auth(parent) {
+                    request.headers_mut().insert(PROXY_AUTHORIZATION, auth);
+                }
+                forwarded_through = Some(parent);
+            }
+        }
         permit.mark_sent();
         let started = Instant::now();
         let timeout = self.config.get().proxy.response_timeout;
-        let result = tokio::time::timeout(timeout, self.client.request(request)).await;
+        let result = tokio::time::timeout(timeout, self.client.request(&route, request)).await;
         let latency = started.elapsed();
         let response = match result {
             Ok(Ok(response)) => {
                 reuse::count_answered(&response);
+                if let Some(own) = forwarded_through.and_then(|p| parent::own_answer(p, &response))
+                {
+                    let failure = Failure::of_parent(&own);
+                    self.report_parent_failure(&permit, &failure);
+                    return Err(Unanswered {
+                        failure,
+                        stale: false,
+                    });
+                }
                 response
             }
             Ok(Err(err)) => {
                 let failure = Failure::of_upstream(&err);
+                if failure.parent.is_some() {
+                    self.report_parent_failure(&permit, &failure);
+                    return Err(Unanswered {
+                        failure,
+                        stale: false,
+                    });
+                }
                 let reused = reuse::count_failed(&err);
                 let stale = reused && failure.kind == ProxyError::ConnectionTerminated;
                 if stale {
@@ -117,6 +157,27 @@ impl Proxy {
             policy,
             latency,
         })
+    }
+
+    /// Counts and logs a request that a parent proxy failed. The host's pacing hears nothing of
+    /// it: the target said nothing. The token it took stays spent (the permit was marked sent),
+    /// which errs on the side of the target.
+    fn report_parent_failure(&self, permit: &Permit, failure: &Failure) {
+        let Some(parent) = failure.parent.as_deref() else {
+            return;
+        };
+        self.metrics.parent_failure(
+            Some((permit.host_key(), permit.waited())),
+            &parent.next_hop,
+            parent.kind.label(),
+        );
+        warn!(
+            error = failure.kind.token(),
+            parent = %parent.next_hop,
+            received_status = parent.received_status,
+            "parent proxy failed (not held against the target): {}",
+            failure.details
+        );
     }
 
     /// Feeds a request that got no response back into the host's pacing and logs it.

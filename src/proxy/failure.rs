@@ -8,11 +8,13 @@
 use std::error::Error as StdError;
 use std::io;
 
+use http::header::HeaderValue;
 use http::{Response, StatusCode};
 
 use crate::body::ProxyBody;
+use crate::parent::{ParentError, ParentFault};
 use crate::resolve::DnsError;
-use crate::response::{local, ProxyError};
+use crate::response::{local, proxy_status_member, sf_string, ProxyError};
 
 /// A request that ends in a response courtesy makes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +25,9 @@ pub(crate) struct Failure {
     pub(crate) kind: ProxyError,
     /// What went wrong, for `Proxy-Status` details, the body and the log.
     pub(crate) details: String,
+    /// Set when a parent proxy failed: the target is not to blame (no feedback to its pacing),
+    /// and `Proxy-Status` names the parent.
+    pub(crate) parent: Option<Box<ParentFault>>,
 }
 
 impl Failure {
@@ -32,6 +37,17 @@ impl Failure {
             status,
             kind,
             details: details.into(),
+            parent: None,
+        }
+    }
+
+    /// A parent proxy's failure.
+    pub(crate) fn of_parent(err: &ParentError) -> Self {
+        Failure {
+            status: err.status,
+            kind: err.error,
+            details: err.details.clone(),
+            parent: Some(Box::new(err.fault.clone())),
         }
     }
 
@@ -64,13 +80,33 @@ impl Failure {
 
     /// The local response for this failure.
     pub(crate) fn into_response(self) -> Response<ProxyBody> {
-        local(self.status, self.kind, &self.details, None)
+        let mut response = local(self.status, self.kind, &self.details, None);
+        if let Some(parent) = &self.parent {
+            // RFC 9209: members in order from the origin's side to the client's, so the
+            // parent's own come first; courtesy's names the parent as its next hop.
+            let mut params = format!("; next-hop={}", sf_string(&parent.next_hop));
+            if let Some(status) = parent.received_status {
+                params.push_str(&format!("; received-status={status}"));
+            }
+            let ours = proxy_status_member(self.kind, &params, &self.details);
+            let value = match parent.parent_status.as_ref().and_then(|v| v.to_str().ok()) {
+                Some(theirs) => format!("{theirs}, {ours}"),
+                None => ours,
+            };
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                response.headers_mut().insert("proxy-status", value);
+            }
+        }
+        response
     }
 
     /// Maps an error of the pooled upstream client by its innermost known cause.
     pub(crate) fn of_upstream(err: &hyper_util::client::legacy::Error) -> Self {
         let mut source: Option<&(dyn StdError + 'static)> = err.source();
         while let Some(e) = source {
+            if let Some(parent) = e.downcast_ref::<ParentError>() {
+                return Failure::of_parent(parent);
+            }
             if let Some(dns) = e.downcast_ref::<DnsError>() {
                 return Failure::of_dns(dns);
             }

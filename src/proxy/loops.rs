@@ -1,5 +1,6 @@
 //! Loop detection: a request aimed at one of courtesy's own listeners, or one that already carries
-//! this instance's `Via` entry, would come back to courtesy and spend its budget twice.
+//! this instance's `Via` entry, would come back to courtesy and spend its budget twice; so would
+//! every request through a parent proxy (`upstream_proxy`) that is one of those listeners.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -9,7 +10,7 @@ use tracing::warn;
 
 use super::failure::Failure;
 use super::target::Target;
-use crate::config::canonical_ip;
+use crate::config::{canonical_ip, UpstreamProxy};
 use crate::response::{ProxyError, PROXY_NAME};
 
 /// This instance's identity on the wire and the addresses it listens on.
@@ -55,6 +56,25 @@ impl LoopGuard {
             ));
         }
         None
+    }
+
+    /// The failure for a request whose parent proxy is courtesy itself (a listener of this
+    /// instance), if it is: the config is wrong, not the client, so 502.
+    pub(crate) fn refuse_parent(&self, parent: &UpstreamProxy) -> Option<Failure> {
+        let as_target = Target {
+            host: parent.host.clone(),
+            port: parent.port,
+            authority: parent.endpoint(),
+        };
+        if !self.is_own_address(&as_target) {
+            return None;
+        }
+        warn!(parent = %parent, "upstream_proxy is courtesy itself: request refused");
+        Some(Failure::new(
+            StatusCode::BAD_GATEWAY,
+            ProxyError::ProxyLoopDetected,
+            format!("upstream_proxy {parent} is courtesy itself"),
+        ))
     }
 
     fn is_own_address(&self, target: &Target) -> bool {

@@ -19,7 +19,7 @@
 //! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
 //! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
 //! | `unread.rs` | a request body that never went upstream: drained, or the connection closed |
-//! | `upstream.rs` | the pooled upstream client and the body it sends |
+//! | `upstream.rs` | the pooled upstream clients (direct, and one per parent proxy) and the body they send |
 //! | `failure.rs` | a typed `Failure` for every way a request can fail |
 //!
 //! The limiter sits immediately around the network call and nowhere else: admit, send, observe,
@@ -103,7 +103,7 @@ pub struct UpstreamSetup {
 pub struct Proxy {
     config: LiveConfig,
     limiter: Arc<Limiter>,
-    client: upstream::Upstream,
+    client: upstream::Upstreams,
     resolver: Resolver,
     keyer: Keyer,
     interceptor: Arc<Interceptor>,
@@ -137,7 +137,7 @@ impl Proxy {
         let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
         let start = config.get();
         let resolver = keyer.resolver().clone();
-        let client = upstream::client(&start, resolver.clone(), upstream_tls);
+        let client = upstream::Upstreams::new(&start, resolver.clone(), upstream_tls);
         Proxy {
             config,
             limiter,

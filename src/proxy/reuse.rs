@@ -5,7 +5,9 @@
 //!
 //! Every upstream connection carries a counter of the requests sent on it, in the connection's
 //! metadata (`Connected::extra`), which the pooled client puts in each response's extensions and in
-//! each error: no per-request bookkeeping on the way out.
+//! each error: no per-request bookkeeping on the way out. The same wrapper marks a connection to
+//! an HTTP parent proxy that carries `http://` requests as proxied (`Connected::proxy`), so that
+//! the client sends them in absolute form.
 
 use std::future::Future;
 use std::io;
@@ -24,7 +26,31 @@ struct Uses(Arc<AtomicU32>);
 
 /// A connector whose connections count their requests.
 #[derive(Debug, Clone)]
-pub(crate) struct Counting<C>(pub(crate) C);
+pub(crate) struct Counting<C> {
+    inner: C,
+    /// Whether `C` connects to an HTTP parent proxy, which takes `http://` requests in absolute
+    /// form on a plain connection to it.
+    forwarding: bool,
+}
+
+impl<C> Counting<C> {
+    /// Counts the connections of `inner`, which connects to the targets (or tunnels to them).
+    pub(crate) fn new(inner: C) -> Self {
+        Counting {
+            inner,
+            forwarding: false,
+        }
+    }
+
+    /// Counts the connections of `inner`, which for `http://` targets connects to an HTTP parent
+    /// proxy: those connections are marked proxied.
+    pub(crate) fn forwarding(inner: C) -> Self {
+        Counting {
+            inner,
+            forwarding: true,
+        }
+    }
+}
 
 impl<C> tower::Service<Uri> for Counting<C>
 where
@@ -36,15 +62,17 @@ where
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.0.call(uri);
+        let proxied = self.forwarding && uri.scheme_str() == Some("http");
+        let connecting = self.inner.call(uri);
         Box::pin(async move {
             Ok(Counted {
                 io: connecting.await?,
                 uses: Uses::default(),
+                proxied,
             })
         })
     }
@@ -55,11 +83,18 @@ where
 pub(crate) struct Counted<T> {
     io: T,
     uses: Uses,
+    /// A plain connection to an HTTP parent proxy, for absolute-form requests.
+    proxied: bool,
 }
 
 impl<T: Connection> Connection for Counted<T> {
     fn connected(&self) -> Connected {
-        self.io.connected().extra(self.uses.clone())
+        let connected = self.io.connected().extra(self.uses.clone());
+        if self.proxied {
+            connected.proxy(true)
+        } else {
+            connected
+        }
     }
 }
 

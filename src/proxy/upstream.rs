@@ -1,20 +1,79 @@
-//! The upstream side: the pooled client that carries every forwarded request (HTTP/1.1 over TCP
-//! or TLS verified against the configured roots), and the body it sends.
+//! The upstream side: the pooled clients that carry every forwarded request (HTTP/1.1 over TCP
+//! or TLS verified against the configured roots), one straight to the targets and one per parent
+//! proxy in use (made at its first request, so a reload may name new parents), and the body they
+//! send.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashMap;
 use http::{HeaderMap, Method, Request, Uri};
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::reuse::Counting;
-use crate::config::Config;
+use crate::config::{Config, ParentScheme, Route, UpstreamProxy};
+use crate::parent::ParentConnector;
 use crate::resolve::{Connector, Resolver};
 
-/// The pooled upstream client.
+/// The pooled client straight to the targets.
 pub(crate) type Upstream = Client<HttpsConnector<Counting<Connector>>, UpstreamBody>;
+
+/// A pooled client through one parent proxy.
+type ThroughParent = Client<HttpsConnector<Counting<ParentConnector>>, UpstreamBody>;
+
+/// Every pooled client: straight to the targets, and one per parent proxy in use. Each pools its
+/// connections by target, so connections never mix targets or parents.
+#[derive(Debug)]
+pub(crate) struct Upstreams {
+    direct: Upstream,
+    parents: DashMap<Arc<UpstreamProxy>, ThroughParent>,
+    resolver: Resolver,
+    tls: rustls::ClientConfig,
+    connect_timeout: Duration,
+    idle: Duration,
+}
+
+impl Upstreams {
+    /// The clients, resolving through `resolver` and verifying upstream TLS with `tls`; their
+    /// timeouts are fixed at start.
+    pub(crate) fn new(config: &Config, resolver: Resolver, tls: rustls::ClientConfig) -> Self {
+        Upstreams {
+            direct: client(config, resolver.clone(), tls.clone()),
+            parents: DashMap::new(),
+            resolver,
+            tls,
+            connect_timeout: config.proxy.connect_timeout,
+            idle: config.proxy.idle_host,
+        }
+    }
+
+    /// Sends `request` the way `route` says.
+    pub(crate) fn request(&self, route: &Route, request: Request<UpstreamBody>) -> ResponseFuture {
+        let Route::Parent(parent) = route else {
+            return self.direct.request(request);
+        };
+        if let Some(client) = self.parents.get(parent) {
+            return client.request(request);
+        }
+        let connector =
+            ParentConnector::new(parent.clone(), self.resolver.clone(), self.connect_timeout);
+        let client = self
+            .parents
+            .entry(parent.clone())
+            .or_insert_with(|| {
+                let counting = match parent.scheme {
+                    ParentScheme::Http => Counting::forwarding(connector),
+                    ParentScheme::Socks5 | ParentScheme::Socks5h => Counting::new(connector),
+                };
+                pooled(self.idle, tls_over(self.tls.clone(), counting))
+            })
+            .clone();
+        client.request(request)
+    }
+}
 
 /// How long an idle upstream connection is kept: 90 s, or less when idle hosts are forgotten
 /// sooner (`idle_host_seconds`), since a host courtesy no longer knows should not keep a socket
@@ -25,21 +84,36 @@ pub fn upstream_idle_timeout(idle_host: Duration) -> Duration {
 
 /// The pooled client, resolving through `resolver` and verifying upstream TLS with `tls`. Its
 /// timeouts are fixed at start.
-pub(crate) fn client(config: &Config, resolver: Resolver, tls: rustls::ClientConfig) -> Upstream {
+fn client(config: &Config, resolver: Resolver, tls: rustls::ClientConfig) -> Upstream {
     let mut connector = Connector::new_with_resolver(resolver);
     connector.set_connect_timeout(Some(config.proxy.connect_timeout));
     connector.set_nodelay(true);
     connector.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+    pooled(
+        config.proxy.idle_host,
+        tls_over(tls, Counting::new(connector)),
+    )
+}
+
+/// `connector`'s connections with TLS to `https://` targets verified by `tls`.
+fn tls_over<C>(tls: rustls::ClientConfig, connector: Counting<C>) -> HttpsConnector<Counting<C>> {
+    hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(Counting(connector));
+        .wrap_connector(connector)
+}
+
+/// A pooled client over `connector`, idle connections closed after [`upstream_idle_timeout`].
+fn pooled<C>(idle_host: Duration, connector: C) -> Client<C, UpstreamBody>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone,
+{
     // Without a pool timer hyper-util never closes an idle connection by itself (only finds
     // it stale at the next checkout): a crawl over many hosts would keep a socket per host.
     Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(upstream_idle_timeout(config.proxy.idle_host))
+        .pool_idle_timeout(upstream_idle_timeout(idle_host))
         .pool_max_idle_per_host(64)
         .build(connector)
 }

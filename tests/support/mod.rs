@@ -12,6 +12,7 @@
 //! - [`binary`]: courtesy run as its own process, from the built binary;
 //! - [`real_clients`]: real client programs (curl, Python, Node);
 //! - [`redis`]: a real redis-server for the shared budget;
+//! - [`parent`]: real parent proxies (Squid, microsocks) for `upstream_proxy`;
 //! - [`tls`]: the test CA and client TLS configs;
 //! - [`temp`]: fresh temporary directories;
 //! - [`wait`]: bounded waits for what happens elsewhere.
@@ -25,6 +26,7 @@ mod crowd;
 mod direct;
 mod in_process;
 mod origin;
+mod parent;
 mod proxy_client;
 mod real_clients;
 mod redis;
@@ -41,6 +43,7 @@ pub use self::{
     direct::{admin_call, direct_client, fetch_direct},
     in_process::Courtesy,
     origin::{come_back_later, Arrival, Origin},
+    parent::{free_port, ParentProxy},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
     real_clients::{client_command, run_to_success, undici_through},
     redis::RedisServer,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::{line_of, ConfigErrors, ConfigWord};
+use super::{line_of, ConfigErrors, ConfigWord, Route, UpstreamProxy};
 
 /// Collects the problems of one config text while its sections are validated.
 pub(super) struct Validator<'a> {
@@ -145,6 +145,54 @@ impl Validator<'_> {
             None
         }
     }
+}
+
+impl Validator<'_> {
+    /// An `upstream_proxy` value (`"direct"` or a parent URL) for `label`; a parent that is
+    /// courtesy's own `listen` address is refused (a loop).
+    fn route(
+        &mut self,
+        value: &Option<Spanned<String>>,
+        label: &str,
+        listen: std::net::SocketAddr,
+    ) -> Option<Route> {
+        let v = value.as_ref()?;
+        let at = v.span().start;
+        match Route::parse(v.get_ref()) {
+            Ok(route) => {
+                if let Some(parent) = route.parent().filter(|p| is_listen_address(p, listen)) {
+                    self.error(
+                        at,
+                        &format!(
+                            "{label}: upstream_proxy {parent} is courtesy's own listen address                              ({listen}): requests would come back to courtesy"
+                        ),
+                    );
+                    return None;
+                }
+                Some(route)
+            }
+            // The message never repeats the value: it may hold a password.
+            Err(why) => {
+                self.error(at, &format!("{label}: upstream_proxy {why}"));
+                None
+            }
+        }
+    }
+}
+
+/// Whether `parent` names `listen` (the same port on the same address, or on loopback when
+/// courtesy listens on loopback or on every address).
+fn is_listen_address(parent: &UpstreamProxy, listen: std::net::SocketAddr) -> bool {
+    if parent.port != listen.port() {
+        return false;
+    }
+    let ip = match parent.host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip,
+        Err(_) if parent.host == "localhost" => std::net::IpAddr::from([127, 0, 0, 1]),
+        Err(_) => return false,
+    };
+    ip == listen.ip()
+        || (ip.is_loopback() && (listen.ip().is_loopback() || listen.ip().is_unspecified()))
 }
 
 /// Every word of `T`, quoted and separated by commas: `"reject", "hold"`.

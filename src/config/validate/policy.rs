@@ -16,6 +16,7 @@ impl Validator<'_> {
         &mut self,
         rules: &[FileHostRule],
         defaults: &HostPolicy,
+        listen: std::net::SocketAddr,
     ) -> Vec<HostRule> {
         let mut hosts = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
@@ -28,7 +29,10 @@ impl Validator<'_> {
                     continue;
                 }
             };
-            let policy = self.policy(defaults, &rule.policy(), &label);
+            let mut policy = self.policy(defaults, &rule.policy(), &label);
+            if let Some(route) = self.route(&rule.upstream_proxy, &label, listen) {
+                policy.upstream = route;
+            }
             hosts.push(HostRule {
                 number,
                 pattern,

@@ -78,6 +78,9 @@ impl Validator<'_> {
         if let Some(n) = self.count(&file.global_burst, l, "global_burst", 1, 1_000_000) {
             p.global_burst = n as u32;
         }
+        if let Some(route) = self.route(&file.upstream_proxy, l, p.listen) {
+            p.upstream_proxy = route;
+        }
         if let Some(list) = &file.allow_clients {
             for entry in list.get_ref() {
                 match parse_network(entry.get_ref()) {

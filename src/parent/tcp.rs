@@ -1,0 +1,57 @@
+//! A TCP connection to a name or an address within the connect timeout, trying each address the
+//! name resolves to in turn: what a blind tunnel dials straight to its target, and what every
+//! connection to a parent proxy starts with. It reports what failed; its callers say whose fault
+//! that is.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+
+use crate::resolve::{DnsError, Resolver};
+
+/// Why no TCP connection was made.
+#[derive(Debug)]
+pub(crate) enum TcpFault {
+    /// The name did not resolve (or resolved to nothing).
+    Dns(DnsError),
+    /// The last address tried failed with this error.
+    Io(std::io::Error),
+    /// The last address tried did not answer within the timeout.
+    Timeout(SocketAddr),
+}
+
+/// A TCP stream to `host:port` (`host` a name or an IP address without brackets), with Nagle off;
+/// each address gets `timeout`.
+pub(crate) async fn connect(
+    resolver: &Resolver,
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<TcpStream, TcpFault> {
+    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => resolver
+            .lookup(host)
+            .await
+            .map_err(TcpFault::Dns)?
+            .into_iter()
+            .map(|a| SocketAddr::new(a.ip(), port))
+            .collect(),
+    };
+    let mut last = TcpFault::Dns(DnsError::Failed {
+        name: host.to_string(),
+        reason: "no addresses".into(),
+    });
+    for addr in addrs {
+        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Ok(Err(e)) => last = TcpFault::Io(e),
+            Err(_) => last = TcpFault::Timeout(addr),
+        }
+    }
+    Err(last)
+}
