@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2015  # "check && check || die" is meant: die when either check fails
-# Load benchmark: courtesy against Squid, both in front of the same nginx origin, on loopback only.
+# Load benchmark: courtesy against Squid and an nginx proxy, all in front of the same nginx origin,
+# on loopback only.
 #
 # Measures requests/s, p50/p99 latency (wrk --latency) and the proxy's CPU time per request
 # (utime+stime from /proc/PID/stat before and after each run) for:
@@ -10,6 +11,8 @@
 #   squid          wrk -> squid (caching off, access_log none) -> nginx
 #   squid-log      the same with Debian's default access log (a line per request through the
 #                  log_file_daemon helper), to set against courtesy's default   [SQUID_LOG_CASE=1]
+#   nginx-proxy    wrk -> nginx as a proxy (1 worker, proxy_pass with upstream keep-alive, no
+#                  access log, no buffering to disk) -> nginx: the bar of issue 15  [NGINX_PROXY_CASE=1]
 # at 1, 16 and 64 connections, with a 1 KiB and a 64 KiB body, each run REPEATS times; the cases
 # are interleaved within each repeat so that drift on the machine hits them alike. All servers run
 # at once on their own loopback ports; an idle one costs nothing.
@@ -18,13 +21,13 @@
 # Knobs (environment): DURATION=8 (seconds per run), REPEATS=3, CONNS="1 16 64", SIZES="1k 64k",
 #   BODY_TYPE=text/html (the origin's Content-Type: what crawlers fetch, and what courtesy scans
 #   for block markers; application/octet-stream skips that scan),
-#   WRK_THREADS=1, WARN_CASE=1, SQUID_LOG_CASE=1, COURTESY_BIN=target/release/courtesy (built if missing),
+#   WRK_THREADS=1, WARN_CASE=1, SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, COURTESY_BIN=target/release/courtesy (built if missing),
 #   NOISE_PCT=10, RETRY_BUDGET=10, QUIET_WAIT=120 (a run during which other processes on the
 #   machine used more than NOISE_PCT % of a core is run again, at most twice and at most
 #   RETRY_BUDGET times in all, after waiting for the machine to calm down, at most QUIET_WAIT
 #   seconds in all; the report counts the runs that stayed disturbed),
 #   ORIGIN_PORT=18080 COURTESY_PORT=18128 COURTESY_WARN_PORT=18138 SQUID_PORT=18130
-#   SQUID_LOG_PORT=18140
+#   SQUID_LOG_PORT=18140 NGINX_PROXY_PORT=18150
 #   (admin ports are the proxy port + 1).
 # With the defaults one run takes about 14 minutes on a quiet 2-core machine (at most about 18
 # with every retry and wait used).
@@ -46,6 +49,7 @@ WRK_THREADS=${WRK_THREADS:-1}
 BODY_TYPE=${BODY_TYPE:-text/html}
 WARN_CASE=${WARN_CASE:-1}
 SQUID_LOG_CASE=${SQUID_LOG_CASE:-1}
+NGINX_PROXY_CASE=${NGINX_PROXY_CASE:-1}
 NOISE_PCT=${NOISE_PCT:-10}
 RETRY_BUDGET=${RETRY_BUDGET:-10}
 QUIET_WAIT=${QUIET_WAIT:-120}
@@ -55,6 +59,7 @@ COURTESY_PORT=${COURTESY_PORT:-18128}
 COURTESY_WARN_PORT=${COURTESY_WARN_PORT:-18138}
 SQUID_PORT=${SQUID_PORT:-18130}
 SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
+NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-18150}
 COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
 HOST=127.0.0.1
 
@@ -88,7 +93,7 @@ CLK_TCK=$(getconf CLK_TCK)
 
 setup_tmp courtesy-load
 require_free_ports "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COURTESY_WARN_PORT" \
-    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT"
+    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT"
 
 # Waits until other processes use at most NOISE_PCT of a core over 2 s; all such waits together
 # last at most QUIET_WAIT seconds over the whole benchmark.
@@ -109,7 +114,7 @@ wait_quiet() {
 
 mkdir -p "$TMP/nginx/www" "$TMP/nginx/tmp"
 # Page-like text (printable, no block marker in it), so a text/html body is plausible.
-page() { head -c "$1" /dev/urandom | base64 -w 76 | head -c "$1"; }
+page() { head -c "$1" /dev/urandom | base64 -w 76 | head -c "$1" || true; }  # base64 may get SIGPIPE
 page 1024 >"$TMP/nginx/www/1k"
 page 65536 >"$TMP/nginx/www/64k"
 chmod -R a+rX "$TMP/nginx"
@@ -233,6 +238,54 @@ if [[ $SQUID_LOG_CASE == 1 ]]; then
     start_squid squid-log "$SQUID_LOG_PORT" "daemon:$TMP/squid-log/access.log squid"
 fi
 
+# ---- nginx as a proxy ----------------------------------------------------------------------------
+
+# An nginx proxying to the origin the way a tuned reverse proxy does: one worker (its CPU is one
+# PID), HTTP/1.1 to the origin over kept-alive connections, responses relayed from memory.
+if [[ $NGINX_PROXY_CASE == 1 ]]; then
+    dir="$TMP/nginx-proxy"
+    mkdir -p "$dir/tmp"
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+worker_rlimit_nofile 16384;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    tcp_nodelay on;
+    keepalive_timeout 300s;
+    keepalive_requests 100000000;
+    client_body_temp_path $dir/tmp/body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    upstream origin {
+        server $HOST:$ORIGIN_PORT;
+        keepalive 256;
+        keepalive_requests 100000000;
+    }
+    server {
+        listen $HOST:$NGINX_PROXY_PORT;
+        location / {
+            proxy_pass http://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_buffers 16 16k;
+            proxy_max_temp_file_size 0;
+            add_header Via "1.1 nginx-proxy";
+        }
+    }
+}
+EOF
+    nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
+    started nginx-proxy "$NGINX_PROXY_PORT"
+fi
+
 # ---- check that requests really go through each proxy ----------------------------------------------
 
 for case in "${CASES[@]}"; do
@@ -245,6 +298,7 @@ for case in "${CASES[@]}"; do
     case $case in
         courtesy*) [[ $via == *courtesy* ]] || die "$case: no courtesy Via header ($via)" ;;
         squid*) [[ $via == *squid* ]] || die "$case: no squid Via header ($via)" ;;
+        nginx-proxy) [[ $via == *nginx-proxy* ]] || die "$case: no nginx-proxy Via header ($via)" ;;
     esac
     log "$case forwards: $status, $via"
 done
@@ -363,7 +417,7 @@ cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
 
-echo "## Load benchmark: courtesy vs Squid, nginx origin, loopback"
+echo "## Load benchmark: courtesy vs Squid and an nginx proxy, nginx origin, loopback"
 echo
 echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "- machine: $(nproc) CPUs, $cpu_model, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r)"
@@ -389,8 +443,8 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
         runs++
     }
     END {
-        print "| body | conns | case | req/s median (min–max) | p50 ms | p99 ms | proxy CPU µs/req | origin CPU µs/req | req/s ÷ squid | CPU ÷ squid | p50 added vs direct, ms |"
-        print "|---|---|---|---|---|---|---|---|---|---|---|"
+        print "| body | conns | case | req/s median (min–max) | p50 ms | p99 ms | proxy CPU µs/req | origin CPU µs/req | req/s ÷ squid | CPU ÷ squid | req/s ÷ nginx-proxy | CPU ÷ nginx-proxy | p50 added vs direct, ms |"
+        print "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         for (i = 1; i <= nkeys; i++) {
             key = order[i]; split(key, k, SUBSEP)
             sq = k[1] SUBSEP k[2] SUBSEP "squid"; dk = k[1] SUBSEP k[2] SUBSEP "direct"
@@ -398,7 +452,13 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
             p99 = med(vals[key SUBSEP "p99"]) / 1000
             pcpu = (key SUBSEP "pcpu") in vals ? med(vals[key SUBSEP "pcpu"]) : "-"
             ocpu = med(vals[key SUBSEP "ocpu"])
-            rr = "-"; cr = "-"; added = "-"
+            rr = "-"; cr = "-"; added = "-"; nr = "-"; nc = "-"
+            nx = k[1] SUBSEP k[2] SUBSEP "nginx-proxy"
+            if (k[3] ~ /^courtesy/ && (nx SUBSEP "rps") in vals) {
+                nr = sprintf("%.2f", rps / med(vals[nx SUBSEP "rps"]))
+                ncpu = med(vals[nx SUBSEP "pcpu"])
+                if (ncpu > 0) nc = sprintf("%.2f", pcpu / ncpu)
+            }
             if (k[3] ~ /^courtesy/ && (sq SUBSEP "rps") in vals) {
                 rr = sprintf("%.2f", rps / med(vals[sq SUBSEP "rps"]))
                 scpu = med(vals[sq SUBSEP "pcpu"])
@@ -407,9 +467,19 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
             if (k[3] != "direct" && (dk SUBSEP "p50") in vals)
                 added = sprintf("%+.3f", p50 - med(vals[dk SUBSEP "p50"]) / 1000)
             flag = errs[key] > 0 ? " (" errs[key] " errors!)" : ""
-            printf "| %s | %s | %s%s | %s (%s–%s) | %.3f | %.3f | %s | %s | %s | %s | %s |\n",
+            printf "| %s | %s | %s%s | %s (%s–%s) | %.3f | %.3f | %s | %s | %s | %s | %s | %s | %s |\n",
                 k[1], k[2], k[3], flag, rps, lo(vals[key SUBSEP "rps"]), hi(vals[key SUBSEP "rps"]),
-                p50, p99, pcpu, ocpu, rr, cr, added
+                p50, p99, pcpu, ocpu, rr, cr, nr, nc, added
+            if (k[3] ~ /^courtesy/ && nr != "-") {
+                ncells[k[3]]++
+                if (nr + 0 >= 1) n_rps[k[3]]++
+                if (nc != "-" && nc + 0 <= 1) n_cpu[k[3]]++
+                if (k[2] == 1) {
+                    n1[k[3]]++
+                    nxadd = med(vals[nx SUBSEP "p50"]) / 1000 - med(vals[dk SUBSEP "p50"]) / 1000
+                    if (added != "-" && added + 0 <= nxadd) n_p50[k[3]]++
+                }
+            }
             if (k[3] ~ /^courtesy/ && rr != "-") {
                 c = k[3]; cells[c]++
                 if (rr + 0 >= 2) met_rps[c]++
@@ -424,6 +494,16 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
         for (c in cells)
             printf "- %s: req/s met in %d of %d cells, CPU in %d of %d, p50 added in %d of %d.\n", c,
                 met_rps[c], cells[c], met_cpu[c], cells[c], met_p50[c], cells[c]
+        nn = 0
+        for (c in ncells) nn++
+        if (nn > 0) {
+            print ""
+            print "Targets of issue 15 per cell: req/s at least the nginx proxy'"'"'s; CPU per request at most its; at 1 connection, p50 added over direct at most what it adds:"
+            print ""
+            for (c in ncells)
+                printf "- %s: req/s met in %d of %d cells, CPU in %d of %d, p50 added (1 connection) in %d of %d.\n", c,
+                    n_rps[c], ncells[c], n_cpu[c], ncells[c], n_p50[c], n1[c]
+        }
         # Defaults against defaults: courtesy (a line per response) and squid-log (access.log).
         header = 0
         for (i = 1; i <= nkeys; i++) {
