@@ -9,6 +9,13 @@
 //!   resumption is off), sends one GET with `Connection: close` and drops the connection. The
 //!   latency of a request includes all of that.
 //!
+//! With `--names SUFFIX` (new-connection mode only), request number i goes to the host
+//! `h<i>.SUFFIX` (CONNECT authority, `Host` and TLS server name) at the origin's port: every
+//! request a host courtesy has not seen (its first CONNECT, its first leaf certificate), unless a
+//! run repeats the names of an earlier one (`--max-requests` bounds them: h0 .. h<max-1>). The
+//! names must resolve to the origin (courtesy's `hosts_file`) and its certificate must cover
+//! `*.SUFFIX`. This is what `benches/new_hosts.sh` measures.
+//!
 //! Every run is bounded by `--duration` and by `--max-requests` (shared by all workers); each
 //! request, connect and handshake has a timeout. The last line on stdout is machine-readable:
 //! `RESULT <requests> <errors> <elapsed µs> <p50 µs> <p99 µs> <connections opened> <cpu ticks>`,
@@ -17,7 +24,7 @@
 //! Usage (arguments in any order):
 //! `https_load --origin 127.0.0.1:8443 --ca ca.pem [--proxy 127.0.0.1:3128] [--path /1k]
 //!  [--conns 16] [--duration 8] [--max-requests 5000000] [--new-conn] [--threads 1]
-//!  [--body-bytes 1024]`
+//!  [--body-bytes 1024] [--names SUFFIX]`
 //!
 //! `--ca` is the PEM file of roots to trust: the origin's CA directly, courtesy's `ca.pem` through
 //! courtesy. The TLS server name is the origin's IP address. It is a `harness = false` bench target
@@ -72,6 +79,8 @@ struct Args {
     new_conn: bool,
     threads: usize,
     body_bytes: Option<usize>,
+    /// New-host mode: request i goes to `h<i>.<suffix>`.
+    names: Option<String>,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -85,6 +94,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut new_conn = false;
     let mut threads = 1usize;
     let mut body_bytes = Some(1024usize);
+    let mut names = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         // `cargo bench` appends `--bench`; ignore it.
@@ -106,6 +116,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--duration" => duration = value.parse().with_context(|| bad("not seconds"))?,
             "--max-requests" => max_requests = value.parse().with_context(|| bad("not a count"))?,
             "--threads" => threads = value.parse().with_context(|| bad("not a count"))?,
+            "--names" => names = Some(value.trim_matches('.').to_ascii_lowercase()),
             "--body-bytes" => {
                 let n: i64 = value.parse().with_context(|| bad("not a number"))?;
                 // A negative value turns the body-length check off.
@@ -133,6 +144,9 @@ fn parse_args() -> anyhow::Result<Args> {
             bail!("{addr} is not a loopback address: this benchmark only talks to 127.0.0.0/8 and ::1");
         }
     }
+    if names.is_some() && !new_conn {
+        bail!("--names needs --new-conn: a kept-alive connection stays with one host");
+    }
     if !path.starts_with('/') {
         bail!("--path must start with '/', got {path:?}");
     }
@@ -147,6 +161,7 @@ fn parse_args() -> anyhow::Result<Args> {
         new_conn,
         threads,
         body_bytes,
+        names,
     })
 }
 
@@ -247,9 +262,25 @@ async fn connect_tunnel(tcp: &mut TcpStream, authority: &str) -> anyhow::Result<
     }
 }
 
-/// Opens one connection (TCP, CONNECT through the proxy if any, TLS, HTTP/1.1 handshake).
-async fn open(shared: &Shared) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
+/// The authority and TLS server name of request number `index`: the origin's, or with `--names`
+/// a host of its own.
+fn target_of(shared: &Shared, index: u64) -> anyhow::Result<(String, ServerName<'static>)> {
+    match &shared.args.names {
+        None => Ok((shared.authority.clone(), shared.server_name.clone())),
+        Some(suffix) => {
+            let host = format!("h{index}.{suffix}");
+            let name = ServerName::try_from(host.clone())
+                .with_context(|| format!("{host} is not a TLS server name"))?;
+            Ok((format!("{host}:{}", shared.args.origin.port()), name))
+        }
+    }
+}
+
+/// Opens one connection (TCP, CONNECT through the proxy if any, TLS, HTTP/1.1 handshake) for
+/// request number `index`; returns it with the authority its requests name.
+async fn open(shared: &Shared, index: u64) -> anyhow::Result<(SendRequest<Empty<Bytes>>, String)> {
     let args = &shared.args;
+    let (authority, server_name) = target_of(shared, index)?;
     let addr = args.proxy.unwrap_or(args.origin);
     let mut tcp = timed("TCP connect", async {
         TcpStream::connect(addr)
@@ -260,12 +291,12 @@ async fn open(shared: &Shared) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
     shared.opened.fetch_add(1, Ordering::Relaxed);
     tcp.set_nodelay(true)?;
     if args.proxy.is_some() {
-        timed("CONNECT", connect_tunnel(&mut tcp, &shared.authority)).await?;
+        timed("CONNECT", connect_tunnel(&mut tcp, &authority)).await?;
     }
     let tls = timed("TLS handshake", async {
         shared
             .tls
-            .connect(shared.server_name.clone(), tcp)
+            .connect(server_name, tcp)
             .await
             .context("TLS handshake")
     })
@@ -275,13 +306,18 @@ async fn open(shared: &Shared) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
         // The connection ends when the sender is dropped or the server closes it.
         let _ = conn.await;
     });
-    Ok(sender)
+    Ok((sender, authority))
 }
 
-/// Sends one GET on `sender` and reads the whole body; checks status and body length.
-async fn get(shared: &Shared, sender: &mut SendRequest<Empty<Bytes>>) -> anyhow::Result<()> {
+/// Sends one GET for `authority` on `sender` and reads the whole body; checks status and body
+/// length.
+async fn get(
+    shared: &Shared,
+    sender: &mut SendRequest<Empty<Bytes>>,
+    authority: &str,
+) -> anyhow::Result<()> {
     let args = &shared.args;
-    let mut req = Request::get(args.path.as_str()).header(hyper::header::HOST, &shared.authority);
+    let mut req = Request::get(args.path.as_str()).header(hyper::header::HOST, authority);
     if args.new_conn {
         req = req.header(hyper::header::CONNECTION, "close");
     }
@@ -309,10 +345,13 @@ async fn get(shared: &Shared, sender: &mut SendRequest<Empty<Bytes>>) -> anyhow:
     .await
 }
 
-/// Takes a request slot, unless the run is over (deadline or request budget).
-fn take_slot(shared: &Shared, deadline: Instant) -> bool {
-    Instant::now() < deadline
-        && shared.started.fetch_add(1, Ordering::Relaxed) < shared.args.max_requests
+/// Takes a request slot (its number), unless the run is over (deadline or request budget).
+fn take_slot(shared: &Shared, deadline: Instant) -> Option<u64> {
+    if Instant::now() >= deadline {
+        return None;
+    }
+    let index = shared.started.fetch_add(1, Ordering::Relaxed);
+    (index < shared.args.max_requests).then_some(index)
 }
 
 async fn kept_alive_worker(
@@ -321,9 +360,10 @@ async fn kept_alive_worker(
     deadline: Instant,
 ) -> Tally {
     let mut tally = Tally::default();
-    while take_slot(&shared, deadline) {
+    let authority = shared.authority.clone();
+    while take_slot(&shared, deadline).is_some() {
         let t0 = Instant::now();
-        match get(&shared, &mut sender).await {
+        match get(&shared, &mut sender, &authority).await {
             Ok(()) => tally.latencies_us.push(micros(t0.elapsed())),
             Err(e) => {
                 tally.error(e);
@@ -331,8 +371,8 @@ async fn kept_alive_worker(
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
-                match open(&shared).await {
-                    Ok(s) => sender = s,
+                match open(&shared, 0).await {
+                    Ok((s, _)) => sender = s,
                     Err(e) => tally.error(e),
                 }
             }
@@ -343,11 +383,11 @@ async fn kept_alive_worker(
 
 async fn new_conn_worker(shared: Arc<Shared>, deadline: Instant) -> Tally {
     let mut tally = Tally::default();
-    while take_slot(&shared, deadline) {
+    while let Some(index) = take_slot(&shared, deadline) {
         let t0 = Instant::now();
         let result = async {
-            let mut sender = open(&shared).await?;
-            get(&shared, &mut sender).await
+            let (mut sender, authority) = open(&shared, index).await?;
+            get(&shared, &mut sender, &authority).await
         }
         .await;
         match result {
@@ -385,7 +425,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut senders = Vec::new();
     if !args.new_conn {
         for i in 0..args.conns {
-            let sender = open(&shared)
+            let (sender, _) = open(&shared, 0)
                 .await
                 .with_context(|| format!("opening connection {} of {}", i + 1, args.conns))?;
             senders.push(sender);
