@@ -7,6 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use http::header::HeaderName;
 use http::{HeaderMap, StatusCode};
 
 /// The class of one upstream result, as the pacing rules care about it.
@@ -78,7 +79,7 @@ pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudge
         reset: None,
         policy_rate: None,
     };
-    if let Some(v) = header(headers, "ratelimit") {
+    if let Some(v) = header(headers, &RATELIMIT) {
         for item in v.split(',') {
             let (r, t) = (sf_param(item, "r"), sf_param(item, "t"));
             if r.is_some() || t.is_some() {
@@ -94,7 +95,7 @@ pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudge
             }
         }
     }
-    if let Some(v) = header(headers, "ratelimit-policy") {
+    if let Some(v) = header(headers, &RATELIMIT_POLICY) {
         for item in v.split(',') {
             if let (Some(q), Some(w)) = (sf_param(item, "q"), sf_param(item, "w")) {
                 if w > 0 {
@@ -104,11 +105,8 @@ pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudge
             }
         }
     }
-    // Read on every response: fixed names, no allocation.
-    for (remaining, reset) in [
-        ("ratelimit-remaining", "ratelimit-reset"),
-        ("x-ratelimit-remaining", "x-ratelimit-reset"),
-    ] {
+    // Read on every response: names made at compile time, no parsing, no allocation.
+    for (remaining, reset) in &SEPARATE_FIELDS {
         let remaining = header(headers, remaining).and_then(first_number);
         let reset = header(headers, reset)
             .and_then(first_number)
@@ -133,7 +131,23 @@ fn reset_delay(n: u64, now: SystemTime) -> Duration {
     }
 }
 
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers, the combined field).
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Policy`.
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The older separate fields, remaining and reset: the draft's and the common `X-` ones.
+const SEPARATE_FIELDS: [(HeaderName, HeaderName); 2] = [
+    (
+        HeaderName::from_static("ratelimit-remaining"),
+        HeaderName::from_static("ratelimit-reset"),
+    ),
+    (
+        HeaderName::from_static("x-ratelimit-remaining"),
+        HeaderName::from_static("x-ratelimit-reset"),
+    ),
+];
+
+fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 

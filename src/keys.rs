@@ -71,11 +71,29 @@ impl BudgetKey {
 
 /// The canonical `key = "host"` key of a target: lowercased host, explicit port, IPv6 in brackets.
 pub fn host_key(host: &str, port: u16) -> String {
+    // Made on every request: pushed piece by piece rather than through `format!`.
+    let mut key = String::with_capacity(host.len() + 8);
     if host.contains(':') {
-        format!("[{host}]:{port}")
+        key.push('[');
+        key.push_str(host);
+        key.push(']');
     } else {
-        format!("{host}:{port}")
+        key.push_str(host);
     }
+    key.push(':');
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    let mut rest = port;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    key.extend(digits[at..].iter().map(|d| char::from(*d)));
+    key
 }
 
 /// The registrable domain of `host` (eTLD+1), or `host` itself where it has none.
@@ -169,6 +187,9 @@ mod tests {
         let ip = BudgetKey::without_lookup("::1", 80, KeyMode::Ip).unwrap();
         assert_eq!(ip.key, "[::1]");
         assert_eq!(host_key("::1", 8080), "[::1]:8080");
+        for port in [0, 7, 10, 80, 443, 8080, 65535] {
+            assert_eq!(host_key("a.test", port), format!("a.test:{port}"));
+        }
     }
 
     #[tokio::test]

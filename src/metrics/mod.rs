@@ -300,15 +300,21 @@ impl Metrics {
 
     /// Counts an upstream response and records its timings.
     pub fn response(&self, host: &str, status: u16, latency: Duration, waited: Duration) {
-        let host = self.label(host);
         let outcome = match status {
             0..=299 => "upstream_2xx",
             300..=399 => "upstream_3xx",
             400..=499 => "upstream_4xx",
             _ => "upstream_5xx",
         };
-        self.count(&host, outcome);
-        let label = HostLabel { host };
+        // On every response: the label's host string is made once and moved, not copied.
+        let mut labels = OutcomeLabels {
+            host: self.label(host),
+            outcome: outcome.to_string(),
+        };
+        self.requests.get_or_create(&labels).inc();
+        let label = HostLabel {
+            host: std::mem::take(&mut labels.host),
+        };
         self.latency
             .get_or_create(&label)
             .observe(latency.as_secs_f64());

@@ -77,7 +77,7 @@ impl Proxy {
         if let Some(failure) = self.loops.refuse(&target, req.headers()) {
             return failure.into_response();
         }
-        let span = info_span!("connect", client = %client, host = %target.key(), ?mode);
+        let span = info_span!("connect", client = %client, host = %target, ?mode);
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
             HttpsMode::Intercept => match self.interceptor.server_config(&target.host) {

@@ -46,8 +46,7 @@ impl Proxy {
                 .settle(failure.into_response(), Some(req.into_body()))
                 .await;
         }
-        let span =
-            info_span!("request", client = %client, method = %req.method(), host = %target.key());
+        let span = info_span!("request", client = %client, method = %req.method(), host = %target);
         let (response, unread) = self.forward_to(req, target, None).instrument(span).await;
         entry.settle(response, unread).await
     }
@@ -78,7 +77,8 @@ impl Proxy {
                     .await;
             }
         }
-        let span = info_span!("request", client = %client, method = %req.method(), host = %target.key(), scheme);
+        let span =
+            info_span!("request", client = %client, method = %req.method(), host = %target, scheme);
         let (response, unread) = self
             .forward_to(req, target, connect_choice)
             .instrument(span)

@@ -49,7 +49,7 @@ impl Proxy {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
-        let key = format!("{scheme}://{}", target.key());
+        let key = target.origin_key(scheme);
         let verdict = loop {
             match self.robots.step(&key, &agent, &path) {
                 Step::Known(verdict) => break verdict,

@@ -87,9 +87,20 @@ impl Target {
         })
     }
 
-    /// The key of this target's budget (`host:port`).
+    /// The `host:port` key of this target (`key = "host"`).
     pub(crate) fn key(&self) -> String {
         crate::limiter::host_key(&self.host, self.port)
+    }
+
+    /// `scheme://host:port`: the origin a robots.txt answers for (RFC 9309), as the robots cache
+    /// keys it. Made on every request that obeys robots.txt, without `format!`.
+    pub(crate) fn origin_key(&self, scheme: &str) -> String {
+        let key = self.key();
+        let mut origin = String::with_capacity(scheme.len() + 3 + key.len());
+        origin.push_str(scheme);
+        origin.push_str("://");
+        origin.push_str(&key);
+        origin
     }
 
     /// The `Host` header for this target: the authority, without the scheme's default port.
@@ -101,6 +112,18 @@ impl Target {
         self.authority
             .strip_suffix(default)
             .unwrap_or(&self.authority)
+    }
+}
+
+/// `host:port` (`[v6]:port`), as [`Target::key`] spells it, written without an allocation: what
+/// log lines and spans name the target by.
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
     }
 }
 
@@ -119,6 +142,10 @@ mod tests {
         assert!(Target::of_request(&"ftp://a.test/".parse().unwrap()).is_err());
         let c = Target::of_connect(&"a.test:443".parse().unwrap()).unwrap();
         assert_eq!(c.key(), "a.test:443");
+        assert_eq!(c.to_string(), c.key());
+        assert_eq!(c.origin_key("https"), "https://a.test:443");
+        let v6 = Target::of_request(&"http://[::1]:8080/".parse().unwrap()).unwrap();
+        assert_eq!(v6.to_string(), v6.key());
         assert!(Target::of_request(&"http://user:pass@a.test/".parse().unwrap()).is_err());
         assert!(Target::of_connect(&"user@a.test:443".parse().unwrap()).is_err());
     }
