@@ -16,7 +16,7 @@
 //! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
 //! | `policy.rs` | [`HostPolicy`] and its defaults, the [`OffPeak`] window |
-//! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`ResourceKind`] |
+//! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`ResourceKind`], [`Controller`] |
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`] and their defaults |
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
@@ -40,7 +40,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
-pub use choices::{CacheMode, HttpsMode, OnCooldown, ResourceKind};
+pub use choices::{CacheMode, Controller, HttpsMode, OnCooldown, ResourceKind};
 pub use live::LiveConfig;
 pub(crate) use pattern::canonical_ip;
 pub use pattern::{HostPattern, HostRule};

@@ -658,3 +658,91 @@ fn what_an_episode_left_is_freed_when_it_ends() {
     p.ready_at(later);
     assert!(p.rare.is_none(), "nothing is left to remember");
 }
+
+#[test]
+fn the_pacing_state_stays_small() {
+    // Issue 16: the learned limit's per-host state is one f32 in what was padding; the rest
+    // lives in the boxed episode of a host that had a cut. 64-bit targets.
+    assert!(
+        std::mem::size_of::<Pacing>() <= 88,
+        "{}",
+        std::mem::size_of::<Pacing>()
+    );
+}
+
+fn learned(rate: f64) -> HostPolicy {
+    HostPolicy {
+        controller: crate::config::Controller::Cubic,
+        ..adaptive(rate)
+    }
+}
+
+fn throttled(sent_at: Instant, wait: f64) -> Observation {
+    let mut obs = answer(Feedback::Throttled, 429, sent_at);
+    obs.answer.retry_after = Some(secs(wait));
+    obs
+}
+
+#[test]
+fn the_learned_limit_resumes_near_what_the_server_served_not_at_half() {
+    let t0 = Instant::now();
+    let policy = learned(8.0);
+    let mut p = Pacing::new(&policy, t0);
+    // The first 429 knows nothing served: the rate is cut by decrease_factor, to 4.
+    p.observe(&throttled(t0, 1.0), &policy, t0, 0.0);
+    assert!((p.rate() - 4.0 * 0.95).abs() < 1e-9, "{}", p.rate());
+    // Healthy answers at 5/s for a minute after the cooldown bring the rate back to the limit
+    // and past it.
+    let mut now = t0 + secs(1.0);
+    while now < t0 + secs(61.0) {
+        p.observe(&answer(Feedback::Success, 200, now), &policy, now, 0.0);
+        now += secs(0.2);
+    }
+    let peak = p.rate();
+    assert!(peak > 4.0, "the rate came back past the limit: {peak}");
+    // A 429 now: the limit is what was served lately (5/s), capped below the peak; the rate
+    // resumes just under it, far above AIMD's half.
+    p.observe(&throttled(now, 1.0), &policy, now, 0.0);
+    let served = 5.0f64.min(peak * (1.0 - policy.learned_margin));
+    assert!(p.rate() <= peak * (1.0 - policy.learned_margin));
+    assert!(
+        p.rate() >= 0.85 * served,
+        "{} after a peak of {peak}",
+        p.rate()
+    );
+    // The cooldown is still in force and the same wave does not cut again.
+    assert!(p.cooldown(now + secs(0.5)).is_some());
+    let before = p.rate();
+    p.observe(&throttled(now - secs(0.1), 1.0), &policy, now, 0.0);
+    assert_eq!(p.rate(), before);
+}
+
+#[test]
+fn the_learned_limit_holds_while_latency_nears_slow_response() {
+    let t0 = Instant::now();
+    let policy = HostPolicy {
+        slow_response: Duration::from_millis(500),
+        ..learned(5.0)
+    };
+    let mut p = Pacing::new(&policy, t0);
+    let mut obs = answer(Feedback::Success, 200, t0);
+    obs.answer.latency = Duration::from_millis(450);
+    for i in 0..20 {
+        p.observe(&obs, &policy, t0 + secs(f64::from(i) * 0.2), 0.0);
+    }
+    assert_eq!(
+        p.rate(),
+        5.0,
+        "between 80 % and 100 % of slow_response the rate holds"
+    );
+    obs.answer.latency = Duration::from_millis(1000);
+    obs.sent_at = t0 + secs(5.0);
+    for i in 0..5 {
+        p.observe(&obs, &policy, t0 + secs(5.0 + f64::from(i) * 0.1), 0.0);
+    }
+    assert!(
+        p.rate() < 5.0 && p.rate() >= 2.5,
+        "cut in proportion: {}",
+        p.rate()
+    );
+}
