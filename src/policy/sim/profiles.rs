@@ -124,6 +124,15 @@ impl Record {
         (hi - lo) / mean.max(f64::MIN_POSITIVE)
     }
 
+    /// Seconds after `from` until 5 s in a row served at least `share` of `limit` (checked each
+    /// second up to `to`), or `None`.
+    pub(super) fn time_to(&self, from: f64, to: f64, limit: f64, share: f64) -> Option<f64> {
+        (0..(to - from) as usize)
+            .map(|i| from + i as f64)
+            .find(|t| self.served(*t, t + 5.0) >= share * limit)
+            .map(|t| t - from)
+    }
+
     fn between(&self, from: f64, to: f64) -> impl Iterator<Item = &super::runner::Sent> {
         self.sent.iter().filter(move |s| s.at >= from && s.at < to)
     }

@@ -30,8 +30,9 @@ fn constant(driver: Driver, kind: Kind, demand: Demand) -> (f64, f64, u32, Recor
 }
 
 /// The changing limit against `kind`: for each change, (served 10–20 s after it ÷ the new
-/// limit, 429s in the minute after it); and arrivals inside a window.
-fn changing(driver: Driver, kind: Kind) -> (Vec<(f64, usize)>, u32) {
+/// limit, 429s in the minute after it, seconds until 5 s served 90 % of the new limit); and
+/// arrivals inside a window.
+fn changing(driver: Driver, kind: Kind) -> (Vec<(f64, usize, Option<f64>)>, u32) {
     let r = limited(driver, kind, &CHANGES, EIGHT, 180.0);
     let per_change = CHANGES[1..]
         .iter()
@@ -39,6 +40,7 @@ fn changing(driver: Driver, kind: Kind) -> (Vec<(f64, usize)>, u32) {
             (
                 r.served(at + 10.0, at + 20.0) / limit,
                 r.throttled(*at, at + 60.0),
+                r.time_to(*at, at + 55.0, *limit, 0.9),
             )
         })
         .collect();
@@ -96,7 +98,7 @@ fn the_learned_limit_holds_with_bursty_clients() {
 fn the_learned_limit_follows_a_falling_limit_within_ten_seconds() {
     for (label, kind) in LIMITED {
         let (changes, inside) = changing(CUBIC, kind);
-        let (share, throttled) = changes[0];
+        let (share, throttled, _) = changes[0];
         assert!(throttled <= 3, "{label}: {throttled} 429s after 5 -> 2");
         assert_eq!(inside, 0, "{label}: requests inside an announced window");
         assert!(share <= 1.0, "{label}: above the new limit");
@@ -148,7 +150,10 @@ fn every_controller_on_every_profile() {
                 let (changes, inside) = changing(*d, kind);
                 let parts: Vec<String> = changes
                     .iter()
-                    .map(|(share, n)| format!("{:.0} % ({n})", share * 100.0))
+                    .map(|(share, n, reach)| {
+                        let reach = reach.map_or("-".to_string(), |t| format!("{t:.0} s"));
+                        format!("{:.0} % ({n}, {reach})", share * 100.0)
+                    })
                     .collect();
                 format!("{} / {inside}", parts.join(", "))
             })
