@@ -412,12 +412,13 @@ pub async fn run(bin: &Path, seconds: u64) -> anyhow::Result<Section> {
             }
         }
     }
-    section.notes.push(format!(
+    section.notes.push(
         "Every run at once, each with its own courtesy (release binary, `RUST_LOG=warn`) and \
          origin address; courtesy at rate 10, burst 1, `on_cooldown = \"reject\"`; the \
          AutoThrottle runs pace in the clients (one shared delay, Scrapy's rule with target \
          concurrency 1, from 0.1 s) through a courtesy that does not adapt. Served rates count \
          200s at the origin; the time to answer is the origin's own (latency profile)."
-    ));
+            .to_string(),
+    );
     Ok(section)
 }

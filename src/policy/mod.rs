@@ -117,6 +117,7 @@ impl Pacing {
         if rate.is_finite() && rate > 0.0 {
             self.rate = rate;
         }
+        self.learn_shared();
         if rate_override.is_some() || self.rare.is_some() {
             self.rare_mut().rate_override = rate_override;
         }

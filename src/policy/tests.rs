@@ -746,3 +746,27 @@ fn the_learned_limit_holds_while_latency_nears_slow_response() {
         p.rate()
     );
 }
+
+#[test]
+fn with_a_shared_budget_the_learned_limit_comes_from_the_peak_alone() {
+    let t0 = Instant::now();
+    let policy = learned(8.0);
+    let mut p = Pacing::new(&policy, t0);
+    p.observe(&throttled(t0, 1.0), &policy, t0, 0.0);
+    // The store answers the lesson: the shared rate. This instance serves only its part of it
+    // (one answer a second, while the host as a whole was served far more).
+    p.adopt_shared(4.0, None, t0);
+    let mut now = t0 + secs(1.0);
+    while now < t0 + secs(70.0) {
+        p.observe(&answer(Feedback::Success, 200, now), &policy, now, 0.0);
+        now += secs(1.0);
+    }
+    let peak = p.rate();
+    p.observe(&throttled(now, 1.0), &policy, now, 0.0);
+    let expected = peak * (1.0 - policy.learned_margin) * 0.95;
+    assert!(
+        (p.rate() - expected).abs() < 1e-3 * peak,
+        "{} after {peak}",
+        p.rate()
+    );
+}

@@ -69,6 +69,9 @@ pub(in crate::policy) struct Learned {
     metered: Instant,
     /// Seconds from `since` back to the limit (CUBIC's K).
     approach: f32,
+    /// Whether the rate is shared with other instances (`[shared]`): what this one was served
+    /// is only its part, so the limit comes from the peak alone.
+    shared: bool,
 }
 
 impl Learned {
@@ -185,8 +188,12 @@ impl Pacing {
                 let t = now.duration_since(l.since).as_secs_f64();
                 // What the server served lately is what it allows; a long wait says it allowed
                 // no more than what it served since the last cut over that time and the wait.
-                let mut served = l.served_lately(now, 1.0 / peak);
-                if wait > LONG_WAIT * t && wait > SHORTEST_WAIT {
+                let mut served = if l.shared {
+                    below
+                } else {
+                    l.served_lately(now, 1.0 / peak)
+                };
+                if wait > LONG_WAIT * t && wait > SHORTEST_WAIT && !l.shared {
                     served = served.min(f64::from(l.served) / (t + wait));
                 }
                 // Met again near the same rate after the whole approach: the old limit held
@@ -198,7 +205,7 @@ impl Pacing {
                 let fell = t < f64::from(l.approach) / 2.0;
                 if steady {
                     served = old.max(served.min(old + (below - old) / 2.0));
-                } else if fell && l.served >= FEW_SERVED {
+                } else if fell && l.served >= FEW_SERVED && !l.shared {
                     // The lately served rate still remembers the old limit; what was served
                     // since the cooldown, over that time and half the wait, does not.
                     served = served.min(f64::from(l.served) / (t + wait / 2.0));
@@ -228,7 +235,16 @@ impl Pacing {
             meter: learned.map_or(0.0, |l| l.decayed(now, 1.0 / peak) as f32),
             metered: now,
             approach: approach as f32,
+            shared: self.rare().learned.is_some_and(|l| l.shared),
         });
+    }
+
+    /// Notes that the rate is kept with other instances: from now on the learned limit does not
+    /// trust what this instance alone was served.
+    pub(in crate::policy) fn learn_shared(&mut self) {
+        if let Some(l) = self.rare.as_mut().and_then(|r| r.learned.as_mut()) {
+            l.shared = true;
+        }
     }
 
     /// Moves the start of the curve so that it stands at the rate in force: time spent without

@@ -150,9 +150,14 @@ fn every_controller_on_every_profile() {
                 let (changes, inside) = changing(*d, kind);
                 let parts: Vec<String> = changes
                     .iter()
-                    .map(|(share, n, reach)| {
-                        let reach = reach.map_or("-".to_string(), |t| format!("{t:.0} s"));
-                        format!("{:.0} % ({n}, {reach})", share * 100.0)
+                    .zip(["", ", 90 % after "])
+                    .map(|((share, n, reach), after)| {
+                        let reach = match (after, reach) {
+                            ("", _) => String::new(),
+                            (_, Some(t)) => format!("{after}{t:.0} s"),
+                            (_, None) => format!("{after}> 55 s"),
+                        };
+                        format!("{:.0} % ({n}){reach}", share * 100.0)
                     })
                     .collect();
                 format!("{} / {inside}", parts.join(", "))
