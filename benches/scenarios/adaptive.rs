@@ -1,12 +1,12 @@
 //! Scenario 7, adaptive rate end to end (issue 16): courtesy's controllers against real
 //! rate-limited origins on loopback. Three origins: the seed article's Practice exercise (at most
 //! 5 requests in each whole second, 429 with `Retry-After: 1` beyond), the same with a limit that
-//! changes (5, 2, then 8 a second, a third of the run each), and one that never says 429 but
-//! answers in 100 ms plus 50 ms per request it has in flight. Each is run with courtesy at 10/s
-//! adaptive with `controller = "cubic"` and `"aimd"`, and with an AutoThrottle-style delay in
-//! the clients (courtesy not adaptive, its cooldowns still in force). Eight polite clients per
-//! run (each sleeps a 429's `Retry-After`); every run goes at once, each on its own origin
-//! address and its own courtesy, for `--adaptive-seconds` (default 300).
+//! changes (5, 2, then 8 a second, a minute each, or a third of a shorter run), and one that
+//! never says 429 but answers in 100 ms plus 50 ms per request it has in flight. Each is run with
+//! courtesy at 10/s adaptive with `controller = "cubic"` and `"aimd"`, and with an
+//! AutoThrottle-style delay in the clients (courtesy not adaptive, its cooldowns still in force).
+//! Eight polite clients per run (each sleeps a 429's `Retry-After`); every run goes at once, each
+//! on its own origin address and its own courtesy, for `--adaptive-seconds` (default 300).
 
 use std::convert::Infallible;
 use std::net::Ipv4Addr;
@@ -35,7 +35,7 @@ use crate::report::{row, Section};
 enum Profile {
     /// At most 5 a whole second.
     Constant,
-    /// 5, 2, then 8 a whole second, a third of the run each.
+    /// 5, 2, then 8 a whole second, a minute each (see [`phase`]).
     Changing,
     /// No limit; slower with requests in flight.
     Latency,
@@ -79,12 +79,19 @@ struct OriginLog {
     in_flight: u32,
 }
 
+/// How long each limit of the changing origin lasts in a run of `seconds`: a minute, or a
+/// third of a shorter run.
+fn phase(seconds: f64) -> f64 {
+    (seconds / 3.0).min(60.0)
+}
+
 /// The limit in force `t` seconds into a run of `seconds`.
 fn limit_at(profile: Profile, t: f64, seconds: f64) -> u32 {
+    let phase = phase(seconds);
     match profile {
         Profile::Constant => 5,
-        Profile::Changing if t < seconds / 3.0 => 5,
-        Profile::Changing if t < 2.0 * seconds / 3.0 => 2,
+        Profile::Changing if t < phase => 5,
+        Profile::Changing if t < 2.0 * phase => 2,
         Profile::Changing => 8,
         Profile::Latency => u32::MAX,
     }
@@ -352,7 +359,7 @@ pub async fn run(bin: &Path, seconds: u64) -> anyhow::Result<Section> {
         });
     }
     let warm = (secs / 5.0).min(60.0);
-    let third = secs / 3.0;
+    let phase = phase(secs);
     for o in &outcomes {
         let name = o.driver.name();
         match o.profile {
@@ -369,11 +376,11 @@ pub async fn run(bin: &Path, seconds: u64) -> anyhow::Result<Section> {
                 );
             }
             Profile::Changing => {
-                let changes: Vec<(f64, usize)> = [(third, 2.0), (2.0 * third, 8.0)]
+                let changes: Vec<(f64, usize)> = [(phase, 2.0), (2.0 * phase, 8.0)]
                     .iter()
                     .map(|(at, limit)| {
                         let share = o.served(at + 10.0, at + 20.0) / limit;
-                        (share, o.throttled(*at, at + third))
+                        (share, o.throttled(*at, at + phase))
                     })
                     .collect();
                 let cells: Vec<String> = changes
@@ -386,7 +393,7 @@ pub async fn run(bin: &Path, seconds: u64) -> anyhow::Result<Section> {
                         .all(|(share, n)| (0.9..=1.0).contains(share) && *n <= 3);
                 section.rows.push(
                     row(
-                        format!("5 → 2 → 8, {name}: served 10–20 s after each change ÷ new limit (429s until the next)"),
+                        format!("5 → 2 → 8, {name}: served 10–20 s after each change ÷ new limit (429s in the phase after it)"),
                         "90–100 % (≤ 3) each, 0 inside",
                         format!("{}; inside a window: {}", cells.join(", "), o.inside),
                     )

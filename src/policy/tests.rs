@@ -677,6 +677,31 @@ fn learned(rate: f64) -> HostPolicy {
     }
 }
 
+/// Healthy answers, one every `every` seconds from `from` to `to` (seconds after `t0`), each to a
+/// request that waited for its turn; returns the instant after the last.
+fn healthy_until(
+    p: &mut Pacing,
+    policy: &HostPolicy,
+    t0: Instant,
+    (from, to, every): (f64, f64, f64),
+) -> Instant {
+    let mut now = t0 + secs(from);
+    while now < t0 + secs(to) {
+        p.observe(&answer(Feedback::Success, 200, now), policy, now, 0.0);
+        now += secs(every);
+    }
+    now
+}
+
+/// A host at 8/s with the learned limit, after its first 429 (at `t0`, `Retry-After: 1`).
+fn cut_once() -> (Instant, HostPolicy, Pacing) {
+    let t0 = Instant::now();
+    let policy = learned(8.0);
+    let mut p = Pacing::new(&policy, t0);
+    p.observe(&throttled(t0, 1.0), &policy, t0, 0.0);
+    (t0, policy, p)
+}
+
 fn throttled(sent_at: Instant, wait: f64) -> Observation {
     let mut obs = answer(Feedback::Throttled, 429, sent_at);
     obs.answer.retry_after = Some(secs(wait));
@@ -685,19 +710,12 @@ fn throttled(sent_at: Instant, wait: f64) -> Observation {
 
 #[test]
 fn the_learned_limit_resumes_near_what_the_server_served_not_at_half() {
-    let t0 = Instant::now();
-    let policy = learned(8.0);
-    let mut p = Pacing::new(&policy, t0);
     // The first 429 knows nothing served: the rate is cut by decrease_factor, to 4.
-    p.observe(&throttled(t0, 1.0), &policy, t0, 0.0);
+    let (t0, policy, mut p) = cut_once();
     assert!((p.rate() - 4.0 * 0.95).abs() < 1e-9, "{}", p.rate());
     // Healthy answers at 5/s for a minute after the cooldown bring the rate back to the limit
     // and past it.
-    let mut now = t0 + secs(1.0);
-    while now < t0 + secs(61.0) {
-        p.observe(&answer(Feedback::Success, 200, now), &policy, now, 0.0);
-        now += secs(0.2);
-    }
+    let now = healthy_until(&mut p, &policy, t0, (1.0, 61.0, 0.2));
     let peak = p.rate();
     assert!(peak > 4.0, "the rate came back past the limit: {peak}");
     // A 429 now: the limit is what was served lately (5/s), capped below the peak; the rate
@@ -749,18 +767,11 @@ fn the_learned_limit_holds_while_latency_nears_slow_response() {
 
 #[test]
 fn with_a_shared_budget_the_learned_limit_comes_from_the_peak_alone() {
-    let t0 = Instant::now();
-    let policy = learned(8.0);
-    let mut p = Pacing::new(&policy, t0);
-    p.observe(&throttled(t0, 1.0), &policy, t0, 0.0);
+    let (t0, policy, mut p) = cut_once();
     // The store answers the lesson: the shared rate. This instance serves only its part of it
     // (one answer a second, while the host as a whole was served far more).
     p.adopt_shared(4.0, None, t0);
-    let mut now = t0 + secs(1.0);
-    while now < t0 + secs(70.0) {
-        p.observe(&answer(Feedback::Success, 200, now), &policy, now, 0.0);
-        now += secs(1.0);
-    }
+    let now = healthy_until(&mut p, &policy, t0, (1.0, 70.0, 1.0));
     let peak = p.rate();
     p.observe(&throttled(now, 1.0), &policy, now, 0.0);
     let expected = peak * (1.0 - policy.learned_margin) * 0.95;
