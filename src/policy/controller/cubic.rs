@@ -2,16 +2,24 @@
 //! said no and spends the time near that rate, not halfway below it.
 //!
 //! At the first answer of a wave of 429s (or overload, or failures), the rate that met it is an
-//! upper bound on what the server allows. The learned limit is set `learned_margin` below it;
-//! when the 429 came soon after the last one (before the rate had come back to the limit: the
-//! server's limit fell), the limit is what the server actually served since then, over that time
-//! plus half the wait it asked for (a long `Retry-After` says the rate was far over). The rate
-//! resumes a little below the limit when the cooldown ends, comes back to it on a concave cubic
-//! curve over `probe_after_seconds` (fast at first, flat near the limit), stays there, and then
-//! probes past it on the convex half of the curve, slowly at first and faster the longer the
-//! server keeps saying yes (as CUBIC does around its last maximum). A 429 met again near the
-//! same rate lengthens the next approach, up to twice `probe_after_seconds`: a steady limit is
-//! probed less often.
+//! upper bound on what the server allows. The learned limit is what the server served lately
+//! (a meter of healthy answers that does not count idle time), at most `learned_margin` below
+//! that rate. Met again near the same rate after the whole approach (a steady limit), the limit
+//! is halfway between the old one, which held, and the new peak, bounded by what was served, and
+//! the next approach is longer (up to twice `probe_after_seconds`): a steady limit is probed less
+//! often. Met soon after the last cooldown (before the rate had come back: the server's limit
+//! fell), the limit is what was served since that cooldown, over that time plus half the wait
+//! asked for, and the next probe comes late too. A long `Retry-After` (over a second and a tenth
+//! of the time served) caps the limit at what was served over the time plus the wait: it says how
+//! far over the rate was. The first cut knows nothing served and multiplies by
+//! `decrease_factor`. With a shared budget the meter sees only this instance's part, so the
+//! limit comes from the peak alone.
+//!
+//! The rate resumes at 95 % of the limit when the cooldown ends, comes back to it on a concave
+//! cubic curve over the approach (fast at first, flat near the limit), and then probes past it
+//! on a convex one, slowly at first and faster the longer the server keeps saying yes (as CUBIC
+//! does around its last maximum). The curve does not advance while nothing above the rate in
+//! force is learned (no demand, a gap between answers, latency near the bound).
 //!
 //! Latency, smoothed over answers: above `slow_response_ms` the rate is cut once per wave in
 //! proportion (× slow_response / latency, between 0.5 and 0.95, as Gradient2 scales its limit
