@@ -32,8 +32,8 @@ pub struct HostPolicy {
     /// With the learned limit: how long after a cut the rate takes to come back to the learned
     /// limit, and as long again before it probes past it.
     pub probe_after: Duration,
-    /// With the learned limit: how far below the rate that met a 429 the learned limit is set
-    /// (0.03: 3 % below).
+    /// With the learned limit: the learned limit is at least this far below the rate that met a
+    /// 429 (0.03: 3 % below).
     pub learned_margin: f64,
     /// The lowest rate adaptation may reach.
     pub min_rate: f64,

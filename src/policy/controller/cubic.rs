@@ -3,8 +3,8 @@
 //!
 //! At the first answer of a wave of 429s (or overload, or failures), the rate that met it is an
 //! upper bound on what the server allows. The learned limit is what the server served lately
-//! (a meter of healthy answers that does not count idle time), at most `learned_margin` below
-//! that rate. Met again near the same rate after the whole approach (a steady limit), the limit
+//! (a meter of healthy answers that does not count idle time), and at least `learned_margin`
+//! below that rate. Met again near the same rate after the whole approach (a steady limit), the limit
 //! is halfway between the old one, which held, and the new peak, bounded by what was served, and
 //! the next approach is longer (up to twice `probe_after_seconds`): a steady limit is probed less
 //! often. Met soon after the last cooldown (before the rate had come back: the server's limit
