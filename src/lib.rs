@@ -15,7 +15,7 @@
 //! | [`keys`] | which budget a request spends: `host:port`, its registrable domain or its address (`key`) |
 //! | [`limiter`] | the host table, per-host FIFO, the dispatcher, the budget seam (local or shared), the global ceiling, report-only hosts: the only place requests wait |
 //! | `shared` | the shared budget's store (Redis): the scripts, the hints, the heartbeat, fallback |
-//! | [`policy`] | pure per-host pacing state: token bucket, AIMD rate, cooldowns, blocks; takes `now` |
+//! | [`policy`] | pure per-host pacing state: token bucket, adaptive rate (AIMD or the learned limit), cooldowns, blocks; takes `now` |
 //! | `feedback` | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
 //! | `blocks` | what a block page looks like: markers, the body scan, block redirects |
 //! | `body` | the body of every response courtesy sends, holding the request's permit while it streams |

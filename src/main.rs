@@ -313,9 +313,10 @@ fn describe(p: &courtesy::config::HostPolicy) -> String {
     );
     if p.adaptive {
         out.push_str(&format!(
-            " adaptive=[{}..{}]/s (-x{} +{} slow>{}ms x{})",
+            " adaptive=[{}..{}]/s controller={} (-x{} +{} slow>{}ms x{})",
             p.min_rate,
             p.max_rate,
+            p.controller,
             p.decrease_factor,
             p.increase_step,
             p.slow_response.as_millis(),

@@ -38,11 +38,22 @@ impl Client {
 
     /// GET `target` (an absolute URL through a proxy, or a path) with `Host: host`.
     pub async fn get(&mut self, target: &str, host: &str) -> anyhow::Result<(u16, Bytes)> {
+        let (status, _, body) = self.get_with_headers(target, host).await?;
+        Ok((status, body))
+    }
+
+    /// Like [`Client::get`], with the response's headers.
+    pub async fn get_with_headers(
+        &mut self,
+        target: &str,
+        host: &str,
+    ) -> anyhow::Result<(u16, hyper::HeaderMap, Bytes)> {
         let req = Request::get(target).header(HOST, host).body(Empty::new())?;
         self.sender.ready().await?;
         let response = self.sender.send_request(req).await?;
         let status = response.status().as_u16();
+        let headers = response.headers().clone();
         let body = response.into_body().collect().await?.to_bytes();
-        Ok((status, body))
+        Ok((status, headers, body))
     }
 }

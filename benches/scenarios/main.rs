@@ -21,6 +21,12 @@
 //!    budget on 1 and on 16 hosts; requests/s, latency, CPU per request of courtesy and of Redis,
 //!    Redis commands and round trips per request.
 //!
+//! and, run apart (`benches/adaptive.sh`, `--only 7`):
+//!
+//! 7. **Adaptive rate** (`adaptive.rs`): courtesy's controllers (`cubic`, `aimd`) and an
+//!    AutoThrottle-style delay against rate-limited origins (constant 5/s, 5 → 2 → 8, latency
+//!    under load), 8 polite clients, `--adaptive-seconds` per run (default 300).
+//!
 //! Timing is sensitive to other load on the machine: scenarios 1 and 6 are run again (at most 3
 //! runs) while other processes used more than 20 % of a core, and the quietest run is reported.
 //! Every scenario's row in the report says how busy the machine was.
@@ -32,7 +38,7 @@
 //! Usage: `benches/scenarios.sh [ARGS]` or `benches/shared.sh` (each raises `ulimit -n`, builds
 //! the release binary, runs this), or `cargo bench --bench scenarios -- [ARGS]` with
 //! `--only 1,2,3,4` (scenarios to run, 1–6; default 1–4), `--e2e-hosts N` (scenario 2b, default
-//! 5000, at most 9000), `--out PATH` (report file; `-` for stdout only), `--courtesy PATH` (the
+//! 5000, at most 9000), `--adaptive-seconds N` (scenario 7, per run, default 300), `--out PATH` (report file; `-` for stdout only), `--courtesy PATH` (the
 //! binary; also `$COURTESY_BIN`; default `target/release/courtesy`).
 //!
 //! Every loop is bounded in count and in time; the only processes started are courtesy (and this
@@ -42,6 +48,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod adaptive;
 mod courtesy;
 mod fan_out;
 mod host_table;
@@ -77,10 +84,15 @@ struct Args {
     out_given: bool,
     /// The courtesy binary under test.
     bin: PathBuf,
+    /// Seconds per run of scenario 7.
+    adaptive_seconds: u64,
 }
 
 /// The shared-budget scenarios, which need a `redis-server` and have a report of their own.
 const SHARED: [u32; 2] = [5, 6];
+
+/// The adaptive-rate scenario, which has a report of its own.
+const ADAPTIVE: u32 = 7;
 
 /// Reads the arguments (see the module doc); the defaults run scenarios 1–4 and write
 /// `benches/SCENARIOS_RESULTS.md` (only 5 and 6: `benches/SHARED_RESULTS.md`).
@@ -94,6 +106,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Args> {
         bin: std::env::var_os("COURTESY_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target/release/courtesy")),
+        adaptive_seconds: 300,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -106,7 +119,7 @@ fn parse_args(args: &[String]) -> anyhow::Result<Args> {
                     .split(',')
                     .map(|s| s.trim().parse::<u32>())
                     .collect::<Result<_, _>>()
-                    .context("--only takes scenario numbers 1..6")?;
+                    .context("--only takes scenario numbers 1..7")?;
             }
             "--e2e-hosts" => {
                 let v = it.next().context("--e2e-hosts needs a number")?;
@@ -120,6 +133,13 @@ fn parse_args(args: &[String]) -> anyhow::Result<Args> {
                 parsed.out = (v != "-").then(|| PathBuf::from(v));
                 parsed.out_given = true;
             }
+            "--adaptive-seconds" => {
+                let v = it.next().context("--adaptive-seconds needs a number")?;
+                parsed.adaptive_seconds = v.parse().context("--adaptive-seconds takes a number")?;
+                if !(30..=3600).contains(&parsed.adaptive_seconds) {
+                    bail!("--adaptive-seconds must be 30..=3600");
+                }
+            }
             "--courtesy" => {
                 parsed.bin = PathBuf::from(it.next().context("--courtesy needs a path")?);
             }
@@ -128,6 +148,9 @@ fn parse_args(args: &[String]) -> anyhow::Result<Args> {
     }
     if !parsed.out_given && parsed.only.iter().all(|n| SHARED.contains(n)) {
         parsed.out = Some(root.join("benches/SHARED_RESULTS.md"));
+    }
+    if !parsed.out_given && parsed.only == [ADAPTIVE] {
+        parsed.out = Some(root.join("benches/ADAPTIVE_RESULTS.md"));
     }
     Ok(parsed)
 }
@@ -199,7 +222,12 @@ async fn run(args: Args) -> anyhow::Result<String> {
             sections.push(s);
         }
     }
-    let heading = if args.only.iter().all(|n| SHARED.contains(n)) {
+    let heading = if args.only == [ADAPTIVE] {
+        Heading {
+            title: "courtesy adaptive rate benchmark (issue 16)",
+            script: "benches/adaptive.sh",
+        }
+    } else if args.only.iter().all(|n| SHARED.contains(n)) {
         Heading {
             title: "courtesy shared budget benchmark (several instances on one Redis)",
             script: "benches/shared.sh",
@@ -240,6 +268,7 @@ async fn measured(args: &Args, number: u32) -> anyhow::Result<Section> {
         4 => fan_out::run(&args.bin).await?,
         5 => shared_rate::run(&args.bin).await?,
         6 => shared_cost::run(&args.bin).await?,
+        7 => adaptive::run(&args.bin, args.adaptive_seconds).await?,
         other => bail!("there is no scenario {other}"),
     };
     s.ran = t.elapsed();

@@ -1,5 +1,6 @@
-//! The keys that take one word from a closed set: `on_cooldown`, `https`, `cache`, `key` and the
-//! entries of `skip_resources`, each as an enum whose serde derive is its word table (see [`ConfigWord`]).
+//! The keys that take one word from a closed set: `on_cooldown`, `https`, `cache`, `key`,
+//! `controller` and the entries of `skip_resources`, each as an enum whose serde derive is its word
+//! table (see [`ConfigWord`]).
 
 use std::fmt;
 
@@ -115,3 +116,19 @@ word_enum!(ResourceKind {
     Stylesheet,
     Media,
 });
+
+/// How an adaptive host's rate moves on what the server says (`controller`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Controller {
+    /// Additive increase, multiplicative decrease: + `increase_step` per healthy answer that
+    /// waited, × `decrease_factor` per wave of 429s, × `slow_factor` per wave of slow answers.
+    Aimd,
+    /// The learned limit: after a 429 the rate goes back to just below the rate the server
+    /// turned out to allow (estimated from what it served and how long it asked to wait),
+    /// approaches it on a cubic curve and probes past it only after `probe_after_seconds`;
+    /// latency holds the rate where it stays within `slow_response_ms`.
+    Cubic,
+}
+
+word_enum!(Controller { Aimd, Cubic });

@@ -16,7 +16,7 @@
 //! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
 //! | `policy.rs` | [`HostPolicy`] and its defaults, the [`OffPeak`] window |
-//! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`] |
+//! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`], [`Controller`] |
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`] and their defaults |
 //! | `parent.rs` | [`UpstreamProxy`] and [`Route`]: parent proxy URLs, parsed and redacted |
@@ -42,7 +42,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
-pub use choices::{CacheMode, HttpsMode, KeyMode, OnCooldown, ResourceKind};
+pub use choices::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind};
 pub use live::LiveConfig;
 pub use parent::{ParentCredentials, ParentScheme, Route, UpstreamProxy, SOCKS_DEFAULT_PORT};
 pub(crate) use pattern::canonical_ip;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CacheMode, HttpsMode, KeyMode, OnCooldown, ResourceKind, Route};
+use super::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind, Route};
 use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 
 /// The pacing rules for one host, fully resolved (defaults merged with the most specific rule).
@@ -27,6 +27,14 @@ pub struct HostPolicy {
     pub max_wait: Duration,
     /// Whether the rate adapts to feedback (AIMD) between `min_rate` and `max_rate`.
     pub adaptive: bool,
+    /// How the adaptive rate moves: AIMD or the learned limit (`controller`).
+    pub controller: Controller,
+    /// With the learned limit: how long after a cut the rate takes to come back to the learned
+    /// limit, and as long again before it probes past it.
+    pub probe_after: Duration,
+    /// With the learned limit: the learned limit is at least this far below the rate that met a
+    /// 429 (0.03: 3 % below).
+    pub learned_margin: f64,
     /// The lowest rate adaptation may reach.
     pub min_rate: f64,
     /// The highest rate adaptation may reach, however healthy the host looks.
@@ -100,6 +108,9 @@ impl Default for HostPolicy {
             max_queue: 1000,
             max_wait: Duration::from_secs(300),
             adaptive: false,
+            controller: Controller::Aimd,
+            probe_after: Duration::from_secs(30),
+            learned_margin: 0.03,
             min_rate: 0.2,
             max_rate: 5.0,
             decrease_factor: 0.5,

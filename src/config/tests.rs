@@ -163,6 +163,8 @@ fn each_choice_has_one_word_table_with_the_file_words() {
     reads_back::<CacheMode>();
     reads_back::<KeyMode>();
     reads_back::<ResourceKind>();
+    assert_eq!(words::<Controller>(), ["aimd", "cubic"]);
+    reads_back::<Controller>();
     assert_eq!(OnCooldown::from_word("Reject"), None, "words are exact");
     assert_eq!(CacheMode::from_word(""), None);
 }
@@ -324,4 +326,36 @@ fn a_budget_key_is_a_word_and_a_hosts_file_must_read() {
     .unwrap();
     assert_eq!(c.proxy.static_hosts.len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_controller_and_its_knobs_are_read_per_host_and_checked() {
+    let config = parse(
+        "[defaults]\nadaptive = true\ncontroller = \"cubic\"\nprobe_after_seconds = 12\n\
+         learned_margin = 0.05\n[[host]]\nmatch = \"slow.test\"\ncontroller = \"aimd\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.defaults.controller, Controller::Cubic);
+    assert_eq!(
+        config.defaults.probe_after,
+        std::time::Duration::from_secs(12)
+    );
+    assert_eq!(config.defaults.learned_margin, 0.05);
+    assert_eq!(config.hosts[0].policy.controller, Controller::Aimd);
+    assert_eq!(
+        config.hosts[0].policy.learned_margin, 0.05,
+        "the rest comes from [defaults]"
+    );
+    let err = parse(
+        "[defaults]\ncontroller = \"gradient\"\nprobe_after_seconds = 0\nlearned_margin = 0.9\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.errors,
+        [
+            "test.toml:2: [defaults]: controller must be one of \"aimd\", \"cubic\", got \"gradient\"",
+            "test.toml:3: [defaults]: probe_after_seconds must be between 0.1 and 3600 seconds, got 0",
+            "test.toml:4: [defaults]: learned_margin must be between 0 and 0.5, got 0.9",
+        ]
+    );
 }

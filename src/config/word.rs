@@ -1,4 +1,4 @@
-//! The one word table of each closed-choice key (`on_cooldown`, `https`, `cache`,
+//! The one word table of each closed-choice key (`on_cooldown`, `https`, `cache`, `controller`,
 //! `skip_resources`): the enum's variant names under serde's `snake_case` rule.
 //!
 //! Every place that shows or reads such a word (the validator, the admin JSON, `courtesy check`,

@@ -1,12 +1,13 @@
 //! The part of a host's pacing state that a healthy host does not have: a cooldown, a backoff
 //! streak, the last rate cut, a 403 streak, caps from robots.txt and the server's RateLimit
-//! window, and an operator's pause or rate. It lives in a box that is freed when its episode ends,
+//! window, an operator's pause or rate, and what the learned limit knows. It lives in a box that is freed when its episode ends,
 //! so a million healthy hosts cost a pointer each.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::controller::Learned;
 use super::cooldown::Cooldown;
 
 /// The server's announced budget: what is left until its window resets.
@@ -43,6 +44,8 @@ pub(super) struct Rare {
     pub(super) operator_pause: Option<Instant>,
     /// An operator's rate, used instead of our own while set.
     pub(super) rate_override: Option<f64>,
+    /// What the learned limit (`controller = "cubic"`) knows since the host's first cut.
+    pub(super) learned: Option<Learned>,
 }
 
 impl Rare {
@@ -57,6 +60,7 @@ impl Rare {
         server_policy_rate: None,
         operator_pause: None,
         rate_override: None,
+        learned: None,
     };
 
     pub(super) fn is_empty(&self) -> bool {
@@ -70,6 +74,7 @@ impl Rare {
             && self.server_policy_rate.is_none()
             && self.operator_pause.is_none()
             && self.rate_override.is_none()
+            && self.learned.is_none()
     }
 
     /// Clears what has run out by `now`.

@@ -1,5 +1,5 @@
-//! Pure per-host pacing state: the token bucket, the adaptive (AIMD) rate, cooldowns and the
-//! server's announced budget.
+//! Pure per-host pacing state: the token bucket, the adaptive rate (AIMD or the learned limit),
+//! cooldowns and the server's announced budget.
 //!
 //! Everything here takes `now` (and random samples) as arguments, so every rule is a plain unit test
 //! with explicit instants. [`Pacing::ready_at`] says when the next request may leave;
@@ -10,12 +10,15 @@
 //! |---|---|
 //! | `mod.rs` | [`Pacing`]: the rules that move a host's rate, cooldowns and caps |
 //! | `bucket.rs` | the token bucket and the in-flight count |
+//! | `controller/` | how the adaptive rate moves: AIMD, or the learned limit (`controller`) |
 //! | `observation.rs` | what goes in ([`Answer`], [`Observation`]) and what comes out ([`Reaction`]) |
 //! | `cooldown.rs` | [`Cooldown`] and its [`CooldownCause`] |
 //! | `episode.rs` | the boxed state only a host in trouble (or steered) has |
 //! | `off_peak.rs` | the off-peak window on monotonic instants |
+//! | `sim/` | (tests) simulated servers and the runner that holds every controller against them |
 
 mod bucket;
+mod controller;
 mod cooldown;
 mod episode;
 mod observation;
@@ -50,6 +53,9 @@ pub struct Pacing {
     /// a shared budget's store cannot be reached. Rates are for all instances; the bucket runs at
     /// this share of them.
     share: f32,
+    /// The smoothed latency to response headers in seconds (0: none yet), for the learned
+    /// limit's latency rule (`controller = "cubic"`). It fills what would be padding.
+    latency: f32,
 }
 
 /// The part of a host's pacing worth keeping across a restart.
@@ -79,6 +85,7 @@ impl Pacing {
             rare: None,
             off_peak: OffPeakClock::new(policy, (now, std::time::SystemTime::now())),
             share: 1.0,
+            latency: 0.0,
         }
     }
 
@@ -110,6 +117,7 @@ impl Pacing {
         if rate.is_finite() && rate > 0.0 {
             self.rate = rate;
         }
+        self.learn_shared();
         if rate_override.is_some() || self.rare.is_some() {
             self.rare_mut().rate_override = rate_override;
         }
@@ -334,6 +342,7 @@ impl Pacing {
             last_cut: None,
             consecutive_403: 0,
             robots_cap: None,
+            learned: None,
             ..*self.rare()
         };
         settled.is_empty() && self.rate >= fresh_rate && self.bucket.is_full(now)
@@ -438,24 +447,7 @@ impl Pacing {
                 if let Some(rare) = self.rare.as_mut() {
                     rare.backoff_level = 0;
                 }
-                if obs.answer.latency > policy.slow_response {
-                    if policy.adaptive && self.new_wave(obs.sent_at) {
-                        self.rate = lowered(self.rate, policy.slow_factor, policy.min_rate);
-                        self.rare_mut().last_cut = Some(now);
-                    }
-                } else if obs.limited {
-                    let mut ceiling = if policy.adaptive {
-                        policy.max_rate
-                    } else {
-                        policy.rate
-                    };
-                    if let Some(cap) = self.rare().robots_cap {
-                        ceiling = ceiling.min(cap).max(self.rate.min(ceiling));
-                    }
-                    if self.rate < ceiling {
-                        self.rate = (self.rate + policy.increase_step).min(ceiling);
-                    }
-                }
+                self.after_healthy(obs, policy, now);
             }
             Feedback::Throttled | Feedback::Overloaded | Feedback::Failed => {
                 let new_wave = self.new_wave(obs.sent_at);
@@ -465,9 +457,7 @@ impl Pacing {
                     None => None,
                 };
                 if new_wave {
-                    if policy.adaptive {
-                        self.rate = lowered(self.rate, policy.decrease_factor, policy.min_rate);
-                    }
+                    self.after_trouble(window, policy, now);
                     self.rare_mut().last_cut = Some(now);
                 }
                 if let Some(window) = window.filter(|w| !w.is_zero()) {
@@ -479,9 +469,7 @@ impl Pacing {
                     if self.extend_cooldown(now + window, cause, now) {
                         cooldown = Some(window);
                         if fresh {
-                            let resume =
-                                lowered(rate_before, policy.resume_factor, policy.min_rate);
-                            self.rate = self.rate.min(resume);
+                            self.resume_after(rate_before, policy);
                         }
                     }
                 }
@@ -573,5 +561,7 @@ fn lowered(rate: f64, factor: f64, floor: f64) -> f64 {
     (rate * factor).max(floor.min(rate))
 }
 
+#[cfg(test)]
+mod sim;
 #[cfg(test)]
 mod tests;

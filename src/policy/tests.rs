@@ -658,3 +658,126 @@ fn what_an_episode_left_is_freed_when_it_ends() {
     p.ready_at(later);
     assert!(p.rare.is_none(), "nothing is left to remember");
 }
+
+#[test]
+fn the_pacing_state_stays_small() {
+    // Issue 16: the learned limit's per-host state is one f32 in what was padding; the rest
+    // lives in the boxed episode of a host that had a cut. 64-bit targets.
+    assert!(
+        std::mem::size_of::<Pacing>() <= 88,
+        "{}",
+        std::mem::size_of::<Pacing>()
+    );
+}
+
+fn learned(rate: f64) -> HostPolicy {
+    HostPolicy {
+        controller: crate::config::Controller::Cubic,
+        ..adaptive(rate)
+    }
+}
+
+/// Healthy answers, one every `every` seconds from `from` to `to` (seconds after `t0`), each to a
+/// request that waited for its turn; returns the instant after the last.
+fn healthy_until(
+    p: &mut Pacing,
+    policy: &HostPolicy,
+    t0: Instant,
+    (from, to, every): (f64, f64, f64),
+) -> Instant {
+    let mut now = t0 + secs(from);
+    while now < t0 + secs(to) {
+        p.observe(&answer(Feedback::Success, 200, now), policy, now, 0.0);
+        now += secs(every);
+    }
+    now
+}
+
+/// A host at 8/s with the learned limit, after its first 429 (at `t0`, `Retry-After: 1`).
+fn cut_once() -> (Instant, HostPolicy, Pacing) {
+    let t0 = Instant::now();
+    let policy = learned(8.0);
+    let mut p = Pacing::new(&policy, t0);
+    p.observe(&throttled(t0, 1.0), &policy, t0, 0.0);
+    (t0, policy, p)
+}
+
+fn throttled(sent_at: Instant, wait: f64) -> Observation {
+    let mut obs = answer(Feedback::Throttled, 429, sent_at);
+    obs.answer.retry_after = Some(secs(wait));
+    obs
+}
+
+#[test]
+fn the_learned_limit_resumes_near_what_the_server_served_not_at_half() {
+    // The first 429 knows nothing served: the rate is cut by decrease_factor, to 4.
+    let (t0, policy, mut p) = cut_once();
+    assert!((p.rate() - 4.0 * 0.95).abs() < 1e-9, "{}", p.rate());
+    // Healthy answers at 5/s for a minute after the cooldown bring the rate back to the limit
+    // and past it.
+    let now = healthy_until(&mut p, &policy, t0, (1.0, 61.0, 0.2));
+    let peak = p.rate();
+    assert!(peak > 4.0, "the rate came back past the limit: {peak}");
+    // A 429 now: the limit is what was served lately (5/s), capped below the peak; the rate
+    // resumes just under it, far above AIMD's half.
+    p.observe(&throttled(now, 1.0), &policy, now, 0.0);
+    let served = 5.0f64.min(peak * (1.0 - policy.learned_margin));
+    assert!(p.rate() <= peak * (1.0 - policy.learned_margin));
+    assert!(
+        p.rate() >= 0.85 * served,
+        "{} after a peak of {peak}",
+        p.rate()
+    );
+    // The cooldown is still in force and the same wave does not cut again.
+    assert!(p.cooldown(now + secs(0.5)).is_some());
+    let before = p.rate();
+    p.observe(&throttled(now - secs(0.1), 1.0), &policy, now, 0.0);
+    assert_eq!(p.rate(), before);
+}
+
+#[test]
+fn the_learned_limit_holds_while_latency_nears_slow_response() {
+    let t0 = Instant::now();
+    let policy = HostPolicy {
+        slow_response: Duration::from_millis(500),
+        ..learned(5.0)
+    };
+    let mut p = Pacing::new(&policy, t0);
+    let mut obs = answer(Feedback::Success, 200, t0);
+    obs.answer.latency = Duration::from_millis(450);
+    for i in 0..20 {
+        p.observe(&obs, &policy, t0 + secs(f64::from(i) * 0.2), 0.0);
+    }
+    assert_eq!(
+        p.rate(),
+        5.0,
+        "between 80 % and 100 % of slow_response the rate holds"
+    );
+    obs.answer.latency = Duration::from_millis(1000);
+    obs.sent_at = t0 + secs(5.0);
+    for i in 0..5 {
+        p.observe(&obs, &policy, t0 + secs(5.0 + f64::from(i) * 0.1), 0.0);
+    }
+    assert!(
+        p.rate() < 5.0 && p.rate() >= 2.5,
+        "cut in proportion: {}",
+        p.rate()
+    );
+}
+
+#[test]
+fn with_a_shared_budget_the_learned_limit_comes_from_the_peak_alone() {
+    let (t0, policy, mut p) = cut_once();
+    // The store answers the lesson: the shared rate. This instance serves only its part of it
+    // (one answer a second, while the host as a whole was served far more).
+    p.adopt_shared(4.0, None, t0);
+    let now = healthy_until(&mut p, &policy, t0, (1.0, 70.0, 1.0));
+    let peak = p.rate();
+    p.observe(&throttled(now, 1.0), &policy, now, 0.0);
+    let expected = peak * (1.0 - policy.learned_margin) * 0.95;
+    assert!(
+        (p.rate() - expected).abs() < 1e-3 * peak,
+        "{} after {peak}",
+        p.rate()
+    );
+}

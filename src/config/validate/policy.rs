@@ -88,6 +88,13 @@ impl Validator<'_> {
         if let Some(v) = &file.adaptive {
             p.adaptive = *v.get_ref();
         }
+        if let Some(x) = self.choice(&file.controller, label, "controller") {
+            p.controller = x;
+        }
+        let s = &file.probe_after_seconds;
+        if let Some(d) = self.seconds(s, label, "probe_after_seconds", 0.1, 3600.0) {
+            p.probe_after = d;
+        }
         let rates = [
             (&file.min_rate, "min_rate", &mut p.min_rate, 1e-6, 1e6),
             (&file.max_rate, "max_rate", &mut p.max_rate, 1e-6, 1e6),
@@ -111,6 +118,13 @@ impl Validator<'_> {
                 &mut p.resume_factor,
                 0.01,
                 1.0,
+            ),
+            (
+                &file.learned_margin,
+                "learned_margin",
+                &mut p.learned_margin,
+                0.0,
+                0.5,
             ),
             (
                 &file.increase_step,

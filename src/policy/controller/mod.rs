@@ -1,0 +1,85 @@
+//! How an adaptive host's own rate moves on each answer: the two controllers behind
+//! `controller = "aimd" | "cubic"`, as methods of [`Pacing`] that touch only the rate and the
+//! controller's own state.
+//!
+//! `Pacing::observe` classifies and keeps every other rule (cooldowns, server budgets, blocks,
+//! caps); it asks the controller of the host's policy only how far to raise the rate after a
+//! healthy answer ([`Pacing::after_healthy`]), how far to cut it on a new wave of trouble
+//! ([`Pacing::after_trouble`]) and where to resume after a cooldown ([`Pacing::resume_after`]).
+//! A host without `adaptive` follows AIMD's climb back to its configured rate, whatever its
+//! controller.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `aimd.rs` | additive increase, multiplicative decrease (the rules of round one) |
+//! | `cubic.rs` | the learned limit: the estimate at a 429, the cubic approach and probe, latency |
+
+mod aimd;
+mod cubic;
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub(super) use cubic::Learned;
+
+use super::{Observation, Pacing};
+use crate::config::{Controller, HostPolicy};
+
+/// The controller that moves `policy`'s rate: AIMD unless the host is adaptive and asks for the
+/// learned limit.
+fn learned_limit(policy: &HostPolicy) -> bool {
+    policy.adaptive && policy.controller == Controller::Cubic
+}
+
+impl Pacing {
+    /// Moves the rate after a healthy (2xx/3xx) answer.
+    pub(super) fn after_healthy(&mut self, obs: &Observation, policy: &HostPolicy, now: Instant) {
+        if learned_limit(policy) {
+            self.cubic_healthy(obs, policy, now);
+        } else {
+            self.aimd_healthy(obs, policy, now);
+        }
+    }
+
+    /// Cuts the rate for the first answer of a new wave of 429s, overload or failures; `wait` is
+    /// the cooldown the answer asked for (Retry-After or the backoff), if any.
+    pub(super) fn after_trouble(
+        &mut self,
+        wait: Option<Duration>,
+        policy: &HostPolicy,
+        now: Instant,
+    ) {
+        if !policy.adaptive {
+            return;
+        }
+        if learned_limit(policy) {
+            self.cubic_trouble(wait, policy, now);
+        } else {
+            self.aimd_trouble(policy);
+        }
+    }
+
+    /// The rate when a fresh cooldown starts, from `rate_before` the answer: AIMD resumes at
+    /// `resume_factor` of it; the learned limit already chose its resume rate in its cut.
+    pub(super) fn resume_after(&mut self, rate_before: f64, policy: &HostPolicy) {
+        if !learned_limit(policy) {
+            self.aimd_resume(rate_before, policy);
+        }
+    }
+
+    /// The highest rate a healthy answer may raise the host to: `max_rate` when adaptive (else
+    /// the configured rate), under robots.txt's Crawl-delay (never below the rate already
+    /// reached under the ceiling).
+    fn raise_ceiling(&self, policy: &HostPolicy) -> f64 {
+        let mut ceiling = if policy.adaptive {
+            policy.max_rate
+        } else {
+            policy.rate
+        };
+        if let Some(cap) = self.rare().robots_cap {
+            ceiling = ceiling.min(cap).max(self.rate.min(ceiling));
+        }
+        ceiling
+    }
+}
