@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{HttpsMode, KeyMode, OnCooldown};
+use crate::config::{Controller, HttpsMode, KeyMode, OnCooldown, Route};
 use crate::limiter::{HostSnapshot, Limiter, SHADOW_REASONS};
 
 /// `GET /hosts`: the hosts shown (all, or the `limit` most in need of attention) and the totals
@@ -207,6 +207,28 @@ pub struct PolicyView {
     /// `enforce` (`false`: report-only).
     #[serde(default = "enforcing")]
     pub enforce: bool,
+    /// `controller` (how an adaptive rate moves).
+    #[serde(default = "aimd")]
+    pub controller: Controller,
+    /// `upstream_proxy`: `direct`, or the parent as `scheme://host:port`, never its credentials.
+    #[serde(default = "direct")]
+    pub upstream_proxy: String,
+}
+
+fn aimd() -> Controller {
+    Controller::Aimd
+}
+
+fn direct() -> String {
+    "direct".into()
+}
+
+/// How `/hosts` names a route: the parent without user or password.
+fn route_shown(route: &Route) -> String {
+    match route {
+        Route::Direct => direct(),
+        Route::Parent(p) => format!("{}://{}", p.scheme.word(), p.endpoint()),
+    }
 }
 
 fn enforcing() -> bool {
@@ -233,6 +255,8 @@ impl PolicyView {
             max_queue: p.max_queue,
             max_wait_seconds: p.max_wait.as_secs_f64(),
             enforce: p.enforce,
+            controller: p.controller,
+            upstream_proxy: route_shown(&p.upstream),
         }
     }
 }

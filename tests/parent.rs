@@ -390,6 +390,17 @@ async fn credentials_never_show_in_logs_pages_or_check() {
     )
     .await;
     assert!(!hosts.contains("hunter2"), "{hosts}");
+    // The route shows, without user or password.
+    let page: Value = serde_json::from_str(&hosts).unwrap();
+    let routes: Vec<&str> = page["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| h["policy"]["upstream_proxy"].as_str())
+        .collect();
+    let parent = format!("http://127.0.0.1:{}", squid.port);
+    assert!(routes.contains(&parent.as_str()), "{routes:?}");
+    assert!(!hosts.contains(&format!("{USER}:")), "{hosts}");
     // SIGTERM, so that the log writer flushes what it holds.
     if let Some(pid) = process.id() {
         let _ = std::process::Command::new("kill")
