@@ -115,3 +115,26 @@ AWK_SAMPLES='
     function hi(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[n] }
     function add(k, v) { vals[k] = (k in vals) ? vals[k] " " v : v }
 '
+
+# The start of an nginx.conf that every bench's nginx shares: one worker in the foreground, its
+# pid, log and temp files under `dir`, no access log. It ends inside `http {`: the caller adds its
+# own directives and servers, and the closing brace.
+nginx_conf_start() {
+    local dir=$1
+    cat <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+worker_rlimit_nofile 16384;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $dir/tmp/body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+CONF
+}

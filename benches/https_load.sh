@@ -154,25 +154,12 @@ mkdir -p "$TMP/nginx/www" "$TMP/nginx/tmp"
 head -c 1024 /dev/urandom >"$TMP/nginx/www/1k"
 chmod -R a+rX "$TMP/nginx" "$TMP/pki"
 cat >"$TMP/nginx/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-worker_rlimit_nofile 16384;
-events { worker_connections 8192; }
-http {
-    access_log off;
+$(nginx_conf_start "$TMP/nginx")
     default_type application/octet-stream;
     sendfile on;
     tcp_nodelay on;
     keepalive_timeout 300s;
     keepalive_requests 100000000;
-    client_body_temp_path $TMP/nginx/tmp/body;
-    proxy_temp_path $TMP/nginx/tmp/proxy;
-    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
-    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
-    scgi_temp_path $TMP/nginx/tmp/scgi;
     server {
         listen $HOST:$ORIGIN_PORT ssl;
         ssl_certificate $TMP/pki/origin.pem;

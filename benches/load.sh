@@ -119,25 +119,12 @@ page 1024 >"$TMP/nginx/www/1k"
 page 65536 >"$TMP/nginx/www/64k"
 chmod -R a+rX "$TMP/nginx"
 cat >"$TMP/nginx/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $TMP/nginx/nginx.pid;
-error_log $TMP/nginx/error.log warn;
-worker_rlimit_nofile 16384;
-events { worker_connections 8192; }
-http {
-    access_log off;
+$(nginx_conf_start "$TMP/nginx")
     default_type $BODY_TYPE;
     sendfile on;
     tcp_nodelay on;
     keepalive_timeout 300s;
     keepalive_requests 100000000;
-    client_body_temp_path $TMP/nginx/tmp/body;
-    proxy_temp_path $TMP/nginx/tmp/proxy;
-    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
-    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
-    scgi_temp_path $TMP/nginx/tmp/scgi;
     server {
         listen $HOST:$ORIGIN_PORT;
         root $TMP/nginx/www;
@@ -246,23 +233,10 @@ if [[ $NGINX_PROXY_CASE == 1 ]]; then
     dir="$TMP/nginx-proxy"
     mkdir -p "$dir/tmp"
     cat >"$dir/nginx.conf" <<EOF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-worker_rlimit_nofile 16384;
-events { worker_connections 8192; }
-http {
-    access_log off;
+$(nginx_conf_start "$dir")
     tcp_nodelay on;
     keepalive_timeout 300s;
     keepalive_requests 100000000;
-    client_body_temp_path $dir/tmp/body;
-    proxy_temp_path $dir/tmp/proxy;
-    fastcgi_temp_path $dir/tmp/fastcgi;
-    uwsgi_temp_path $dir/tmp/uwsgi;
-    scgi_temp_path $dir/tmp/scgi;
     upstream origin {
         server $HOST:$ORIGIN_PORT;
         keepalive 256;
