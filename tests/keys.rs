@@ -139,6 +139,10 @@ async fn subdomains_share_their_domain_and_public_suffixes_keep_sites_apart() {
         let view = host_view(&courtesy, site).await;
         assert_eq!(view["counters"]["sent"], 2, "{site}: {view}");
     }
+    // /metrics counts by the key too.
+    let metrics = fetch_direct(&courtesy.admin_url("/metrics")).await;
+    let series = "courtesy_requests_total{host=\"example.co.uk\",outcome=\"upstream_2xx\"} 8";
+    assert!(metrics.contains(series), "{metrics}");
     courtesy.shutdown().await.unwrap();
 }
 
