@@ -11,9 +11,9 @@ mod format;
 
 pub(crate) use format::negotiate;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -62,6 +62,24 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
+/// The series every upstream response of one labelled host updates, looked up once when the
+/// host gets its label: a response then costs one map lookup, not one per series.
+#[derive(Debug)]
+struct HostSeries {
+    /// `courtesy_requests_total` with outcome `upstream_2xx` .. `upstream_5xx`.
+    by_class: [Counter; 4],
+    latency: Histogram,
+    queue_wait: Histogram,
+}
+
+/// The outcomes of [`HostSeries::by_class`], in its order.
+const UPSTREAM_CLASSES: [&str; 4] = [
+    "upstream_2xx",
+    "upstream_3xx",
+    "upstream_4xx",
+    "upstream_5xx",
+];
+
 /// All of courtesy's metrics and the registry that renders them.
 pub struct Metrics {
     registry: Registry,
@@ -76,7 +94,10 @@ pub struct Metrics {
     blocks: Family<OutcomeLabels, Counter>,
     leaf_minted: Counter,
     leaf_hits: Counter,
-    labelled: Mutex<HashSet<String>>,
+    /// The hosts with a label of their own, and their response series.
+    labelled: Mutex<HashMap<String, Arc<HostSeries>>>,
+    /// The response series of `host="other"`, made at its first use.
+    other: std::sync::OnceLock<Arc<HostSeries>>,
     max_hosts: usize,
     /// `courtesy_shared_mode` and `courtesy_shared_instances`, with a shared budget.
     shared: Option<(Family<ModeLabel, Gauge>, Gauge)>,
@@ -235,7 +256,8 @@ impl Metrics {
             blocks,
             leaf_minted,
             leaf_hits,
-            labelled: Mutex::new(HashSet::new()),
+            labelled: Mutex::new(HashMap::new()),
+            other: std::sync::OnceLock::new(),
             max_hosts,
             shared: None,
         }
@@ -243,15 +265,45 @@ impl Metrics {
 
     /// The label for `host`: itself while there is room, else `other`.
     fn label(&self, host: &str) -> String {
+        match self.labelled_series(host) {
+            Some(_) => host.to_string(),
+            None => OTHER.to_string(),
+        }
+    }
+
+    /// The response series of `host` while it has (or can get) a label of its own; `None`: it is
+    /// counted as `other`.
+    fn labelled_series(&self, host: &str) -> Option<Arc<HostSeries>> {
         let mut labelled = crate::locks::lock(&self.labelled);
-        if labelled.contains(host) {
-            return host.to_string();
+        if let Some(series) = labelled.get(host) {
+            return Some(series.clone());
         }
-        if labelled.len() < self.max_hosts {
-            labelled.insert(host.to_string());
-            return host.to_string();
+        if labelled.len() >= self.max_hosts {
+            return None;
         }
-        OTHER.to_string()
+        let series = Arc::new(self.series_of(host));
+        labelled.insert(host.to_string(), series.clone());
+        Some(series)
+    }
+
+    /// The response series of the label `host`, from the families.
+    fn series_of(&self, host: &str) -> HostSeries {
+        let label = HostLabel {
+            host: host.to_string(),
+        };
+        let counter = |outcome: &str| {
+            self.requests
+                .get_or_create(&OutcomeLabels {
+                    host: host.to_string(),
+                    outcome: outcome.to_string(),
+                })
+                .clone()
+        };
+        HostSeries {
+            by_class: UPSTREAM_CLASSES.map(counter),
+            latency: self.latency.get_or_create(&label).clone(),
+            queue_wait: self.queue_wait.get_or_create(&label).clone(),
+        }
     }
 
     /// Drops the series and label slots of labelled hosts the host table no longer knows (after
@@ -260,7 +312,7 @@ impl Metrics {
         let gone: Vec<String> = {
             let mut labelled = crate::locks::lock(&self.labelled);
             let gone: Vec<String> = labelled
-                .iter()
+                .keys()
                 .filter(|host| !limiter.knows(host))
                 .cloned()
                 .collect();
@@ -300,27 +352,20 @@ impl Metrics {
 
     /// Counts an upstream response and records its timings.
     pub fn response(&self, host: &str, status: u16, latency: Duration, waited: Duration) {
-        let outcome = match status {
-            0..=299 => "upstream_2xx",
-            300..=399 => "upstream_3xx",
-            400..=499 => "upstream_4xx",
-            _ => "upstream_5xx",
+        let class = match status {
+            0..=299 => 0,
+            300..=399 => 1,
+            400..=499 => 2,
+            _ => 3,
         };
-        // On every response: the label's host string is made once and moved, not copied.
-        let mut labels = OutcomeLabels {
-            host: self.label(host),
-            outcome: outcome.to_string(),
-        };
-        self.requests.get_or_create(&labels).inc();
-        let label = HostLabel {
-            host: std::mem::take(&mut labels.host),
-        };
-        self.latency
-            .get_or_create(&label)
-            .observe(latency.as_secs_f64());
-        self.queue_wait
-            .get_or_create(&label)
-            .observe(waited.as_secs_f64());
+        let series = self.labelled_series(host).unwrap_or_else(|| {
+            self.other
+                .get_or_init(|| Arc::new(self.series_of(OTHER)))
+                .clone()
+        });
+        series.by_class[class].inc();
+        series.latency.observe(latency.as_secs_f64());
+        series.queue_wait.observe(waited.as_secs_f64());
     }
 
     /// Counts a request that got no upstream response.
