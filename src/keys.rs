@@ -71,16 +71,22 @@ impl BudgetKey {
 
 /// The canonical `key = "host"` key of a target: lowercased host, explicit port, IPv6 in brackets.
 pub fn host_key(host: &str, port: u16) -> String {
-    // Made on every request: pushed piece by piece rather than through `format!`.
     let mut key = String::with_capacity(host.len() + 8);
+    push_host_key(&mut key, host, port);
+    key
+}
+
+/// Appends the `host:port` key of `host`:`port` to `out`: made on every request, so pushed piece
+/// by piece rather than through `format!`.
+pub fn push_host_key(out: &mut String, host: &str, port: u16) {
     if host.contains(':') {
-        key.push('[');
-        key.push_str(host);
-        key.push(']');
+        out.push('[');
+        out.push_str(host);
+        out.push(']');
     } else {
-        key.push_str(host);
+        out.push_str(host);
     }
-    key.push(':');
+    out.push(':');
     let mut digits = [0u8; 5];
     let mut at = digits.len();
     let mut rest = port;
@@ -92,8 +98,8 @@ pub fn host_key(host: &str, port: u16) -> String {
             break;
         }
     }
-    key.extend(digits[at..].iter().map(|d| char::from(*d)));
-    key
+    // ASCII digits only: always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
 }
 
 /// The registrable domain of `host` (eTLD+1), or `host` itself where it has none.

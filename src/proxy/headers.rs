@@ -77,7 +77,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
                 .iter()
                 .filter_map(|v| v.to_str().ok())
                 .flat_map(|v| v.split(','))
-                .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok()),
+                .map(str::trim)
+                // The usual tokens name no field to remove (keep-alive is in the list already).
+                .filter(|t| {
+                    !t.eq_ignore_ascii_case("keep-alive") && !t.eq_ignore_ascii_case("close")
+                })
+                .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok()),
         );
     }
     for name in &doomed {

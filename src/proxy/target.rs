@@ -95,11 +95,10 @@ impl Target {
     /// `scheme://host:port`: the origin a robots.txt answers for (RFC 9309), as the robots cache
     /// keys it. Made on every request that obeys robots.txt, without `format!`.
     pub(crate) fn origin_key(&self, scheme: &str) -> String {
-        let key = self.key();
-        let mut origin = String::with_capacity(scheme.len() + 3 + key.len());
+        let mut origin = String::with_capacity(scheme.len() + self.host.len() + 11);
         origin.push_str(scheme);
         origin.push_str("://");
-        origin.push_str(&key);
+        crate::keys::push_host_key(&mut origin, &self.host, self.port);
         origin
     }
 
