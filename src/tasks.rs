@@ -20,7 +20,8 @@ pub(crate) struct Background {
     sweeper: JoinHandle<()>,
     saver: JoinHandle<()>,
     stop_saver: tokio::sync::oneshot::Sender<()>,
-    /// The shared store's heartbeat and hint subscriber, if there is a store.
+    /// The shared store's heartbeat, hint subscriber and releaser of ended turns, if there is a
+    /// store.
     shared: Vec<JoinHandle<()>>,
     stop_shared: CancellationToken,
 }
@@ -39,6 +40,10 @@ impl Background {
         let mut shared = Vec::new();
         if let Some(store) = limiter.store() {
             shared.push(tokio::spawn(crate::shared::run_heartbeat(
+                store.clone(),
+                stop_shared.clone(),
+            )));
+            shared.push(tokio::spawn(crate::shared::run_releases(
                 store.clone(),
                 stop_shared.clone(),
             )));

@@ -203,8 +203,9 @@ pub fn parse_command_stats(text: &str) -> BTreeMap<String, CommandStat> {
 }
 
 /// What one logged command was: a courtesy script by its name, told apart by its keys (see
-/// `src/shared/scripts.rs`: reserve and release take a host's budget and lease keys, and only
-/// release names the hint channel; report and operator take the budget key, the operator's first
+/// `src/shared/scripts.rs`: reserve and release take a host's budget and lease keys, and release
+/// names the hint channel as its sixth argument (reserve as its eleventh, before the ended turns
+/// it carries); report and operator take the budget key, the operator's first
 /// argument being its action; heartbeat takes the instance set, renew the lease key), or the
 /// command's name.
 fn classify(args: &[String], channel: &str) -> String {
@@ -217,7 +218,8 @@ fn classify(args: &[String], channel: &str) -> String {
     }
     let numkeys = args.get(2).map(String::as_str);
     let key = args.get(3).map(String::as_str).unwrap_or("");
-    let names_channel = args.iter().any(|a| a == channel);
+    // EVALSHA, the SHA, the key count, two keys, then the arguments: the sixth is at 10.
+    let names_channel = args.get(10).is_some_and(|a| a == channel);
     let kind = match numkeys {
         Some("2") if names_channel => "release",
         Some("2") => "reserve",

@@ -250,10 +250,7 @@ impl Budget {
     ) {
         state.in_flight.finish();
         match (self, lease) {
-            (Budget::Shared { store, .. }, Some(lease)) => {
-                let store = store.clone();
-                tokio::spawn(async move { store.release(lease, sent).await });
-            }
+            (Budget::Shared { store, .. }, Some(lease)) => store.release(lease, sent),
             _ => {
                 if !sent {
                     state.pacing.refund(now);

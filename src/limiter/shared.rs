@@ -52,8 +52,7 @@ pub(super) async fn take_shared_turn(
             loop {
                 if host.lock().pacing.block(Instant::now()).is_some() {
                     // Closed meanwhile (a hint): the turn goes back unused.
-                    let store = store.clone();
-                    tokio::spawn(async move { store.release(lease, false).await });
+                    store.release(lease, false);
                     return;
                 }
                 if Instant::now() >= at {

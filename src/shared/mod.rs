@@ -2,8 +2,9 @@
 //! `[shared] redis_url` and `key_prefix` keep one budget per host, so that the site sees one
 //! courtesy.
 //!
-//! One script call reserves each turn (`reserve`, the only round trip before a request); the
-//! answer's bookkeeping (`report`, `release`) runs after it, off the request's path. Pub/sub hints
+//! One script call reserves each turn (`reserve`, the only round trip before a request), and
+//! releases the host's turns that ended meanwhile (`releases.rs`); a lesson (`report`) runs after
+//! the answer, off the request's path. Pub/sub hints
 //! (`hints.rs`) wake an instance early (a slot came free, a cooldown began elsewhere) but are
 //! never the truth: the store is. When the store fails or is slower than `timeout_ms`, the instance
 //! falls back to its share of every budget (`share`) and keeps every cooldown it knows; the
@@ -14,12 +15,14 @@
 //! | `mod.rs` | the store's calls and the mode (shared or fallback) |
 //! | `scripts.rs` | the Lua, with the semantics of every field |
 //! | `hints.rs` | the pub/sub subscriber |
+//! | `releases.rs` | ended turns: carried by the host's next reservation, or released on their own |
 //! | `heartbeat.rs` | live instances, lease renewal, finding the store again |
 //!
 //! It decides nothing about pacing itself: the limiter asks it for turns through its budget seam.
 
 mod heartbeat;
 mod hints;
+mod releases;
 mod scripts;
 #[cfg(test)]
 mod tests;
@@ -42,6 +45,7 @@ use crate::policy::CooldownCause;
 
 pub(crate) use heartbeat::run_heartbeat;
 pub(crate) use hints::{run_hints, Hint};
+pub(crate) use releases::run_releases;
 
 /// How far ahead a turn may be reserved. Beyond it the instance sleeps and asks again: a turn
 /// reserved long before it is used holds a concurrency slot and cannot learn of a cooldown that
@@ -73,6 +77,11 @@ pub(crate) struct Store {
     next_lease: AtomicU64,
     /// Leases in flight, by host, for the heartbeat to renew.
     live: Mutex<HashMap<Arc<str>, Vec<String>>>,
+    /// Turns that ended, by host, for the host's next reservation to release (`releases.rs`),
+    /// and whether each request left.
+    ended: Mutex<releases::EndedTurns>,
+    /// Wakes the releaser of turns no reservation carries.
+    turn_ended: tokio::sync::Notify,
     scripts: Scripts,
     /// Round trips to the store, for `/metrics`.
     pub(crate) round_trip: Histogram,
@@ -246,6 +255,8 @@ impl Store {
             live_now: AtomicU32::new(0),
             next_lease: AtomicU64::new(0),
             live: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
+            turn_ended: tokio::sync::Notify::new(),
             scripts: Scripts {
                 reserve: scripts::script(scripts::RESERVE),
                 release: scripts::script(scripts::RELEASE),
@@ -418,7 +429,17 @@ impl Store {
             .arg(&member)
             .arg(micros(HORIZON))
             .arg(if limits.rejoin { "1" } else { "0" })
-            .arg(micros(IDLE_TTL));
+            .arg(micros(IDLE_TTL))
+            .arg(&self.channel)
+            .arg(&**host);
+        // The host's turns that ended meanwhile are released by this same call.
+        for (lease, sent) in self.take_ended(host) {
+            invocation
+                .arg(lease.member)
+                .arg(if sent { "0" } else { "1" })
+                .arg(lease.tat)
+                .arg(lease.interval);
+        }
         let value = self.call("reserve", &invocation).await?;
         let reply = ReserveReply::parse(value)
             .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
@@ -455,18 +476,9 @@ impl Store {
         })
     }
 
-    /// Ends a turn: frees its slot and, for a request that never left, gives its token back.
-    /// Runs after the answer, off the request's path.
-    pub(crate) async fn release(&self, lease: Lease, sent: bool) {
-        {
-            let mut live = lock(&self.live);
-            if let Some(members) = live.get_mut(&lease.host) {
-                members.retain(|m| *m != lease.member);
-                if members.is_empty() {
-                    live.remove(&lease.host);
-                }
-            }
-        }
+    /// Releases one ended turn with a round trip of its own (see `releases.rs` for the usual
+    /// way): frees its slot and, for a request that never left, gives its token back.
+    async fn release_now(&self, lease: Lease, sent: bool) {
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
             .key(self.budget_key(&lease.host))

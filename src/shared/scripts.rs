@@ -31,7 +31,11 @@ end
 
 /// Asks for a turn. `KEYS`: budget, leases. `ARGV`: now, the rate this instance would use (its
 /// caps), the configured rate (the learned rate's start), burst, concurrency, lease µs, lease
-/// member, horizon µs, rejoin (`1`: the bucket starts empty), idle TTL µs.
+/// member, horizon µs, rejoin (`1`: the bucket starts empty), idle TTL µs, hint channel, host
+/// key, then four for each turn of this host that ended since this instance's last call: member,
+/// refund, the `tat` its reservation wrote, its interval (what `RELEASE` takes), the latest turn
+/// first. Those are released first, as `RELEASE` would, so that a busy host's turns end without a
+/// round trip of their own.
 ///
 /// Returns `{kind, µs, cause, learned rate, operator rate, tat, interval, start}`: `go` (a turn is
 /// reserved `µs` from now, at `start` on the store's clock; `tat` and `interval` undo it if it is
@@ -40,6 +44,21 @@ end
 /// runs out in `µs`) or `later` (the next turn is beyond the horizon: ask again in `µs`).
 pub(super) const RESERVE: &str = r#"
 local now = now_us(ARGV[1])
+local freed = 0
+for i = 13, #ARGV, 4 do
+  if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
+    freed = freed + 1
+    if ARGV[i + 1] == '1' then
+      local tat = redis.call('HGET', KEYS[1], 'tat')
+      if tat == ARGV[i + 2] then
+        redis.call('HSET', KEYS[1], 'tat', int(tonumber(tat) - tonumber(ARGV[i + 3])))
+      end
+    end
+  end
+end
+if freed > 0 and redis.call('HDEL', KEYS[1], 'w') == 1 then
+  redis.call('PUBLISH', ARGV[11], 'free ' .. ARGV[12])
+end
 local h = redis.call('HMGET', KEYS[1], 'tat', 'cd', 'cdc', 'op', 'ovr', 'rate', 'cap', 'capx')
 local learned = tonumber(h[6]) or tonumber(ARGV[3])
 local view_rate, view_ovr = real(learned), h[5] or ''

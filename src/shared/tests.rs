@@ -356,3 +356,76 @@ async fn a_cap_taught_by_one_instance_paces_every_reservation() {
     let (_, b, ..) = reserve(&mut conn, host, later, 10.0, 1, 10, false).await;
     assert_eq!((a, b), (0, 100_000));
 }
+
+/// A reservation carries the turns of its host that ended: they are released first, atomically,
+/// refunds included (the latest first), so a busy host needs no round trip per release.
+#[tokio::test]
+async fn a_reservation_releases_the_ended_turns_it_carries_first() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = connect(&redis).await;
+    let host = "carry.test:80";
+    // Concurrency 1: a second turn is busy while the first is in flight.
+    let (kind, _, tat1, interval, _, first) = reserve(&mut conn, host, T0, 2.0, 1, 1, false).await;
+    assert_eq!(kind, "go");
+    let (kind, ..) = reserve(&mut conn, host, T0, 2.0, 1, 1, false).await;
+    assert_eq!(kind, "busy");
+    // The first turn never left (refund): carried by the next reservation, it frees the slot and
+    // gives its token back, so the new turn is free at once.
+    let reserve_script = script(RESERVE);
+    let carried = |now: i64, member: &str, refund: &str, tat: &str| {
+        let mut invocation = reserve_script.prepare_invoke();
+        invocation
+            .key(format!("t:{{{host}}}:b"))
+            .key(format!("t:{{{host}}}:l"))
+            .arg(now)
+            .arg("2")
+            .arg("2")
+            .arg(1)
+            .arg(1)
+            .arg(60_000_000)
+            .arg(format!("next-{now}"))
+            .arg(1_000_000_000_i64)
+            .arg("0")
+            .arg(3_600_000_000_i64)
+            .arg("t:hints")
+            .arg(host)
+            .arg(member)
+            .arg(refund)
+            .arg(tat)
+            .arg(interval);
+        invocation
+    };
+    let (kind, wait, ..): super::ReserveTuple = carried(T0 + 10, &first, "1", &tat1)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (kind.as_str(), wait),
+        ("go", 0),
+        "slot freed and token refunded"
+    );
+    // A turn that was sent gives no token back: carried, it frees the slot only.
+    let (kind, wait, _, _, _, tat2, ..): super::ReserveTuple = carried(T0 + 20, "nobody", "0", "0")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        kind, "busy",
+        "the turn just reserved still holds the one slot"
+    );
+    assert!(wait > 0);
+    assert_eq!(tat2, "");
+    let (kind, wait, ..): super::ReserveTuple =
+        carried(T0 + 30, &format!("next-{}", T0 + 10), "0", "0")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(kind, "go");
+    assert_eq!(
+        wait,
+        500_000 - 20,
+        "one interval after the turn that took the refunded one's place, at T0 + 10"
+    );
+}

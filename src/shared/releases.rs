@@ -1,0 +1,83 @@
+//! The ends of turns: a turn that ended is not released with a round trip of its own but carried
+//! by the host's next reservation (`RESERVE` releases it first, atomically), so that a busy host
+//! costs one round trip per request. A turn no reservation carries within [`CARRY_WINDOW`] (the
+//! host went quiet) is released on its own by [`run_releases`], and at shutdown every one is.
+//!
+//! A turn released late only keeps its concurrency slot a little longer in the store: the other
+//! instances may wait for it, none may exceed the budget. This module does not decide when turns
+//! end (`crate::limiter`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{Lease, Store};
+use crate::locks::lock;
+
+/// The turns that ended, by host, each with whether its request left.
+pub(super) type EndedTurns = std::collections::HashMap<Arc<str>, Vec<(Lease, bool)>>;
+
+/// How long an ended turn waits for the host's next reservation to carry it.
+pub(crate) const CARRY_WINDOW: Duration = Duration::from_millis(5);
+
+impl Store {
+    /// Ends a turn: its slot is freed and, for a request that never left, its token given back,
+    /// by the host's next reservation or within [`CARRY_WINDOW`].
+    pub(crate) fn release(&self, lease: Lease, sent: bool) {
+        {
+            let mut live = lock(&self.live);
+            if let Some(members) = live.get_mut(&lease.host) {
+                members.retain(|m| *m != lease.member);
+                if members.is_empty() {
+                    live.remove(&lease.host);
+                }
+            }
+        }
+        lock(&self.ended)
+            .entry(lease.host.clone())
+            .or_default()
+            .push((lease, sent));
+        self.turn_ended.notify_one();
+    }
+
+    /// The turns of `host` that ended and are not released yet, taken: the latest reservation
+    /// first, as a refund must undo them (each one's `tat` is the one the next undoes to).
+    pub(super) fn take_ended(&self, host: &str) -> Vec<(Lease, bool)> {
+        let mut turns = lock(&self.ended).remove(host).unwrap_or_default();
+        latest_first(&mut turns);
+        turns
+    }
+
+    /// Releases every ended turn no reservation carried, each with its own round trip.
+    async fn release_ended(&self) {
+        let hosts: Vec<Arc<str>> = lock(&self.ended).keys().cloned().collect();
+        for host in hosts {
+            for (lease, sent) in self.take_ended(&host) {
+                self.release_now(lease, sent).await;
+            }
+        }
+    }
+}
+
+/// Orders ended turns for release: by the `tat` their reservations wrote, latest first.
+fn latest_first(turns: &mut [(Lease, bool)]) {
+    turns.sort_by_key(|(lease, _)| std::cmp::Reverse(lease.tat.parse::<i64>().unwrap_or(0)));
+}
+
+/// Releases the ended turns no reservation carried within [`CARRY_WINDOW`], until `stop`; then
+/// releases what is left.
+pub(crate) async fn run_releases(store: Arc<Store>, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = store.turn_ended.notified() => {}
+            _ = stop.cancelled() => break,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(CARRY_WINDOW) => {}
+            _ = stop.cancelled() => break,
+        }
+        store.release_ended().await;
+    }
+    store.release_ended().await;
+}
