@@ -138,3 +138,22 @@ http {
     scgi_temp_path $dir/tmp/scgi;
 CONF
 }
+
+# A test CA and an origin certificate it signed (ECDSA P-256, like courtesy's leaves), made with
+# the openssl CLI in `dir`: ca.pem, origin.pem, origin.key. `subject` is the origin's CN, `san`
+# its subjectAltName (`IP:127.0.0.1`, `DNS:*.leaf.test`).
+make_test_pki() {
+    local dir=$1 ca_name=$2 subject=$3 san=$4
+    mkdir -p "$dir"
+    (
+        cd "$dir"
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+            -keyout ca.key -out ca.pem -subj "/CN=$ca_name" 2>/dev/null
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+            -keyout origin.key -out origin.csr -subj "/CN=$subject" 2>/dev/null
+        printf '%s\n' "basicConstraints = critical, CA:FALSE" "keyUsage = critical, digitalSignature" \
+            "extendedKeyUsage = serverAuth" "subjectAltName = $san" >origin.ext
+        openssl x509 -req -in origin.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+            -extfile origin.ext -out origin.pem 2>/dev/null
+    ) || die "openssl could not make the test certificates"
+}

@@ -134,18 +134,7 @@ wait_quiet() {
 
 # ---- test CA and origin certificate (ECDSA P-256, like courtesy's leaves) -------------------------
 
-mkdir -p "$TMP/pki"
-(
-    cd "$TMP/pki"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-        -keyout ca.key -out ca.pem -subj "/CN=courtesy https_load test CA" 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-        -keyout origin.key -out origin.csr -subj "/CN=$HOST" 2>/dev/null
-    printf '%s\n' "basicConstraints = critical, CA:FALSE" "keyUsage = critical, digitalSignature" \
-        "extendedKeyUsage = serverAuth" "subjectAltName = IP:$HOST" >origin.ext
-    openssl x509 -req -in origin.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-        -extfile origin.ext -out origin.pem 2>/dev/null
-) || die "openssl could not make the test certificates"
+make_test_pki "$TMP/pki" "courtesy https_load test CA" "$HOST" "IP:$HOST"
 ORIGIN_CA=$TMP/pki/ca.pem
 
 # ---- origin: nginx with TLS ----------------------------------------------------------------------

@@ -73,18 +73,7 @@ require_free_ports "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1))
 
 # ---- test CA, a wildcard origin certificate, the names -------------------------------------------
 
-mkdir -p "$TMP/pki"
-(
-    cd "$TMP/pki"
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-        -keyout ca.key -out ca.pem -subj "/CN=courtesy new_hosts test CA" 2>/dev/null
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-        -keyout origin.key -out origin.csr -subj "/CN=*.$SUFFIX" 2>/dev/null
-    printf '%s\n' "basicConstraints = critical, CA:FALSE" "keyUsage = critical, digitalSignature" \
-        "extendedKeyUsage = serverAuth" "subjectAltName = DNS:*.$SUFFIX" >origin.ext
-    openssl x509 -req -in origin.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-        -extfile origin.ext -out origin.pem 2>/dev/null
-) || die "openssl could not make the test certificates"
+make_test_pki "$TMP/pki" "courtesy new_hosts test CA" "*.$SUFFIX" "DNS:*.$SUFFIX"
 {
     printf '%s' "$HOST"
     for ((i = 0; i < HOSTS; i++)); do printf ' h%d.%s' "$i" "$SUFFIX"; done

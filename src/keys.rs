@@ -72,21 +72,22 @@ impl BudgetKey {
 /// The canonical `key = "host"` key of a target: lowercased host, explicit port, IPv6 in brackets.
 pub fn host_key(host: &str, port: u16) -> String {
     let mut key = String::with_capacity(host.len() + 8);
-    push_host_key(&mut key, host, port);
+    // Writing into a String cannot fail.
+    let _ = write_host_key(&mut key, host, port);
     key
 }
 
-/// Appends the `host:port` key of `host`:`port` to `out`: made on every request, so pushed piece
-/// by piece rather than through `format!`.
-pub fn push_host_key(out: &mut String, host: &str, port: u16) {
+/// Writes the `host:port` key of `host`:`port` to `out` (a `String`, a log field): made on
+/// every request, so written piece by piece rather than through `format!`.
+pub fn write_host_key<W: std::fmt::Write>(out: &mut W, host: &str, port: u16) -> std::fmt::Result {
     if host.contains(':') {
-        out.push('[');
-        out.push_str(host);
-        out.push(']');
+        out.write_char('[')?;
+        out.write_str(host)?;
+        out.write_char(']')?;
     } else {
-        out.push_str(host);
+        out.write_str(host)?;
     }
-    out.push(':');
+    out.write_char(':')?;
     let mut digits = [0u8; 5];
     let mut at = digits.len();
     let mut rest = port;
@@ -99,7 +100,7 @@ pub fn push_host_key(out: &mut String, host: &str, port: u16) {
         }
     }
     // ASCII digits only: always UTF-8.
-    out.push_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"));
+    out.write_str(std::str::from_utf8(&digits[at..]).unwrap_or("0"))
 }
 
 /// The registrable domain of `host` (eTLD+1), or `host` itself where it has none.

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Controller, HttpsMode, KeyMode, OnCooldown, Route};
+use crate::config::{Controller, HttpsMode, KeyMode, OnCooldown};
 use crate::limiter::{HostSnapshot, Limiter, SHADOW_REASONS};
 
 /// `GET /hosts`: the hosts shown (all, or the `limit` most in need of attention) and the totals
@@ -223,14 +223,6 @@ fn direct() -> String {
     "direct".into()
 }
 
-/// How `/hosts` names a route: the parent without user or password.
-fn route_shown(route: &Route) -> String {
-    match route {
-        Route::Direct => direct(),
-        Route::Parent(p) => format!("{}://{}", p.scheme.word(), p.endpoint()),
-    }
-}
-
 fn enforcing() -> bool {
     true
 }
@@ -256,7 +248,7 @@ impl PolicyView {
             max_wait_seconds: p.max_wait.as_secs_f64(),
             enforce: p.enforce,
             controller: p.controller,
-            upstream_proxy: route_shown(&p.upstream),
+            upstream_proxy: p.upstream.without_credentials(),
         }
     }
 }

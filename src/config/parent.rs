@@ -162,6 +162,15 @@ pub enum Route {
 }
 
 impl Route {
+    /// `direct`, or the parent as `scheme://host:port` with no user or password at all: how
+    /// `/hosts` names a route.
+    pub fn without_credentials(&self) -> String {
+        match self {
+            Route::Direct => "direct".into(),
+            Route::Parent(p) => format!("{}://{}", p.scheme.word(), p.endpoint()),
+        }
+    }
+
     /// `"direct"` or a parent URL, as an `upstream_proxy` value says it.
     pub fn parse(text: &str) -> Result<Route, String> {
         if text.trim().eq_ignore_ascii_case("direct") {

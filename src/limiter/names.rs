@@ -14,8 +14,8 @@ const MAX_NAMES: usize = 100;
 pub(crate) struct Names {
     /// The first name seen (host, port): the rule matching it gives the budget's policy.
     pub(crate) first: (String, u16),
-    /// `host:port` of each name seen, in order, with the rate its robots.txt Crawl-delay allows.
-    seen: Vec<(Box<str>, Option<f64>)>,
+    /// Each name seen (host, port), in order, with the rate its robots.txt Crawl-delay allows.
+    seen: Vec<(Box<str>, u16, Option<f64>)>,
     /// Names beyond [`MAX_NAMES`] were seen.
     pub(crate) truncated: bool,
     /// The strictest Crawl-delay cap of names beyond the list (kept while the budget lives).
@@ -27,7 +27,7 @@ impl Names {
     pub(crate) fn new(key: &BudgetKey) -> Self {
         Names {
             first: (key.host.clone(), key.port),
-            seen: vec![(key.name().into_boxed_str(), None)],
+            seen: vec![(key.host.as_str().into(), key.port, None)],
             truncated: false,
             unlisted_cap: None,
         }
@@ -45,26 +45,26 @@ impl Names {
     pub(crate) fn set_cap(&mut self, key: &BudgetKey, cap: Option<f64>) -> Option<f64> {
         let index = self.position(key).or_else(|| self.add(key));
         match index {
-            Some(i) => self.seen[i].1 = cap,
+            Some(i) => self.seen[i].2 = cap,
             None => self.unlisted_cap = strictest(self.unlisted_cap, cap),
         }
         self.seen
             .iter()
-            .fold(self.unlisted_cap, |acc, (_, cap)| strictest(acc, *cap))
+            .fold(self.unlisted_cap, |acc, (_, _, cap)| strictest(acc, *cap))
     }
 
     /// `host:port` of every listed name, in the order they were seen.
     pub(crate) fn list(&self) -> Vec<String> {
-        self.seen.iter().map(|(name, _)| name.to_string()).collect()
+        self.seen
+            .iter()
+            .map(|(host, port, _)| crate::keys::host_key(host, *port))
+            .collect()
     }
 
     fn position(&self, key: &BudgetKey) -> Option<usize> {
-        let port = key.port.to_string();
-        self.seen.iter().position(|(name, _)| {
-            name.strip_suffix(port.as_str())
-                .and_then(|rest| rest.strip_suffix(':'))
-                .is_some_and(|host| host.trim_start_matches('[').trim_end_matches(']') == key.host)
-        })
+        self.seen
+            .iter()
+            .position(|(host, port, _)| *port == key.port && **host == *key.host)
     }
 
     fn add(&mut self, key: &BudgetKey) -> Option<usize> {
@@ -72,7 +72,7 @@ impl Names {
             self.truncated = true;
             return None;
         }
-        self.seen.push((key.name().into_boxed_str(), None));
+        self.seen.push((key.host.as_str().into(), key.port, None));
         Some(self.seen.len() - 1)
     }
 }

@@ -98,7 +98,8 @@ impl Target {
         let mut origin = String::with_capacity(scheme.len() + self.host.len() + 11);
         origin.push_str(scheme);
         origin.push_str("://");
-        crate::keys::push_host_key(&mut origin, &self.host, self.port);
+        // Writing into a String cannot fail.
+        let _ = crate::keys::write_host_key(&mut origin, &self.host, self.port);
         origin
     }
 
@@ -118,11 +119,7 @@ impl Target {
 /// log lines and spans name the target by.
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
+        crate::keys::write_host_key(f, &self.host, self.port)
     }
 }
 
