@@ -6,9 +6,9 @@
 //! commands Redis executed per request and, from a 0.5 s sample that logs every command,
 //! courtesy's round trips per request by script.
 //!
-//! With a shared budget a host's turns are reserved one at a time per instance (one reservation
-//! in flight per host), so one host's throughput is bounded by the store's round trip; on 16
-//! hosts the reservations overlap.
+//! With a shared budget one reservation is in flight per host and instance, and it reserves a
+//! turn for each request waiting (at most 16), so one host's throughput is bounded by the store's
+//! round trip times the turns per call; on 16 hosts the reservations overlap.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -137,10 +137,10 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
             section.rows.push(
                 row(
                     format!("{on}: round trips to Redis before a request is sent (reserve)"),
-                    "1 per request",
+                    "at most 1 per request (fewer when one call reserves the turns of several waiting requests)",
                     format!("{reserve:.3}{full}"),
                 )
-                .judged((0.95..=1.05).contains(&reserve) && !sample.full),
+                .judged(reserve > 0.0 && reserve <= 1.05 && !sample.full),
             );
             section.rows.push(row(
                 format!("{on}: round trips to Redis per request in all; commands Redis executed"),
@@ -220,10 +220,10 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
         .find(|c| c.shared && c.hosts == 1 && c.clients > 1)
     {
         section.notes.push(format!(
-            "One host, shared, {} clients: one reservation in flight per host and instance, so \
-             its turns come one store round trip apart: {:.0} requests/s is one turn every {:.0} \
-             µs, against a mean store round trip of {:.0} µs as courtesy times it; the clients \
-             queue for the turns, which is most of the latency added.",
+            "One host, shared, {} clients: one reservation in flight per host and instance, which \
+             reserves a turn for each request waiting (at most 16): {:.0} requests/s is one turn \
+             every {:.0} µs, against a mean store round trip of {:.0} µs as courtesy times it; \
+             the clients queue for the reservations, which is most of the latency added.",
             one.clients,
             one.rps,
             1e6 / one.rps.max(1.0),

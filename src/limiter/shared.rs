@@ -2,10 +2,11 @@
 //! it and handing it to the head of the queue; and applying the store's hints (a slot came free,
 //! a cooldown began through another instance, an operator acted through one).
 //!
-//! One reservation is in flight per host and instance, for the head of the queue, so that a
-//! thousand queued requests cost one round trip per turn, not a thousand. A turn reserved ahead
-//! belongs to the dispatcher, not to a request: if the head leaves meanwhile, the next in line
-//! gets it; if the host closes meanwhile (a hint), the turn goes back to the store unused.
+//! One reservation is in flight per host and instance; it asks for one turn per request waiting
+//! (within this instance's free slots, at most 16), so that a thousand queued requests cost a
+//! round trip per sixteen turns, not a thousand. A turn reserved ahead belongs to the dispatcher,
+//! not to a request: if the head leaves meanwhile, the next in line gets it; if nobody waits any
+//! more, or the host closes meanwhile (a hint), the turns left go back to the store unused.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,9 +23,15 @@ use super::Limiter;
 use crate::policy::CooldownCause;
 use crate::shared::{Hint, Limits, Reservation, Store};
 
-/// Asks the store for the next turn of `host` and sees it through: sleeps until the reserved
-/// instant and gives the turn to the first request still waiting, takes on a cooldown the store
-/// knows of, or waits for a slot or for the horizon. Returns when the dispatcher should look again.
+/// The most turns one reservation asks for: a queue that waits gets up to this many turns per
+/// round trip.
+const MAX_TURNS_PER_CALL: usize = 16;
+
+/// Asks the store for the next turns of `host` (one for each request waiting, within this
+/// instance's free slots, at most [`MAX_TURNS_PER_CALL`]) and sees them through: sleeps until
+/// each reserved instant and gives the turn to the first request still waiting, takes on a
+/// cooldown the store knows of, or waits for a slot or for the horizon. Returns when the
+/// dispatcher should look again.
 pub(super) async fn take_shared_turn(
     limiter: &Arc<Limiter>,
     host: &Arc<Host>,
@@ -33,38 +40,62 @@ pub(super) async fn take_shared_turn(
     token: Option<EgressToken>,
     limits: Limits,
 ) {
+    let mut slots = vec![slot];
+    // With a ceiling on all hosts (an egress token per turn), one turn at a time.
+    if token.is_none() {
+        let want = {
+            let state = host.lock();
+            let room = limits.concurrency.saturating_sub(state.in_flight.current) as usize;
+            state.queue.len().min(room).min(MAX_TURNS_PER_CALL)
+        };
+        while slots.len() < want {
+            match limiter.global.clone().try_acquire_owned() {
+                Ok(more) => slots.push(more),
+                Err(_) => break,
+            }
+        }
+    }
+    let want = u32::try_from(slots.len()).unwrap_or(1);
     // Never dropped half-way: a reservation the store made must be known here to be given back.
-    let Ok(reservation) = store.reserve(&host.key, limits).await else {
+    let Ok(reservation) = store.reserve(&host.key, limits, want).await else {
         // The store is away: the next look takes this instance's share locally.
         return;
     };
     match reservation {
-        Reservation::Go { wait, lease, view } => {
-            let at = Instant::now() + wait;
+        Reservation::Go {
+            wait,
+            lease,
+            more,
+            view,
+        } => {
+            let answered = Instant::now();
             {
                 let mut state = host.lock();
                 state
                     .pacing
-                    .adopt_shared(view.rate, view.rate_override, Instant::now());
+                    .adopt_shared(view.rate, view.rate_override, answered);
                 state.epoch = store.epoch();
             }
             let fine = limits.rate >= FINE_MIN_RATE;
-            loop {
-                if host.lock().pacing.block(Instant::now()).is_some() {
-                    // Closed meanwhile (a hint): the turn goes back unused.
+            let mut token = token;
+            let mut turns = std::iter::once((wait, lease)).chain(more);
+            let mut slots = slots.into_iter();
+            while let Some((wait, lease)) = turns.next() {
+                let Some(slot) = slots.next() else {
                     store.release(lease, false);
+                    continue;
+                };
+                let handed = until_turn(limiter, host, answered + wait, fine).await
+                    && hand_over(limiter, host, slot, lease, wait);
+                if !handed {
+                    // Closed meanwhile (a hint), or nobody waits any more: the turns left go
+                    // back unused (a turn handed to nobody went back when its permit dropped).
+                    for (_, unused) in turns {
+                        store.release(unused, false);
+                    }
                     return;
                 }
-                if Instant::now() >= at {
-                    break;
-                }
-                tokio::select! {
-                    _ = limiter.sleep_until(at, fine) => {}
-                    _ = host.wake.notified() => {}
-                }
-            }
-            if hand_over(limiter, host, slot, lease, wait) {
-                if let Some(token) = token {
+                if let Some(token) = token.take() {
                     token.spend();
                 }
             }
@@ -89,11 +120,28 @@ pub(super) async fn take_shared_turn(
             }
         }
         Reservation::Busy { retry_in } | Reservation::Later { retry_in } => {
-            drop(slot);
+            drop(slots);
             tokio::select! {
                 _ = sleep(retry_in.max(Duration::from_millis(1))) => {}
                 _ = host.wake.notified() => {}
             }
+        }
+    }
+}
+
+/// Sleeps until `at` unless the host closes first (a hint): `true` when the turn came, `false`
+/// when the host closed.
+async fn until_turn(limiter: &Arc<Limiter>, host: &Arc<Host>, at: Instant, fine: bool) -> bool {
+    loop {
+        if host.lock().pacing.block(Instant::now()).is_some() {
+            return false;
+        }
+        if Instant::now() >= at {
+            return true;
+        }
+        tokio::select! {
+            _ = limiter.sleep_until(at, fine) => {}
+            _ = host.wake.notified() => {}
         }
     }
 }

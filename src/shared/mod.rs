@@ -124,6 +124,8 @@ pub(crate) enum Reservation {
         wait: Duration,
         /// The concurrency slot it holds.
         lease: Lease,
+        /// The turns reserved after it in the same call, each with how long until it.
+        more: Vec<(Duration, Lease)>,
         /// The host's shared state.
         view: SharedView,
     },
@@ -410,6 +412,7 @@ impl Store {
         &self,
         host: &Arc<str>,
         limits: Limits,
+        want: u32,
     ) -> Result<Reservation, StoreDown> {
         let member = format!(
             "{}:{}",
@@ -431,7 +434,8 @@ impl Store {
             .arg(if limits.rejoin { "1" } else { "0" })
             .arg(micros(IDLE_TTL))
             .arg(&self.channel)
-            .arg(&**host);
+            .arg(&**host)
+            .arg(want.max(1));
         // The host's turns that ended meanwhile are released by this same call.
         for (lease, sent) in self.take_ended(host) {
             invocation
@@ -450,10 +454,29 @@ impl Store {
         };
         Ok(match reply.kind.as_str() {
             "go" => {
-                lock(&self.live)
-                    .entry(host.clone())
-                    .or_default()
-                    .push(member.clone());
+                // Every turn after the first starts later by what its start is past the first's.
+                let more: Vec<(Duration, Lease)> = reply
+                    .more
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (tat, start))| {
+                        let after = Duration::from_micros((start - reply.start).max(0) as u64);
+                        let lease = Lease {
+                            host: host.clone(),
+                            member: format!("{member}.{}", i + 2),
+                            tat: tat.clone(),
+                            interval: reply.interval,
+                            starts_us: *start,
+                        };
+                        (wait + after, lease)
+                    })
+                    .collect();
+                {
+                    let mut live = lock(&self.live);
+                    let members = live.entry(host.clone()).or_default();
+                    members.push(member.clone());
+                    members.extend(more.iter().map(|(_, l)| l.member.clone()));
+                }
                 Reservation::Go {
                     wait,
                     lease: Lease {
@@ -463,6 +486,7 @@ impl Store {
                         interval: reply.interval,
                         starts_us: reply.start,
                     },
+                    more,
                     view,
                 }
             }
@@ -571,15 +595,31 @@ struct ReserveReply {
     tat: String,
     interval: i64,
     start: i64,
+    /// The turns after the first: the `tat` each wrote, and its start.
+    more: Vec<(String, i64)>,
 }
 
-/// The reservation script's reply as Redis sends it.
+/// The reservation script's reply as Redis sends it (its first eight fields).
 pub(super) type ReserveTuple = (String, i64, String, String, String, String, i64, i64);
 
 impl ReserveReply {
     fn parse(value: Value) -> Option<ReserveReply> {
+        let Value::Array(mut items) = value else {
+            return None;
+        };
+        let rest = items.split_off(items.len().min(8));
         let (kind, micros, cause, rate, rate_override, tat, interval, start): ReserveTuple =
-            redis::from_redis_value(value).ok()?;
+            redis::from_redis_value(Value::Array(items)).ok()?;
+        let mut more = Vec::with_capacity(rest.len() / 2);
+        for pair in rest.chunks(2) {
+            let [tat, start] = pair else {
+                return None;
+            };
+            more.push((
+                redis::from_redis_value::<String>(tat.clone()).ok()?,
+                redis::from_redis_value::<i64>(start.clone()).ok()?,
+            ));
+        }
         Some(ReserveReply {
             kind,
             micros,
@@ -595,6 +635,7 @@ impl ReserveReply {
             tat,
             interval,
             start,
+            more,
         })
     }
 }

@@ -391,6 +391,7 @@ async fn a_reservation_releases_the_ended_turns_it_carries_first() {
             .arg(3_600_000_000_i64)
             .arg("t:hints")
             .arg(host)
+            .arg(1)
             .arg(member)
             .arg(refund)
             .arg(tat)
@@ -428,4 +429,69 @@ async fn a_reservation_releases_the_ended_turns_it_carries_first() {
         500_000 - 20,
         "one interval after the turn that took the refunded one's place, at T0 + 10"
     );
+}
+
+/// A reservation for several waiting requests reserves their turns in a row, each by the rule
+/// for one (the GCRA spacing, the concurrency cap, the horizon), while they start within 2 ms.
+#[tokio::test]
+async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = connect(&redis).await;
+    let reserve_script = script(RESERVE);
+    let many = |host: &str, now: i64, rate: &str, concurrency: u32, want: u32, horizon: i64| {
+        let mut invocation = reserve_script.prepare_invoke();
+        invocation
+            .key(format!("t:{{{host}}}:b"))
+            .key(format!("t:{{{host}}}:l"))
+            .arg(now)
+            .arg(rate)
+            .arg(rate)
+            .arg(1)
+            .arg(concurrency)
+            .arg(60_000_000)
+            .arg(format!("m-{host}-{now}"))
+            .arg(horizon)
+            .arg("0")
+            .arg(3_600_000_000_i64)
+            .arg("t:hints")
+            .arg(host)
+            .arg(want);
+        invocation
+    };
+    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap();
+    // 1000/s, burst 1, room for 10: the turns within 2 ms of now (at 0, 1 and 2 ms), and the tat
+    // past the third.
+    let reply: Vec<redis::Value> = many("many.test:80", T0, "1000", 10, 5, 10_000_000)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(reply.len(), 8 + 2 * 2, "{reply:?}");
+    assert_eq!(int(&reply[7]), T0, "the first starts now");
+    let starts: Vec<i64> = (0..2).map(|i| int(&reply[9 + 2 * i])).collect();
+    assert_eq!(starts, [T0 + 1_000, T0 + 2_000]);
+    assert_eq!(int(&reply[10]), T0 + 3_000, "the tat the third wrote");
+    // 2/s: turns half a second apart are not reserved ahead of time, one per call.
+    let reply: Vec<redis::Value> = many("slow.test:80", T0, "2", 10, 4, 10_000_000)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(reply.len(), 8, "{reply:?}");
+    let (_, wait, ..) = reserve(&mut conn, "slow.test:80", T0, 2.0, 1, 10, false).await;
+    assert_eq!(
+        wait, 500_000,
+        "the next single reservation comes one interval later"
+    );
+    // Concurrency 2 stops at two turns; a horizon of 1.5 ms at two as well.
+    let reply: Vec<redis::Value> = many("cap.test:80", T0, "1000000", 2, 5, 10_000_000)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(reply.len(), 8 + 2, "{reply:?}");
+    let reply: Vec<redis::Value> = many("near.test:80", T0, "1000", 10, 5, 1_500)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(reply.len(), 8 + 2, "{reply:?}");
 }
