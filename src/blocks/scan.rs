@@ -76,16 +76,28 @@ impl BlockScan {
 /// Whether a response with these headers is worth scanning for markers: only plain (not
 /// content-encoded) text, HTML or JSON.
 pub fn scan_wanted(headers: &HeaderMap) -> bool {
+    // Read on every response: compared without regard to case, nothing allocated.
     let textual = headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(str::to_ascii_lowercase)
-        .is_some_and(|t| t.starts_with("text/") || t.contains("html") || t.contains("json"));
+        .map(str::as_bytes)
+        .is_some_and(|t| {
+            t.get(..5).is_some_and(|p| p.eq_ignore_ascii_case(b"text/"))
+                || contains_ignore_case(t, b"html")
+                || contains_ignore_case(t, b"json")
+        });
     let encoded = headers
         .get(CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|e| !e.eq_ignore_ascii_case("identity"));
     textual && !encoded
+}
+
+/// Whether `needle` occurs in `haystack`, without regard to ASCII case.
+fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// Whether a redirect points at a block page (Google's `/sorry/` and the like): one of `markers`
@@ -133,5 +145,39 @@ mod tests {
         assert_eq!(late.feed(b"0123456789012345678"), None);
         assert_eq!(late.feed(b"9 cf-challenge"), None, "past the limit");
         assert!(late.done());
+    }
+
+    #[test]
+    fn only_plain_text_html_and_json_bodies_are_scanned() {
+        let with = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, http::HeaderValue::from_static(v));
+            }
+            h
+        };
+        for wanted in [
+            "text/html; charset=utf-8",
+            "TEXT/PLAIN",
+            "application/JSON",
+            "application/xhtml+xml",
+            "application/problem+json",
+        ] {
+            assert!(scan_wanted(&with(&[("content-type", wanted)])), "{wanted}");
+        }
+        for unwanted in ["image/png", "application/octet-stream", "tex", ""] {
+            assert!(
+                !scan_wanted(&with(&[("content-type", unwanted)])),
+                "{unwanted}"
+            );
+        }
+        assert!(!scan_wanted(&HeaderMap::new()), "no type");
+        let gzipped = [("content-type", "text/html"), ("content-encoding", "gzip")];
+        assert!(!scan_wanted(&with(&gzipped)));
+        let identity = [
+            ("content-type", "text/html"),
+            ("content-encoding", "Identity"),
+        ];
+        assert!(scan_wanted(&with(&identity)));
     }
 }
