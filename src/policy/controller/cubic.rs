@@ -83,6 +83,27 @@ pub(in crate::policy) struct Learned {
 }
 
 impl Learned {
+    /// A limit the server announced (`limit`): the curve stands at it from `now` for
+    /// `probe_after`, keeping what `before` measured of the served rate.
+    pub(super) fn announced(
+        limit: f64,
+        before: Option<Learned>,
+        policy: &HostPolicy,
+        now: Instant,
+    ) -> Self {
+        Learned {
+            limit: limit as f32,
+            start: limit as f32,
+            peak: limit as f32,
+            since: now,
+            served: 0,
+            meter: before.map_or(0.0, |l| l.meter),
+            metered: before.map_or(now, |l| l.metered),
+            approach: policy.probe_after.as_secs_f32(),
+            shared: before.is_some_and(|l| l.shared),
+        }
+    }
+
     /// Counts a healthy answer at `now` into the served-rate meter; `turn` is the time between
     /// two turns at the rate in force.
     fn count(&mut self, now: Instant, turn: f64) {
@@ -170,7 +191,10 @@ impl Pacing {
             self.hold_curve(now);
             return;
         }
-        let ceiling = self.raise_ceiling(policy);
+        let mut ceiling = self.raise_ceiling(policy);
+        if let Some(announced) = self.announced_ceiling(policy) {
+            ceiling = ceiling.min(announced.max(self.rate));
+        }
         let target = match self.rare().learned {
             Some(l) => l.rate_at(now.saturating_duration_since(l.since).as_secs_f64()),
             None => self.rate + policy.increase_step,

@@ -118,11 +118,42 @@ fn the_learned_limit_settles_under_rising_latency() {
     );
 }
 
+#[test]
+fn the_learned_limit_follows_an_announced_quota_at_once() {
+    for (label, kind) in ANNOUNCING {
+        let (served, throttled, inside, _) = constant(CUBIC, kind, EIGHT);
+        assert!(served >= 0.9, "{label}: served {:.1} %", served * 100.0);
+        assert!(
+            throttled <= 0.01,
+            "{label}: {:.2} % 429s",
+            throttled * 100.0
+        );
+        assert_eq!(inside, 0, "{label}: requests inside an announced window");
+        let (changes, inside) = changing(CUBIC, kind);
+        assert_eq!(inside, 0, "{label}: requests inside an announced window");
+        for ((share, throttled, reach), (_, limit)) in changes.iter().zip(&CHANGES[1..]) {
+            assert!(
+                (0.9..=1.0).contains(share),
+                "{label}: 10-20 s after the change to {limit}/s, {:.0} % of it",
+                share * 100.0
+            );
+            assert!(
+                *throttled <= 3,
+                "{label}: {throttled} 429s after the change"
+            );
+            assert!(
+                reach.is_some_and(|t| t <= 10.0),
+                "{label}: 90 % of {limit}/s only after {reach:?} s"
+            );
+        }
+    }
+}
+
 /// The figures of every controller on every profile, printed as one table.
 #[test]
 fn every_controller_on_every_profile() {
     let mut rows = Vec::new();
-    for (label, kind) in LIMITED {
+    for (label, kind) in LIMITED.into_iter().chain(ANNOUNCING).chain(COARSE) {
         for (what, demand) in [("constant 5/s", EIGHT), ("bursty, 40 clients", BURSTY)] {
             let cells: Vec<String> = DRIVERS
                 .iter()
@@ -176,5 +207,8 @@ fn every_controller_on_every_profile() {
     for (profile, cells) in &rows {
         eprintln!("| {profile} | {} |", cells.join(" | "));
     }
-    assert_eq!(rows.len(), 3 * LIMITED.len() + 1);
+    assert_eq!(
+        rows.len(),
+        3 * (LIMITED.len() + ANNOUNCING.len() + COARSE.len()) + 1
+    );
 }
