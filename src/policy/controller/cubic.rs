@@ -57,6 +57,21 @@ const METER_SECONDS: f64 = 2.0;
 /// limit the rate was: the limit is then at most what was served over both.
 const LONG_WAIT: f64 = 0.1;
 
+/// The lowest share of the rate that met a 429 that the learned limit may fall to at once
+/// after the limit fell (what was served since the cooldown is measured); else a half.
+const FELL_FLOOR: f64 = 0.25;
+
+/// Below this many answers since the cooldown, what was served measures a fall only roughly:
+/// the learned limit goes `learned_margin` under it.
+const ROUGH: u32 = 10;
+
+/// Seconds before a 429 met while probing past the old limit at which the curve still stood
+/// under the new one (the served-rate meter lags a fast probe by its time constant).
+const RISE_LAG: f64 = 1.5;
+/// A probe that went this far past the learned limit before its 429 found a limit that rose
+/// (a probe of a limit that held fails within a few per cent of it).
+const ROSE: f64 = 1.5;
+
 /// What the learned limit knows of a host after its first cut.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(in crate::policy) struct Learned {
@@ -235,12 +250,22 @@ impl Pacing {
                 let steady = t >= f64::from(l.approach)
                     && (peak - f64::from(l.peak)).abs() <= 0.1 * f64::from(l.peak);
                 let fell = t < f64::from(l.approach) / 2.0;
+                let measured_fall = fell && l.served >= FEW_SERVED && !l.shared;
+                let rose = t >= f64::from(l.approach) && peak > ROSE * old;
                 if steady {
                     served = old.max(served.min(old + (below - old) / 2.0));
-                } else if fell && l.served >= FEW_SERVED && !l.shared {
+                } else if measured_fall {
                     // The lately served rate still remembers the old limit; what was served
                     // since the cooldown, over that time and half the wait, does not.
-                    served = served.min(f64::from(l.served) / (t + wait / 2.0));
+                    let mut measured = f64::from(l.served) / (t + wait / 2.0);
+                    if l.served < ROUGH {
+                        measured *= 1.0 - policy.learned_margin;
+                    }
+                    served = served.min(measured);
+                } else if rose && !l.shared {
+                    // Met while probing past the old limit: the server allows more now. The
+                    // meter lags a fast probe; the curve a little before the 429 was served.
+                    served = served.max(l.rate_at(t - RISE_LAG));
                 }
                 // A server that just tightened its limit, or kept it, is probed less often.
                 let approach = if steady {
@@ -250,7 +275,9 @@ impl Pacing {
                 } else {
                     first
                 };
-                (served.clamp(peak * 0.5, below), approach)
+                // A fall measured since the cooldown may go deeper than half at once.
+                let floor = if measured_fall { FELL_FLOOR } else { 0.5 };
+                (served.clamp(peak * floor, below), approach)
             }
             None => (peak * policy.decrease_factor, first),
         };
