@@ -70,7 +70,7 @@ const ROUGH: u32 = 10;
 const RISE_LAG: f64 = 1.5;
 /// A probe that went this far past the learned limit before its 429 found a limit that rose
 /// (a probe of a limit that held fails within a few per cent of it).
-const ROSE: f64 = 1.5;
+const ROSE: f64 = 2.0;
 
 /// What the learned limit knows of a host after its first cut.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -267,11 +267,14 @@ impl Pacing {
                     // meter lags a fast probe; the curve a little before the 429 was served.
                     served = served.max(l.rate_at(t - RISE_LAG));
                 }
-                // A server that just tightened its limit, or kept it, is probed less often.
+                // A server that just tightened its limit, or kept it, is probed less often; one
+                // that just raised it, sooner (the landing is rough).
                 let approach = if steady {
                     (f64::from(l.approach) * 1.5).min(2.0 * first)
                 } else if fell {
                     2.0 * first
+                } else if rose {
+                    first / 2.0
                 } else {
                     first
                 };

@@ -223,3 +223,59 @@ fn every_controller_on_every_profile() {
         3 * (LIMITED.len() + ANNOUNCING.len() + COARSE.len()) + 1
     );
 }
+
+/// The learned limit and AIMD over eight more seeds (network times, the order of the clients),
+/// printed:
+/// `cargo test --lib sim -- --ignored --nocapture`.
+#[test]
+#[ignore = "a longer sweep, for the README's figures"]
+fn over_more_seeds() {
+    use super::runner::run;
+    use super::servers::Server;
+    let policy = practice_policy();
+    for (label, kind, driver) in LIMITED
+        .into_iter()
+        .flat_map(|(l, k)| [(l, k, CUBIC), (l, k, Driver::Courtesy(Controller::Aimd))])
+    {
+        let (mut least, mut most_429) = (f64::INFINITY, 0.0f64);
+        let (mut fall, mut reach, mut throttled) = (Vec::new(), Vec::new(), Vec::new());
+        for seed in 1..=8u64 {
+            for demand in [EIGHT, BURSTY] {
+                let r = run(
+                    &policy,
+                    driver,
+                    Server::new(kind, &[(0.0, 5.0)]),
+                    demand,
+                    300.0,
+                    seed,
+                );
+                if demand == EIGHT {
+                    least = least.min(r.served(60.0, 300.0) / 5.0);
+                }
+                most_429 = most_429.max(r.throttled_share(60.0, 300.0));
+            }
+            let r = run(
+                &policy,
+                driver,
+                Server::new(kind, &CHANGES),
+                EIGHT,
+                180.0,
+                seed,
+            );
+            fall.push(r.served(70.0, 80.0) / 2.0);
+            reach.push(r.time_to(120.0, 175.0, 8.0, 0.9));
+            throttled.push((r.throttled(60.0, 120.0), r.throttled(120.0, 180.0)));
+        }
+        let mean = fall.iter().sum::<f64>() / fall.len() as f64;
+        eprintln!(
+            "{label}, {}: constant: least served {:.1} %, most 429s {:.2} %; 10-20 s after 5 -> 2: \
+             mean {:.0} %, least {:.0} %; 429s after each change {throttled:?}; 90 % of 8/s \
+             after {reach:?} s",
+            name(driver),
+            least * 100.0,
+            most_429 * 100.0,
+            mean * 100.0,
+            fall.iter().copied().fold(f64::INFINITY, f64::min) * 100.0,
+        );
+    }
+}
