@@ -837,31 +837,36 @@ fn an_announced_quota_moves_the_learned_limit_at_once_up_and_down() {
 }
 
 #[test]
-fn a_counted_quota_is_the_learned_limit_and_zero_remaining_still_pauses() {
+fn a_counted_quota_raises_the_learned_limit_and_zero_remaining_still_pauses() {
     let t0 = Instant::now();
-    let policy = learned(10.0);
+    let policy = learned(1.0);
     let mut p = Pacing::new(&policy, t0);
-    // 50 per 10 s, counted down: the learned limit is the quota itself, the hard rules pace.
-    let r = p.observe(
-        &announcing(t0, 50, Some(10.0), Some((0, 3.0))),
-        &policy,
-        t0,
-        0.0,
-    );
+    // 50 per 10 s, counted down: the learned limit rises to the quota itself at once, and
+    // R = 0 still pauses until the reset.
+    let counted =
+        |limit, remaining, reset| announcing(t0, limit, Some(10.0), Some((remaining, reset)));
+    let r = p.observe(&counted(50, 0, 3.0), &policy, t0, 0.0);
     assert!((p.rate() - 5.0).abs() < 1e-6, "{}", p.rate());
     assert_eq!(r.cooldown, Some(secs(3.0)));
     assert_eq!(p.ready_at(t0), t0 + secs(3.0));
+    // Lowered: the hard rules obey it at once (R ÷ T); our own rate is left to them.
+    let later = t0 + secs(4.0);
+    let mut obs = counted(20, 10, 5.0);
+    obs.sent_at = later;
+    p.observe(&obs, &policy, later, 0.0);
+    assert!((p.rate() - 5.0).abs() < 1e-6, "{}", p.rate());
+    assert!(p.effective_rate(later) <= 2.0 + 1e-9);
     // Without the window said, the longest reset seen with this limit stands for it.
     let mut p = Pacing::new(&policy, t0);
     p.observe(
-        &announcing(t0, 100, None, Some((50, 20.0))),
+        &announcing(t0, 100, None, Some((50, 60.0))),
         &policy,
         t0,
         0.0,
     );
-    assert!((p.rate() - 5.0).abs() < 1e-6, "{}", p.rate());
+    assert!((p.rate() - 100.0 / 60.0).abs() < 1e-6, "{}", p.rate());
     p.observe(
-        &announcing(t0, 100, None, Some((40, 60.0))),
+        &announcing(t0, 100, None, Some((40, 20.0))),
         &policy,
         t0,
         0.0,

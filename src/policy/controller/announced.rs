@@ -1,9 +1,11 @@
 //! The learned limit from the quota a server announces (`controller = "cubic"`): where RateLimit
 //! headers say how many requests a window allows, the learned limit stands just under that
-//! quota per window as soon as it is said or changed, up or down, without a 429 to learn it from,
-//! and its probe never goes past it. It stands at the quota itself where the server also counts
-//! the window down (remaining and reset: the hard rules then keep each window within it), and
-//! `learned_margin` under it where the server says only the quota. A 429 still cuts below it
+//! quota per window as soon as it is said or changed, without a 429 to learn it from. Where the
+//! server says only the quota, the learned limit goes `learned_margin` under it, up or down, and
+//! its probe stops there. Where the server also counts the window down (remaining and reset),
+//! the hard rules already keep each window within the quota and obey a lowered one at once: the
+//! learned limit then only rises to a raised quota (the quota itself, no margin), and may probe
+//! past it to spend what an earlier window left. A 429 still cuts below it
 //! (the server may count others against the same quota).
 //!
 //! The budget's hard rules (the policy rate, what `remaining` allows until the reset, a pause at
@@ -58,7 +60,8 @@ impl Announced {
 impl Pacing {
     /// Takes the quota `budget` announces: on the first announcement and on every change, the
     /// rate and the learned limit move at once to just under it (within `min_rate` and the
-    /// ceiling of a healthy raise).
+    /// ceiling of a healthy raise); a quota the server counts down only raises them, since the
+    /// hard rules already obey a lowered one.
     pub(super) fn cubic_announced(
         &mut self,
         budget: &ServerBudget,
@@ -92,7 +95,10 @@ impl Pacing {
         let changed = before.is_none_or(|b| (b.target(policy) - target).abs() > SAME * target);
         self.rare_mut().announced = Some(announced);
         if changed {
-            let target = target.min(self.raise_ceiling(policy));
+            let mut target = target.min(self.raise_ceiling(policy));
+            if announced.counted {
+                target = target.max(self.rate);
+            }
             self.rate = target;
             let before = self.rare().learned;
             self.rare_mut().learned = Some(Learned::announced(target, before, policy, now));
