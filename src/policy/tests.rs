@@ -858,20 +858,11 @@ fn a_counted_quota_raises_the_learned_limit_and_zero_remaining_still_pauses() {
     assert!(p.effective_rate(later) <= 2.0 + 1e-9);
     // Without the window said, the longest reset seen with this limit stands for it.
     let mut p = Pacing::new(&policy, t0);
-    p.observe(
-        &announcing(t0, 100, None, Some((50, 60.0))),
-        &policy,
-        t0,
-        0.0,
-    );
-    assert!((p.rate() - 100.0 / 60.0).abs() < 1e-6, "{}", p.rate());
-    p.observe(
-        &announcing(t0, 100, None, Some((40, 20.0))),
-        &policy,
-        t0,
-        0.0,
-    );
-    assert!((p.rate() - 100.0 / 60.0).abs() < 1e-6, "{}", p.rate());
+    for (remaining, reset) in [(50, 60.0), (40, 20.0)] {
+        let obs = announcing(t0, 100, None, Some((remaining, reset)));
+        p.observe(&obs, &policy, t0, 0.0);
+        assert!((p.rate() - 100.0 / 60.0).abs() < 1e-6, "{}", p.rate());
+    }
     // AIMD leaves an announced quota to the hard rules.
     let aimd = adaptive(10.0);
     let mut p = Pacing::new(&aimd, t0);
