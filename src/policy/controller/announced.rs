@@ -5,8 +5,8 @@
 //! its probe stops there. Where the server also counts the window down (remaining and reset),
 //! the hard rules already keep each window within the quota and obey a lowered one at once: the
 //! learned limit then only rises to a raised quota (the quota itself, no margin), and may probe
-//! past it to spend what an earlier window left. A 429 still cuts below it
-//! (the server may count others against the same quota).
+//! past it to spend what an earlier window left. A 429 still cuts below it (the server may
+//! count others against the same quota).
 //!
 //! The budget's hard rules (the policy rate, what `remaining` allows until the reset, a pause at
 //! `remaining = 0`) stay where they are, in `Pacing::apply_server_budget` and

@@ -69,7 +69,8 @@ const ROUGH: u32 = 10;
 /// under the new one (the served-rate meter lags a fast probe by its time constant).
 const RISE_LAG: f64 = 1.5;
 /// A probe that went this far past the learned limit before its 429 found a limit that rose
-/// (a probe of a limit that held fails within a few per cent of it).
+/// (a probe of a limit that held fails within a few per cent of it, or up to 1.3× where a
+/// token bucket's burst lets it run on).
 const ROSE: f64 = 2.0;
 
 /// What the learned limit knows of a host after its first cut.
