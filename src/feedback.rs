@@ -57,6 +57,32 @@ pub struct ServerBudget {
     pub reset: Option<Duration>,
     /// The server's policy as a rate (quota ÷ window seconds), if said.
     pub policy_rate: Option<f64>,
+    /// The quota the server announced (`RateLimit-Policy`, `RateLimit-Limit`, `limit=`,
+    /// `X-RateLimit-Limit`), if said: what the learned limit (`controller = "cubic"`) aims just
+    /// under, so that a changed quota is followed without waiting for a 429.
+    pub quota: Option<Quota>,
+}
+
+/// A quota the server announced: requests per window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Requests allowed in one window.
+    pub limit: u64,
+    /// The window's length, when the server said it (`;w=`); else only the resets tell it.
+    pub window: Option<Duration>,
+}
+
+impl Quota {
+    /// The stricter of two announcements: the smaller limit, over the longer window said.
+    fn stricter(a: Option<Quota>, b: Option<Quota>) -> Option<Quota> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Quota {
+                limit: a.limit.min(b.limit),
+                window: max_opt(a.window, b.window),
+            }),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 impl ServerBudget {
@@ -72,12 +98,15 @@ impl ServerBudget {
 /// `RateLimit-Policy: "name";q=Q;w=W`), the older `RateLimit-Limit/-Remaining/-Reset`, and
 /// `X-RateLimit-Limit/-Remaining/-Reset`. A `-Reset` value is read as seconds from now, unless it is
 /// larger than 10^9, which no delay is but every Unix time since 2001 is: then it is an epoch
-/// time in seconds (or in milliseconds above 10^12).
+/// time in seconds (or in milliseconds above 10^12). The quota comes from the same fields
+/// (`q=`, an older `RateLimit-Policy: 10;w=1`, `limit=`) and from `RateLimit-Limit` and
+/// `X-RateLimit-Limit` (`10`, or draft-01's `10, 10;w=1`).
 pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudget> {
     let mut budget = ServerBudget {
         remaining: None,
         reset: None,
         policy_rate: None,
+        quota: None,
     };
     if let Some(v) = header(headers, &RATELIMIT) {
         for item in v.split(',') {
@@ -93,6 +122,11 @@ pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudge
             if let Some(t) = kv_param(item, "reset") {
                 budget.reset = max_opt(budget.reset, Some(Duration::from_secs(t)));
             }
+            let limit = kv_param(item, "limit").map(|limit| Quota {
+                limit,
+                window: None,
+            });
+            budget.quota = Quota::stricter(budget.quota, limit);
         }
     }
     if let Some(v) = header(headers, &RATELIMIT_POLICY) {
@@ -103,7 +137,11 @@ pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudge
                     budget.policy_rate = Some(budget.policy_rate.map_or(rate, |p| p.min(rate)));
                 }
             }
+            budget.quota = Quota::stricter(budget.quota, policy_quota(item));
         }
+    }
+    for name in &LIMIT_FIELDS {
+        budget.quota = Quota::stricter(budget.quota, header(headers, name).and_then(limit_field));
     }
     // Read on every response: names made at compile time, no parsing, no allocation.
     for (remaining, reset) in &SEPARATE_FIELDS {
@@ -116,8 +154,37 @@ pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudge
             budget.reset = max_opt(budget.reset, reset);
         }
     }
-    let said = budget.remaining.is_some() || budget.policy_rate.is_some();
+    let said = budget.remaining.is_some() || budget.policy_rate.is_some() || budget.quota.is_some();
     said.then_some(budget)
+}
+
+/// A quota policy list member: `"name";q=Q;w=W` (the draft) or `Q;w=W` (its older form).
+fn policy_quota(item: &str) -> Option<Quota> {
+    let limit = sf_param(item, "q").or_else(|| leading_number(item))?;
+    let window = sf_param(item, "w")
+        .filter(|w| *w > 0)
+        .map(Duration::from_secs);
+    Some(Quota { limit, window })
+}
+
+/// `RateLimit-Limit` / `X-RateLimit-Limit`: `Q`, or draft-01's `Q, Q;w=W` (the window from the
+/// policy members).
+fn limit_field(v: &str) -> Option<Quota> {
+    let limit = first_number(v)?;
+    let window = v.split(',').find_map(|item| {
+        sf_param(item, "w")
+            .filter(|w| *w > 0)
+            .map(Duration::from_secs)
+    });
+    Some(Quota { limit, window })
+}
+
+/// The number a list member starts with, before its parameters (`10;w=1`): not a quoted name.
+fn leading_number(item: &str) -> Option<u64> {
+    let bare = item.split(';').next()?.trim();
+    (!bare.is_empty() && bare.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| bare.parse().ok())
+        .flatten()
 }
 
 fn reset_delay(n: u64, now: SystemTime) -> Duration {
@@ -135,6 +202,11 @@ fn reset_delay(n: u64, now: SystemTime) -> Duration {
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 /// `RateLimit-Policy`.
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The older separate quota fields: the draft's and the common `X-` one.
+const LIMIT_FIELDS: [HeaderName; 2] = [
+    HeaderName::from_static("ratelimit-limit"),
+    HeaderName::from_static("x-ratelimit-limit"),
+];
 /// The older separate fields, remaining and reset: the draft's and the common `X-` ones.
 const SEPARATE_FIELDS: [(HeaderName, HeaderName); 2] = [
     (
@@ -335,6 +407,37 @@ mod tests {
             (b.remaining, b.reset),
             (Some(50), Some(Duration::from_secs(5)))
         );
+    }
+
+    #[test]
+    fn the_quota_is_read_from_every_form() {
+        let now = at(1_700_000_000);
+        let quota = |pairs: &[(&'static str, &'static str)]| {
+            server_budget(&headers(pairs), now).and_then(|b| b.quota)
+        };
+        let q = |limit, window: Option<u64>| {
+            Some(Quota {
+                limit,
+                window: window.map(Duration::from_secs),
+            })
+        };
+        assert_eq!(
+            quota(&[("ratelimit-policy", "\"default\";q=100;w=60")]),
+            q(100, Some(60))
+        );
+        assert_eq!(quota(&[("ratelimit-policy", "8;w=1")]), q(8, Some(1)));
+        assert_eq!(
+            quota(&[("ratelimit", "limit=8, remaining=3, reset=1")]),
+            q(8, None)
+        );
+        assert_eq!(quota(&[("ratelimit-limit", "10, 10;w=1")]), q(10, Some(1)));
+        assert_eq!(quota(&[("x-ratelimit-limit", "5000")]), q(5000, None));
+        // The stricter of two: the smaller limit, over the longer window said.
+        assert_eq!(
+            quota(&[("ratelimit-policy", "8;w=1"), ("x-ratelimit-limit", "5")]),
+            q(5, Some(1))
+        );
+        assert_eq!(quota(&[("ratelimit-policy", "\"a\";w=1")]), None);
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Scenario 7, adaptive rate end to end (issue 16): courtesy's controllers against real
-//! rate-limited origins on loopback. Three origins: the seed article's Practice exercise (at most
+//! rate-limited origins on loopback. Five origins: the seed article's Practice exercise (at most
 //! 5 requests in each whole second, 429 with `Retry-After: 1` beyond), the same with a limit that
-//! changes (5, 2, then 8 a second, a minute each, or a third of a shorter run), and one that
-//! never says 429 but answers in 100 ms plus 50 ms per request it has in flight. Each is run with
+//! changes (5, 2, then 8 a second, a minute each, or a third of a shorter run), that changing
+//! limit announced in RateLimit headers two ways (the draft's fields over 10 s windows, counted
+//! down; the quota alone, `RateLimit-Policy: 5;w=1`), and one that never says 429 but answers in
+//! 100 ms plus 50 ms per request it has in flight. Each is run with
 //! courtesy at 10/s adaptive with `controller = "cubic"` and `"aimd"`, and with an
 //! AutoThrottle-style delay in the clients (courtesy not adaptive, its cooldowns still in force).
 //! Eight polite clients per run (each sleeps a 429's `Retry-After`); every run goes at once, each
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::RETRY_AFTER;
+use hyper::header::{HeaderValue, RETRY_AFTER};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -37,6 +39,11 @@ enum Profile {
     Constant,
     /// 5, 2, then 8 a whole second, a minute each (see [`phase`]).
     Changing,
+    /// The changing limit over 10 s windows (50, 20, 80 each), announced and counted down in
+    /// the draft's fields: `RateLimit-Policy: "default";q=Q;w=10`, `RateLimit: "default";r=R;t=T`.
+    Counted,
+    /// The changing limit per whole second, its quota alone announced: `RateLimit-Policy: Q;w=1`.
+    QuotaAlone,
     /// No limit; slower with requests in flight.
     Latency,
 }
@@ -74,8 +81,8 @@ struct OriginLog {
     arrivals: Vec<Arrival>,
     /// Windows announced with a 429: `(from, until)`, seconds since the start.
     windows: Vec<(f64, f64)>,
-    /// The current whole second and its count.
-    second: (i64, u32),
+    /// The current window (its index) and its count.
+    window: (i64, u32),
     in_flight: u32,
 }
 
@@ -90,9 +97,9 @@ fn limit_at(profile: Profile, t: f64, seconds: f64) -> u32 {
     let phase = phase(seconds);
     match profile {
         Profile::Constant => 5,
-        Profile::Changing if t < phase => 5,
-        Profile::Changing if t < 2.0 * phase => 2,
-        Profile::Changing => 8,
+        Profile::Changing | Profile::Counted | Profile::QuotaAlone if t < phase => 5,
+        Profile::Changing | Profile::Counted | Profile::QuotaAlone if t < 2.0 * phase => 2,
+        Profile::Changing | Profile::Counted | Profile::QuotaAlone => 8,
         Profile::Latency => u32::MAX,
     }
 }
@@ -151,26 +158,51 @@ async fn answer(
         return Response::new(Full::new(Bytes::from_static(b"ok")));
     }
     let mut l = log.lock().unwrap_or_else(|p| p.into_inner());
-    let second = t.floor() as i64;
-    if l.second.0 != second {
-        l.second = (second, 0);
+    let window = if profile == Profile::Counted {
+        10.0
+    } else {
+        1.0
+    };
+    let index = (t / window).floor() as i64;
+    if l.window.0 != index {
+        l.window = (index, 0);
     }
-    l.second.1 += 1;
-    let allowed = l.second.1 <= limit_at(profile, t, seconds);
+    l.window.1 += 1;
+    let quota = limit_at(profile, t, seconds) * window as u32;
+    let allowed = l.window.1 <= quota;
     l.arrivals.push(Arrival {
         at: t,
         status: if allowed { 200 } else { 429 },
         took: 0.0,
     });
-    if allowed {
-        return Response::new(Full::new(Bytes::from_static(b"ok")));
+    let end = (index + 1) as f64 * window;
+    let wait = (end - t).ceil().max(1.0) as u64;
+    let remaining = quota.saturating_sub(l.window.1);
+    if !allowed {
+        l.windows.push((t, t + wait as f64));
     }
-    l.windows.push((t, t + 1.0));
-    let mut response = Response::new(Full::new(Bytes::from_static(b"slow down")));
-    *response.status_mut() = hyper::StatusCode::TOO_MANY_REQUESTS;
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
+    drop(l);
+    let mut response = if allowed {
+        Response::new(Full::new(Bytes::from_static(b"ok")))
+    } else {
+        let mut r = Response::new(Full::new(Bytes::from_static(b"slow down")));
+        *r.status_mut() = hyper::StatusCode::TOO_MANY_REQUESTS;
+        r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(wait));
+        r
+    };
+    let fields = match profile {
+        Profile::Counted => vec![
+            ("ratelimit-policy", format!("\"default\";q={quota};w=10")),
+            ("ratelimit", format!("\"default\";r={remaining};t={wait}")),
+        ],
+        Profile::QuotaAlone => vec![("ratelimit-policy", format!("{quota};w=1"))],
+        _ => Vec::new(),
+    };
+    for (name, value) in fields {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().insert(name, value);
+        }
+    }
     response
 }
 
@@ -279,6 +311,15 @@ impl Outcome {
         (hi - lo) / mean.max(f64::MIN_POSITIVE)
     }
 
+    /// Seconds after `from` until 5 s in a row first served `share` of `limit` (checked each
+    /// second, windows ending by `to`), or `None`.
+    fn time_to(&self, from: f64, to: f64, limit: f64, share: f64) -> Option<f64> {
+        (0..(to - from - 5.0).max(0.0) as usize)
+            .map(|i| from + i as f64)
+            .find(|t| self.served(*t, t + 5.0) >= share * limit)
+            .map(|t| t - from)
+    }
+
     fn mean_took(&self, from: f64, to: f64) -> f64 {
         let took: Vec<f64> = self.between(from, to).map(|a| a.took).collect();
         took.iter().sum::<f64>() / took.len().max(1) as f64
@@ -310,7 +351,13 @@ pub async fn run(bin: &Path, seconds: u64) -> anyhow::Result<Section> {
     let deadline = start + Duration::from_secs(seconds);
     let mut runs = Vec::new();
     let mut tasks = Vec::new();
-    let profiles = [Profile::Constant, Profile::Changing, Profile::Latency];
+    let profiles = [
+        Profile::Constant,
+        Profile::Changing,
+        Profile::Counted,
+        Profile::QuotaAlone,
+        Profile::Latency,
+    ];
     let drivers = [Driver::Cubic, Driver::Aimd, Driver::AutoThrottle];
     for (p, profile) in profiles.iter().enumerate() {
         for (d, driver) in drivers.iter().enumerate() {
@@ -375,7 +422,12 @@ pub async fn run(bin: &Path, seconds: u64) -> anyhow::Result<Section> {
                     .judged(served >= 0.9 && share <= 0.01 && o.inside == 0),
                 );
             }
-            Profile::Changing => {
+            Profile::Changing | Profile::Counted | Profile::QuotaAlone => {
+                let origin = match o.profile {
+                    Profile::Counted => "announced and counted (10 s windows), ",
+                    Profile::QuotaAlone => "quota alone announced, ",
+                    _ => "",
+                };
                 let changes: Vec<(f64, usize)> = [(phase, 2.0), (2.0 * phase, 8.0)]
                     .iter()
                     .map(|(at, limit)| {
@@ -383,17 +435,22 @@ pub async fn run(bin: &Path, seconds: u64) -> anyhow::Result<Section> {
                         (share, o.throttled(*at, at + phase))
                     })
                     .collect();
-                let cells: Vec<String> = changes
+                let mut cells: Vec<String> = changes
                     .iter()
                     .map(|(share, n)| format!("{:.0} % ({n} 429s)", share * 100.0))
                     .collect();
+                let rise = 2.0 * phase;
+                cells.push(match o.time_to(rise, (rise + phase).min(secs), 8.0, 0.9) {
+                    Some(t) => format!("90 % of 8/s after {t:.0} s"),
+                    None => "90 % of 8/s not reached".to_string(),
+                });
                 let pass = o.inside == 0
                     && changes
                         .iter()
                         .all(|(share, n)| (0.9..=1.0).contains(share) && *n <= 3);
                 section.rows.push(
                     row(
-                        format!("5 → 2 → 8, {name}: served 10–20 s after each change ÷ new limit (429s in the phase after it)"),
+                        format!("5 → 2 → 8, {origin}{name}: served 10–20 s after each change ÷ new limit (429s in the phase after it), time to 90 % of the rise"),
                         "90–100 % (≤ 3) each, 0 inside",
                         format!("{}; inside a window: {}", cells.join(", "), o.inside),
                     )

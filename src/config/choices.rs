@@ -127,7 +127,8 @@ pub enum Controller {
     /// The learned limit: after a 429 the rate goes back to just below the rate the server
     /// turned out to allow (estimated from what it served and how long it asked to wait),
     /// approaches it on a cubic curve and probes past it only after `probe_after_seconds`;
-    /// latency holds the rate where it stays within `slow_response_ms`.
+    /// latency holds the rate where it stays within `slow_response_ms`; a quota the server
+    /// announces in RateLimit headers is the learned limit at once.
     Cubic,
 }
 

@@ -1,13 +1,13 @@
 //! The part of a host's pacing state that a healthy host does not have: a cooldown, a backoff
 //! streak, the last rate cut, a 403 streak, caps from robots.txt and the server's RateLimit
-//! window, an operator's pause or rate, and what the learned limit knows. It lives in a box that is freed when its episode ends,
-//! so a million healthy hosts cost a pointer each.
+//! window, an operator's pause or rate, and what the learned limit knows. It lives in a box that
+//! is freed when its episode ends, so a million healthy hosts cost a pointer each.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::controller::Learned;
+use super::controller::{Announced, Learned};
 use super::cooldown::Cooldown;
 
 /// The server's announced budget: what is left until its window resets.
@@ -46,6 +46,8 @@ pub(super) struct Rare {
     pub(super) rate_override: Option<f64>,
     /// What the learned limit (`controller = "cubic"`) knows since the host's first cut.
     pub(super) learned: Option<Learned>,
+    /// The quota the server announced, as the learned limit follows it.
+    pub(super) announced: Option<Announced>,
 }
 
 impl Rare {
@@ -61,6 +63,7 @@ impl Rare {
         operator_pause: None,
         rate_override: None,
         learned: None,
+        announced: None,
     };
 
     pub(super) fn is_empty(&self) -> bool {
@@ -75,6 +78,7 @@ impl Rare {
             && self.operator_pause.is_none()
             && self.rate_override.is_none()
             && self.learned.is_none()
+            && self.announced.is_none()
     }
 
     /// Clears what has run out by `now`.

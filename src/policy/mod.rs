@@ -343,6 +343,7 @@ impl Pacing {
             consecutive_403: 0,
             robots_cap: None,
             learned: None,
+            announced: None,
             ..*self.rare()
         };
         settled.is_empty() && self.rate >= fresh_rate && self.bucket.is_full(now)
@@ -475,6 +476,9 @@ impl Pacing {
                 }
             }
             Feedback::Neutral => {}
+        }
+        if let Some(budget) = &obs.answer.server {
+            self.after_budget(budget, policy, now);
         }
         self.sync(now);
         Reaction {

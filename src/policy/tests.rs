@@ -296,6 +296,7 @@ fn the_servers_remaining_budget_is_spread_until_the_reset_and_never_exceeded() {
                 remaining: Some(3),
                 reset: Some(secs(10.0)),
                 policy_rate: None,
+                quota: None,
             }),
             ..answer(Feedback::Success, 200, t0).answer
         },
@@ -329,6 +330,7 @@ fn zero_remaining_cools_down_until_the_reset() {
                 remaining: Some(0),
                 reset: Some(secs(20.0)),
                 policy_rate: None,
+                quota: None,
             }),
             ..answer(Feedback::Success, 200, t0).answer
         },
@@ -358,6 +360,7 @@ fn server_numbers_only_ever_make_courtesy_stricter() {
                 remaining: Some(1000),
                 reset: Some(secs(1.0)),
                 policy_rate: Some(500.0),
+                quota: None,
             }),
             ..answer(Feedback::Success, 200, t0).answer
         },
@@ -371,6 +374,7 @@ fn server_numbers_only_ever_make_courtesy_stricter() {
                 remaining: None,
                 reset: None,
                 policy_rate: Some(0.5),
+                quota: None,
             }),
             ..generous.answer
         },
@@ -391,6 +395,7 @@ fn requests_in_flight_count_against_the_servers_remaining() {
                 remaining: Some(2),
                 reset: Some(secs(5.0)),
                 policy_rate: None,
+                quota: None,
             }),
             ..answer(Feedback::Success, 200, t0).answer
         },
@@ -437,6 +442,7 @@ fn an_operator_rate_replaces_ours_but_server_caps_still_apply() {
                 remaining: None,
                 reset: None,
                 policy_rate: Some(2.0),
+                quota: None,
             }),
             ..answer(Feedback::Success, 200, t0).answer
         },
@@ -780,4 +786,86 @@ fn with_a_shared_budget_the_learned_limit_comes_from_the_peak_alone() {
         "{} after {peak}",
         p.rate()
     );
+}
+
+/// A healthy answer at `now` announcing `limit` requests per `window` seconds (`None`: not
+/// said), with `counted` = (remaining, reset seconds) if the server counts the window down.
+fn announcing(
+    now: Instant,
+    limit: u64,
+    window: Option<f64>,
+    counted: Option<(u64, f64)>,
+) -> Observation {
+    let mut obs = answer(Feedback::Success, 200, now);
+    obs.answer.server = Some(ServerBudget {
+        remaining: counted.map(|c| c.0),
+        reset: counted.map(|c| secs(c.1)),
+        policy_rate: None,
+        quota: Some(crate::feedback::Quota {
+            limit,
+            window: window.map(secs),
+        }),
+    });
+    obs
+}
+
+#[test]
+fn an_announced_quota_moves_the_learned_limit_at_once_up_and_down() {
+    let t0 = Instant::now();
+    let policy = learned(10.0);
+    let mut p = Pacing::new(&policy, t0);
+    let under = 1.0 - policy.learned_margin;
+    p.observe(&announcing(t0, 5, Some(1.0), None), &policy, t0, 0.0);
+    assert!((p.rate() - 5.0 * under).abs() < 1e-6, "{}", p.rate());
+    // The same quota again: the probe stops just under it.
+    let mut now = t0;
+    for _ in 0..600 {
+        now += secs(0.2);
+        p.observe(&announcing(now, 5, Some(1.0), None), &policy, now, 0.0);
+    }
+    assert!(p.rate() <= 5.0 * under + 1e-6, "{}", p.rate());
+    // Raised and lowered: followed at once, without a 429.
+    p.observe(&announcing(now, 8, Some(1.0), None), &policy, now, 0.0);
+    assert!((p.rate() - 8.0 * under).abs() < 1e-6, "{}", p.rate());
+    p.observe(&announcing(now, 2, Some(1.0), None), &policy, now, 0.0);
+    assert!((p.rate() - 2.0 * under).abs() < 1e-6, "{}", p.rate());
+    // A 429 still cuts below the quota.
+    let mut obs = throttled(now, 1.0);
+    obs.answer.server = announcing(now, 2, Some(1.0), None).answer.server;
+    p.observe(&obs, &policy, now, 0.0);
+    assert!(p.rate() < 2.0 * under, "{}", p.rate());
+}
+
+#[test]
+fn a_counted_quota_raises_the_learned_limit_and_zero_remaining_still_pauses() {
+    let t0 = Instant::now();
+    let policy = learned(1.0);
+    let mut p = Pacing::new(&policy, t0);
+    // 50 per 10 s, counted down: the learned limit rises to the quota itself at once, and
+    // R = 0 still pauses until the reset.
+    let counted =
+        |limit, remaining, reset| announcing(t0, limit, Some(10.0), Some((remaining, reset)));
+    let r = p.observe(&counted(50, 0, 3.0), &policy, t0, 0.0);
+    assert!((p.rate() - 5.0).abs() < 1e-6, "{}", p.rate());
+    assert_eq!(r.cooldown, Some(secs(3.0)));
+    assert_eq!(p.ready_at(t0), t0 + secs(3.0));
+    // Lowered: the hard rules obey it at once (R ÷ T); our own rate is left to them.
+    let later = t0 + secs(4.0);
+    let mut obs = counted(20, 10, 5.0);
+    obs.sent_at = later;
+    p.observe(&obs, &policy, later, 0.0);
+    assert!((p.rate() - 5.0).abs() < 1e-6, "{}", p.rate());
+    assert!(p.effective_rate(later) <= 2.0 + 1e-9);
+    // Without the window said, the longest reset seen with this limit stands for it.
+    let mut p = Pacing::new(&policy, t0);
+    for (remaining, reset) in [(50, 60.0), (40, 20.0)] {
+        let obs = announcing(t0, 100, None, Some((remaining, reset)));
+        p.observe(&obs, &policy, t0, 0.0);
+        assert!((p.rate() - 100.0 / 60.0).abs() < 1e-6, "{}", p.rate());
+    }
+    // AIMD leaves an announced quota to the hard rules.
+    let aimd = adaptive(10.0);
+    let mut p = Pacing::new(&aimd, t0);
+    p.observe(&announcing(t0, 5, Some(1.0), None), &aimd, t0, 0.0);
+    assert_eq!(p.rate(), 10.0);
 }

@@ -57,6 +57,22 @@ const METER_SECONDS: f64 = 2.0;
 /// limit the rate was: the limit is then at most what was served over both.
 const LONG_WAIT: f64 = 0.1;
 
+/// The lowest share of the rate that met a 429 that the learned limit may fall to at once
+/// after the limit fell (what was served since the cooldown is measured); else a half.
+const FELL_FLOOR: f64 = 0.25;
+
+/// Below this many answers since the cooldown, what was served measures a fall only roughly:
+/// the learned limit goes `learned_margin` under it.
+const ROUGH: u32 = 10;
+
+/// Seconds before a 429 met while probing past the old limit at which the curve still stood
+/// under the new one (the served-rate meter lags a fast probe by its time constant).
+const RISE_LAG: f64 = 1.5;
+/// A probe that went this far past the learned limit before its 429 found a limit that rose
+/// (a probe of a limit that held fails within a few per cent of it, or up to 1.3× where a
+/// token bucket's burst lets it run on).
+const ROSE: f64 = 2.0;
+
 /// What the learned limit knows of a host after its first cut.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(in crate::policy) struct Learned {
@@ -83,6 +99,27 @@ pub(in crate::policy) struct Learned {
 }
 
 impl Learned {
+    /// A limit the server announced (`limit`): the curve stands at it from `now` for
+    /// `probe_after`, keeping what `before` measured of the served rate.
+    pub(super) fn announced(
+        limit: f64,
+        before: Option<Learned>,
+        policy: &HostPolicy,
+        now: Instant,
+    ) -> Self {
+        Learned {
+            limit: limit as f32,
+            start: limit as f32,
+            peak: limit as f32,
+            since: now,
+            served: 0,
+            meter: before.map_or(0.0, |l| l.meter),
+            metered: before.map_or(now, |l| l.metered),
+            approach: policy.probe_after.as_secs_f32(),
+            shared: before.is_some_and(|l| l.shared),
+        }
+    }
+
     /// Counts a healthy answer at `now` into the served-rate meter; `turn` is the time between
     /// two turns at the rate in force.
     fn count(&mut self, now: Instant, turn: f64) {
@@ -170,7 +207,10 @@ impl Pacing {
             self.hold_curve(now);
             return;
         }
-        let ceiling = self.raise_ceiling(policy);
+        let mut ceiling = self.raise_ceiling(policy);
+        if let Some(announced) = self.announced_ceiling(policy) {
+            ceiling = ceiling.min(announced.max(self.rate));
+        }
         let target = match self.rare().learned {
             Some(l) => l.rate_at(now.saturating_duration_since(l.since).as_secs_f64()),
             None => self.rate + policy.increase_step,
@@ -211,22 +251,37 @@ impl Pacing {
                 let steady = t >= f64::from(l.approach)
                     && (peak - f64::from(l.peak)).abs() <= 0.1 * f64::from(l.peak);
                 let fell = t < f64::from(l.approach) / 2.0;
+                let measured_fall = fell && l.served >= FEW_SERVED && !l.shared;
+                let rose = t >= f64::from(l.approach) && peak > ROSE * old;
                 if steady {
                     served = old.max(served.min(old + (below - old) / 2.0));
-                } else if fell && l.served >= FEW_SERVED && !l.shared {
+                } else if measured_fall {
                     // The lately served rate still remembers the old limit; what was served
                     // since the cooldown, over that time and half the wait, does not.
-                    served = served.min(f64::from(l.served) / (t + wait / 2.0));
+                    let mut measured = f64::from(l.served) / (t + wait / 2.0);
+                    if l.served < ROUGH {
+                        measured *= 1.0 - policy.learned_margin;
+                    }
+                    served = served.min(measured);
+                } else if rose && !l.shared {
+                    // Met while probing past the old limit: the server allows more now. The
+                    // meter lags a fast probe; the curve a little before the 429 was served.
+                    served = served.max(l.rate_at(t - RISE_LAG));
                 }
-                // A server that just tightened its limit, or kept it, is probed less often.
+                // A server that just tightened its limit, or kept it, is probed less often; one
+                // that just raised it, sooner (the landing is rough).
                 let approach = if steady {
                     (f64::from(l.approach) * 1.5).min(2.0 * first)
                 } else if fell {
                     2.0 * first
+                } else if rose {
+                    first / 2.0
                 } else {
                     first
                 };
-                (served.clamp(peak * 0.5, below), approach)
+                // A fall measured since the cooldown may go deeper than half at once.
+                let floor = if measured_fall { FELL_FLOOR } else { 0.5 };
+                (served.clamp(peak * floor, below), approach)
             }
             None => (peak * policy.decrease_factor, first),
         };

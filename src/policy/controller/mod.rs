@@ -13,18 +13,22 @@
 //! |---|---|
 //! | `aimd.rs` | additive increase, multiplicative decrease (the rules of round one) |
 //! | `cubic.rs` | the learned limit: the estimate at a 429, the cubic approach and probe, latency |
+//! | `announced.rs` | the learned limit from a quota the server announces in RateLimit headers |
 
 mod aimd;
+mod announced;
 mod cubic;
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub(super) use announced::Announced;
 pub(super) use cubic::Learned;
 
 use super::{Observation, Pacing};
 use crate::config::{Controller, HostPolicy};
+use crate::feedback::ServerBudget;
 
 /// The controller that moves `policy`'s rate: AIMD unless the host is adaptive and asks for the
 /// learned limit.
@@ -57,6 +61,19 @@ impl Pacing {
             self.cubic_trouble(wait, policy, now);
         } else {
             self.aimd_trouble(policy);
+        }
+    }
+
+    /// Takes what a server announced of its quota after an answer (and after any cut it caused):
+    /// the learned limit follows the quota; AIMD leaves it to the budget's hard rules.
+    pub(super) fn after_budget(
+        &mut self,
+        budget: &ServerBudget,
+        policy: &HostPolicy,
+        now: Instant,
+    ) {
+        if learned_limit(policy) {
+            self.cubic_announced(budget, policy, now);
         }
     }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::runner::{run, Demand, Driver, Record};
-use super::servers::{Kind, Server};
+use super::servers::{Kind, Server, Style};
 use crate::config::{Controller, HostPolicy, OnCooldown};
 
 /// Every driver, in the table's order.
@@ -44,6 +44,60 @@ pub(super) const LIMITED: [(&str, Kind); 3] = [
     ),
     ("fixed 1 s window", Kind::FixedWindow),
     ("sliding 1 s window", Kind::SlidingWindow),
+];
+
+/// The limit announced in RateLimit headers: over 10 s windows three ways (the draft's fields
+/// and their older form with whole-second resets, `X-RateLimit-*` with resets as Unix times),
+/// and the quota of 1 s windows alone (`RateLimit-Policy: 5;w=1`, nothing counted down).
+pub(super) const ANNOUNCING: [(&str, Kind); 4] = [
+    (
+        "announced: draft fields, 10 s window",
+        Kind::Announcing {
+            style: Style::Draft,
+            window: 10,
+        },
+    ),
+    (
+        "announced: older fields, 10 s window",
+        Kind::Announcing {
+            style: Style::Older,
+            window: 10,
+        },
+    ),
+    (
+        "announced: X-RateLimit, 10 s window",
+        Kind::Announcing {
+            style: Style::XPrefixed,
+            window: 10,
+        },
+    ),
+    (
+        "announced: the quota alone, 1 s window",
+        Kind::Announcing {
+            style: Style::PolicyOnly,
+            window: 1,
+        },
+    ),
+];
+
+/// One-second windows announced: with the draft's whole-second resets (a reset of 1 may be
+/// anything up to a second, and the budget's hard rules take it as a whole one) and with
+/// `X-RateLimit-Reset` as a Unix time. Shown, not asserted (see the README).
+pub(super) const COARSE: [(&str, Kind); 2] = [
+    (
+        "announced: draft fields, 1 s window",
+        Kind::Announcing {
+            style: Style::Draft,
+            window: 1,
+        },
+    ),
+    (
+        "announced: X-RateLimit, 1 s window",
+        Kind::Announcing {
+            style: Style::XPrefixed,
+            window: 1,
+        },
+    ),
 ];
 
 /// Eight polite clients, always wanting pages.

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::autothrottle::AutoThrottle;
-use super::servers::Server;
+use super::servers::{Server, WALL_START};
 use crate::config::{Controller, HostPolicy};
 use crate::feedback::Feedback;
 use crate::policy::{Answer, Observation, Pacing};
@@ -88,6 +88,19 @@ struct Flight {
     retry_after: Option<f64>,
     limited: bool,
     rate: f64,
+    headers: Vec<(&'static str, String)>,
+}
+
+/// The server's budget as courtesy reads it from the fields of a reply, at `t`.
+fn budget(fields: &[(&'static str, String)], t: f64) -> Option<crate::feedback::ServerBudget> {
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in fields {
+        if let Ok(value) = http::HeaderValue::from_str(value) {
+            headers.append(*name, value);
+        }
+    }
+    let wall = Duration::from_secs(WALL_START) + Duration::from_secs_f64(t.max(0.0));
+    crate::feedback::server_budget(&headers, std::time::SystemTime::UNIX_EPOCH + wall)
 }
 
 /// Runs `policy` (its controller replaced by `driver`'s) against `server` for `seconds`.
@@ -145,7 +158,7 @@ pub(super) fn run(
                     status: Some(f.status),
                     latency: Duration::from_secs_f64(f.latency),
                     retry_after: f.retry_after.map(Duration::from_secs_f64),
-                    server: None,
+                    server: budget(&f.headers, f.done),
                 },
                 sent_at: at(f.sent),
                 limited: f.limited,
@@ -198,6 +211,7 @@ pub(super) fn run(
                 retry_after: reply.retry_after,
                 limited,
                 rate: pacing.pacing_rate(),
+                headers: reply.headers,
             });
         }
         // The next event.

@@ -1,7 +1,8 @@
 //! Simulated origins for the controller simulation: a rate limit kept three ways (a token bucket
 //! with a small burst, a fixed one-second window, a sliding one-second window), each answering
 //! 429 with `Retry-After` beyond it, a limit that changes on a schedule, and a server that never
-//! says no but slows down with the requests it has in flight. Times are seconds from the start.
+//! says no but slows down with the requests it has in flight, and a fixed window that announces
+//! its quota in RateLimit headers (three styles). Times are seconds from the start.
 
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -18,10 +19,72 @@ pub(super) enum Kind {
     SlidingWindow,
     /// No limit; the time to answer is `base + per_request × requests in flight` seconds.
     Latency { base: f64, per_request: f64 },
+    /// At most `limit × window` requests in each window of `window` whole seconds, announced on
+    /// every answer in RateLimit headers of `style`; beyond it a 429 with `Retry-After` until
+    /// the window ends (in whole seconds).
+    Announcing { style: Style, window: u32 },
+}
+
+/// The wall-clock time (Unix seconds) of the simulation's start, for resets given as epoch
+/// times.
+pub(super) const WALL_START: u64 = 1_700_000_000;
+
+/// How a server announces its quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Style {
+    /// The IETF draft: `RateLimit-Policy: "default";q=Q;w=W` and `RateLimit: "default";r=R;t=T`,
+    /// the reset in whole seconds from now.
+    Draft,
+    /// Its older form: `RateLimit-Policy: Q;w=W` and `RateLimit: limit=Q, remaining=R, reset=T`.
+    Older,
+    /// The common `X-RateLimit-Limit`, `-Remaining` and `-Reset`, the reset as a Unix time (no
+    /// window said).
+    XPrefixed,
+    /// The quota alone, `RateLimit-Policy: Q;w=W`: nothing counts the window down.
+    PolicyOnly,
+}
+
+impl Style {
+    /// The fields announcing `quota` per `window` seconds with `remaining` left, at `at`, the
+    /// window ending at `end` (seconds from the start).
+    fn fields(
+        self,
+        (quota, window): (u32, u32),
+        remaining: u32,
+        at: f64,
+        end: f64,
+    ) -> Vec<(&'static str, String)> {
+        let reset = (end - at).ceil().max(1.0) as u64;
+        match self {
+            Style::Draft => vec![
+                (
+                    "ratelimit-policy",
+                    format!("\"default\";q={quota};w={window}"),
+                ),
+                ("ratelimit", format!("\"default\";r={remaining};t={reset}")),
+            ],
+            Style::Older => vec![
+                ("ratelimit-policy", format!("{quota};w={window}")),
+                (
+                    "ratelimit",
+                    format!("limit={quota}, remaining={remaining}, reset={reset}"),
+                ),
+            ],
+            Style::PolicyOnly => vec![("ratelimit-policy", format!("{quota};w={window}"))],
+            Style::XPrefixed => vec![
+                ("x-ratelimit-limit", quota.to_string()),
+                ("x-ratelimit-remaining", remaining.to_string()),
+                (
+                    "x-ratelimit-reset",
+                    (WALL_START + end.round() as u64).to_string(),
+                ),
+            ],
+        }
+    }
 }
 
 /// What the server said to one request.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Reply {
     /// 200 or 429.
     pub(super) status: u16,
@@ -29,6 +92,8 @@ pub(super) struct Reply {
     pub(super) latency: f64,
     /// `Retry-After` in seconds, on a 429.
     pub(super) retry_after: Option<f64>,
+    /// RateLimit header fields, as `(name, value)`.
+    pub(super) headers: Vec<(&'static str, String)>,
 }
 
 /// One simulated origin.
@@ -89,6 +154,7 @@ impl Server {
             self.inside += 1;
         }
         let limit = self.limit_at(at);
+        let mut headers = Vec::new();
         let wait = match self.kind {
             Kind::TokenBucket { burst } => {
                 self.tokens = (self.tokens + (at - self.updated) * limit).min(burst);
@@ -100,13 +166,14 @@ impl Server {
                     Some(((1.0 - self.tokens) / limit).ceil().max(1.0))
                 }
             }
-            Kind::FixedWindow => {
-                let second = at.floor() as i64;
-                if self.window.0 != second {
-                    self.window = (second, 0);
-                }
-                self.window.1 += 1;
-                (f64::from(self.window.1) > limit).then_some(1.0)
+            Kind::FixedWindow => self.count_in_window(at, 1, limit),
+            Kind::Announcing { style, window } => {
+                let quota = (limit * f64::from(window)).floor();
+                let wait = self.count_in_window(at, window, quota);
+                let end = (at / f64::from(window)).floor() * f64::from(window) + f64::from(window);
+                let remaining = (quota as u32).saturating_sub(self.window.1);
+                headers = style.fields((quota as u32, window), remaining, at, end);
+                wait.map(|_| (end - at).ceil().max(1.0))
             }
             Kind::SlidingWindow => {
                 while self.accepted.front().is_some_and(|t| *t <= at - 1.0) {
@@ -129,6 +196,7 @@ impl Server {
                     status: 200,
                     latency,
                     retry_after: None,
+                    headers,
                 };
             }
         };
@@ -139,6 +207,18 @@ impl Server {
             status: if wait.is_some() { 429 } else { 200 },
             latency: network,
             retry_after: wait,
+            headers,
         }
+    }
+
+    /// Counts an arrival at `at` in its window of `window` whole seconds; `Retry-After: 1` if
+    /// it is over `quota`.
+    fn count_in_window(&mut self, at: f64, window: u32, quota: f64) -> Option<f64> {
+        let index = (at / f64::from(window)).floor() as i64;
+        if self.window.0 != index {
+            self.window = (index, 0);
+        }
+        self.window.1 += 1;
+        (f64::from(self.window.1) > quota).then_some(1.0)
     }
 }
