@@ -599,27 +599,52 @@ struct ReserveReply {
     more: Vec<(String, i64)>,
 }
 
-/// The reservation script's reply as Redis sends it (its first eight fields).
+/// The reservation script's first eight fields: kind, µs, cause, learned rate, operator rate,
+/// tat, interval, start.
 pub(super) type ReserveTuple = (String, i64, String, String, String, String, i64, i64);
+
+/// Splits the reservation script's reply (one `|`-separated string) into its first eight fields
+/// and the further turns (`tat`, start); `None` for any other shape.
+pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, Vec<(String, i64)>)> {
+    let text = match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
+        Value::SimpleString(text) => text.as_str(),
+        _ => return None,
+    };
+    let mut fields = text.split('|');
+    let mut text_field = || fields.next().map(str::to_string);
+    let kind = text_field()?;
+    let micros = text_field()?.parse().ok()?;
+    let cause = text_field()?;
+    let rate = text_field()?;
+    let rate_override = text_field()?;
+    let tat = text_field()?;
+    let interval = text_field()?.parse().ok()?;
+    let start = text_field()?.parse().ok()?;
+    let mut more = Vec::new();
+    while let Some(tat) = fields.next() {
+        let start = fields.next()?.parse().ok()?;
+        more.push((tat.to_string(), start));
+    }
+    Some((
+        (
+            kind,
+            micros,
+            cause,
+            rate,
+            rate_override,
+            tat,
+            interval,
+            start,
+        ),
+        more,
+    ))
+}
 
 impl ReserveReply {
     fn parse(value: Value) -> Option<ReserveReply> {
-        let Value::Array(mut items) = value else {
-            return None;
-        };
-        let rest = items.split_off(items.len().min(8));
-        let (kind, micros, cause, rate, rate_override, tat, interval, start): ReserveTuple =
-            redis::from_redis_value(Value::Array(items)).ok()?;
-        let mut more = Vec::with_capacity(rest.len() / 2);
-        for pair in rest.chunks(2) {
-            let [tat, start] = pair else {
-                return None;
-            };
-            more.push((
-                redis::from_redis_value::<String>(tat.clone()).ok()?,
-                redis::from_redis_value::<i64>(start.clone()).ok()?,
-            ));
-        }
+        let ((kind, micros, cause, rate, rate_override, tat, interval, start), more) =
+            reserve_fields(&value)?;
         Some(ReserveReply {
             kind,
             micros,

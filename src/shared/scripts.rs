@@ -43,16 +43,19 @@ end
 /// start within 2 ms of now: a host whose pace spaces its turns further apart gets one per call,
 /// because a lease for a later turn would hold one of its concurrency slots unused until then
 /// (the soak saw a held host's throughput halve when turns up to a second ahead were batched).
-/// A `go` answer for more than one turn adds, for each turn after the first, the `tat` it wrote
-/// and its start.
+/// A `go` answer for more than one turn adds `|tat|start` for each turn after the first: the
+/// `tat` it wrote and its start.
 ///
-/// Returns `{kind, µs, cause, learned rate, operator rate, tat, interval, start}`: `go` (a turn is
+/// Returns one string, `kind|µs|cause|learned rate|operator rate|tat|interval|start` (one bulk
+/// string: the client parses an array element by element, at about 1.5k instructions each, and
+/// this reply is on every request's path): `go` (a turn is
 /// reserved `µs` from now, at `start` on the store's clock; `tat` and `interval` undo it if it is
 /// never used), `cool` (the host is
 /// closed for `µs` more, for `cause`), `busy` (every concurrency slot is taken; the first lease
 /// runs out in `µs`) or `later` (the next turn is beyond the horizon: ask again in `µs`).
 pub(super) const RESERVE: &str = r#"
 local BATCH_AHEAD_US = 2000
+local function reply_of(fields) return table.concat(fields, '|') end
 local now = now_us(ARGV[1])
 local freed = 0
 for i = 14, #ARGV, 4 do
@@ -76,12 +79,12 @@ local block, cause = 0, ''
 local cd, op = tonumber(h[2]) or 0, tonumber(h[4]) or 0
 if cd > now then block = cd; cause = h[3] or 'restored' end
 if op > now and op > block then block = op; cause = 'operator' end
-if block > now then return {'cool', block - now, cause, view_rate, view_ovr, '', 0, 0} end
+if block > now then return reply_of({'cool', int(block - now), cause, view_rate, view_ovr, '', '0', '0'}) end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now))
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
   redis.call('HSET', KEYS[1], 'w', '1')
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  return {'busy', tonumber(first[2]) - now, '', view_rate, view_ovr, '', 0, 0}
+  return reply_of({'busy', int(tonumber(first[2]) - now), '', view_rate, view_ovr, '', '0', '0'})
 end
 local rate = tonumber(h[5]) or learned
 local cap = tonumber(h[7])
@@ -98,11 +101,11 @@ local slot = tat - tau
 if slot < now then slot = now end
 local horizon = tonumber(ARGV[8])
 if slot - now > horizon then
-  return {'later', slot - now - horizon, '', view_rate, view_ovr, '', 0, 0}
+  return reply_of({'later', int(slot - now - horizon), '', view_rate, view_ovr, '', '0', '0'})
 end
 local new_tat = tat + interval
 redis.call('ZADD', KEYS[2], int(slot + tonumber(ARGV[6])), ARGV[7])
-local reply = {'go', slot - now, '', view_rate, view_ovr, int(new_tat), interval, slot}
+local reply = {'go', int(slot - now), '', view_rate, view_ovr, int(new_tat), int(interval), int(slot)}
 local last = slot
 local want = tonumber(ARGV[13]) or 1
 for k = 2, want do
@@ -113,13 +116,13 @@ for k = 2, want do
   new_tat = new_tat + interval
   redis.call('ZADD', KEYS[2], int(next_slot + tonumber(ARGV[6])), ARGV[7] .. '.' .. k)
   reply[#reply + 1] = int(new_tat)
-  reply[#reply + 1] = next_slot
+  reply[#reply + 1] = int(next_slot)
   last = next_slot
 end
 redis.call('HSET', KEYS[1], 'tat', int(new_tat))
 keep_at_least(KEYS[1], math.ceil((new_tat - now + tonumber(ARGV[10])) / 1000))
 keep_at_least(KEYS[2], math.ceil((last - now + tonumber(ARGV[6])) / 1000) + 1000)
-return reply
+return reply_of(reply)
 "#;
 
 /// Ends a turn. `KEYS`: budget, leases. `ARGV`: now (unused), lease member, refund (`1`: the

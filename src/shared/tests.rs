@@ -17,6 +17,11 @@ mod server;
 
 use server::RedisServer as TestRedis;
 
+/// The first eight fields of a reservation's reply.
+fn fields(reply: &redis::Value) -> super::ReserveTuple {
+    super::reserve_fields(reply).expect("a reservation reply").0
+}
+
 /// A connection of the test's own to `redis`.
 async fn connect(redis: &TestRedis) -> MultiplexedConnection {
     redis::Client::open(redis.url().as_str())
@@ -41,23 +46,23 @@ async fn reserve(
         "m{}",
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let (kind, micros, _cause, _rate, _ovr, tat, interval, start): super::ReserveTuple =
-        script(RESERVE)
-            .key(format!("t:{{{host}}}:b"))
-            .key(format!("t:{{{host}}}:l"))
-            .arg(now)
-            .arg(rate.to_string())
-            .arg(rate.to_string())
-            .arg(burst)
-            .arg(concurrency)
-            .arg(60_000_000)
-            .arg(&member)
-            .arg(1_000_000_000_i64)
-            .arg(if rejoin { "1" } else { "0" })
-            .arg(3_600_000_000_i64)
-            .invoke_async(conn)
-            .await
-            .unwrap();
+    let reply: redis::Value = script(RESERVE)
+        .key(format!("t:{{{host}}}:b"))
+        .key(format!("t:{{{host}}}:l"))
+        .arg(now)
+        .arg(rate.to_string())
+        .arg(rate.to_string())
+        .arg(burst)
+        .arg(concurrency)
+        .arg(60_000_000)
+        .arg(&member)
+        .arg(1_000_000_000_i64)
+        .arg(if rejoin { "1" } else { "0" })
+        .arg(3_600_000_000_i64)
+        .invoke_async(conn)
+        .await
+        .unwrap();
+    let (kind, micros, _cause, _rate, _ovr, tat, interval, start) = fields(&reply);
     (kind, micros, tat, interval, start, member)
 }
 
@@ -398,31 +403,36 @@ async fn a_reservation_releases_the_ended_turns_it_carries_first() {
             .arg(interval);
         invocation
     };
-    let (kind, wait, ..): super::ReserveTuple = carried(T0 + 10, &first, "1", &tat1)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (kind, wait, ..) = fields(
+        &carried(T0 + 10, &first, "1", &tat1)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(
         (kind.as_str(), wait),
         ("go", 0),
         "slot freed and token refunded"
     );
     // A turn that was sent gives no token back: carried, it frees the slot only.
-    let (kind, wait, _, _, _, tat2, ..): super::ReserveTuple = carried(T0 + 20, "nobody", "0", "0")
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let (kind, wait, _, _, _, tat2, ..) = fields(
+        &carried(T0 + 20, "nobody", "0", "0")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
     assert_eq!(
         kind, "busy",
         "the turn just reserved still holds the one slot"
     );
     assert!(wait > 0);
     assert_eq!(tat2, "");
-    let (kind, wait, ..): super::ReserveTuple =
-        carried(T0 + 30, &format!("next-{}", T0 + 10), "0", "0")
+    let (kind, wait, ..) = fields(
+        &carried(T0 + 30, &format!("next-{}", T0 + 10), "0", "0")
             .invoke_async(&mut conn)
             .await
-            .unwrap();
+            .unwrap(),
+    );
     assert_eq!(kind, "go");
     assert_eq!(
         wait,
@@ -460,38 +470,54 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
             .arg(want);
         invocation
     };
-    let int = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap();
     // 1000/s, burst 1, room for 10: the turns within 2 ms of now (at 0, 1 and 2 ms), and the tat
     // past the third.
-    let reply: Vec<redis::Value> = many("many.test:80", T0, "1000", 10, 5, 10_000_000)
+    let reply: redis::Value = many("many.test:80", T0, "1000", 10, 5, 10_000_000)
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(reply.len(), 8 + 2 * 2, "{reply:?}");
-    assert_eq!(int(&reply[7]), T0, "the first starts now");
-    let starts: Vec<i64> = (0..2).map(|i| int(&reply[9 + 2 * i])).collect();
+    let (first, more) = super::reserve_fields(&reply).unwrap();
+    assert_eq!(more.len(), 2, "{reply:?}");
+    assert_eq!(first.7, T0, "the first starts now");
+    let starts: Vec<i64> = more.iter().map(|(_, start)| *start).collect();
     assert_eq!(starts, [T0 + 1_000, T0 + 2_000]);
-    assert_eq!(int(&reply[10]), T0 + 3_000, "the tat the third wrote");
+    assert_eq!(
+        more[1].0,
+        (T0 + 3_000).to_string(),
+        "the tat the third wrote"
+    );
     // 2/s: turns half a second apart are not reserved ahead of time, one per call.
-    let reply: Vec<redis::Value> = many("slow.test:80", T0, "2", 10, 4, 10_000_000)
+    let reply: redis::Value = many("slow.test:80", T0, "2", 10, 4, 10_000_000)
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(reply.len(), 8, "{reply:?}");
+    assert_eq!(
+        super::reserve_fields(&reply).unwrap().1.len(),
+        0,
+        "{reply:?}"
+    );
     let (_, wait, ..) = reserve(&mut conn, "slow.test:80", T0, 2.0, 1, 10, false).await;
     assert_eq!(
         wait, 500_000,
         "the next single reservation comes one interval later"
     );
     // Concurrency 2 stops at two turns; a horizon of 1.5 ms at two as well.
-    let reply: Vec<redis::Value> = many("cap.test:80", T0, "1000000", 2, 5, 10_000_000)
+    let reply: redis::Value = many("cap.test:80", T0, "1000000", 2, 5, 10_000_000)
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(reply.len(), 8 + 2, "{reply:?}");
-    let reply: Vec<redis::Value> = many("near.test:80", T0, "1000", 10, 5, 1_500)
+    assert_eq!(
+        super::reserve_fields(&reply).unwrap().1.len(),
+        1,
+        "{reply:?}"
+    );
+    let reply: redis::Value = many("near.test:80", T0, "1000", 10, 5, 1_500)
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(reply.len(), 8 + 2, "{reply:?}");
+    assert_eq!(
+        super::reserve_fields(&reply).unwrap().1.len(),
+        1,
+        "{reply:?}"
+    );
 }
