@@ -214,6 +214,48 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
     assert_eq!(origin.paths(), vec!["/before", "/again"]);
 }
 
+/// A turn reserved for a queued request goes back to the store, lease and all, when the host
+/// closes before the turn comes: at the resume the host's one slot is free at once, not when the
+/// lease would have run out (30 s here, past the request's 20 s wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_reserved_for_a_host_that_closes_meanwhile_gives_its_slot_back() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances(
+        2,
+        &redis,
+        "lease_seconds = 30",
+        "[defaults]\nrate = 1.0\nburst = 1\nconcurrency = 1\nadaptive = false\n\
+         on_cooldown = \"hold\"\nmax_wait_seconds = 20\n",
+    )
+    .await;
+    let key = origin.addr.to_string();
+    assert_eq!(
+        all[0].client().get(&origin.url("/first")).await.status,
+        StatusCode::OK
+    );
+    // The next turn is a second after the first: reserved at once, its lease in the store.
+    let queued = all[0].client().spawn_gets([origin.url("/queued")]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    operate(&all[1], "POST", &key, "pause?seconds=300", "").await;
+    assert!(
+        host_shows(&all[0], &key, |h| h["state"] == "paused").await,
+        "the instance holding the turn learns of the pause"
+    );
+    operate(&all[1], "POST", &key, "resume", "").await;
+    let resumed = Instant::now();
+    assert_each_ok(queued).await;
+    let times = origin.arrival_times();
+    assert_eq!(origin.paths(), vec!["/first", "/queued"]);
+    assert!(
+        times[1] < resumed + Duration::from_secs(5),
+        "the queued request went {:?} after the resume: the closed turn's lease held the slot",
+        times[1].saturating_duration_since(resumed)
+    );
+}
+
 /// Two instances of a 10/s budget (burst 1, so 5/s each in fallback) and 3 clients on each.
 const TWO_OF_TEN: &str = "[defaults]\nrate = 10.0\nburst = 1\nconcurrency = 8\nadaptive = false\nmax_wait_seconds = 20\n";
 

@@ -85,11 +85,18 @@ pub(super) async fn take_shared_turn(
                     store.release(lease, false);
                     continue;
                 };
-                let handed = until_turn(limiter, host, answered + wait, fine).await
-                    && hand_over(limiter, host, slot, lease, wait);
+                let handed = if until_turn(limiter, host, answered + wait, fine).await {
+                    // A turn handed to nobody goes back when its permit drops.
+                    hand_over(limiter, host, slot, lease, wait)
+                } else {
+                    // Closed meanwhile (a hint): this turn goes back unused, its lease with it
+                    // (a lease never released would hold one of the host's slots in the store
+                    // until it expires).
+                    store.release(lease, false);
+                    false
+                };
                 if !handed {
-                    // Closed meanwhile (a hint), or nobody waits any more: the turns left go
-                    // back unused (a turn handed to nobody went back when its permit dropped).
+                    // Closed, or nobody waits any more: the turns left go back unused.
                     for (_, unused) in turns {
                         store.release(unused, false);
                     }
