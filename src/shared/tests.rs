@@ -476,6 +476,7 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
         .invoke_async(&mut conn)
         .await
         .unwrap();
+    let further = |reply: &redis::Value| super::reserve_fields(reply).unwrap().1.len();
     let (first, more) = super::reserve_fields(&reply).unwrap();
     assert_eq!(more.len(), 2, "{reply:?}");
     assert_eq!(first.7, T0, "the first starts now");
@@ -491,11 +492,7 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(
-        super::reserve_fields(&reply).unwrap().1.len(),
-        0,
-        "{reply:?}"
-    );
+    assert_eq!(further(&reply), 0, "{reply:?}");
     let (_, wait, ..) = reserve(&mut conn, "slow.test:80", T0, 2.0, 1, 10, false).await;
     assert_eq!(
         wait, 500_000,
@@ -506,18 +503,10 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(
-        super::reserve_fields(&reply).unwrap().1.len(),
-        1,
-        "{reply:?}"
-    );
+    assert_eq!(further(&reply), 1, "{reply:?}");
     let reply: redis::Value = many("near.test:80", T0, "1000", 10, 5, 1_500)
         .invoke_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(
-        super::reserve_fields(&reply).unwrap().1.len(),
-        1,
-        "{reply:?}"
-    );
+    assert_eq!(further(&reply), 1, "{reply:?}");
 }
