@@ -2,9 +2,10 @@
 //! it and handing it to the head of the queue; and applying the store's hints (a slot came free,
 //! a cooldown began through another instance, an operator acted through one).
 //!
-//! One reservation is in flight per host and instance; it asks for one turn per request waiting
-//! (within this instance's free slots, at most 16), so that a thousand queued requests cost a
-//! round trip per sixteen turns, not a thousand. A turn reserved ahead belongs to the dispatcher,
+//! One reservation is in flight per host and instance, so that a thousand queued requests cost
+//! one round trip per turn, not a thousand; it asks for one turn per request waiting (within this
+//! instance's free slots, at most 16), and the store grants the ones that start within 2 ms, so a
+//! host whose turns come faster than a round trip gets several per call. A turn reserved ahead belongs to the dispatcher,
 //! not to a request: if the head leaves meanwhile, the next in line gets it; if nobody waits any
 //! more, or the host closes meanwhile (a hint), the turns left go back to the store unused.
 
