@@ -95,6 +95,12 @@ impl Budget {
             Budget::Shared { store, .. } if store.in_fallback() => {
                 let burst = state.policy.burst;
                 state.pacing.set_share(store.share(), burst, now);
+                // The first local turn after a fall waits its interval after the shared turns
+                // this instance just took: the switch releases no burst.
+                if state.falls != 0 && state.falls != store.falls() + 1 {
+                    state.pacing.drain(now);
+                    state.falls = store.falls() + 1;
+                }
                 let cap = state.pacing.share_of(state.policy.concurrency);
                 local_turn(state, global, egress, kept, cap, now)
             }

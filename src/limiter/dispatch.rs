@@ -55,8 +55,9 @@ impl Limiter {
 
 /// What the dispatcher does next after one look at the host.
 enum Next {
-    /// The queue is empty: the task ends.
-    Exit,
+    /// The queue is empty: the task ends (with `true`, giving up this instance's place in the
+    /// host's waiting list in the shared store).
+    Exit(bool),
     /// The head needs a token that arrives at this instant; with `true`, timed to the sub-millisecond.
     SleepUntil(Instant, bool),
     /// The head needs a host slot.
@@ -88,7 +89,7 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                 if state.queue.capacity() > 0 {
                     state.queue = VecDeque::new();
                 }
-                Next::Exit
+                Next::Exit(std::mem::take(&mut state.listed))
             } else {
                 let egress = limiter.egress.as_ref();
                 match limiter.budget.take_turn(
@@ -129,7 +130,14 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
         };
         drop(unsent);
         match next {
-            Next::Exit => return,
+            Next::Exit(listed) => {
+                if let (true, Some(store)) = (listed, limiter.budget.store()) {
+                    let store = store.clone();
+                    let key = host.key.clone();
+                    tokio::spawn(async move { store.withdraw(&key).await });
+                }
+                return;
+            }
             Next::Again => {}
             Next::AskStore(slot, token, limits) => {
                 if let Some(store) = limiter.budget.store() {

@@ -51,6 +51,12 @@ pub(crate) struct HostState {
     pub(crate) forced: bool,
     /// The shared store's rejoin count at this host's last shared turn (see `Store::epoch`).
     pub(crate) epoch: u32,
+    /// One more than the store's fall count at this host's last shared turn (`0`: it had none;
+    /// see `Store::falls`).
+    pub(crate) falls: u32,
+    /// This instance holds a place in the host's waiting list in the shared store (its last
+    /// reservation was refused): it gives it up when its queue empties.
+    pub(crate) listed: bool,
     /// A report-only host's would-be schedule and counts (boxed: most hosts enforce).
     pub(crate) shadow: Option<Box<Shadow>>,
     /// The names sharing a key other than `host:port` (boxed: most budgets have one name).
@@ -85,6 +91,8 @@ impl Host {
                 stats: HostStats::default(),
                 forced: false,
                 epoch: 0,
+                falls: 0,
+                listed: false,
                 shadow: None,
                 names: key.is_shared().then(|| Box::new(Names::new(key))),
             }),

@@ -73,7 +73,7 @@ impl Permit {
     }
 
     fn lease_start(&self) -> Option<i64> {
-        self.lease.as_ref().map(|l| l.starts_us)
+        self.lease.as_ref().map(crate::shared::Lease::starts_us)
     }
 
     /// Records that the request is about to go out: from here on its token is spent for good.

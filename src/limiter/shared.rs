@@ -42,13 +42,18 @@ pub(super) async fn take_shared_turn(
     limits: Limits,
 ) {
     let mut slots = vec![slot];
+    let (want, waited) = {
+        let state = host.lock();
+        let room = limits.concurrency.saturating_sub(state.in_flight.current) as usize;
+        let want = state.queue.len().min(room).min(MAX_TURNS_PER_CALL);
+        let waited = state
+            .queue
+            .front()
+            .map_or(Duration::ZERO, |w| w.arrived.elapsed());
+        (want, waited)
+    };
     // With a ceiling on all hosts (an egress token per turn), one turn at a time.
     if token.is_none() {
-        let want = {
-            let state = host.lock();
-            let room = limits.concurrency.saturating_sub(state.in_flight.current) as usize;
-            state.queue.len().min(room).min(MAX_TURNS_PER_CALL)
-        };
         while slots.len() < want {
             match limiter.global.clone().try_acquire_owned() {
                 Ok(more) => slots.push(more),
@@ -58,7 +63,7 @@ pub(super) async fn take_shared_turn(
     }
     let want = u32::try_from(slots.len()).unwrap_or(1);
     // Never dropped half-way: a reservation the store made must be known here to be given back.
-    let Ok(reservation) = store.reserve(&host.key, limits, want).await else {
+    let Ok(reservation) = store.reserve(&host.key, limits, want, waited).await else {
         // The store is away: the next look takes this instance's share locally.
         return;
     };
@@ -76,6 +81,8 @@ pub(super) async fn take_shared_turn(
                     .pacing
                     .adopt_shared(view.rate, view.rate_override, answered);
                 state.epoch = store.epoch();
+                state.falls = store.falls() + 1;
+                state.listed = false;
             }
             let fine = limits.rate >= FINE_MIN_RATE;
             let mut token = token;
@@ -129,9 +136,17 @@ pub(super) async fn take_shared_turn(
         }
         Reservation::Busy { retry_in } | Reservation::Later { retry_in } => {
             drop(slots);
+            host.lock().listed = true;
+            // A fall to the local budget (or a rejoin) wakes this at once: a queued request
+            // never sleeps on a store that is gone.
+            let changed = store.mode_changed();
+            if store.in_fallback() {
+                return;
+            }
             tokio::select! {
                 _ = sleep(retry_in.max(Duration::from_millis(1))) => {}
                 _ = host.wake.notified() => {}
+                _ = changed => {}
             }
         }
     }

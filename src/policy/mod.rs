@@ -101,6 +101,13 @@ impl Pacing {
         self.sync(now);
     }
 
+    /// Empties the bucket: the next request waits a whole interval. A shared budget's host takes
+    /// its first local turn after the store went away this way, since its shared turns just
+    /// spent what the bucket would hold.
+    pub fn drain(&mut self, now: Instant) {
+        self.bucket.clamp_tokens(0.0, now);
+    }
+
     /// This instance's share of a burst or concurrency: at least 1.
     pub fn share_of(&self, whole: u32) -> u32 {
         (f64::from(whole) * f64::from(self.share)).floor().max(1.0) as u32

@@ -78,7 +78,9 @@ impl Store {
             .arg(&self.instance)
             .arg(micros(LIVE_FOR));
         let value = self.call("heartbeat", &invocation).await.ok()?;
-        redis::from_redis_value::<u32>(value).ok()
+        let (live, clock) = redis::from_redis_value::<(u32, String)>(value).ok()?;
+        self.read_clock(clock.parse().unwrap_or(0));
+        Some(live)
     }
 
     /// Keeps the leases of this instance's turns in flight from running out while they last.

@@ -52,6 +52,10 @@ pub(crate) use releases::run_releases;
 /// starts meanwhile except through a hint.
 const HORIZON: Duration = Duration::from_secs(1);
 
+/// How long an instance's place in a host's waiting list lasts unless it asks again (it asks
+/// at least four times as often).
+const WAITING_PLACE: Duration = Duration::from_secs(2);
+
 /// How long an idle host's shared state outlives its last use: the learned rate is worth keeping
 /// a day.
 const IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -82,6 +86,16 @@ pub(crate) struct Store {
     ended: Mutex<releases::EndedTurns>,
     /// Wakes the releaser of turns no reservation carries.
     turn_ended: tokio::sync::Notify,
+    /// The store's clock as last read (µs) and the local instant of that reading, for the
+    /// deadlines of reservations.
+    clock: Mutex<Option<(Instant, i64)>>,
+    /// Counts the times this instance fell back: a host's first local turn after a fall starts
+    /// with an empty bucket, since its shared turns just went.
+    falls: AtomicU32,
+    /// Wakes every host waiting on the store (a slot, the horizon) when the mode changes.
+    mode_changed: tokio::sync::Notify,
+    /// This store, for the leases it grants (a dropped lease releases itself through it).
+    me: std::sync::Weak<Store>,
     scripts: Scripts,
     /// Round trips to the store, for `/metrics`.
     pub(crate) round_trip: Histogram,
@@ -92,7 +106,7 @@ pub(crate) struct Store {
 /// The `op` label of `courtesy_shared_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub(crate) struct OpLabel {
-    /// `reserve`, `report`, `release`, `operator`, `heartbeat`.
+    /// `reserve`, `report`, `release`, `operator`, `heartbeat`, `renew`, `withdraw`.
     pub(crate) op: &'static str,
 }
 
@@ -104,6 +118,7 @@ struct Scripts {
     operator: redis::Script,
     heartbeat: redis::Script,
     renew: redis::Script,
+    withdraw: redis::Script,
 }
 
 /// What the store says about one host besides a turn: the learned rate and an operator's rate.
@@ -138,7 +153,8 @@ pub(crate) enum Reservation {
         /// The host's shared state.
         view: SharedView,
     },
-    /// Every concurrency slot is taken; the first lease runs out in `retry_in`.
+    /// Every concurrency slot is taken, or instances that waited longer come first: ask again
+    /// in `retry_in` or at a hint. This instance holds a place in the host's waiting list.
     Busy {
         /// When to ask again if no hint comes first.
         retry_in: Duration,
@@ -150,16 +166,41 @@ pub(crate) enum Reservation {
     },
 }
 
-/// A reserved turn's concurrency slot in the store, released when the turn ends.
+/// A reserved turn's concurrency slot in the store, released when the turn ends: by
+/// [`Store::release`], or, on any path that forgets to, when it is dropped (as a turn whose
+/// request may have left: no token is given back). A lease no live instance holds would keep
+/// one of the host's slots in the store until it expired (`lease_seconds`).
 #[derive(Debug)]
 pub(crate) struct Lease {
+    turn: Option<LeaseTurn>,
+    store: std::sync::Weak<Store>,
+}
+
+/// What the store needs to release a turn.
+#[derive(Debug)]
+pub(super) struct LeaseTurn {
     host: Arc<str>,
     member: String,
     /// The `tat` the reservation wrote and its interval, to undo it if the turn is never used.
     tat: String,
     interval: i64,
     /// When the turn starts on the store's clock (µs), for the wave rule.
-    pub(crate) starts_us: i64,
+    starts_us: i64,
+}
+
+impl Lease {
+    /// When the turn starts on the store's clock (µs), for the wave rule.
+    pub(crate) fn starts_us(&self) -> i64 {
+        self.turn.as_ref().map_or(0, |t| t.starts_us)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let (Some(turn), Some(store)) = (self.turn.take(), self.store.upgrade()) {
+            store.end(turn, true);
+        }
+    }
 }
 
 /// What one answer taught, in the terms the store keeps (see `scripts::REPORT`).
@@ -245,7 +286,7 @@ impl Store {
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| format!("[shared] redis_url: {e}"))?;
         let instance = format!("{:016x}", rand::random::<u64>());
-        Ok(Arc::new(Store {
+        Ok(Arc::new_cyclic(|me| Store {
             channel: format!("{}:hints", settings.key_prefix),
             settings: settings.clone(),
             client,
@@ -259,6 +300,10 @@ impl Store {
             live: Mutex::new(HashMap::new()),
             ended: Mutex::new(HashMap::new()),
             turn_ended: tokio::sync::Notify::new(),
+            clock: Mutex::new(None),
+            falls: AtomicU32::new(0),
+            mode_changed: tokio::sync::Notify::new(),
+            me: me.clone(),
             scripts: Scripts {
                 reserve: scripts::script(scripts::RESERVE),
                 release: scripts::script(scripts::RELEASE),
@@ -266,6 +311,7 @@ impl Store {
                 operator: scripts::script(scripts::OPERATOR),
                 heartbeat: scripts::script(scripts::HEARTBEAT),
                 renew: scripts::script(scripts::RENEW),
+                withdraw: scripts::script(scripts::WITHDRAW),
             },
             round_trip: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             errors: Family::default(),
@@ -275,6 +321,18 @@ impl Store {
     /// Whether the instance keeps its share of the budget locally because the store failed.
     pub(crate) fn in_fallback(&self) -> bool {
         self.fallback.load(Ordering::Acquire)
+    }
+
+    /// The fall count: a host whose last turn was before this instance's latest fall takes its
+    /// first local turn with an empty bucket (its shared turns just went).
+    pub(crate) fn falls(&self) -> u32 {
+        self.falls.load(Ordering::Acquire)
+    }
+
+    /// Resolves when this instance falls back or rejoins after the call (a future created before
+    /// the change sees it, polled or not).
+    pub(crate) fn mode_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.mode_changed.notified()
     }
 
     /// The rejoin count: a host whose last turn was in an earlier epoch starts with an empty
@@ -329,6 +387,14 @@ impl Store {
         format!("{}:{{{host}}}:l", self.settings.key_prefix)
     }
 
+    fn waiting_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:q", self.settings.key_prefix)
+    }
+
+    fn waiting_expiry_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:qx", self.settings.key_prefix)
+    }
+
     fn instances_key(&self) -> String {
         format!("{}:instances", self.settings.key_prefix)
     }
@@ -359,6 +425,10 @@ impl Store {
     /// Switches to fallback (once, logged at `warn`).
     pub(crate) fn fall_back(&self, why: &str) {
         if !self.fallback.swap(true, Ordering::AcqRel) {
+            self.falls.fetch_add(1, Ordering::AcqRel);
+            // Hosts waiting on the store (for a slot, the horizon, their place in line) look
+            // again at once, and take this instance's share locally.
+            self.mode_changed.notify_waiters();
             if self.settings.instances.is_none() && self.instances_seen() == 0 {
                 tracing::warn!(
                     "the store was never reached, so this instance does not know how many share \
@@ -386,6 +456,7 @@ impl Store {
             &s.operator,
             &s.heartbeat,
             &s.renew,
+            &s.withdraw,
         ] {
             let loaded = tokio::time::timeout(self.settings.timeout, script.load_async(&mut conn));
             if !matches!(loaded.await, Ok(Ok(_))) {
@@ -399,6 +470,9 @@ impl Store {
         let rejoined = self.fallback.swap(false, Ordering::AcqRel);
         if rejoined {
             self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.mode_changed.notify_waiters();
+            // Turns that ended while the store was away are released now.
+            self.turn_ended.notify_one();
             tracing::warn!(
                 store = %self.settings.redacted_url(),
                 "shared budget store answers again: back on the shared budget"
@@ -407,12 +481,14 @@ impl Store {
         rejoined
     }
 
-    /// Asks the store for the next turn of `host` (one round trip).
+    /// Asks the store for the next turn of `host` (one round trip); `waited` is how long this
+    /// instance's oldest request for it has waited (its place in the host's waiting list).
     pub(crate) async fn reserve(
         &self,
         host: &Arc<str>,
         limits: Limits,
         want: u32,
+        waited: Duration,
     ) -> Result<Reservation, StoreDown> {
         let member = format!(
             "{}:{}",
@@ -423,6 +499,8 @@ impl Store {
         invocation
             .key(self.budget_key(host))
             .key(self.lease_key(host))
+            .key(self.waiting_key(host))
+            .key(self.waiting_expiry_key(host))
             .arg("")
             .arg(limits.rate.to_string())
             .arg(limits.configured_rate.to_string())
@@ -435,25 +513,55 @@ impl Store {
             .arg(micros(IDLE_TTL))
             .arg(&self.channel)
             .arg(&**host)
-            .arg(want.max(1));
-        // The host's turns that ended meanwhile are released by this same call.
-        for (lease, sent) in self.take_ended(host) {
+            .arg(want.max(1))
+            .arg(&self.instance)
+            .arg(micros(waited))
+            .arg(self.deadline_us())
+            .arg(micros(WAITING_PLACE));
+        // The host's turns that ended meanwhile are released by this same call (even one past
+        // its deadline); if the call fails they are kept for the next, since a release is
+        // idempotent.
+        let ended = self.take_ended(host);
+        for (turn, sent, _) in &ended {
             invocation
-                .arg(lease.member)
-                .arg(if sent { "0" } else { "1" })
-                .arg(lease.tat)
-                .arg(lease.interval);
+                .arg(&turn.member)
+                .arg(if *sent { "0" } else { "1" })
+                .arg(&turn.tat)
+                .arg(turn.interval);
         }
-        let value = self.call("reserve", &invocation).await?;
+        let value = match self.call("reserve", &invocation).await {
+            Ok(value) => value,
+            Err(down) => {
+                self.keep_ended(ended);
+                return Err(down);
+            }
+        };
         let reply = ReserveReply::parse(value)
             .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
+        self.read_clock(reply.now);
         let wait = Duration::from_micros(reply.micros.max(0) as u64);
         let view = SharedView {
             rate: reply.rate,
             rate_override: reply.rate_override,
         };
+        let lease = |member: String, tat: String, starts_us: i64| Lease {
+            turn: Some(LeaseTurn {
+                host: host.clone(),
+                member,
+                tat,
+                interval: reply.interval,
+                starts_us,
+            }),
+            store: self.me.clone(),
+        };
         Ok(match reply.kind.as_str() {
             "go" => {
+                {
+                    let mut live = lock(&self.live);
+                    let members = live.entry(host.clone()).or_default();
+                    members.push(member.clone());
+                    members.extend((0..reply.more.len()).map(|i| format!("{member}.{}", i + 2)));
+                }
                 // Every turn after the first starts later by what its start is past the first's.
                 let more: Vec<(Duration, Lease)> = reply
                     .more
@@ -461,31 +569,13 @@ impl Store {
                     .enumerate()
                     .map(|(i, (tat, start))| {
                         let after = Duration::from_micros((start - reply.start).max(0) as u64);
-                        let lease = Lease {
-                            host: host.clone(),
-                            member: format!("{member}.{}", i + 2),
-                            tat: tat.clone(),
-                            interval: reply.interval,
-                            starts_us: *start,
-                        };
-                        (wait + after, lease)
+                        let member = format!("{member}.{}", i + 2);
+                        (wait + after, lease(member, tat.clone(), *start))
                     })
                     .collect();
-                {
-                    let mut live = lock(&self.live);
-                    let members = live.entry(host.clone()).or_default();
-                    members.push(member.clone());
-                    members.extend(more.iter().map(|(_, l)| l.member.clone()));
-                }
                 Reservation::Go {
                     wait,
-                    lease: Lease {
-                        host: host.clone(),
-                        member,
-                        tat: reply.tat,
-                        interval: reply.interval,
-                        starts_us: reply.start,
-                    },
+                    lease: lease(member, reply.tat.clone(), reply.start),
                     more,
                     view,
                 }
@@ -495,27 +585,67 @@ impl Store {
                 cause: CooldownCause::from_word(Some(&reply.cause)),
                 view,
             },
-            "busy" => Reservation::Busy { retry_in: wait },
+            "busy" | "behind" => Reservation::Busy { retry_in: wait },
+            // Answered past its deadline (the clock read was off by more than a round trip):
+            // nothing was reserved, ask again.
+            "stale" => Reservation::Later {
+                retry_in: Duration::from_millis(1),
+            },
             _ => Reservation::Later { retry_in: wait },
         })
     }
 
+    /// The deadline of a call sent now, on the store's clock (µs): the store's time as last
+    /// read, moved on by the local time since, plus the timeout. The reading is late by up to
+    /// a round trip, so the deadline is early by as much, never late; `0` (none) before the
+    /// first reading.
+    fn deadline_us(&self) -> i64 {
+        match *lock(&self.clock) {
+            None => 0,
+            Some((at, store_us)) => store_us
+                .saturating_add(micros(at.elapsed()))
+                .saturating_add(micros(self.settings.timeout)),
+        }
+    }
+
+    /// Notes the store's clock as a reply just told it.
+    fn read_clock(&self, store_us: i64) {
+        if store_us > 0 {
+            *lock(&self.clock) = Some((Instant::now(), store_us));
+        }
+    }
+
+    /// Takes this instance out of `host`'s waiting list (its queue for the host emptied), so
+    /// that the others do not wait for a place nobody will use.
+    pub(crate) async fn withdraw(&self, host: &str) {
+        let mut invocation = self.scripts.withdraw.prepare_invoke();
+        invocation
+            .key(self.waiting_key(host))
+            .key(self.waiting_expiry_key(host))
+            .key(self.budget_key(host))
+            .arg(&self.instance)
+            .arg(&self.channel)
+            .arg(host);
+        // A failure leaves the place to expire (`WAITING_PLACE`).
+        let _ = self.call("withdraw", &invocation).await;
+    }
+
     /// Releases one ended turn with a round trip of its own (see `releases.rs` for the usual
-    /// way): frees its slot and, for a request that never left, gives its token back.
-    async fn release_now(&self, lease: Lease, sent: bool) {
+    /// way): frees its slot and, for a request that never left, gives its token back. `false`
+    /// when the store did not answer (the turn is still to release).
+    async fn release_now(&self, turn: &LeaseTurn, sent: bool) -> bool {
         let mut invocation = self.scripts.release.prepare_invoke();
         invocation
-            .key(self.budget_key(&lease.host))
-            .key(self.lease_key(&lease.host))
+            .key(self.budget_key(&turn.host))
+            .key(self.lease_key(&turn.host))
             .arg("")
-            .arg(&lease.member)
+            .arg(&turn.member)
             .arg(if sent { "0" } else { "1" })
-            .arg(&lease.tat)
-            .arg(lease.interval)
+            .arg(&turn.tat)
+            .arg(turn.interval)
             .arg(&self.channel)
-            .arg(&*lease.host);
-        // A failure leaves the lease to expire; the call has already switched to fallback.
-        let _ = self.call("release", &invocation).await;
+            .arg(&*turn.host);
+        self.call("release", &invocation).await.is_ok()
     }
 
     /// Applies what an answer taught to the shared state; returns the learned rate and the
@@ -595,6 +725,8 @@ struct ReserveReply {
     tat: String,
     interval: i64,
     start: i64,
+    /// The store's clock when it answered (µs).
+    now: i64,
     /// The turns after the first: the `tat` each wrote, and its start.
     more: Vec<(String, i64)>,
 }
@@ -603,9 +735,12 @@ struct ReserveReply {
 /// tat, interval, start.
 pub(super) type ReserveTuple = (String, i64, String, String, String, String, i64, i64);
 
-/// Splits the reservation script's reply (one `|`-separated string) into its first eight fields
-/// and the further turns (`tat`, start); `None` for any other shape.
-pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, Vec<(String, i64)>)> {
+/// A reservation reply's further turns: the `tat` each wrote, and its start.
+pub(super) type FurtherTurns = Vec<(String, i64)>;
+
+/// Splits the reservation script's reply (one `|`-separated string) into its first eight fields,
+/// the further turns (`tat`, start) and the store's clock; `None` for any other shape.
+pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, FurtherTurns, i64)> {
     let text = match value {
         Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
         Value::SimpleString(text) => text.as_str(),
@@ -621,6 +756,7 @@ pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, Vec<(String
     let tat = text_field()?;
     let interval = text_field()?.parse().ok()?;
     let start = text_field()?.parse().ok()?;
+    let now = text_field()?.parse().ok()?;
     let mut more = Vec::new();
     while let Some(tat) = fields.next() {
         let start = fields.next()?.parse().ok()?;
@@ -638,12 +774,13 @@ pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, Vec<(String
             start,
         ),
         more,
+        now,
     ))
 }
 
 impl ReserveReply {
     fn parse(value: Value) -> Option<ReserveReply> {
-        let ((kind, micros, cause, rate, rate_override, tat, interval, start), more) =
+        let ((kind, micros, cause, rate, rate_override, tat, interval, start), more, now) =
             reserve_fields(&value)?;
         Some(ReserveReply {
             kind,
@@ -660,6 +797,7 @@ impl ReserveReply {
             tat,
             interval,
             start,
+            now,
             more,
         })
     }

@@ -10,13 +10,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Lease, Store};
+use super::{Lease, LeaseTurn, Store};
 use crate::locks::lock;
 
-/// The turns that ended, by host, each with whether its request left.
-pub(super) type EndedTurns = std::collections::HashMap<Arc<str>, Vec<(Lease, bool)>>;
+/// The turns that ended, by host, each with whether its request left and when it ended.
+pub(super) type EndedTurns = std::collections::HashMap<Arc<str>, Vec<EndedTurn>>;
+
+/// One ended turn: its lease, whether its request left, and when it ended.
+pub(super) type EndedTurn = (LeaseTurn, bool, Instant);
 
 /// How long an ended turn waits for the host's next reservation to carry it.
 pub(crate) const CARRY_WINDOW: Duration = Duration::from_millis(5);
@@ -24,45 +28,73 @@ pub(crate) const CARRY_WINDOW: Duration = Duration::from_millis(5);
 impl Store {
     /// Ends a turn: its slot is freed and, for a request that never left, its token given back,
     /// by the host's next reservation or within [`CARRY_WINDOW`].
-    pub(crate) fn release(&self, lease: Lease, sent: bool) {
+    pub(crate) fn release(&self, mut lease: Lease, sent: bool) {
+        if let Some(turn) = lease.turn.take() {
+            self.end(turn, sent);
+        }
+    }
+
+    /// Queues one ended turn for release (see [`Store::release`]).
+    pub(super) fn end(&self, turn: LeaseTurn, sent: bool) {
         {
             let mut live = lock(&self.live);
-            if let Some(members) = live.get_mut(&lease.host) {
-                members.retain(|m| *m != lease.member);
+            if let Some(members) = live.get_mut(&turn.host) {
+                members.retain(|m| *m != turn.member);
                 if members.is_empty() {
-                    live.remove(&lease.host);
+                    live.remove(&turn.host);
                 }
             }
         }
         lock(&self.ended)
-            .entry(lease.host.clone())
+            .entry(turn.host.clone())
             .or_default()
-            .push((lease, sent));
+            .push((turn, sent, Instant::now()));
         self.turn_ended.notify_one();
     }
 
     /// The turns of `host` that ended and are not released yet, taken: the latest reservation
     /// first, as a refund must undo them (each one's `tat` is the one the next undoes to).
-    pub(super) fn take_ended(&self, host: &str) -> Vec<(Lease, bool)> {
+    pub(super) fn take_ended(&self, host: &str) -> Vec<EndedTurn> {
         let mut turns = lock(&self.ended).remove(host).unwrap_or_default();
         latest_first(&mut turns);
         turns
     }
 
-    /// Releases every ended turn no reservation carried, each with its own round trip.
+    /// Puts back ended turns whose release the store did not answer, to be released once it
+    /// answers again (a release is idempotent, so one that did run meanwhile costs nothing).
+    /// A turn older than a lease is dropped: its lease has run out in the store anyway.
+    pub(super) fn keep_ended(&self, turns: Vec<EndedTurn>) {
+        let lease = self.settings.lease;
+        let mut ended = lock(&self.ended);
+        for turn in turns {
+            if turn.2.elapsed() < lease {
+                ended.entry(turn.0.host.clone()).or_default().push(turn);
+            }
+        }
+    }
+
+    /// Releases every ended turn no reservation carried, each with its own round trip; while
+    /// the store is away they wait for it (the rejoin wakes this).
     async fn release_ended(&self) {
+        if self.in_fallback() {
+            return;
+        }
         let hosts: Vec<Arc<str>> = lock(&self.ended).keys().cloned().collect();
         for host in hosts {
-            for (lease, sent) in self.take_ended(&host) {
-                self.release_now(lease, sent).await;
+            let mut turns = self.take_ended(&host).into_iter();
+            while let Some((turn, sent, at)) = turns.next() {
+                if !self.release_now(&turn, sent).await {
+                    self.keep_ended(std::iter::once((turn, sent, at)).chain(turns).collect());
+                    return;
+                }
             }
         }
     }
 }
 
 /// Orders ended turns for release: by the `tat` their reservations wrote, latest first.
-fn latest_first(turns: &mut [(Lease, bool)]) {
-    turns.sort_by_key(|(lease, _)| std::cmp::Reverse(lease.tat.parse::<i64>().unwrap_or(0)));
+fn latest_first(turns: &mut [EndedTurn]) {
+    turns.sort_by_key(|(turn, ..)| std::cmp::Reverse(turn.tat.parse::<i64>().unwrap_or(0)));
 }
 
 /// Releases the ended turns no reservation carried within [`CARRY_WINDOW`], until `stop`; then

@@ -29,36 +29,57 @@ local function keep_at_least(key, ms)
 end
 "#;
 
-/// Asks for a turn. `KEYS`: budget, leases. `ARGV`: now, the rate this instance would use (its
-/// caps), the configured rate (the learned rate's start), burst, concurrency, lease µs, lease
-/// member, horizon µs, rejoin (`1`: the bucket starts empty), idle TTL µs, hint channel, host
-/// key, the most turns wanted (`n`: as many as wait in the instance's queue, within its slots),
-/// then four for each turn of this host that ended since this instance's last call: member,
-/// refund, the `tat` its reservation wrote, its interval (what `RELEASE` takes), the latest turn
-/// first. Those are released first, as `RELEASE` would, so that a busy host's turns end without a
-/// round trip of their own.
+/// Asks for a turn. `KEYS`: budget, leases, waiting list, waiting list's expiries. `ARGV`: now,
+/// the rate this instance would use (its caps), the configured rate (the learned rate's start),
+/// burst, concurrency, lease µs, lease member, horizon µs, rejoin (`1`: the bucket starts empty),
+/// idle TTL µs, hint channel, host key, the most turns wanted (`n`: as many as wait in the
+/// instance's queue, within its slots), this instance's id, how long (µs) its oldest waiting
+/// request has waited, the deadline (µs on the store's clock, `''` or `0`: none), how long (µs) a
+/// place in the waiting list lasts unless renewed; then four for each turn of this host that
+/// ended since this instance's last call: member, refund, the `tat` its reservation wrote, its
+/// interval (what `RELEASE` takes), the latest turn first. Those are released first, as `RELEASE`
+/// would, so that a busy host's turns end without a round trip of their own; they are released
+/// even by a call past its deadline.
 ///
-/// Up to `n` turns are reserved in a row, each by the same rule as one (a free concurrency
-/// slot, within the horizon), the `k`-th with the lease member `<member>.<k>`, as long as they
-/// start within 2 ms of now: a host whose pace spaces its turns further apart gets one per call,
-/// because a lease for a later turn would hold one of its concurrency slots unused until then
-/// (the soak saw a held host's throughput halve when turns up to a second ahead were batched).
-/// A `go` answer for more than one turn adds `|tat|start` for each turn after the first: the
-/// `tat` it wrote and its start.
+/// **Deadline.** A call that runs after its deadline (the instance gave up on it: the store
+/// stalled, or the network held it) reserves nothing and answers `stale`: no lease exists that
+/// no instance knows it holds.
 ///
-/// Returns one string, `kind|µs|cause|learned rate|operator rate|tat|interval|start` (one bulk
+/// **Fair across instances.** The waiting list holds, for each instance refused a turn of this
+/// host, when its oldest waiting request arrived (the store's clock minus the age it sent).
+/// A caller whose oldest request is younger than `k > 0` listed instances gets a turn only if
+/// more than `k` slots are free and the turn is due now; otherwise it is answered `behind` and
+/// listed itself. So a slot that comes free goes to the instance that has waited longest (not
+/// to the one that freed it and asks again at once), and a paced host's turns go round the
+/// instances in the order their requests arrived. A place lasts a quarter of its TTL between
+/// renewals at most (every refusal's wait is capped at that), and places whose instance stopped
+/// asking are forgotten after the TTL. A grant while others are listed wakes them (`free`).
+///
+/// Up to `n` turns are reserved in a row (only one while older instances wait), each by the same
+/// rule as one (a free concurrency slot, within the horizon), the `k`-th with the lease member
+/// `<member>.<k>`, as long as they start within 2 ms of now: a host whose pace spaces its turns
+/// further apart gets one per call, because a lease for a later turn would hold one of its
+/// concurrency slots unused until then (the soak saw a held host's throughput halve when turns
+/// up to a second ahead were batched).
+///
+/// Returns one string, `kind|µs|cause|learned rate|operator rate|tat|interval|start|now` (one bulk
 /// string: the client parses an array element by element, at about 1.5k instructions each, and
-/// this reply is on every request's path): `go` (a turn is
-/// reserved `µs` from now, at `start` on the store's clock; `tat` and `interval` undo it if it is
-/// never used), `cool` (the host is
-/// closed for `µs` more, for `cause`), `busy` (every concurrency slot is taken; the first lease
-/// runs out in `µs`) or `later` (the next turn is beyond the horizon: ask again in `µs`).
+/// this reply is on every request's path), and for a `go` of more than one turn `|tat|start` for
+/// each turn after the first. `now` is the store's clock, from which the instance sets its
+/// deadlines. `go`: a turn is reserved `µs` from now, at `start` on the store's clock; `tat` and
+/// `interval` undo it if it is never used. `cool`: the host is closed for `µs` more, for `cause`.
+/// `busy`: every concurrency slot is taken; ask again in `µs` (the first lease's expiry, or the
+/// waiting list's renewal). `behind`: instances that waited longer come first; ask again in
+/// `µs` or at a `free` hint. `later`: the next turn is beyond the horizon; ask again in `µs`.
+/// `stale`: past the deadline, nothing done.
 pub(super) const RESERVE: &str = r#"
 local BATCH_AHEAD_US = 2000
-local function reply_of(fields) return table.concat(fields, '|') end
 local now = now_us(ARGV[1])
+local function reply_of(fields, more)
+  return table.concat(fields, '|') .. '|' .. int(now) .. (more or '')
+end
 local freed = 0
-for i = 14, #ARGV, 4 do
+for i = 18, #ARGV, 4 do
   if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
     freed = freed + 1
     if ARGV[i + 1] == '1' then
@@ -75,16 +96,46 @@ end
 local h = redis.call('HMGET', KEYS[1], 'tat', 'cd', 'cdc', 'op', 'ovr', 'rate', 'cap', 'capx')
 local learned = tonumber(h[6]) or tonumber(ARGV[3])
 local view_rate, view_ovr = real(learned), h[5] or ''
+local deadline = tonumber(ARGV[16] or '')
+if deadline and deadline > 0 and now > deadline then
+  return reply_of({'stale', '0', '', view_rate, view_ovr, '', '0', '0'})
+end
 local block, cause = 0, ''
 local cd, op = tonumber(h[2]) or 0, tonumber(h[4]) or 0
 if cd > now then block = cd; cause = h[3] or 'restored' end
 if op > now and op > block then block = op; cause = 'operator' end
 if block > now then return reply_of({'cool', int(block - now), cause, view_rate, view_ovr, '', '0', '0'}) end
+local who = ARGV[14] or ''
+local fair = KEYS[4] ~= nil and who ~= ''
+local arrival, older, refresh = now, 0, 0
+if fair then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now))
+  for _, m in ipairs(gone) do redis.call('ZREM', KEYS[3], m) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', int(now))
+  redis.call('ZREM', KEYS[3], who)
+  redis.call('ZREM', KEYS[4], who)
+  arrival = now - (tonumber(ARGV[15]) or 0)
+  older = redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. int(arrival))
+  refresh = math.floor(tonumber(ARGV[17]) / 4)
+end
+local function wait_in_line(until_us)
+  if fair then
+    local ttl = tonumber(ARGV[17])
+    redis.call('ZADD', KEYS[3], int(arrival), who)
+    redis.call('ZADD', KEYS[4], int(now + ttl), who)
+    keep_at_least(KEYS[3], math.ceil(ttl / 1000) + 1000)
+    keep_at_least(KEYS[4], math.ceil(ttl / 1000) + 1000)
+    if until_us > refresh then until_us = refresh end
+  end
+  return until_us
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now))
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then
+local free = tonumber(ARGV[5]) - redis.call('ZCARD', KEYS[2])
+if free <= 0 then
   redis.call('HSET', KEYS[1], 'w', '1')
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  return reply_of({'busy', int(tonumber(first[2]) - now), '', view_rate, view_ovr, '', '0', '0'})
+  local retry = wait_in_line(tonumber(first[2]) - now)
+  return reply_of({'busy', int(retry), '', view_rate, view_ovr, '', '0', '0'})
 end
 local rate = tonumber(h[5]) or learned
 local cap = tonumber(h[7])
@@ -99,15 +150,23 @@ if tat < now then tat = now end
 if ARGV[9] == '1' and tat < now + tau then tat = now + tau end
 local slot = tat - tau
 if slot < now then slot = now end
+if older > 0 and (free <= older or slot > now) then
+  redis.call('HSET', KEYS[1], 'w', '1')
+  local retry = wait_in_line(math.max(slot - now, interval))
+  return reply_of({'behind', int(retry), '', view_rate, view_ovr, '', '0', '0'})
+end
 local horizon = tonumber(ARGV[8])
 if slot - now > horizon then
-  return reply_of({'later', int(slot - now - horizon), '', view_rate, view_ovr, '', '0', '0'})
+  local retry = wait_in_line(slot - now - horizon)
+  return reply_of({'later', int(retry), '', view_rate, view_ovr, '', '0', '0'})
 end
 local new_tat = tat + interval
 redis.call('ZADD', KEYS[2], int(slot + tonumber(ARGV[6])), ARGV[7])
 local reply = {'go', int(slot - now), '', view_rate, view_ovr, int(new_tat), int(interval), int(slot)}
+local more = {}
 local last = slot
 local want = tonumber(ARGV[13]) or 1
+if older > 0 then want = 1 end
 for k = 2, want do
   if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then break end
   local next_slot = new_tat - tau
@@ -115,13 +174,17 @@ for k = 2, want do
   if next_slot - now > horizon or next_slot - now > BATCH_AHEAD_US then break end
   new_tat = new_tat + interval
   redis.call('ZADD', KEYS[2], int(next_slot + tonumber(ARGV[6])), ARGV[7] .. '.' .. k)
-  reply[#reply + 1] = int(new_tat)
-  reply[#reply + 1] = int(next_slot)
+  more[#more + 1] = int(new_tat)
+  more[#more + 1] = int(next_slot)
   last = next_slot
+end
+if fair and redis.call('ZCARD', KEYS[3]) > 0 and redis.call('HDEL', KEYS[1], 'w') == 1 then
+  redis.call('PUBLISH', ARGV[11], 'free ' .. ARGV[12])
 end
 redis.call('HSET', KEYS[1], 'tat', int(new_tat))
 keep_at_least(KEYS[1], math.ceil((new_tat - now + tonumber(ARGV[10])) / 1000))
 keep_at_least(KEYS[2], math.ceil((last - now + tonumber(ARGV[6])) / 1000) + 1000)
+if #more > 0 then return reply_of(reply, '|' .. table.concat(more, '|')) end
 return reply_of(reply)
 "#;
 
@@ -221,14 +284,28 @@ end
 return 1
 "#;
 
+/// Takes an instance out of a host's waiting list (its queue for the host emptied). `KEYS`:
+/// waiting list, its expiries, budget. `ARGV`: instance id, hint channel, host key. Others
+/// still listed are woken (`free`) if one was refused since, since the place they waited behind
+/// is gone.
+pub(super) const WITHDRAW: &str = r#"
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('ZCARD', KEYS[1]) > 0 and redis.call('HDEL', KEYS[3], 'w') == 1 then
+  redis.call('PUBLISH', ARGV[2], 'free ' .. ARGV[3])
+end
+return 1
+"#;
+
 /// Says this instance is alive and counts the live ones. `KEYS`: the instance set. `ARGV`: now,
-/// instance id, how long an instance counts as live after its last beat (µs).
+/// instance id, how long an instance counts as live after its last beat (µs). Returns `{live
+/// instances, the store's clock (µs)}`: the clock sets the deadlines of reservations.
 pub(super) const HEARTBEAT: &str = r#"
 local now = now_us(ARGV[1])
 redis.call('ZADD', KEYS[1], int(now), ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', int(now - tonumber(ARGV[3])))
 keep_at_least(KEYS[1], math.ceil(tonumber(ARGV[3]) / 1000) * 2)
-return redis.call('ZCARD', KEYS[1])
+return {redis.call('ZCARD', KEYS[1]), int(now)}
 "#;
 
 /// Keeps this instance's leases of one host alive. `KEYS`: leases. `ARGV`: now, lease µs, then the

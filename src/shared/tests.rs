@@ -397,6 +397,11 @@ async fn a_reservation_releases_the_ended_turns_it_carries_first() {
             .arg("t:hints")
             .arg(host)
             .arg(1)
+            // No waiting list, no deadline.
+            .arg("")
+            .arg(0)
+            .arg(0)
+            .arg(2_000_000)
             .arg(member)
             .arg(refund)
             .arg(tat)
@@ -477,7 +482,7 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
         .await
         .unwrap();
     let further = |reply: &redis::Value| super::reserve_fields(reply).unwrap().1.len();
-    let (first, more) = super::reserve_fields(&reply).unwrap();
+    let (first, more, _) = super::reserve_fields(&reply).unwrap();
     assert_eq!(more.len(), 2, "{reply:?}");
     assert_eq!(first.7, T0, "the first starts now");
     let starts: Vec<i64> = more.iter().map(|(_, start)| *start).collect();
@@ -509,4 +514,268 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
         .await
         .unwrap();
     assert_eq!(further(&reply), 1, "{reply:?}");
+}
+
+/// One reservation with every argument of an instance's (the waiting list, its age, a deadline):
+/// `(kind, µs)`.
+#[allow(clippy::too_many_arguments)]
+async fn ask(
+    conn: &mut MultiplexedConnection,
+    host: &str,
+    now: i64,
+    rate: &str,
+    concurrency: u32,
+    who: &str,
+    waited_us: i64,
+    deadline: i64,
+    ended: &[&str],
+) -> (String, i64) {
+    let reserve = script(RESERVE);
+    let mut invocation = reserve.prepare_invoke();
+    invocation
+        .key(format!("t:{{{host}}}:b"))
+        .key(format!("t:{{{host}}}:l"))
+        .key(format!("t:{{{host}}}:q"))
+        .key(format!("t:{{{host}}}:qx"))
+        .arg(now)
+        .arg(rate)
+        .arg(rate)
+        .arg(1)
+        .arg(concurrency)
+        .arg(60_000_000)
+        .arg(format!("{who}:{now}"))
+        .arg(500_000)
+        .arg("0")
+        .arg(3_600_000_000_i64)
+        .arg("t:hints")
+        .arg(host)
+        .arg(1)
+        .arg(who)
+        .arg(waited_us)
+        .arg(deadline)
+        .arg(2_000_000);
+    for member in ended {
+        invocation.arg(*member).arg("0").arg("").arg(0);
+    }
+    let reply: redis::Value = invocation.invoke_async(conn).await.unwrap();
+    let (kind, micros, ..) = fields(&reply);
+    (kind, micros)
+}
+
+/// A reservation the store runs after its deadline (the instance gave up on it) takes no slot
+/// and no turn; the turns it carried are released all the same.
+#[tokio::test]
+async fn a_reservation_past_its_deadline_reserves_nothing() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = connect(&redis).await;
+    let host = "late.test:80";
+    let (kind, _) = ask(&mut conn, host, T0, "10", 1, "a", 0, T0 + 1_000, &[]).await;
+    assert_eq!(kind, "go");
+    let tat_before = redis.cli(&["HGET", &format!("t:{{{host}}}:b"), "tat"]);
+    // The next call carries the first turn's end but runs 1 µs past its deadline.
+    let member = format!("a:{T0}");
+    let (kind, _) = ask(
+        &mut conn,
+        host,
+        T0 + 200_000,
+        "10",
+        1,
+        "a",
+        0,
+        T0 + 199_999,
+        &[&member],
+    )
+    .await;
+    assert_eq!(kind, "stale");
+    assert_eq!(
+        redis.cli(&["ZCARD", &format!("t:{{{host}}}:l")]),
+        "0",
+        "no lease taken, and the carried one released"
+    );
+    assert_eq!(
+        redis.cli(&["HGET", &format!("t:{{{host}}}:b"), "tat"]),
+        tat_before,
+        "no turn taken"
+    );
+    // Without a deadline (0) the same call reserves.
+    let (kind, _) = ask(&mut conn, host, T0 + 200_000, "10", 1, "a", 0, 0, &[]).await;
+    assert_eq!(kind, "go");
+}
+
+/// With one slot, the instance that frees it and asks again at once comes after the instance
+/// that has waited longer; an instance whose queue emptied gives its place up; a place whose
+/// instance stopped asking is forgotten after its TTL.
+#[tokio::test]
+async fn a_freed_slot_goes_to_the_instance_that_waited_longest() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = connect(&redis).await;
+    let host = "fair.test:80";
+    let fast = "1000000";
+    assert_eq!(
+        ask(&mut conn, host, T0, fast, 1, "a", 0, 0, &[]).await.0,
+        "go"
+    );
+    // b's oldest request has waited 100 ms: every slot is taken, it is listed.
+    let (kind, retry) = ask(&mut conn, host, T0 + 1_000, fast, 1, "b", 100_000, 0, &[]).await;
+    assert_eq!(kind, "busy");
+    assert!(
+        retry <= 500_000,
+        "a listed instance renews its place: {retry}"
+    );
+    // a frees its slot and asks again for a request 10 ms old: b waited longer.
+    let a_turn = format!("a:{T0}");
+    let (kind, _) = ask(
+        &mut conn,
+        host,
+        T0 + 2_000,
+        fast,
+        1,
+        "a",
+        10_000,
+        0,
+        &[&a_turn],
+    )
+    .await;
+    assert_eq!(kind, "behind");
+    assert_eq!(
+        ask(&mut conn, host, T0 + 3_000, fast, 1, "b", 102_000, 0, &[])
+            .await
+            .0,
+        "go"
+    );
+    // b's turn ends; a (now the oldest listed) goes before c, whose request is younger.
+    let b_turn = format!("b:{}", T0 + 3_000);
+    let (kind, _) = ask(
+        &mut conn,
+        host,
+        T0 + 4_000,
+        fast,
+        1,
+        "c",
+        1_000,
+        0,
+        &[&b_turn],
+    )
+    .await;
+    assert_eq!(kind, "behind", "c's request is younger than a's");
+    assert_eq!(
+        ask(&mut conn, host, T0 + 5_000, fast, 1, "a", 13_000, 0, &[])
+            .await
+            .0,
+        "go"
+    );
+    // c is listed; when its queue empties it withdraws, and d goes without waiting for it.
+    let a_turn = format!("a:{}", T0 + 5_000);
+    assert_eq!(
+        ask(
+            &mut conn,
+            host,
+            T0 + 6_000,
+            fast,
+            1,
+            "c",
+            50_000,
+            0,
+            &[&a_turn]
+        )
+        .await
+        .0,
+        "go"
+    );
+    let c_turn = format!("c:{}", T0 + 6_000);
+    assert_eq!(
+        ask(&mut conn, host, T0 + 7_000, fast, 1, "e", 90_000, 0, &[])
+            .await
+            .0,
+        "busy"
+    );
+    let _: i64 = script(super::scripts::WITHDRAW)
+        .key(format!("t:{{{host}}}:q"))
+        .key(format!("t:{{{host}}}:qx"))
+        .key(format!("t:{{{host}}}:b"))
+        .arg("e")
+        .arg("t:hints")
+        .arg(host)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        ask(
+            &mut conn,
+            host,
+            T0 + 8_000,
+            fast,
+            1,
+            "d",
+            1_000,
+            0,
+            &[&c_turn]
+        )
+        .await
+        .0,
+        "go",
+        "e withdrew"
+    );
+    // f is listed and then stops asking: after the place's TTL (2 s) g goes.
+    let d_turn = format!("d:{}", T0 + 8_000);
+    assert_eq!(
+        ask(&mut conn, host, T0 + 9_000, fast, 1, "f", 90_000, 0, &[])
+            .await
+            .0,
+        "busy"
+    );
+    assert_eq!(
+        ask(
+            &mut conn,
+            host,
+            T0 + 10_000,
+            fast,
+            1,
+            "g",
+            1_000,
+            0,
+            &[&d_turn]
+        )
+        .await
+        .0,
+        "behind"
+    );
+    assert_eq!(
+        ask(&mut conn, host, T0 + 2_100_000, fast, 1, "g", 1_000, 0, &[])
+            .await
+            .0,
+        "go",
+        "f's place ran out"
+    );
+}
+
+/// A paced host's next turn goes to the instance whose request waited longest, even when a
+/// younger one asks first.
+#[tokio::test]
+async fn a_paced_turn_goes_to_the_instance_that_waited_longest() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = connect(&redis).await;
+    let host = "paced.test:80";
+    // 1/s with a horizon of 0.5 s: a's turn now, b's next is a second away (later: listed).
+    assert_eq!(
+        ask(&mut conn, host, T0, "1", 10, "a", 0, 0, &[]).await.0,
+        "go"
+    );
+    let (kind, retry) = ask(&mut conn, host, T0 + 10_000, "1", 10, "b", 300_000, 0, &[]).await;
+    assert_eq!((kind.as_str(), retry), ("later", 490_000));
+    // At the horizon a asks first, for a request 50 ms old: b waited longer.
+    assert_eq!(
+        ask(&mut conn, host, T0 + 600_000, "1", 10, "a", 50_000, 0, &[])
+            .await
+            .0,
+        "behind"
+    );
+    let (kind, wait) = ask(&mut conn, host, T0 + 601_000, "1", 10, "b", 891_000, 0, &[]).await;
+    assert_eq!((kind.as_str(), wait), ("go", 399_000));
 }
