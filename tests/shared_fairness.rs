@@ -1,0 +1,271 @@
+//! Several instances on one Redis, tried the way a team runs them: closed-loop clients spread
+//! over the instances, equal demand on one host (invariant 11 of `docs/ARCHITECTURE.md`, fair
+//! across instances), and the store stalled (`SIGSTOP`) or killed mid-run (invariant 9, fail
+//! polite: never stuck, never a hung client). Each test checks the aggregate bound at the
+//! origin, each instance's share of the turns, the longest gap between arrivals and the longest
+//! client wait.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use support::*;
+
+/// One host at 3/s, burst 1, shared by three instances; requests wait as long as they must.
+fn paced(concurrency: u32) -> String {
+    format!(
+        "[defaults]\nrate = 3.0\nburst = 1\nconcurrency = {concurrency}\nadaptive = false\n\
+         max_wait_seconds = 60\nmax_queue = 1000\n"
+    )
+}
+
+/// `n` in-process instances on `redis`, told there are `n`.
+async fn instances(n: usize, redis: &RedisServer, config: &str) -> Vec<Courtesy> {
+    let shared = redis.shared_section(&format!("instances = {n}"));
+    let mut all = Vec::new();
+    for _ in 0..n {
+        all.push(Courtesy::start(&format!("{shared}\n{config}")).await);
+    }
+    all
+}
+
+/// What the clients saw: per instance, each request's wait for its answer and its status.
+#[derive(Default)]
+struct Seen {
+    waits: Vec<Vec<Duration>>,
+    failures: Vec<String>,
+}
+
+/// `per_instance` closed-loop clients on each instance, each on its own connection, sending GETs
+/// for `/i<instance>/c<client>/<n>` back to back until `end`. A request unanswered after 20 s is
+/// a hung client.
+async fn closed_loop(all: &[Courtesy], origin: &Origin, per_instance: usize, end: Instant) -> Seen {
+    let seen = Arc::new(Mutex::new(Seen {
+        waits: vec![Vec::new(); all.len()],
+        failures: Vec::new(),
+    }));
+    let mut clients = Vec::new();
+    for (i, courtesy) in all.iter().enumerate() {
+        for c in 0..per_instance {
+            let client = courtesy.client();
+            let seen = seen.clone();
+            let base = origin.url(&format!("/i{i}/c{c}/"));
+            clients.push(tokio::spawn(async move {
+                let mut conn = client.connect().await;
+                let mut n = 0;
+                while Instant::now() < end {
+                    let asked = Instant::now();
+                    let answer = tokio::time::timeout(
+                        Duration::from_secs(20),
+                        conn.get(&format!("{base}{n}")),
+                    )
+                    .await;
+                    let waited = asked.elapsed();
+                    let mut seen = seen.lock().unwrap();
+                    match answer {
+                        Ok(got) if got.status.is_success() => seen.waits[i].push(waited),
+                        Ok(got) => seen.failures.push(format!(
+                            "instance {i}: {} {}",
+                            got.status,
+                            got.header("proxy-status")
+                        )),
+                        Err(_) => seen.failures.push(format!("instance {i}: hung 20 s")),
+                    }
+                    n += 1;
+                }
+            }));
+        }
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    Arc::try_unwrap(seen)
+        .ok()
+        .expect("every client is done")
+        .into_inner()
+        .unwrap()
+}
+
+/// How many of the origin's arrivals between `from` and `to` each instance sent.
+fn shares(origin: &Origin, n: usize, from: Instant, to: Instant) -> Vec<usize> {
+    let mut counts = vec![0; n];
+    for a in origin.arrivals() {
+        if a.at < from || a.at >= to {
+            continue;
+        }
+        if let Some(i) = a
+            .path
+            .strip_prefix("/i")
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|i| i.parse::<usize>().ok())
+        {
+            counts[i] += 1;
+        }
+    }
+    counts
+}
+
+/// The longest gap between two arrivals at the origin from `from` on.
+fn longest_gap(origin: &Origin, from: Instant) -> Duration {
+    let times: Vec<Instant> = origin
+        .arrival_times()
+        .into_iter()
+        .filter(|t| *t >= from)
+        .collect();
+    times
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .max()
+        .unwrap_or_default()
+}
+
+/// The origin never saw more than `burst + rate × T` (with `slack` more for the fallback shares'
+/// bursts of at least one each) in any window of 1, 2 and 5 s.
+fn assert_within_budget(origin: &Origin, rate: f64, burst: usize, slack: usize) {
+    for secs in [1.0, 2.0, 5.0] {
+        let window = Duration::from_secs_f64(secs);
+        let most = origin.most_within_any(window);
+        let bound = burst + (rate * secs).ceil() as usize + slack;
+        assert!(
+            most <= bound,
+            "{most} arrivals within {secs} s; the budget allows {bound}"
+        );
+    }
+}
+
+/// Each instance's share of the turns is within ±25 % of an equal share.
+fn assert_equal_shares(counts: &[usize]) {
+    let total: usize = counts.iter().sum();
+    let equal = total as f64 / counts.len() as f64;
+    for (i, &c) in counts.iter().enumerate() {
+        assert!(
+            (c as f64 - equal).abs() <= 0.25 * equal + 0.5,
+            "instance {i} sent {c} of {total} ({counts:?}): not within 25 % of an equal share"
+        );
+    }
+}
+
+async fn equal_demand_gets_equal_shares(concurrency: u32) {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::slow("127.0.0.1", Duration::from_millis(20), "ok").await;
+    let all = instances(3, &redis, &paced(concurrency)).await;
+    let start = Instant::now();
+    let seen = closed_loop(&all, &origin, 4, start + Duration::from_secs(10)).await;
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    let counts = shares(&origin, 3, start, start + Duration::from_secs(10));
+    eprintln!("concurrency {concurrency}: shares {counts:?}");
+    assert_equal_shares(&counts);
+    assert!(
+        counts.iter().sum::<usize>() >= 26,
+        "the host got its turns: {counts:?}"
+    );
+    assert_within_budget(&origin, 3.0, 1, 0);
+    // Every instance's first request was answered within a few turns, not after 10 s.
+    for (i, waits) in seen.waits.iter().enumerate() {
+        let longest = waits.iter().max().copied().unwrap_or_default();
+        assert!(
+            longest <= Duration::from_secs(8),
+            "instance {i} kept a client waiting {longest:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_with_equal_demand_get_equal_shares_at_concurrency_two() {
+    equal_demand_gets_equal_shares(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_with_equal_demand_get_equal_shares_at_concurrency_one() {
+    equal_demand_gets_equal_shares(1).await;
+}
+
+/// A one-second stall of the store (`SIGSTOP`) does not close the host: no reservation the
+/// instances gave up on takes a slot when the store wakes, so turns go on within one turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_second_stall_of_the_store_leaves_no_gap_past_one_turn() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances(3, &redis, &paced(1)).await;
+    let start = Instant::now();
+    let end = start + Duration::from_secs(9);
+    let load = closed_loop(&all, &origin, 4, end);
+    let stall = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        redis.pause();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        redis.resume();
+        Instant::now()
+    };
+    let (seen, resumed) = tokio::join!(load, stall);
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    // At 3/s a turn is a third of a second; each instance's fallback share is 1/s. Nowhere in
+    // the run, stall included, may the host go quiet for long.
+    let gap = longest_gap(&origin, start + Duration::from_millis(500));
+    assert!(
+        gap <= Duration::from_millis(1500),
+        "the host went quiet for {gap:?}"
+    );
+    let after = shares(&origin, 3, resumed + Duration::from_secs(1), end);
+    assert!(
+        after.iter().sum::<usize>() >= 9,
+        "served again after the stall: {after:?}"
+    );
+    for c in &all {
+        assert_eq!(budget_mode(c).await, "shared");
+    }
+    // The fallback shares (1/s and a burst of 1 each) may add up to two over the burst.
+    assert_within_budget(&origin, 3.0, 1, 2);
+}
+
+/// `kill -9` of the store: every queued request is answered at its instance's fallback share
+/// (none sleeps on a store that is gone), and the switch releases no burst.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_killed_mid_run_hangs_no_queued_request() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances(3, &redis, &paced(1)).await;
+    let start = Instant::now();
+    let end = start + Duration::from_secs(9);
+    let load = closed_loop(&all, &origin, 4, end);
+    let kill = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        redis.kill();
+        Instant::now()
+    };
+    let (seen, killed) = tokio::join!(load, kill);
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    // In fallback each instance serves its 4 clients at 1/s: a request waits about 4 s; with
+    // the switch, at most its share's wait plus a second.
+    for (i, waits) in seen.waits.iter().enumerate() {
+        let longest = waits.iter().max().copied().unwrap_or_default();
+        assert!(
+            longest <= Duration::from_millis(6500),
+            "instance {i} kept a client waiting {longest:?}"
+        );
+    }
+    let after = shares(&origin, 3, killed + Duration::from_secs(1), end);
+    assert!(
+        after.iter().all(|&n| n >= 3),
+        "each instance kept its share after the kill: {after:?}"
+    );
+    assert_within_budget(&origin, 3.0, 1, 2);
+}
+
+/// The budget mode an instance's `/readyz` reports.
+async fn budget_mode(courtesy: &Courtesy) -> String {
+    let (_, body) = admin_call("GET", &courtesy.admin_url("/readyz"), None, "").await;
+    serde_json::from_str::<serde_json::Value>(&body).unwrap()["budget"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
