@@ -107,16 +107,20 @@ if op > now and op > block then block = op; cause = 'operator' end
 if block > now then return reply_of({'cool', int(block - now), cause, view_rate, view_ovr, '', '0', '0'}) end
 local who = ARGV[14] or ''
 local fair = KEYS[4] ~= nil and who ~= ''
-local arrival, older, refresh = now, 0, 0
+local arrival, older, refresh, listed = now, 0, 0, 0
 if fair then
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now))
-  for _, m in ipairs(gone) do redis.call('ZREM', KEYS[3], m) end
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', int(now))
-  redis.call('ZREM', KEYS[3], who)
-  redis.call('ZREM', KEYS[4], who)
   arrival = now - (tonumber(ARGV[15]) or 0)
-  older = redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. int(arrival))
   refresh = math.floor(tonumber(ARGV[17]) / 4)
+  -- Nobody listed (the usual case of a host nobody contends for): one command.
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now))
+    for _, m in ipairs(gone) do redis.call('ZREM', KEYS[3], m) end
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', int(now))
+    redis.call('ZREM', KEYS[3], who)
+    redis.call('ZREM', KEYS[4], who)
+    older = redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. int(arrival))
+    listed = redis.call('ZCARD', KEYS[3])
+  end
 end
 local function wait_in_line(until_us)
   if fair then
@@ -178,7 +182,7 @@ for k = 2, want do
   more[#more + 1] = int(next_slot)
   last = next_slot
 end
-if fair and redis.call('ZCARD', KEYS[3]) > 0 and redis.call('HDEL', KEYS[1], 'w') == 1 then
+if listed > 0 and redis.call('HDEL', KEYS[1], 'w') == 1 then
   redis.call('PUBLISH', ARGV[11], 'free ' .. ARGV[12])
 end
 redis.call('HSET', KEYS[1], 'tat', int(new_tat))
