@@ -165,6 +165,13 @@ async fn soak(args: &Args, mode: Mode) -> anyhow::Result<(ModeRun, String)> {
     let mut restarts = Vec::new();
     let mut next_restart = 0;
     let mut next_progress = Instant::now() + Duration::from_secs(10);
+    // The shared store's stalls: with `SOAK_STALL_PID` (a redis-server's), `SIGSTOP` for 1 s
+    // every 20 s, as a latency spike or a short partition.
+    let stall_pid = std::env::var("SOAK_STALL_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok());
+    let mut next_stall = Instant::now() + STALL_EVERY;
+    let mut stalls = 0;
     // Bounded by the deadline (the clients stop taking ids after it, and each of their requests
     // ends within OVERALL_TIMEOUT).
     while Instant::now() < deadline + OVERALL_TIMEOUT + Duration::from_secs(30) {
@@ -183,6 +190,17 @@ async fn soak(args: &Args, mode: Mode) -> anyhow::Result<(ModeRun, String)> {
                 next_restart += 1;
                 load.gate.store(gate_for(next_restart), Ordering::Relaxed);
             }
+        }
+        if let Some(pid) = stall_pid.filter(|_| Instant::now() >= next_stall) {
+            eprintln!(
+                "[soak {}] {done} done: the store stalls for 1 s",
+                mode.word()
+            );
+            signal_pid("-STOP", pid);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            signal_pid("-CONT", pid);
+            stalls += 1;
+            next_stall = Instant::now() + STALL_EVERY;
         }
         if Instant::now() >= next_progress {
             eprintln!(
@@ -224,8 +242,19 @@ async fn soak(args: &Args, mode: Mode) -> anyhow::Result<(ModeRun, String)> {
         hosts: origin.addrs.clone(),
         planned: args.requests,
         refusals: load.refusals.load(Ordering::Relaxed),
+        stalls,
     };
     Ok((run, config))
+}
+
+/// How often the shared store stalls when `SOAK_STALL_PID` is set.
+const STALL_EVERY: Duration = Duration::from_secs(20);
+
+/// Sends `signal` (`-STOP`, `-CONT`) to the process `pid` (the store the soak stalls).
+fn signal_pid(signal: &str, pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status();
 }
 
 /// Every mode in turn, the report, and whether everything passed.

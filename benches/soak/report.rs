@@ -30,6 +30,8 @@ pub struct ModeRun {
     pub planned: u64,
     /// Connection attempts to the proxy refused and tried again (courtesy restarting).
     pub refusals: u64,
+    /// Stalls of the shared store (`SOAK_STALL_PID`: `SIGSTOP` for 1 s every 20 s).
+    pub stalls: usize,
 }
 
 impl ModeRun {
@@ -340,6 +342,13 @@ fn mode_section(out: &mut String, run: &ModeRun) {
         "info",
     );
     row("restarts done", restarts_line(run), "");
+    if run.stalls > 0 {
+        row(
+            "stalls of the shared store (SIGSTOP 1 s every 20 s)",
+            run.stalls.to_string(),
+            "info",
+        );
+    }
     let behaviours = t
         .arrivals_by_behaviour
         .iter()
