@@ -246,7 +246,9 @@ async fn a_store_that_asks_for_a_client_certificate_is_shared_with_cert_file_and
     let ca = TestCa::new();
     let dir = temp_dir("mtls");
     let (cert, key) = ca.server_files(&dir, &["127.0.0.1"]);
-    let (client_cert, client_key) = ca.server_files(&dir, &["courtesy-client"]);
+    // Another folder: `server_files` names its files server.pem and server-key.pem.
+    let client_dir = temp_dir("mtls-client");
+    let (client_cert, client_key) = ca.server_files(&client_dir, &["courtesy-client"]);
     let ca_file = ca.write(&dir, "ca.pem");
     let Some(redis) = TlsRedis::start(&cert, &key, &ca_file) else {
         return;

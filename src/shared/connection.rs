@@ -268,6 +268,28 @@ fn refused_before_running(error: &RedisError) -> bool {
     )
 }
 
+/// `error` with what to grant when the store's ACL denied a command (a user without `+time`
+/// meets it inside the scripts, where Redis does not name the command).
+fn explain_denial(error: RedisError) -> RedisError {
+    let text = error.to_string();
+    if error.kind() == ErrorKind::Server(ServerErrorKind::NoPerm)
+        || text.contains("can't run this command")
+        || text.contains("NOPERM")
+    {
+        RedisError::from((
+            ErrorKind::Server(ServerErrorKind::NoPerm),
+            "NOPERM: the store's user may not run a command courtesy needs; grant the ACL of the \
+             README ([shared]): +evalsha +script|load +time (the scripts read the store's clock) \
+             +hset +hget +hmget +hdel +pexpire +pttl +zadd +zrem +zrange +zcard \
+             +zremrangebyscore +publish +subscribe +info, keys ~<prefix>:*, channel \
+             &<prefix>:hints",
+            text,
+        ))
+    } else {
+        error
+    }
+}
+
 /// The fix for a plain URL that reached a cluster node.
 fn cluster_refusal(settings: &SharedSettings) -> String {
     format!(
@@ -357,6 +379,11 @@ impl Connection {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> RedisResult<Value> {
+        self.script_once(invocation).await.map_err(explain_denial)
+    }
+
+    /// See `script`.
+    async fn script_once(&self, invocation: &redis::ScriptInvocation<'_>) -> RedisResult<Value> {
         match self {
             Connection::Single(s) => {
                 let mut conn = s.conn.clone();
