@@ -144,19 +144,16 @@ impl RedisCluster {
         for i in 0..3 {
             let port = free_cluster_port();
             let mut args = server_args(port);
-            args.extend(
-                [
-                    "--cluster-enabled".to_string(),
-                    "yes".into(),
-                    "--cluster-config-file".into(),
-                    dir.join(format!("nodes-{i}.conf")).display().to_string(),
-                    "--cluster-node-timeout".into(),
-                    "2000".into(),
-                    "--dir".into(),
-                    dir.display().to_string(),
-                ]
-                .into_iter(),
-            );
+            args.extend([
+                "--cluster-enabled".to_string(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                dir.join(format!("nodes-{i}.conf")).display().to_string(),
+                "--cluster-node-timeout".into(),
+                "2000".into(),
+                "--dir".into(),
+                dir.display().to_string(),
+            ]);
             nodes.push(Node::spawn("redis-server", &args)?);
         }
         let addrs: Vec<String> = nodes
@@ -370,21 +367,18 @@ impl TlsRedis {
     ) -> Option<TlsRedis> {
         let port = free_port();
         let mut args = server_args(0);
-        args.extend(
-            [
-                "--tls-port".to_string(),
-                port.to_string(),
-                "--tls-cert-file".into(),
-                cert.display().to_string(),
-                "--tls-key-file".into(),
-                key.display().to_string(),
-                "--tls-ca-cert-file".into(),
-                ca.display().to_string(),
-                "--tls-auth-clients".into(),
-                "yes".into(),
-            ]
-            .into_iter(),
-        );
+        args.extend([
+            "--tls-port".to_string(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            cert.display().to_string(),
+            "--tls-key-file".into(),
+            key.display().to_string(),
+            "--tls-ca-cert-file".into(),
+            ca.display().to_string(),
+            "--tls-auth-clients".into(),
+            "yes".into(),
+        ]);
         let spawned = Command::new("redis-server")
             .args(&args)
             .stdout(Stdio::null())
