@@ -153,6 +153,60 @@ async fn a_cluster_keeps_one_budget_per_host_whichever_node_holds_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_slot_moves_mid_run_keeps_one_budget() {
+    let Some(cluster) = RedisCluster::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let shared = format!(
+        "[shared]\nredis_url = \"{}\"\ninstances = 3\n",
+        cluster.url()
+    );
+    let mut all = Vec::new();
+    for _ in 0..3 {
+        all.push(Courtesy::start(&format!("{shared}\n{PACED}")).await);
+    }
+    let url = origin.url("/r");
+    let end = Instant::now() + Duration::from_secs(6);
+    let hammer = hammer_answered(&all, std::slice::from_ref(&url), end);
+    let tag = format!("{{{}}}", origin.addr);
+    let reshard = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // redis-cli runs a few times: off the runtime's worker for that while.
+        let moved_to = tokio::task::block_in_place(|| cluster.move_slot_of(&tag));
+        let key = format!("courtesy:{tag}:b");
+        (moved_to, key)
+    };
+    let (ok, (moved_to, key)) = tokio::join!(hammer, reshard);
+    assert!(ok >= 40, "only {ok} answered 200");
+    assert_eq!(
+        cli_at(moved_to, &["EXISTS", &key]),
+        "1",
+        "{key} moved with its slot"
+    );
+    assert_bound(&origin, 10.0, 3, 0);
+    let after = origin
+        .arrival_times()
+        .into_iter()
+        .filter(|t| *t > end - Duration::from_secs(2))
+        .count();
+    assert!(after >= 10, "only {after} arrivals after the reshard");
+    let mut failed = Vec::new();
+    for c in &all {
+        assert_eq!(budget_mode(c).await, "shared");
+        let (_, metrics) = admin_call("GET", &c.admin_url("/metrics"), None, "").await;
+        failed.extend(
+            metrics
+                .lines()
+                .filter(|l| l.starts_with("courtesy_shared_errors_total{"))
+                .map(str::to_string),
+        );
+    }
+    // MOVED is followed inside the call: no call failed over the reshard.
+    assert!(failed.is_empty(), "calls failed: {failed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_url_to_a_cluster_node_is_refused_at_start() {
     let Some(cluster) = RedisCluster::start() else {
         return;

@@ -218,6 +218,44 @@ impl RedisCluster {
     }
 }
 
+impl RedisCluster {
+    /// Moves `key`'s slot to another node as `redis-cli --cluster reshard` does (IMPORTING,
+    /// MIGRATING, MIGRATE of each key, SETSLOT NODE on every node); returns the new node's port.
+    pub fn move_slot_of(&self, key: &str) -> u16 {
+        let from = self.node_of(key);
+        let to = self
+            .ports()
+            .into_iter()
+            .find(|p| *p != from)
+            .expect("another node");
+        let slot = cli_at(from, &["CLUSTER", "KEYSLOT", key]);
+        let from_id = cli_at(from, &["CLUSTER", "MYID"]);
+        let to_id = cli_at(to, &["CLUSTER", "MYID"]);
+        assert_eq!(
+            cli_at(to, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id]),
+            "OK"
+        );
+        assert_eq!(
+            cli_at(from, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id]),
+            "OK"
+        );
+        loop {
+            let keys = cli_at(from, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let port = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.lines());
+            cli_at(from, &args);
+        }
+        for p in self.ports() {
+            cli_at(p, &["CLUSTER", "SETSLOT", &slot, "NODE", &to_id]);
+        }
+        to
+    }
+}
+
 /// Whether the `CLUSTER NODES` line `line` lists `slot` among its ranges.
 fn owns(line: &str, slot: u16) -> bool {
     line.split_whitespace().skip(8).any(|range| {
