@@ -288,10 +288,17 @@ impl RedisSentinels {
 
     fn spawn() -> std::io::Result<RedisSentinels> {
         let dir = temp_dir("sentinel");
+        // Each server in the test's folder: a replica writes the master's snapshot to its `dir`.
+        let in_dir = |port: u16| {
+            let mut args = server_args(port);
+            args.extend(["--dir".to_string(), dir.display().to_string()]);
+            args.extend(["--dbfilename".to_string(), format!("dump-{port}.rdb")]);
+            args
+        };
         let master_port = free_port();
-        let master = Node::spawn("redis-server", &server_args(master_port))?;
+        let master = Node::spawn("redis-server", &in_dir(master_port))?;
         let replica_port = free_port();
-        let mut args = server_args(replica_port);
+        let mut args = in_dir(replica_port);
         args.extend([
             "--replicaof".to_string(),
             "127.0.0.1".into(),
