@@ -270,10 +270,15 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 impl Admin {
     /// `/readyz`: 200 while courtesy takes requests (listening, CA loaded, the budget store in
-    /// force), 503 once it drains for shutdown, so that a load balancer stops sending to it.
+    /// force), 503 once it drains for shutdown, so that a load balancer stops sending to it; 503
+    /// too while on the fallback share with `[shared] ready_in_fallback = false`.
     fn readiness(&self) -> Response<ProxyBody> {
         let draining = self.limiter.is_shutting_down();
-        let status = if draining {
+        let unready_in_fallback = self
+            .limiter
+            .store()
+            .is_some_and(|s| s.in_fallback() && !s.settings().ready_in_fallback);
+        let status = if draining || unready_in_fallback {
             StatusCode::SERVICE_UNAVAILABLE
         } else {
             StatusCode::OK
@@ -281,7 +286,7 @@ impl Admin {
         json_response(
             status,
             &json!({
-                "ready": !draining,
+                "ready": !draining && !unready_in_fallback,
                 "listening": !draining,
                 "ca_loaded": true,
                 "budget": self.limiter.budget_mode(),

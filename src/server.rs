@@ -82,6 +82,9 @@ pub async fn run(
     let limiter = match &config.shared {
         Some(settings) => {
             let store = crate::shared::Store::new(settings).map_err(anyhow::Error::msg)?;
+            // A store of another kind than the URL says is refused here; one that does not
+            // answer starts this instance in fallback.
+            store.check_at_start().await.map_err(anyhow::Error::msg)?;
             info!(store = %settings.redacted_url(), prefix = %settings.key_prefix, "budgets shared with the instances on this store");
             Limiter::with_store(live.clone(), store)
         }

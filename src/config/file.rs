@@ -113,6 +113,9 @@ pub(super) struct FileShared {
     pub(super) timeout_ms: Option<Spanned<i64>>,
     pub(super) lease_seconds: Option<Spanned<f64>>,
     pub(super) ca_file: Option<Spanned<String>>,
+    pub(super) cert_file: Option<Spanned<String>>,
+    pub(super) key_file: Option<Spanned<String>>,
+    pub(super) ready_in_fallback: Option<Spanned<bool>>,
 }
 
 /// `[alerts]`.

@@ -126,7 +126,9 @@ impl Default for AdminSettings {
 /// budget per host, as if they were one courtesy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharedSettings {
-    /// `redis://` or `rediss://` (TLS through rustls) URL of the store.
+    /// The store's URL: `redis://` or `rediss://` (TLS through rustls) for one server,
+    /// `redis+cluster://h1:p1,h2:p2,…` for a Redis Cluster, `redis+sentinel://s1:p1,…/<master>`
+    /// for a master found through Redis Sentinel (`rediss+…` with TLS).
     pub redis_url: String,
     /// Instances with the same `redis_url` and `key_prefix` share budgets.
     pub key_prefix: String,
@@ -141,6 +143,14 @@ pub struct SharedSettings {
     /// PEM file of the CA(s) that sign the store's certificate (`rediss://`), instead of the
     /// system's roots.
     pub ca_file: Option<PathBuf>,
+    /// PEM files of this instance's client certificate and its key, for a store that asks for
+    /// one (`redis-server --tls-auth-clients yes`); both or neither, TLS URLs only.
+    pub cert_file: Option<PathBuf>,
+    /// See `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// Whether `/readyz` answers 200 while this instance is on its fallback share (`true`), or
+    /// 503 so that a load balancer sends to the instances on the shared budget.
+    pub ready_in_fallback: bool,
 }
 
 impl SharedSettings {
@@ -153,10 +163,39 @@ impl SharedSettings {
             timeout: Duration::from_millis(250),
             lease: Duration::from_secs(30),
             ca_file: None,
+            cert_file: None,
+            key_file: None,
+            ready_in_fallback: true,
         }
     }
 
-    /// The URL with any password replaced by `***`, for logs and pages.
+    /// The CA and client certificate files, read for the redis crate; `None` when none is set.
+    pub(crate) fn tls_certificates(&self) -> Result<Option<redis::TlsCertificates>, String> {
+        let read = |key: &str, path: &PathBuf| {
+            std::fs::read(path).map_err(|e| format!("[shared] {key} {}: {e}", path.display()))
+        };
+        let root_cert = match &self.ca_file {
+            Some(path) => Some(read("ca_file", path)?),
+            None => None,
+        };
+        let client_tls = match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: read("cert_file", cert)?,
+                client_key: read("key_file", key)?,
+            }),
+            _ => None,
+        };
+        if root_cert.is_none() && client_tls.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
+
+    /// The URL with any user and password replaced by `***`, for logs and pages; for every form
+    /// (one server, cluster seeds, sentinels), whose userinfo comes once, before the hosts.
     pub fn redacted_url(&self) -> String {
         match self.redis_url.split_once("://") {
             Some((scheme, rest)) => match rest.rsplit_once('@') {
@@ -164,6 +203,32 @@ impl SharedSettings {
                 None => self.redis_url.clone(),
             },
             None => self.redis_url.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SharedSettings;
+
+    #[test]
+    fn redacted_urls_hide_the_password_of_every_form() {
+        for (url, shown) in [
+            ("redis://:secret@h:6379/0", "redis://***@h:6379/0"),
+            ("rediss://user:secret@h:6380", "rediss://***@h:6380"),
+            (
+                "redis+cluster://:secret@h1:7000,h2:7001",
+                "redis+cluster://***@h1:7000,h2:7001",
+            ),
+            (
+                "rediss+sentinel://u:s3cr@t@s1:26379,s2:26379/mymaster/2",
+                "rediss+sentinel://***@s1:26379,s2:26379/mymaster/2",
+            ),
+            ("redis+sentinel://s1,s2/m", "redis+sentinel://s1,s2/m"),
+        ] {
+            let redacted = SharedSettings::new(url).redacted_url();
+            assert_eq!(redacted, shown);
+            assert!(!redacted.contains("secret") && !redacted.contains("s3cr"));
         }
     }
 }

@@ -290,6 +290,66 @@ fn a_shared_section_is_checked_and_defaults_the_rest() {
 }
 
 #[test]
+fn the_shared_store_urls_client_certificate_and_readiness_are_checked() {
+    for url in [
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        "rediss+cluster://:pw@a:7000,b:7001",
+        "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster",
+        "rediss+sentinel://u:pw@s1:26379/mymaster/3",
+    ] {
+        let c = parse(&format!("[shared]\nredis_url = \"{url}\"\n"));
+        assert!(c.is_ok(), "{url}: {:?}", c.err().map(|e| e.to_string()));
+    }
+    let err = parse("[shared]\nredis_url = \"redis+sentinel://:secret@s1:26379\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("test.toml:2:") && err.contains("master"),
+        "{err}"
+    );
+    assert!(!err.contains("secret"), "{err}");
+
+    let c = parse("[shared]\nredis_url = \"redis://x\"\nready_in_fallback = false\n").unwrap();
+    assert!(!c.shared.unwrap().ready_in_fallback);
+    let c = parse("[shared]\nredis_url = \"redis://x\"\n").unwrap();
+    assert!(c.shared.unwrap().ready_in_fallback);
+    let err = parse("[shared]\nredis_url = \"redis://x\"\nready_in_fallback = \"no\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("test.toml:3"), "{err}");
+
+    let err = parse("[shared]\nredis_url = \"rediss://x\"\ncert_file = \"/etc/hostname\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("test.toml:3: [shared] cert_file and key_file go together"),
+        "{err}"
+    );
+    let err = parse(
+        "[shared]\nredis_url = \"redis://x\"\ncert_file = \"/etc/hostname\"\nkey_file = \"/etc/hostname\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("test.toml:3: [shared] cert_file and key_file are for a TLS redis_url"),
+        "{err}"
+    );
+    let err = parse(
+        "[shared]\nredis_url = \"rediss://x\"\ncert_file = \"/no/client.pem\"\nkey_file = \"/etc/hostname\"\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("test.toml:3: [shared] cert_file: no such file /no/client.pem"),
+        "{err}"
+    );
+    assert!(
+        err.contains("test.toml:4: [shared] key_file: /etc/hostname holds no PEM private key"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_budget_key_is_a_word_and_a_hosts_file_must_read() {
     let err = parse("[defaults]\nkey = \"subnet\"\n").unwrap_err();
     assert_eq!(

@@ -39,6 +39,11 @@ pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
             _ = stop.cancelled() => break,
         }
         next = Instant::now() + BEAT;
+        // While in fallback: a Sentinel master that moved is found again, and a store that could
+        // not be checked at start is checked before the instance rejoins it.
+        if store.in_fallback() && !store.ready_to_rejoin().await {
+            continue;
+        }
         let Some(live) = store.beat().await else {
             continue;
         };
@@ -56,7 +61,10 @@ pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
         if store.live_part() < 1.0 {
             next = now + QUICK_BEAT;
         }
-        if store.rejoin() {
+        if store.rejoin(&format!(
+            "the heartbeat was answered by {}",
+            store.conn.describe(&store.settings)
+        )) {
             // The store may have restarted empty: its script cache too.
             store.load_scripts().await;
         }
@@ -108,15 +116,10 @@ impl Store {
     /// Takes this instance out of the live set at shutdown, so that the others' count is right
     /// at once rather than after [`LIVE_FOR`].
     async fn leave(&self) {
-        let mut conn = self.conn.clone();
         let cmd = redis::cmd("ZREM")
             .arg(self.instances_key())
             .arg(&self.instance)
             .clone();
-        let _ = tokio::time::timeout(
-            self.settings.timeout,
-            cmd.query_async::<redis::Value>(&mut conn),
-        )
-        .await;
+        let _ = tokio::time::timeout(self.settings.timeout, self.conn.command(&cmd)).await;
     }
 }

@@ -80,7 +80,17 @@ pub(crate) async fn run_hints(
 
 /// Subscribes to the hints and delivers them until the subscription fails or ends.
 async fn follow(store: &Store, deliver: &impl Fn(Hint)) {
-    let connect = store.client.get_async_pubsub();
+    // A Sentinel master that moves ends the subscription on the old one.
+    let mut moves = store.conn.moves();
+    let moved = async {
+        match &mut moves {
+            Some(m) => {
+                let _ = m.changed().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let connect = store.conn.pubsub();
     let limit = store.settings.timeout.max(Duration::from_secs(1));
     let Ok(Ok(mut pubsub)) = tokio::time::timeout(limit, connect).await else {
         return;
@@ -89,12 +99,18 @@ async fn follow(store: &Store, deliver: &impl Fn(Hint)) {
         return;
     }
     let mut messages = pubsub.on_message();
-    while let Some(message) = messages.next().await {
-        if let Some(hint) = std::str::from_utf8(message.get_payload_bytes())
-            .ok()
-            .and_then(Hint::parse)
-        {
-            deliver(hint);
+    let receive = async {
+        while let Some(message) = messages.next().await {
+            if let Some(hint) = std::str::from_utf8(message.get_payload_bytes())
+                .ok()
+                .and_then(Hint::parse)
+            {
+                deliver(hint);
+            }
         }
+    };
+    tokio::select! {
+        () = receive => {}
+        () = moved => {}
     }
 }

@@ -13,6 +13,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the store's calls and the mode (shared or fallback) |
+//! | `connection.rs` | how the store is reached: one server, a Redis Cluster, or Sentinel's master |
 //! | `scripts.rs` | the Lua, with the semantics of every field |
 //! | `hints.rs` | the pub/sub subscriber |
 //! | `releases.rs` | ended turns: carried by the host's next reservation, or released on their own |
@@ -20,6 +21,7 @@
 //!
 //! It decides nothing about pacing itself: the limiter asks it for turns through its budget seam.
 
+mod connection;
 mod heartbeat;
 mod hints;
 mod releases;
@@ -35,7 +37,6 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Value;
 use tokio::time::Instant;
 
@@ -43,6 +44,7 @@ use crate::config::SharedSettings;
 use crate::locks::lock;
 use crate::policy::CooldownCause;
 
+pub(crate) use connection::{is_tls_url, topology};
 pub(crate) use heartbeat::run_heartbeat;
 pub(crate) use hints::{run_hints, Hint};
 pub(crate) use releases::run_releases;
@@ -64,8 +66,8 @@ const IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
 #[derive(Debug)]
 pub(crate) struct Store {
     settings: SharedSettings,
-    client: redis::Client,
-    conn: ConnectionManager,
+    /// How the store is reached (`connection.rs`).
+    conn: connection::Connection,
     /// This instance's id in the store (leases and the live set).
     instance: String,
     /// The pub/sub channel of the hints.
@@ -265,31 +267,11 @@ impl Store {
     pub(crate) fn new(settings: &SharedSettings) -> Result<Arc<Store>, String> {
         // rediss:// goes through rustls, on the same provider as the rest of courtesy.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = match &settings.ca_file {
-            None => redis::Client::open(settings.redis_url.as_str()),
-            Some(path) => {
-                let pem = std::fs::read(path)
-                    .map_err(|e| format!("[shared] ca_file {}: {e}", path.display()))?;
-                let certificates = redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem),
-                };
-                redis::Client::build_with_tls(settings.redis_url.as_str(), certificates)
-            }
-        }
-        .map_err(|e| format!("[shared] redis_url: {e}"))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.timeout.max(Duration::from_millis(100))))
-            .set_response_timeout(Some(settings.timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .map_err(|e| format!("[shared] redis_url: {e}"))?;
+        let conn = connection::Connection::open(settings)?;
         let instance = format!("{:016x}", rand::random::<u64>());
         Ok(Arc::new_cyclic(|me| Store {
             channel: format!("{}:hints", settings.key_prefix),
             settings: settings.clone(),
-            client,
             conn,
             instance,
             fallback: AtomicBool::new(false),
@@ -405,10 +387,9 @@ impl Store {
         op: &'static str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<Value, StoreDown> {
-        let mut conn = self.conn.clone();
         let started = Instant::now();
         let result =
-            tokio::time::timeout(self.settings.timeout, invocation.invoke_async(&mut conn)).await;
+            tokio::time::timeout(self.settings.timeout, self.conn.script(invocation)).await;
         let error = match result {
             Ok(Ok(value)) => {
                 self.round_trip.observe(started.elapsed().as_secs_f64());
@@ -447,7 +428,6 @@ impl Store {
     /// Loads every script into the store, so that the first calls after a start or a store
     /// restart do not each meet `NOSCRIPT` on the request's path.
     pub(crate) async fn load_scripts(&self) {
-        let mut conn = self.conn.clone();
         let s = &self.scripts;
         for script in [
             &s.reserve,
@@ -458,15 +438,15 @@ impl Store {
             &s.renew,
             &s.withdraw,
         ] {
-            let loaded = tokio::time::timeout(self.settings.timeout, script.load_async(&mut conn));
+            let loaded = tokio::time::timeout(self.settings.timeout, self.conn.load_script(script));
             if !matches!(loaded.await, Ok(Ok(_))) {
                 return;
             }
         }
     }
 
-    /// Switches back to the shared budget after the store answered again.
-    pub(crate) fn rejoin(&self) -> bool {
+    /// Switches back to the shared budget after the store answered again (`why`: what answered).
+    pub(crate) fn rejoin(&self, why: &str) -> bool {
         let rejoined = self.fallback.swap(false, Ordering::AcqRel);
         if rejoined {
             self.epoch.fetch_add(1, Ordering::AcqRel);
@@ -475,7 +455,7 @@ impl Store {
             self.turn_ended.notify_one();
             tracing::warn!(
                 store = %self.settings.redacted_url(),
-                "shared budget store answers again: back on the shared budget"
+                "shared budget store answers again ({why}): back on the shared budget"
             );
         }
         rejoined

@@ -12,6 +12,7 @@
 //! - [`binary`]: courtesy run as its own process, from the built binary;
 //! - [`real_clients`]: real client programs (curl, Python, Node);
 //! - [`redis`]: a real redis-server for the shared budget;
+//! - [`redis_topology`]: a Redis Cluster, and a master with a replica under Sentinel;
 //! - [`parent`]: real parent proxies (Squid, microsocks) for `upstream_proxy`;
 //! - [`tls`]: the test CA and client TLS configs;
 //! - [`temp`]: fresh temporary directories;
@@ -30,6 +31,7 @@ mod parent;
 mod proxy_client;
 mod real_clients;
 mod redis;
+mod redis_topology;
 mod temp;
 mod tls;
 mod wait;
@@ -47,6 +49,7 @@ pub use self::{
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
     real_clients::{client_command, run_to_success, undici_through},
     redis::RedisServer,
+    redis_topology::{cli_at, RedisCluster, RedisSentinels, TlsRedis},
     temp::temp_dir,
     tls::{client_tls_trusting, TestCa},
     wait::eventually,

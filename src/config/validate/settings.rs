@@ -212,17 +212,19 @@ impl Validator<'_> {
             return None;
         };
         let mut s = SharedSettings::new(url.get_ref());
-        let scheme_ok =
-            url.get_ref().starts_with("redis://") || url.get_ref().starts_with("rediss://");
-        if !scheme_ok || redis::Client::open(url.get_ref().as_str()).is_err() {
+        if let Err(e) = crate::shared::topology(url.get_ref()) {
             self.error(
                 url.span().start,
                 &format!(
-                    "[shared] redis_url must be a redis:// or rediss:// URL, got {:?}",
+                    "[shared] redis_url must be a redis:// or rediss:// URL (one server), \
+                     redis+cluster://host:port,host:port,… (a Redis Cluster) or \
+                     redis+sentinel://host:port,…/<master_name>[/<db>] (Sentinel), \
+                     rediss+… with TLS; got {:?}: {e}",
                     s.redacted_url()
                 ),
             );
         }
+        let tls = crate::shared::is_tls_url(url.get_ref());
         if let Some(prefix) = &file.key_prefix {
             let p = prefix.get_ref();
             if p.is_empty()
@@ -258,7 +260,7 @@ impl Validator<'_> {
         }
         if let Some(ca) = &file.ca_file {
             let path = expand_home(ca.get_ref());
-            if !url.get_ref().starts_with("rediss://") {
+            if !tls {
                 self.error(
                     ca.span().start,
                     "[shared] ca_file is for a rediss:// (TLS) redis_url",
@@ -272,7 +274,63 @@ impl Validator<'_> {
                 s.ca_file = Some(path);
             }
         }
+        self.client_certificate(file, tls, &mut s);
+        if let Some(ready) = &file.ready_in_fallback {
+            s.ready_in_fallback = *ready.get_ref();
+        }
         Some(s)
+    }
+
+    /// `[shared] cert_file` and `key_file`: both or neither, with a TLS URL, each a PEM file
+    /// holding what its name says.
+    fn client_certificate(&mut self, file: &FileShared, tls: bool, s: &mut SharedSettings) {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let (cert, key) = match (&file.cert_file, &file.key_file) {
+            (None, None) => return,
+            (Some(c), Some(k)) => (c, k),
+            (Some(one), None) | (None, Some(one)) => {
+                self.error(
+                    one.span().start,
+                    "[shared] cert_file and key_file go together: set both (the client \
+                     certificate and its private key, PEM) or neither",
+                );
+                return;
+            }
+        };
+        if !tls {
+            self.error(
+                cert.span().start,
+                "[shared] cert_file and key_file are for a TLS redis_url (rediss://, \
+                 rediss+cluster://, rediss+sentinel://)",
+            );
+            return;
+        }
+        let cert_path = expand_home(cert.get_ref());
+        let key_path = expand_home(key.get_ref());
+        let cert_ok = if !cert_path.is_file() {
+            Err(format!("no such file {}", cert_path.display()))
+        } else {
+            match CertificateDer::pem_file_iter(&cert_path).map(|i| i.count()) {
+                Ok(n) if n > 0 => Ok(()),
+                _ => Err(format!("{} holds no PEM certificate", cert_path.display())),
+            }
+        };
+        if let Err(e) = cert_ok {
+            self.error(cert.span().start, &format!("[shared] cert_file: {e}"));
+        }
+        let key_ok = if !key_path.is_file() {
+            Err(format!("no such file {}", key_path.display()))
+        } else if PrivateKeyDer::from_pem_file(&key_path).is_err() {
+            Err(format!("{} holds no PEM private key", key_path.display()))
+        } else {
+            Ok(())
+        };
+        if let Err(e) = key_ok {
+            self.error(key.span().start, &format!("[shared] key_file: {e}"));
+        }
+        s.cert_file = Some(cert_path);
+        s.key_file = Some(key_path);
     }
 
     /// `[admin]` over the built-in settings; an admin listener beyond loopback needs a token.
