@@ -18,7 +18,7 @@ fn acl_line(user: &str, password: &str) -> Vec<String> {
     format!(
         "ACL SETUSER {user} reset on >{password} ~courtesy:* &courtesy:hints \
          +evalsha +script|load +time +hset +hget +hmget +hdel +pexpire +pttl \
-         +zadd +zrem +zrange +zcard +zremrangebyscore +publish +subscribe +info"
+         +zadd +zrem +zrange +zcard +zremrangebyscore +zrangebyscore +zcount +publish +subscribe +info"
     )
     .split(' ')
     .map(str::to_string)

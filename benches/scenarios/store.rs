@@ -203,12 +203,13 @@ pub fn parse_command_stats(text: &str) -> BTreeMap<String, CommandStat> {
 }
 
 /// What one logged command was: a courtesy script by its name, told apart by its keys (see
-/// `src/shared/scripts.rs`: reserve and release take a host's budget and lease keys, and release
-/// names the hint channel as its sixth argument (reserve as its eleventh, before the ended turns
-/// it carries); report and operator take the budget key, the operator's first
-/// argument being its action; heartbeat takes the instance set, renew the lease key), or the
-/// command's name.
-fn classify(args: &[String], channel: &str) -> String {
+/// `src/shared/scripts.rs`): a reservation takes four keys per host (budget, leases, waiting
+/// list and its expiries; a multiple of four when one call carries several hosts); release takes
+/// the budget, lease and waiting-list keys, withdraw the waiting list, its expiries and the
+/// budget (its first key ends in `:q`); report and operator take the budget key, the operator's
+/// first argument being its action; heartbeat takes the instance set, renew the lease key. Any
+/// other command by its name.
+fn classify(args: &[String], _channel: &str) -> String {
     let command = args
         .first()
         .map(|c| c.to_ascii_lowercase())
@@ -218,11 +219,11 @@ fn classify(args: &[String], channel: &str) -> String {
     }
     let numkeys = args.get(2).map(String::as_str);
     let key = args.get(3).map(String::as_str).unwrap_or("");
-    // EVALSHA, the SHA, the key count, two keys, then the arguments: the sixth is at 10.
-    let names_channel = args.get(10).is_some_and(|a| a == channel);
+    let keys = numkeys.and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
     let kind = match numkeys {
-        Some("2") if names_channel => "release",
-        Some("2") => "reserve",
+        _ if keys >= 4 && keys % 4 == 0 => "reserve",
+        Some("3") if key.ends_with(":q") => "withdraw",
+        Some("3") => "release",
         Some("1") if key.ends_with(":instances") => "heartbeat",
         Some("1") if key.ends_with(":l") => "renew",
         Some("1")

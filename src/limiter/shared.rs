@@ -213,8 +213,18 @@ impl Limiter {
     /// Applies a hint from the store to a host this instance knows; others learn the store's
     /// state with their first reservation.
     pub(crate) fn apply_hint(&self, hint: Hint) {
+        // A slot freed for the instance that waited longest wakes only that one.
+        if let Hint::Free(_, Some(target)) = &hint {
+            if self
+                .budget
+                .store()
+                .is_some_and(|store| store.instance() != target)
+            {
+                return;
+            }
+        }
         let key = match &hint {
-            Hint::Free(k)
+            Hint::Free(k, _)
             | Hint::Cool(k, ..)
             | Hint::Pause(k, _)
             | Hint::Resume(k)
@@ -227,7 +237,7 @@ impl Limiter {
         let refused = {
             let mut state = host.lock();
             match hint {
-                Hint::Free(_) => Vec::new(),
+                Hint::Free(..) => Vec::new(),
                 Hint::Cool(_, d, cause) => {
                     close(&mut state.pacing, now + d, cause, now);
                     refuse_queue(&mut state, now)

@@ -281,7 +281,7 @@ fn explain_denial(error: RedisError) -> RedisError {
             "NOPERM: the store's user may not run a command courtesy needs; grant the ACL of the \
              README ([shared]): +evalsha +script|load +time (the scripts read the store's clock) \
              +hset +hget +hmget +hdel +pexpire +pttl +zadd +zrem +zrange +zcard \
-             +zremrangebyscore +publish +subscribe +info, keys ~<prefix>:*, channel \
+             +zremrangebyscore +zrangebyscore +zcount +publish +subscribe +info, keys ~<prefix>:*, channel \
              &<prefix>:hints",
             text,
         ))

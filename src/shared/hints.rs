@@ -15,8 +15,9 @@ use crate::policy::CooldownCause;
 /// A hint as received.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Hint {
-    /// A concurrency slot of the host came free.
-    Free(String),
+    /// A concurrency slot of the host came free; for the instance named (the one that waited
+    /// longest), or for any (`None`).
+    Free(String, Option<String>),
     /// The host cools down for this long, for this cause.
     Cool(String, Duration, CooldownCause),
     /// An operator paused the host for this long.
@@ -35,7 +36,7 @@ impl Hint {
         let host = words.next()?.to_string();
         let millis = |w: Option<&str>| w?.parse::<u64>().ok().map(Duration::from_millis);
         match kind {
-            "free" => Some(Hint::Free(host)),
+            "free" => Some(Hint::Free(host, words.next().map(str::to_string))),
             "cool" => {
                 let d = millis(words.next())?;
                 Some(Hint::Cool(host, d, CooldownCause::from_word(words.next())))

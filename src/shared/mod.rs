@@ -21,6 +21,7 @@
 //!
 //! It decides nothing about pacing itself: the limiter asks it for turns through its budget seam.
 
+mod batch;
 mod connection;
 mod heartbeat;
 mod hints;
@@ -56,7 +57,7 @@ const HORIZON: Duration = Duration::from_secs(1);
 
 /// How long an instance's place in a host's waiting list lasts unless it asks again (it asks
 /// at least four times as often).
-const WAITING_PLACE: Duration = Duration::from_secs(2);
+const WAITING_PLACE: Duration = Duration::from_secs(3);
 
 /// How long an idle host's shared state outlives its last use: the learned rate is worth keeping
 /// a day.
@@ -98,6 +99,11 @@ pub(crate) struct Store {
     mode_changed: tokio::sync::Notify,
     /// This store, for the leases it grants (a dropped lease releases itself through it).
     me: std::sync::Weak<Store>,
+    /// The reservations waiting for the call in flight (`batch.rs`).
+    batch: Mutex<batch::Batch>,
+    /// Whether reservations of several hosts may share a call (not on a Redis Cluster, whose
+    /// hosts live in different slots).
+    batching: bool,
     scripts: Scripts,
     /// Round trips to the store, for `/metrics`.
     pub(crate) round_trip: Histogram,
@@ -115,6 +121,7 @@ pub(crate) struct OpLabel {
 #[derive(Debug)]
 struct Scripts {
     reserve: redis::Script,
+    reserve_many: redis::Script,
     release: redis::Script,
     report: redis::Script,
     operator: redis::Script,
@@ -286,8 +293,14 @@ impl Store {
             falls: AtomicU32::new(0),
             mode_changed: tokio::sync::Notify::new(),
             me: me.clone(),
+            batch: Mutex::new(batch::Batch::default()),
+            batching: !matches!(
+                connection::topology(&settings.redis_url),
+                Ok(connection::Topology::Cluster(_))
+            ),
             scripts: Scripts {
                 reserve: scripts::script(scripts::RESERVE),
+                reserve_many: scripts::reserve_many(),
                 release: scripts::script(scripts::RELEASE),
                 report: scripts::script(scripts::REPORT),
                 operator: scripts::script(scripts::OPERATOR),
@@ -298,6 +311,11 @@ impl Store {
             round_trip: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             errors: Family::default(),
         }))
+    }
+
+    /// This instance's id in the store (a `free` hint may name it).
+    pub(crate) fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// Whether the instance keeps its share of the budget locally because the store failed.
@@ -431,6 +449,7 @@ impl Store {
         let s = &self.scripts;
         for script in [
             &s.reserve,
+            &s.reserve_many,
             &s.release,
             &s.report,
             &s.operator,
@@ -475,48 +494,53 @@ impl Store {
             self.instance,
             self.next_lease.fetch_add(1, Ordering::Relaxed)
         );
-        let mut invocation = self.scripts.reserve.prepare_invoke();
-        invocation
-            .key(self.budget_key(host))
-            .key(self.lease_key(host))
-            .key(self.waiting_key(host))
-            .key(self.waiting_expiry_key(host))
-            .arg("")
-            .arg(limits.rate.to_string())
-            .arg(limits.configured_rate.to_string())
-            .arg(limits.burst.max(1))
-            .arg(limits.concurrency.max(1))
-            .arg(micros(self.settings.lease))
-            .arg(&member)
-            .arg(micros(HORIZON))
-            .arg(if limits.rejoin { "1" } else { "0" })
-            .arg(micros(IDLE_TTL))
-            .arg(&self.channel)
-            .arg(&**host)
-            .arg(want.max(1))
-            .arg(&self.instance)
-            .arg(micros(waited))
-            .arg(self.deadline_us())
-            .arg(micros(WAITING_PLACE));
+        let mut args = vec![
+            String::new(),
+            limits.rate.to_string(),
+            limits.configured_rate.to_string(),
+            limits.burst.max(1).to_string(),
+            limits.concurrency.max(1).to_string(),
+            micros(self.settings.lease).to_string(),
+            member.clone(),
+            micros(HORIZON).to_string(),
+            if limits.rejoin { "1" } else { "0" }.to_string(),
+            micros(IDLE_TTL).to_string(),
+            self.channel.clone(),
+            host.to_string(),
+            want.max(1).to_string(),
+            self.instance.clone(),
+            micros(waited).to_string(),
+            // The deadline, written when the call is sent (`batch.rs`).
+            String::new(),
+            micros(WAITING_PLACE).to_string(),
+        ];
         // The host's turns that ended meanwhile are released by this same call (even one past
         // its deadline); if the call fails they are kept for the next, since a release is
         // idempotent.
         let ended = self.take_ended(host);
         for (turn, sent, _) in &ended {
-            invocation
-                .arg(&turn.member)
-                .arg(if *sent { "0" } else { "1" })
-                .arg(&turn.tat)
-                .arg(turn.interval);
+            args.push(turn.member.clone());
+            args.push(if *sent { "0" } else { "1" }.to_string());
+            args.push(turn.tat.clone());
+            args.push(turn.interval.to_string());
         }
-        let value = match self.call("reserve", &invocation).await {
+        let call = batch::ReserveCall {
+            keys: [
+                self.budget_key(host),
+                self.lease_key(host),
+                self.waiting_key(host),
+                self.waiting_expiry_key(host),
+            ],
+            args,
+        };
+        let value = match self.run_reserve(call).await {
             Ok(value) => value,
             Err(down) => {
                 self.keep_ended(ended);
                 return Err(down);
             }
         };
-        let reply = ReserveReply::parse(value)
+        let reply = ReserveReply::parse(&value)
             .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
         self.read_clock(reply.now);
         let wait = Duration::from_micros(reply.micros.max(0) as u64);
@@ -618,6 +642,7 @@ impl Store {
         invocation
             .key(self.budget_key(&turn.host))
             .key(self.lease_key(&turn.host))
+            .key(self.waiting_key(&turn.host))
             .arg("")
             .arg(&turn.member)
             .arg(if sent { "0" } else { "1" })
@@ -720,12 +745,22 @@ pub(super) type FurtherTurns = Vec<(String, i64)>;
 
 /// Splits the reservation script's reply (one `|`-separated string) into its first eight fields,
 /// the further turns (`tat`, start) and the store's clock; `None` for any other shape.
+#[cfg(test)]
 pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, FurtherTurns, i64)> {
-    let text = match value {
-        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
-        Value::SimpleString(text) => text.as_str(),
-        _ => return None,
-    };
+    reserve_fields_of(value_text(value)?)
+}
+
+/// A script's reply as text (a bulk or simple string), or `None`.
+fn value_text(value: &Value) -> Option<&str> {
+    match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+        Value::SimpleString(text) => Some(text.as_str()),
+        _ => None,
+    }
+}
+
+/// [`reserve_fields`] of the reply's text.
+fn reserve_fields_of(text: &str) -> Option<(ReserveTuple, FurtherTurns, i64)> {
     let mut fields = text.split('|');
     let mut text_field = || fields.next().map(str::to_string);
     let kind = text_field()?;
@@ -759,9 +794,9 @@ pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, FurtherTurn
 }
 
 impl ReserveReply {
-    fn parse(value: Value) -> Option<ReserveReply> {
+    fn parse(text: &str) -> Option<ReserveReply> {
         let ((kind, micros, cause, rate, rate_override, tat, interval, start), more, now) =
-            reserve_fields(&value)?;
+            reserve_fields_of(text)?;
         Some(ReserveReply {
             kind,
             micros,

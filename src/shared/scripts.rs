@@ -23,6 +23,14 @@ local function now_us(arg)
 end
 local function int(x) return string.format('%d', x) end
 local function real(x) return string.format('%.17g', x) end
+local function free_hint(waiting, channel, host)
+  local first = waiting and redis.call('ZRANGE', waiting, 0, 0) or {}
+  if first[1] then
+    redis.call('PUBLISH', channel, 'free ' .. host .. ' ' .. first[1])
+  else
+    redis.call('PUBLISH', channel, 'free ' .. host)
+  end
+end
 local function keep_at_least(key, ms)
   local ttl = redis.call('PTTL', key)
   if ttl < ms then redis.call('PEXPIRE', key, ms) end
@@ -53,7 +61,8 @@ end
 /// to the one that freed it and asks again at once), and a paced host's turns go round the
 /// instances in the order their requests arrived. A place lasts a quarter of its TTL between
 /// renewals at most (every refusal's wait is capped at that), and places whose instance stopped
-/// asking are forgotten after the TTL. A grant while others are listed wakes them (`free`).
+/// asking are forgotten after the TTL. A slot freed while instances are listed wakes only the
+/// one listed first (`free <host> <instance>`): the others would only be refused again.
 ///
 /// Up to `n` turns are reserved in a row (only one while older instances wait), each by the same
 /// rule as one (a free concurrency slot, within the horizon), the `k`-th with the lease member
@@ -91,7 +100,7 @@ for i = 18, #ARGV, 4 do
   end
 end
 if freed > 0 and redis.call('HDEL', KEYS[1], 'w') == 1 then
-  redis.call('PUBLISH', ARGV[11], 'free ' .. ARGV[12])
+  free_hint(KEYS[3], ARGV[11], ARGV[12])
 end
 local h = redis.call('HMGET', KEYS[1], 'tat', 'cd', 'cdc', 'op', 'ovr', 'rate', 'cap', 'capx')
 local learned = tonumber(h[6]) or tonumber(ARGV[3])
@@ -182,9 +191,6 @@ for k = 2, want do
   more[#more + 1] = int(next_slot)
   last = next_slot
 end
-if listed > 0 and redis.call('HDEL', KEYS[1], 'w') == 1 then
-  redis.call('PUBLISH', ARGV[11], 'free ' .. ARGV[12])
-end
 redis.call('HSET', KEYS[1], 'tat', int(new_tat))
 keep_at_least(KEYS[1], math.ceil((new_tat - now + tonumber(ARGV[10])) / 1000))
 keep_at_least(KEYS[2], math.ceil((last - now + tonumber(ARGV[6])) / 1000) + 1000)
@@ -192,11 +198,12 @@ if #more > 0 then return reply_of(reply, '|' .. table.concat(more, '|')) end
 return reply_of(reply)
 "#;
 
-/// Ends a turn. `KEYS`: budget, leases. `ARGV`: now (unused), lease member, refund (`1`: the
+/// Ends a turn. `KEYS`: budget, leases, waiting list (optional). `ARGV`: now (unused), lease member, refund (`1`: the
 /// request never left), the `tat` its reservation wrote, its interval, hint channel, host key. A
 /// refund undoes the reservation only if no later one was made on top of it. When a reservation
-/// was answered `busy` since the last release (the `w` flag), the hint `free <host>` wakes the
-/// instances waiting for a slot; otherwise nobody waits and nothing is sent.
+/// was answered `busy` since the last release (the `w` flag), the hint `free <host> <instance>`
+/// wakes the instance that waited longest for a slot (`free <host>`, every instance, when the
+/// waiting list is empty); otherwise nobody waits and nothing is sent.
 pub(super) const RELEASE: &str = r#"
 local removed = redis.call('ZREM', KEYS[2], ARGV[2])
 if removed == 1 and ARGV[3] == '1' then
@@ -206,7 +213,7 @@ if removed == 1 and ARGV[3] == '1' then
   end
 end
 if removed == 1 and redis.call('HDEL', KEYS[1], 'w') == 1 then
-  redis.call('PUBLISH', ARGV[6], 'free ' .. ARGV[7])
+  free_hint(KEYS[3], ARGV[6], ARGV[7])
 end
 return removed
 "#;
@@ -296,7 +303,7 @@ pub(super) const WITHDRAW: &str = r#"
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) > 0 and redis.call('HDEL', KEYS[3], 'w') == 1 then
-  redis.call('PUBLISH', ARGV[2], 'free ' .. ARGV[3])
+  free_hint(KEYS[1], ARGV[2], ARGV[3])
 end
 return 1
 "#;
@@ -320,6 +327,31 @@ local expiry = int(now + tonumber(ARGV[2]))
 for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
 keep_at_least(KEYS[1], math.ceil(tonumber(ARGV[2]) / 1000) + 1000)
 return 1
+"#;
+
+/// The reservation of several hosts in one call: `RESERVE` run once per host, in order, within
+/// one atomic script. `KEYS`: four per host, as `RESERVE` takes them. `ARGV`: for each host, the
+/// count of its arguments and then its arguments, as `RESERVE` takes them. Returns each host's
+/// reply, in order, joined by `\n` (a reply never holds one).
+pub(super) fn reserve_many() -> redis::Script {
+    redis::Script::new(&format!(
+        "{PRELUDE}local function reserve_one(KEYS, ARGV)\n{RESERVE}\nend\n{RESERVE_MANY_LOOP}"
+    ))
+}
+
+/// The loop of [`reserve_many`] over the hosts of one call.
+const RESERVE_MANY_LOOP: &str = r#"
+local replies = {}
+local k, a = 1, 1
+while a <= #ARGV do
+  local n = tonumber(ARGV[a])
+  local args = {}
+  for i = 1, n do args[i] = ARGV[a + i] end
+  replies[#replies + 1] = reserve_one({KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]}, args)
+  a = a + n + 1
+  k = k + 4
+end
+return table.concat(replies, '\n')
 "#;
 
 /// A script with the prelude, ready to run.

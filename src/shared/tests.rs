@@ -319,7 +319,11 @@ fn hints_read_back_what_the_scripts_publish() {
     );
     assert_eq!(
         Hint::parse("free [::1]:80"),
-        Some(Hint::Free("[::1]:80".into()))
+        Some(Hint::Free("[::1]:80".into(), None))
+    );
+    assert_eq!(
+        Hint::parse("free a.test:80 0123abcd"),
+        Some(Hint::Free("a.test:80".into(), Some("0123abcd".into())))
     );
     assert_eq!(
         Hint::parse("rate a.test:80 2.5"),
@@ -778,4 +782,87 @@ async fn a_paced_turn_goes_to_the_instance_that_waited_longest() {
     );
     let (kind, wait) = ask(&mut conn, host, T0 + 601_000, "1", 10, "b", 891_000, 0, &[]).await;
     assert_eq!((kind.as_str(), wait), ("go", 399_000));
+}
+
+/// One call for several hosts answers each as its own call would, in order, and carries each
+/// host's ended turns.
+#[tokio::test]
+async fn one_call_reserves_for_several_hosts_as_separate_calls_would() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = connect(&redis).await;
+    let args = |host: &str, member: &str, ended: Option<&str>| -> Vec<String> {
+        let mut args: Vec<String> = [
+            T0.to_string().as_str(),
+            "2",
+            "2",
+            "1",
+            "1",
+            "60000000",
+            member,
+            "1000000",
+            "0",
+            "3600000000",
+            "t:hints",
+            host,
+            "1",
+            "me",
+            "0",
+            "0",
+            "2000000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(m) = ended {
+            args.extend([m.to_string(), "0".into(), String::new(), "0".into()]);
+        }
+        args
+    };
+    let reserve_many = super::scripts::reserve_many();
+    let many = |calls: &[(&str, Vec<String>)]| {
+        let mut invocation = reserve_many.prepare_invoke();
+        for (host, args) in calls {
+            for suffix in ["b", "l", "q", "qx"] {
+                invocation.key(format!("t:{{{host}}}:{suffix}"));
+            }
+            invocation.arg(args.len());
+            for a in args {
+                invocation.arg(a);
+            }
+        }
+        invocation
+    };
+    // Two hosts at once: both go now; a second call for both finds each one's slot taken.
+    let reply: redis::Value = many(&[
+        ("one.test:80", args("one.test:80", "a1", None)),
+        ("two.test:80", args("two.test:80", "b1", None)),
+    ])
+    .invoke_async(&mut conn)
+    .await
+    .unwrap();
+    let text = super::value_text(&reply).unwrap().to_string();
+    let replies: Vec<&str> = text.split('\n').collect();
+    assert_eq!(replies.len(), 2, "{text}");
+    for r in &replies {
+        assert!(r.starts_with("go|0|"), "{text}");
+    }
+    let reply: redis::Value = many(&[
+        ("one.test:80", args("one.test:80", "a2", None)),
+        ("two.test:80", args("two.test:80", "b2", Some("b1"))),
+    ])
+    .invoke_async(&mut conn)
+    .await
+    .unwrap();
+    let text = super::value_text(&reply).unwrap().to_string();
+    let kinds: Vec<&str> = text
+        .split('\n')
+        .map(|r| r.split('|').next().unwrap())
+        .collect();
+    // one.test's only slot is held; two.test's was freed by the turn its call carried, and its
+    // next turn is half a second on (2/s).
+    assert_eq!(kinds, ["busy", "go"], "{text}");
+    let two: Vec<&str> = text.split('\n').nth(1).unwrap().split('|').collect();
+    assert_eq!(two[1], "500000", "{text}");
 }
