@@ -8,7 +8,7 @@
 #                        [--seed 1] [--max-minutes 30] [--out FILE|-]
 #   The big run: benches/soak.sh --hosts 20 --clients 64 --requests 100000
 #   The shared budget: SOAK_EXTRA_CONFIG=$'[shared]\nredis_url = "redis://127.0.0.1:6390/0"\n' benches/soak.sh
-#   ... with the store stalled (SIGSTOP 1 s every 20 s): SOAK_STALL_PID=<redis-server's pid> as well
+#   ... with the store stalled and failed over: benches/soak_shared.sh (SOAK_STALL_PID, SOAK_FAILOVER_CMD)
 #   Progress goes to stderr; the Markdown report to stdout and to benches/SOAK_RESULTS.md.
 #   Exits non-zero when an invariant fails.
 #

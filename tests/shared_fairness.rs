@@ -225,6 +225,53 @@ async fn a_one_second_stall_of_the_store_leaves_no_gap_past_one_turn() {
     assert_within_budget(&origin, 3.0, 1, 2);
 }
 
+/// A latency spike with the store healthy (each command held 300 ms, for 1.5 s: a busy script
+/// blocking Redis) closes nothing either: the calls that time out reserve nothing when they run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latency_spike_of_the_store_leaves_no_gap_past_one_turn() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances(3, &redis, &paced(1)).await;
+    let start = Instant::now();
+    let end = start + Duration::from_secs(9);
+    let load = closed_loop(&all, &origin, 4, end);
+    let spike = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // Five scripts of 300 ms each, back to back: every call meanwhile waits up to 300 ms.
+        let busy = "local function us() local t = redis.call('TIME') \
+                    return tonumber(t[1]) * 1000000 + tonumber(t[2]) end \
+                    local t0 = us() repeat until us() - t0 > 300000 return 1";
+        for _ in 0..5 {
+            let port = redis.port.to_string();
+            let busy = busy.to_string();
+            tokio::task::spawn_blocking(move || {
+                std::process::Command::new("redis-cli")
+                    .args(["-p", &port, "EVAL", &busy, "0"])
+                    .output()
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        }
+        Instant::now()
+    };
+    let (seen, calm) = tokio::join!(load, spike);
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    let gap = longest_gap(&origin, start + Duration::from_millis(500));
+    assert!(
+        gap <= Duration::from_millis(1500),
+        "the host went quiet for {gap:?}"
+    );
+    let after = shares(&origin, 3, calm + Duration::from_secs(1), end);
+    assert!(
+        after.iter().sum::<usize>() >= 9,
+        "served again after the spike: {after:?}"
+    );
+    assert_within_budget(&origin, 3.0, 1, 2);
+}
+
 /// `kill -9` of the store: every queued request is answered at its instance's fallback share
 /// (none sleeps on a store that is gone), and the switch releases no burst.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -165,13 +165,21 @@ async fn soak(args: &Args, mode: Mode) -> anyhow::Result<(ModeRun, String)> {
     let mut restarts = Vec::new();
     let mut next_restart = 0;
     let mut next_progress = Instant::now() + Duration::from_secs(10);
-    // The shared store's stalls: with `SOAK_STALL_PID` (a redis-server's), `SIGSTOP` for 1 s
+    // The shared store's stalls: with `SOAK_STALL_PID` (redis-servers' pids, comma-separated:
+    // a master and its replica, so that whichever is the master stalls), `SIGSTOP` for 1 s
     // every 20 s, as a latency spike or a short partition.
-    let stall_pid = std::env::var("SOAK_STALL_PID")
-        .ok()
-        .and_then(|p| p.parse::<u32>().ok());
+    let stall_pids: Vec<u32> = std::env::var("SOAK_STALL_PID")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|p| p.trim().parse().ok())
+        .collect();
     let mut next_stall = Instant::now() + STALL_EVERY;
     let mut stalls = 0;
+    // With `SOAK_FAILOVER_CMD` (e.g. `redis-cli -p <sentinel> SENTINEL FAILOVER <master>`), run
+    // once when half the requests are done.
+    let mut failover = std::env::var("SOAK_FAILOVER_CMD")
+        .ok()
+        .filter(|c| !c.is_empty());
     // Bounded by the deadline (the clients stop taking ids after it, and each of their requests
     // ends within OVERALL_TIMEOUT).
     while Instant::now() < deadline + OVERALL_TIMEOUT + Duration::from_secs(30) {
@@ -191,16 +199,30 @@ async fn soak(args: &Args, mode: Mode) -> anyhow::Result<(ModeRun, String)> {
                 load.gate.store(gate_for(next_restart), Ordering::Relaxed);
             }
         }
-        if let Some(pid) = stall_pid.filter(|_| Instant::now() >= next_stall) {
+        if !stall_pids.is_empty() && Instant::now() >= next_stall {
             eprintln!(
                 "[soak {}] {done} done: the store stalls for 1 s",
                 mode.word()
             );
-            signal_pid("-STOP", pid);
+            for pid in &stall_pids {
+                signal_pid("-STOP", *pid);
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
-            signal_pid("-CONT", pid);
+            for pid in &stall_pids {
+                signal_pid("-CONT", *pid);
+            }
             stalls += 1;
             next_stall = Instant::now() + STALL_EVERY;
+        }
+        if done * 2 >= args.requests {
+            if let Some(command) = failover.take() {
+                eprintln!("[soak {}] {done} done: failover ({command})", mode.word());
+                let ran = tokio::process::Command::new("sh")
+                    .args(["-c", &command])
+                    .status()
+                    .await;
+                eprintln!("[soak {}] failover: {ran:?}", mode.word());
+            }
         }
         if Instant::now() >= next_progress {
             eprintln!(

@@ -17,6 +17,7 @@
 //! | `scripts.rs` | the Lua, with the semantics of every field |
 //! | `hints.rs` | the pub/sub subscriber |
 //! | `releases.rs` | ended turns: carried by the host's next reservation, or released on their own |
+//! | `batch.rs` | the reservations of several hosts in one call, while one call is in flight |
 //! | `heartbeat.rs` | live instances, lease renewal, finding the store again |
 //!
 //! It decides nothing about pacing itself: the limiter asks it for turns through its budget seam.
