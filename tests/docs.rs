@@ -1,0 +1,242 @@
+//! The docs cannot drift: every relative link in `README.md`, `docs/` and `deploy/README.md`
+//! resolves (the file exists, and an anchor names a heading of it), and every code name
+//! `docs/ARCHITECTURE.md` cites (a file under `src/`, a type, a `Type::function`, a
+//! `function()`) exists in `src/`.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Markdown files that make the project's documentation.
+fn doc_files() -> Vec<PathBuf> {
+    let root = root();
+    let mut files = vec![root.join("README.md"), root.join("deploy/README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+}
+
+/// The links of a Markdown text outside code: `(target)` after `]`.
+fn links(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(i) = rest.find("](") {
+            let after = &rest[i + 2..];
+            let Some(end) = after.find(')') else { break };
+            found.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    found
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings.
+fn anchors(text: &str) -> HashSet<String> {
+    let mut in_fence = false;
+    let mut set = HashSet::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+        }
+        if !in_fence && line.starts_with('#') {
+            set.insert(slug(line.trim_start_matches('#')));
+        }
+    }
+    set
+}
+
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let mut broken = Vec::new();
+    for file in doc_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (path, anchor) = match link.split_once('#') {
+                Some((p, a)) => (p, Some(a)),
+                None => (link.as_str(), None),
+            };
+            let target = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no such file)", file.display()));
+                continue;
+            }
+            if let (Some(anchor), true) = (anchor, target.extension().is_some_and(|e| e == "md")) {
+                let headings = anchors(&std::fs::read_to_string(&target).unwrap());
+                if !headings.contains(anchor) {
+                    broken.push(format!("{}: {link} (no such heading)", file.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// Every `.rs` file under `src/`, with its text.
+fn sources() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push((path, text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root().join("src"), &mut out);
+    out
+}
+
+/// The backticked spans of a Markdown text outside fenced code.
+fn code_spans(text: &str) -> Vec<String> {
+    let mut spans = Vec::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        let parts: Vec<&str> = line.split('`').collect();
+        spans.extend(parts.iter().skip(1).step_by(2).map(|s| s.to_string()));
+    }
+    spans
+}
+
+/// Whether a file whose path ends with `name` is under `dir`.
+fn find_file(dir: &Path, name: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.filter_map(Result::ok).any(|e| {
+        let path = e.path();
+        if path.is_dir() {
+            find_file(&path, name)
+        } else {
+            path.to_string_lossy().ends_with(&format!("/{name}"))
+        }
+    })
+}
+
+fn is_ident(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+}
+
+fn is_camel(s: &str) -> bool {
+    is_ident(s) && s.starts_with(|c: char| c.is_ascii_uppercase()) && s.chars().any(|c| c.is_lowercase())
+}
+
+/// Whether `word` stands as a whole word in `text`.
+fn has_word(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+#[test]
+fn every_code_name_the_architecture_cites_exists() {
+    let text = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
+    let sources = sources();
+    let all: String = sources.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join("\n");
+    let files: Vec<String> = sources
+        .iter()
+        .map(|(p, _)| p.strip_prefix(root().join("src")).unwrap().display().to_string())
+        .collect();
+    let mut missing = Vec::new();
+    for span in code_spans(&text) {
+        let name = span.trim();
+        // A file or folder of the crate: `limiter/shared.rs`, `shared/`, `main.rs`.
+        if name.ends_with(".rs") && !name.contains(' ') && !name.contains('<') {
+            let bare = name.trim_start_matches("src/");
+            let elsewhere = ["benches", "tests"]
+                .iter()
+                .any(|d| find_file(&root().join(d), bare));
+            if !elsewhere && !files.iter().any(|f| f == bare || f.ends_with(&format!("/{bare}"))) {
+                missing.push(format!("file {name}"));
+            }
+            continue;
+        }
+        // `Type::function(...)`, `Type::Variant`, `function()`, `Type`.
+        let head = name.split('(').next().unwrap_or("").trim();
+        let called = name.contains('(');
+        if head.contains("::") {
+            let segments: Vec<&str> = head.split("::").collect();
+            if !segments.iter().all(|s| is_ident(s)) {
+                continue;
+            }
+            for (i, segment) in segments.iter().enumerate() {
+                let last = i + 1 == segments.len();
+                let found = if last && !is_camel(segment) {
+                    // A function, or a field.
+                    has_word(&all, &format!("fn {segment}"))
+                        || all.contains(&format!(" {segment}: "))
+                } else {
+                    has_word(&all, segment)
+                };
+                if !found {
+                    missing.push(format!("{segment} (in `{name}`)"));
+                }
+            }
+        } else if called && is_ident(head) && head.contains('_') {
+            if !has_word(&all, &format!("fn {head}")) {
+                missing.push(format!("fn {head} (in `{name}`)"));
+            }
+        } else if is_camel(head) && head == name && !has_word(&all, head) {
+            missing.push(format!("type {head}"));
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md cites names that src/ does not have:\n{}",
+        missing.join("\n")
+    );
+}
