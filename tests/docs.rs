@@ -167,7 +167,9 @@ fn is_ident(s: &str) -> bool {
 }
 
 fn is_camel(s: &str) -> bool {
-    is_ident(s) && s.starts_with(|c: char| c.is_ascii_uppercase()) && s.chars().any(|c| c.is_lowercase())
+    is_ident(s)
+        && s.starts_with(|c: char| c.is_ascii_uppercase())
+        && s.chars().any(|c| c.is_lowercase())
 }
 
 /// Whether `word` stands as a whole word in `text`.
@@ -184,10 +186,19 @@ fn has_word(text: &str, word: &str) -> bool {
 fn every_code_name_the_architecture_cites_exists() {
     let text = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
     let sources = sources();
-    let all: String = sources.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join("\n");
+    let all: String = sources
+        .iter()
+        .map(|(_, t)| t.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
     let files: Vec<String> = sources
         .iter()
-        .map(|(p, _)| p.strip_prefix(root().join("src")).unwrap().display().to_string())
+        .map(|(p, _)| {
+            p.strip_prefix(root().join("src"))
+                .unwrap()
+                .display()
+                .to_string()
+        })
         .collect();
     let mut missing = Vec::new();
     for span in code_spans(&text) {
@@ -198,7 +209,11 @@ fn every_code_name_the_architecture_cites_exists() {
             let elsewhere = ["benches", "tests"]
                 .iter()
                 .any(|d| find_file(&root().join(d), bare));
-            if !elsewhere && !files.iter().any(|f| f == bare || f.ends_with(&format!("/{bare}"))) {
+            if !elsewhere
+                && !files
+                    .iter()
+                    .any(|f| f == bare || f.ends_with(&format!("/{bare}")))
+            {
                 missing.push(format!("file {name}"));
             }
             continue;

@@ -80,7 +80,7 @@ impl Host {
             port: key.port,
             kind: key.kind,
             state: Mutex::new(HostState {
-                pacing: Pacing::new(&policy, now),
+                pacing: Pacing::new(&policy, now, std::time::SystemTime::now()),
                 policy,
                 in_flight: InFlight::default(),
                 queue: VecDeque::new(),

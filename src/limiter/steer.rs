@@ -275,7 +275,9 @@ impl Limiter {
                 let (name, port) = host.policy_name(&state);
                 let policy = config.policy_for(&name, port);
                 let old = state.policy.clone();
-                state.pacing.apply_policy(&old, &policy, now);
+                state
+                    .pacing
+                    .apply_policy(&old, &policy, now, std::time::SystemTime::now());
                 state.policy = policy;
             }
             host.wake.notify_one();
@@ -292,7 +294,7 @@ impl Limiter {
         for host in hosts {
             let state = host.lock();
             let record = state.pacing.record(now);
-            let fresh_rate = Pacing::new(&state.policy, now).rate();
+            let fresh_rate = Pacing::initial_rate(&state.policy);
             let worth_keeping = record.cooldown.is_some()
                 || record.operator_pause.is_some()
                 || record.rate_override.is_some()

@@ -73,17 +73,13 @@ pub struct PacingRecord {
 
 impl Pacing {
     /// A fresh host under `policy`.
-    pub fn new(policy: &HostPolicy, now: Instant) -> Self {
-        let rate = if policy.adaptive {
-            policy.rate.clamp(policy.min_rate, policy.max_rate)
-        } else {
-            policy.rate
-        };
+    pub fn new(policy: &HostPolicy, now: Instant, wall: std::time::SystemTime) -> Self {
+        let rate = Pacing::initial_rate(policy);
         Pacing {
             bucket: Bucket::new(rate, policy.burst, now),
             rate,
             rare: None,
-            off_peak: OffPeakClock::new(policy, (now, std::time::SystemTime::now())),
+            off_peak: OffPeakClock::new(policy, (now, wall)),
             share: 1.0,
             latency: 0.0,
         }
@@ -131,12 +127,12 @@ impl Pacing {
         self.sync(now);
     }
 
-    /// Like [`Pacing::new`], with `now` corresponding to the wall-clock time `wall` (tests of
-    /// off-peak windows under a paused clock).
-    pub fn with_wall_clock(policy: &HostPolicy, now: Instant, wall: std::time::SystemTime) -> Self {
-        Pacing {
-            off_peak: OffPeakClock::new(policy, (now, wall)),
-            ..Pacing::new(policy, now)
+    /// The rate a fresh host starts at: the configured one, within the adaptive bounds.
+    pub fn initial_rate(policy: &HostPolicy) -> f64 {
+        if policy.adaptive {
+            policy.rate.clamp(policy.min_rate, policy.max_rate)
+        } else {
+            policy.rate
         }
     }
 
@@ -230,9 +226,15 @@ impl Pacing {
 
     /// Applies a reloaded policy: burst and bounds change at once; a rate that had been lowered by
     /// feedback stays lowered (never above the new configured rate).
-    pub fn apply_policy(&mut self, old: &HostPolicy, new: &HostPolicy, now: Instant) {
+    pub fn apply_policy(
+        &mut self,
+        old: &HostPolicy,
+        new: &HostPolicy,
+        now: Instant,
+        wall: std::time::SystemTime,
+    ) {
         self.bucket.set_burst(self.share_of(new.burst), now);
-        let anchor = (now, std::time::SystemTime::now());
+        let anchor = (now, wall);
         let anchor = self.off_peak.as_ref().map_or(anchor, |o| o.anchor);
         self.off_peak = OffPeakClock::new(new, anchor);
         self.rate = if new.adaptive {
@@ -339,7 +341,7 @@ impl Pacing {
     /// Whether the host is exactly as a fresh one would be (so it may be forgotten).
     pub fn is_fresh(&mut self, policy: &HostPolicy, now: Instant) -> bool {
         self.sync(now);
-        let fresh_rate = Pacing::new(policy, now).rate;
+        let fresh_rate = Pacing::initial_rate(policy);
         // What a host idle that long may forget: a burst clamp left from a cooldown that ended (it
         // may come back with its full burst, as a fresh one would), the last cut (nothing sent
         // before it can still answer), a 403 streak, and the Crawl-delay cap (set again from

@@ -3,6 +3,7 @@
 use super::episode::WAVE_MEMORY;
 use super::*;
 use crate::config::OnCooldown;
+use std::time::UNIX_EPOCH;
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -37,7 +38,7 @@ fn answer(feedback: Feedback, status: u16, sent_at: Instant) -> Observation {
 fn healthy_limited_answers_creep_up_to_the_ceiling() {
     let t0 = Instant::now();
     let policy = adaptive(9.9);
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let r = p.observe(&answer(Feedback::Success, 200, t0), &policy, t0, 0.0);
     assert!((r.rate_after - 9.95).abs() < 1e-9);
     for _ in 0..10 {
@@ -50,7 +51,7 @@ fn healthy_limited_answers_creep_up_to_the_ceiling() {
 fn unlimited_answers_do_not_raise_the_rate() {
     let t0 = Instant::now();
     let policy = adaptive(2.0);
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         limited: false,
         ..answer(Feedback::Success, 200, t0)
@@ -63,7 +64,7 @@ fn unlimited_answers_do_not_raise_the_rate() {
 fn slow_answers_cut_by_slow_factor_once_per_wave() {
     let t0 = Instant::now();
     let policy = adaptive(5.0);
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let slow = Observation {
         answer: Answer {
             latency: secs(2.5),
@@ -91,7 +92,7 @@ fn a_wave_of_429s_cuts_once() {
         resume_factor: 1.0,
         ..adaptive(8.0)
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     // Eight requests in flight together, all answered 429 with Retry-After: 1.
     for i in 0..8 {
         let obs = Observation {
@@ -114,7 +115,7 @@ fn a_cooldown_blocks_then_resumes_at_resume_factor_with_no_burst() {
         burst: 5,
         ..HostPolicy::default()
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         answer: Answer {
             retry_after: Some(secs(30.0)),
@@ -138,7 +139,7 @@ fn a_cooldown_blocks_then_resumes_at_resume_factor_with_no_burst() {
 fn a_cooldown_never_shortens() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let long = Observation {
         answer: Answer {
             retry_after: Some(secs(60.0)),
@@ -174,7 +175,7 @@ fn a_cooldown_never_shortens() {
 fn retry_after_is_capped_by_max_retry_after() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         answer: Answer {
             retry_after: Some(secs(86_400.0)),
@@ -192,7 +193,7 @@ fn retry_after_is_capped_by_max_retry_after() {
 fn without_retry_after_backoff_doubles_per_wave_and_resets_when_healthy() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let mut now = t0;
     let mut windows = Vec::new();
     for _ in 0..10 {
@@ -220,7 +221,7 @@ fn without_retry_after_backoff_doubles_per_wave_and_resets_when_healthy() {
 fn backoff_jitter_only_lengthens() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let r = p.observe(&answer(Feedback::Failed, 0, t0), &policy, t0, 0.99);
     let w = r.cooldown.unwrap().as_secs_f64();
     assert!((2.0..=2.5).contains(&w), "{w}");
@@ -230,7 +231,7 @@ fn backoff_jitter_only_lengthens() {
 fn failures_back_off_like_overload() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         answer: Answer {
             status: None,
@@ -251,7 +252,7 @@ fn a_non_adaptive_host_recovers_to_its_configured_rate_only() {
         increase_step: 0.25,
         ..HostPolicy::default()
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         answer: Answer {
             retry_after: Some(secs(1.0)),
@@ -276,7 +277,7 @@ fn a_non_adaptive_host_recovers_to_its_configured_rate_only() {
 fn neutral_answers_change_nothing() {
     let t0 = Instant::now();
     let policy = adaptive(3.0);
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let r = p.observe(&answer(Feedback::Neutral, 404, t0), &policy, t0, 0.0);
     assert_eq!((r.rate_after, r.cooldown), (3.0, None));
 }
@@ -289,7 +290,7 @@ fn the_servers_remaining_budget_is_spread_until_the_reset_and_never_exceeded() {
         burst: 10,
         ..HostPolicy::default()
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         answer: Answer {
             server: Some(ServerBudget {
@@ -323,7 +324,7 @@ fn the_servers_remaining_budget_is_spread_until_the_reset_and_never_exceeded() {
 fn zero_remaining_cools_down_until_the_reset() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         answer: Answer {
             server: Some(ServerBudget {
@@ -353,7 +354,7 @@ fn server_numbers_only_ever_make_courtesy_stricter() {
         rate: 2.0,
         ..HostPolicy::default()
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let generous = Observation {
         answer: Answer {
             server: Some(ServerBudget {
@@ -388,7 +389,7 @@ fn server_numbers_only_ever_make_courtesy_stricter() {
 fn requests_in_flight_count_against_the_servers_remaining() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         answer: Answer {
             server: Some(ServerBudget {
@@ -409,7 +410,7 @@ fn requests_in_flight_count_against_the_servers_remaining() {
 fn an_operator_pause_blocks_until_resumed_but_never_shortens_a_server_cooldown() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     p.operator_pause(t0 + secs(100.0));
     assert_eq!(p.block(t0).unwrap().cause, CooldownCause::Operator);
     assert_eq!(p.ready_at(t0), t0 + secs(100.0));
@@ -433,7 +434,7 @@ fn an_operator_pause_blocks_until_resumed_but_never_shortens_a_server_cooldown()
 fn an_operator_rate_replaces_ours_but_server_caps_still_apply() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     p.set_rate_override(Some(4.0), t0);
     assert_eq!(p.effective_rate(t0), 4.0);
     let obs = Observation {
@@ -461,7 +462,7 @@ fn a_record_restores_cooldowns_rates_and_overrides() {
         adaptive: true,
         ..HostPolicy::default()
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = Observation {
         answer: Answer {
             retry_after: Some(secs(120.0)),
@@ -472,7 +473,7 @@ fn a_record_restores_cooldowns_rates_and_overrides() {
     p.observe(&obs, &policy, t0, 0.0);
     p.set_rate_override(Some(0.7), t0);
     let record = p.record(t0 + secs(10.0));
-    let mut fresh = Pacing::new(&policy, t0 + secs(10.0));
+    let mut fresh = Pacing::new(&policy, t0 + secs(10.0), UNIX_EPOCH);
     fresh.restore(&record, &policy, t0 + secs(10.0));
     assert_eq!(
         fresh.cooldown(t0 + secs(10.0)).unwrap().until,
@@ -486,13 +487,13 @@ fn a_record_restores_cooldowns_rates_and_overrides() {
 fn a_reloaded_policy_keeps_a_lowered_rate_lowered() {
     let t0 = Instant::now();
     let old = HostPolicy::default();
-    let mut p = Pacing::new(&old, t0);
+    let mut p = Pacing::new(&old, t0, UNIX_EPOCH);
     let new = HostPolicy {
         rate: 3.0,
         burst: 3,
         ..HostPolicy::default()
     };
-    p.apply_policy(&old, &new, t0);
+    p.apply_policy(&old, &new, t0, UNIX_EPOCH);
     assert_eq!(p.rate(), 3.0, "an unlowered rate follows the config");
     let obs = Observation {
         answer: Answer {
@@ -507,7 +508,7 @@ fn a_reloaded_policy_keeps_a_lowered_rate_lowered() {
         rate: 10.0,
         ..new.clone()
     };
-    p.apply_policy(&new, &newer, t0);
+    p.apply_policy(&new, &newer, t0, UNIX_EPOCH);
     assert_eq!(p.rate(), 1.5, "a lowered rate is not raised by a reload");
 }
 
@@ -518,7 +519,7 @@ fn five_403s_in_a_row_are_a_hard_block() {
         rate: 4.0,
         ..HostPolicy::default()
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     for _ in 0..4 {
         let r = p.observe(&answer(Feedback::Neutral, 403, t0), &policy, t0, 0.0);
         assert!(!r.hard_block);
@@ -544,7 +545,7 @@ fn a_soft_block_pauses_once_and_never_shortens() {
         rate: 2.0,
         ..HostPolicy::default()
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     assert!(p.pause_for_block(CooldownCause::SoftBlock, &policy, t0));
     assert!(!p.pause_for_block(CooldownCause::SoftBlock, &policy, t0 + secs(1.0)));
     assert_eq!(p.rate(), 0.5, "cut once, not twice");
@@ -555,7 +556,7 @@ fn a_soft_block_pauses_once_and_never_shortens() {
 fn a_robots_crawl_delay_caps_the_rate_and_adaptation() {
     let t0 = Instant::now();
     let policy = adaptive(5.0);
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     p.set_robots_cap(Some(0.5), t0);
     assert_eq!(p.effective_rate(t0), 0.5);
     for _ in 0..100 {
@@ -567,7 +568,7 @@ fn a_robots_crawl_delay_caps_the_rate_and_adaptation() {
 
 #[test]
 fn off_peak_switches_the_rate_at_the_window_edges() {
-    use std::time::{SystemTime, UNIX_EPOCH};
+    use std::time::SystemTime;
     let off_peak = crate::config::Config::parse(
         "[defaults]\nrate = 1\noff_peak = { hours = \"01:00-06:00\", timezone = \"Europe/Berlin\", rate = 5.0 }\n",
         "t.toml",
@@ -579,7 +580,7 @@ fn off_peak_switches_the_rate_at_the_window_edges() {
     // 2026-01-15 00:59:00 in Berlin (UTC+1) is 23:59:00 UTC the day before.
     let wall = UNIX_EPOCH + Duration::from_secs(1_768_435_140);
     let t0 = Instant::now();
-    let mut p = Pacing::with_wall_clock(&off_peak, t0, wall);
+    let mut p = Pacing::new(&off_peak, t0, wall);
     assert_eq!(p.effective_rate(t0), 1.0);
     assert!(p.try_take(t0, 0.0, 0.0));
     // The next token would be 1 s away at 1/s, but the window opens in 60 s: wake then.
@@ -593,7 +594,7 @@ fn off_peak_switches_the_rate_at_the_window_edges() {
     assert_eq!(p.effective_rate(closes - secs(0.001)), 5.0);
     assert_eq!(p.effective_rate(closes), 1.0);
     // While waiting at 1/s a minute before the window, a sleeper wakes exactly at its edge.
-    let mut q = Pacing::with_wall_clock(
+    let mut q = Pacing::new(
         &HostPolicy {
             rate: 0.001,
             ..off_peak.clone()
@@ -610,7 +611,7 @@ fn off_peak_switches_the_rate_at_the_window_edges() {
 fn a_host_is_fresh_only_when_nothing_is_remembered() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     assert!(p.is_fresh(&policy, t0));
     let obs = Observation {
         answer: Answer {
@@ -627,7 +628,7 @@ fn a_host_is_fresh_only_when_nothing_is_remembered() {
 fn a_crawl_delay_or_a_403_streak_does_not_keep_a_host_known() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     p.set_robots_cap(Some(0.5), t0);
     p.observe(&answer(Feedback::Neutral, 403, t0), &policy, t0, 0.0);
     assert!(p.rare.is_some());
@@ -643,7 +644,7 @@ fn what_an_episode_left_is_freed_when_it_ends() {
         resume_factor: 1.0,
         ..HostPolicy::default()
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     assert!(p.rare.is_none());
     let obs = Observation {
         answer: Answer {
@@ -703,7 +704,7 @@ fn healthy_until(
 fn cut_once() -> (Instant, HostPolicy, Pacing) {
     let t0 = Instant::now();
     let policy = learned(8.0);
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     p.observe(&throttled(t0, 1.0), &policy, t0, 0.0);
     (t0, policy, p)
 }
@@ -748,7 +749,7 @@ fn the_learned_limit_holds_while_latency_nears_slow_response() {
         slow_response: Duration::from_millis(500),
         ..learned(5.0)
     };
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let mut obs = answer(Feedback::Success, 200, t0);
     obs.answer.latency = Duration::from_millis(450);
     for i in 0..20 {
@@ -813,7 +814,7 @@ fn announcing(
 fn an_announced_quota_moves_the_learned_limit_at_once_up_and_down() {
     let t0 = Instant::now();
     let policy = learned(10.0);
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let under = 1.0 - policy.learned_margin;
     p.observe(&announcing(t0, 5, Some(1.0), None), &policy, t0, 0.0);
     assert!((p.rate() - 5.0 * under).abs() < 1e-6, "{}", p.rate());
@@ -840,7 +841,7 @@ fn an_announced_quota_moves_the_learned_limit_at_once_up_and_down() {
 fn a_counted_quota_raises_the_learned_limit_and_zero_remaining_still_pauses() {
     let t0 = Instant::now();
     let policy = learned(1.0);
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     // 50 per 10 s, counted down: the learned limit rises to the quota itself at once, and
     // R = 0 still pauses until the reset.
     let counted =
@@ -857,7 +858,7 @@ fn a_counted_quota_raises_the_learned_limit_and_zero_remaining_still_pauses() {
     assert!((p.rate() - 5.0).abs() < 1e-6, "{}", p.rate());
     assert!(p.effective_rate(later) <= 2.0 + 1e-9);
     // Without the window said, the longest reset seen with this limit stands for it.
-    let mut p = Pacing::new(&policy, t0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     for (remaining, reset) in [(50, 60.0), (40, 20.0)] {
         let obs = announcing(t0, 100, None, Some((remaining, reset)));
         p.observe(&obs, &policy, t0, 0.0);
@@ -865,7 +866,7 @@ fn a_counted_quota_raises_the_learned_limit_and_zero_remaining_still_pauses() {
     }
     // AIMD leaves an announced quota to the hard rules.
     let aimd = adaptive(10.0);
-    let mut p = Pacing::new(&aimd, t0);
+    let mut p = Pacing::new(&aimd, t0, UNIX_EPOCH);
     p.observe(&announcing(t0, 5, Some(1.0), None), &aimd, t0, 0.0);
     assert_eq!(p.rate(), 10.0);
 }

@@ -126,7 +126,7 @@ pub(super) fn run(
         },
     };
     let mut throttle = AutoThrottle::new(1.0 / policy.rate, 1.0 / policy.max_rate);
-    let mut pacing = Pacing::new(&policy, at(0.0));
+    let mut pacing = Pacing::new(&policy, at(0.0), std::time::UNIX_EPOCH);
     if driver == Driver::AutoThrottle {
         pacing.set_rate_override(Some(throttle.rate()), at(0.0));
     }
