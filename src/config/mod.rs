@@ -30,6 +30,7 @@ mod pattern;
 mod policy;
 mod read;
 mod settings;
+mod suggest;
 mod validate;
 mod word;
 

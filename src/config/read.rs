@@ -48,7 +48,10 @@ pub(super) fn read(text: &str, name: &str) -> Result<(FileConfig, Vec<String>), 
             .unwrap_or_default();
         problems.push((
             line,
-            format!("{name}:{line}: {key}{}", error.message().trim()),
+            format!(
+                "{name}:{line}: {key}{}",
+                super::suggest::with_suggestion(error.message().trim())
+            ),
         ));
         if removed.is_none() || problems.len() >= MAX_PROBLEMS {
             return Err(ConfigErrors {

@@ -80,6 +80,8 @@ fn unknown_keys_and_wrong_types_name_the_line() {
     let err = parse("[defaults]\nrate = 1\nrat = 2\n").unwrap_err();
     assert!(err.errors[0].starts_with("test.toml:3:"), "{err}");
     assert!(err.errors[0].contains("rat"), "{err}");
+    let err = parse("[defaults]\njiter = 0.5\n").unwrap_err();
+    assert!(err.errors[0].ends_with("did you mean `jitter`?"), "{err}");
     let err = parse("[proxy]\nmax_in_flight = \"many\"\n").unwrap_err();
     assert!(err.errors[0].starts_with("test.toml:2:"), "{err}");
 }
