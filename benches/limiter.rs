@@ -40,7 +40,7 @@ fn open_limiter() -> Arc<Limiter> {
 
 /// One request's turn: admit, mark it sent, give the slot back.
 async fn admit_once(limiter: &Arc<Limiter>, host: &str) {
-    let mut permit = limiter.admit(host, 80).await.expect("admit");
+    let mut permit = limiter.admit((host, 80)).await.expect("admit");
     permit.mark_sent();
     drop(black_box(permit));
 }

@@ -37,7 +37,7 @@ pub fn child_limiter(n: usize) -> anyhow::Result<()> {
         // One host in and out first, so that lazily made things are not counted per host.
         fill('w', &mut key, 0);
         let mut p = limiter
-            .admit(&key, 80)
+            .admit((&key, 80))
             .await
             .map_err(|r| anyhow!("{r:?}"))?;
         p.mark_sent();
@@ -50,7 +50,7 @@ pub fn child_limiter(n: usize) -> anyhow::Result<()> {
         for i in 0..n {
             fill('h', &mut key, i);
             let mut p = limiter
-                .admit(&key, 80)
+                .admit((&key, 80))
                 .await
                 .map_err(|r| anyhow!("{r:?}"))?;
             p.mark_sent();
@@ -68,7 +68,7 @@ pub fn child_limiter(n: usize) -> anyhow::Result<()> {
         for i in 0..n {
             fill('r', &mut key, i);
             let mut p = limiter
-                .admit(&key, 80)
+                .admit((&key, 80))
                 .await
                 .map_err(|r| anyhow!("{r:?}"))?;
             p.mark_sent();

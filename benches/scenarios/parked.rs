@@ -301,7 +301,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
         "Each parked request is a `Proxy::serve` future held by its client connection's task: \
          size_of that future = {} B; of a `Limiter::admit` call's future = {} B.",
         future_size(|proxy, req, client| proxy.serve(req, client)),
-        admit_size(|limiter| async move { limiter.admit("x", 80).await.is_ok() }),
+        admit_size(|limiter| async move { limiter.admit(("x", 80)).await.is_ok() }),
     ));
     Ok(section)
 }

@@ -175,6 +175,7 @@ async fn soak(args: &Args, mode: Mode) -> anyhow::Result<(ModeRun, String)> {
         .collect();
     let mut next_stall = Instant::now() + STALL_EVERY;
     let mut stalls = 0;
+    let mut failovers = 0;
     // With `SOAK_FAILOVER_CMD` (e.g. `redis-cli -p <sentinel> SENTINEL FAILOVER <master>`), run
     // once when half the requests are done.
     let mut failover = std::env::var("SOAK_FAILOVER_CMD")
@@ -222,6 +223,7 @@ async fn soak(args: &Args, mode: Mode) -> anyhow::Result<(ModeRun, String)> {
                     .status()
                     .await;
                 eprintln!("[soak {}] failover: {ran:?}", mode.word());
+                failovers += usize::from(ran.is_ok_and(|status| status.success()));
             }
         }
         if Instant::now() >= next_progress {
@@ -265,6 +267,7 @@ async fn soak(args: &Args, mode: Mode) -> anyhow::Result<(ModeRun, String)> {
         planned: args.requests,
         refusals: load.refusals.load(Ordering::Relaxed),
         stalls,
+        failovers,
     };
     Ok((run, config))
 }

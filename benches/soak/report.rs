@@ -32,6 +32,8 @@ pub struct ModeRun {
     pub refusals: u64,
     /// Stalls of the shared store (`SOAK_STALL_PID`: `SIGSTOP` for 1 s every 20 s).
     pub stalls: usize,
+    /// Failovers of the shared store (`SOAK_FAILOVER_CMD`, run once half-way).
+    pub failovers: usize,
 }
 
 impl ModeRun {
@@ -342,10 +344,10 @@ fn mode_section(out: &mut String, run: &ModeRun) {
         "info",
     );
     row("restarts done", restarts_line(run), "");
-    if run.stalls > 0 {
+    if run.stalls > 0 || run.failovers > 0 {
         row(
-            "stalls of the shared store (SIGSTOP 1 s every 20 s)",
-            run.stalls.to_string(),
+            "faults of the shared store: stalls (SIGSTOP 1 s every 20 s), failovers (half-way)",
+            format!("{} stalls, {} failovers", run.stalls, run.failovers),
             "info",
         );
     }

@@ -8,7 +8,8 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `mod.rs` | the table, admission (`admit`), shutdown |
+//! | `mod.rs` | the table, shutdown |
+//! | `admission.rs` | one request asking for its turn: tried now, else a place in line |
 //! | `host.rs` | one host's state and its lock |
 //! | `names.rs` | the names sharing a budget keyed by domain or address |
 //! | `budget.rs` | the seam: a turn asked, an answer reported |
@@ -25,6 +26,7 @@
 //! This module decides *when* a request may leave; it does not send it (`crate::proxy`) and does
 //! not judge responses (`crate::feedback`).
 
+mod admission;
 mod budget;
 mod dispatch;
 mod egress;
@@ -40,12 +42,12 @@ mod sweep;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::{oneshot, Semaphore};
-use tokio::time::{timeout_at, Instant};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
+pub use admission::Admission;
 pub use host::Host;
 pub use permit::Permit;
 pub use refusal::Refusal;
@@ -54,9 +56,9 @@ pub use stats::HostStats;
 pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
 pub use sweep::Swept;
 
-use crate::config::{Config, LiveConfig, OnCooldown};
+use crate::config::{Config, LiveConfig};
 pub use crate::keys::{host_key, BudgetKey};
-use budget::{Budget, Kept, Turn};
+use budget::Budget;
 use egress::Egress;
 use host::Waiter;
 
@@ -133,153 +135,8 @@ impl Limiter {
         self.config.get()
     }
 
-    /// Waits for the turn of one request to `host`:`port` (already lowercased). The returned future
-    /// may be dropped at any point (the client went away): then nothing is spent and the request
-    /// leaves the queue.
-    pub async fn admit(self: &Arc<Self>, host: &str, port: u16) -> Result<Permit, Refusal> {
-        self.admit_with(host, port, None).await
-    }
-
-    /// Like [`Limiter::admit`], with this request's own answer to a cooldown instead of the host's
-    /// `on_cooldown` when `on_cooldown` is given: `Hold` waits it out (courtesy's own retries do,
-    /// and clients that send `Courtesy-On-Cooldown: hold`), `Reject` is answered at once.
-    pub async fn admit_with(
-        self: &Arc<Self>,
-        host: &str,
-        port: u16,
-        on_cooldown: Option<OnCooldown>,
-    ) -> Result<Permit, Refusal> {
-        self.admit_asking(host, port, on_cooldown, None).await
-    }
-
-    /// Like [`Limiter::admit_with`]; for a report-only host (`enforce = false`), `refused` is a
-    /// refusal decided before the budget (robots.txt, `skip_resources`) that the request is
-    /// forwarded despite. Report-only hosts get their permit at once, with a
-    /// [`ShadowVerdict`] saying what would have happened.
-    pub async fn admit_asking(
-        self: &Arc<Self>,
-        host: &str,
-        port: u16,
-        on_cooldown: Option<OnCooldown>,
-        refused: Option<&'static str>,
-    ) -> Result<Permit, Refusal> {
-        self.admit_for(&BudgetKey::of_host(host, port), on_cooldown, refused)
-            .await
-    }
-
-    /// Like [`Limiter::admit_asking`], spending the budget of `key` (a `host:port`, or a domain or
-    /// address that several names share).
-    pub async fn admit_for(
-        self: &Arc<Self>,
-        key: &BudgetKey,
-        on_cooldown: Option<OnCooldown>,
-        refused: Option<&'static str>,
-    ) -> Result<Permit, Refusal> {
-        let (entry, rx, deadline, arrived) = loop {
-            let entry = self.host(key);
-            let mut state = entry.lock();
-            if state.retired {
-                continue;
-            }
-            if let Some(names) = &mut state.names {
-                names.note(key);
-            }
-            if self.shutting_down.load(Ordering::Acquire) {
-                return Err(Refusal::ShuttingDown);
-            }
-            let now = Instant::now();
-            state.last_active = now;
-            if !state.policy.enforce {
-                let verdict = shadow::judge(&mut state, refused, now);
-                state.in_flight.start();
-                drop(state);
-                let permit = Permit::new(entry, self.budget.clone(), None, Duration::ZERO, false);
-                return Ok(permit.with_shadow(verdict));
-            }
-            let rejecting = on_cooldown.unwrap_or(state.policy.on_cooldown) == OnCooldown::Reject;
-            if let Some(c) = state.pacing.block(now).filter(|_| rejecting) {
-                let refusal = Refusal::CoolingDown {
-                    remaining: c.until.saturating_duration_since(now),
-                    cause: c.cause,
-                };
-                state.stats.refused(&refusal);
-                return Err(refusal);
-            }
-            if state.queue.is_empty() {
-                let turn = self.budget.take_turn(
-                    &mut state,
-                    &self.global,
-                    self.egress.as_ref(),
-                    Kept::default(),
-                    now,
-                );
-                if let Turn::Go(global) = turn {
-                    drop(state);
-                    return Ok(Permit::new(
-                        entry,
-                        self.budget.clone(),
-                        Some(global),
-                        Duration::ZERO,
-                        false,
-                    ));
-                }
-            }
-            if state.queue.len() >= state.policy.max_queue {
-                let rate = state.pacing.effective_rate(now);
-                let ahead = state.queue.len() as f64 + 1.0;
-                let retry_after = Duration::from_secs_f64((ahead / rate).clamp(1.0, 3600.0));
-                let refusal = Refusal::QueueFull {
-                    max_queue: state.policy.max_queue,
-                    retry_after,
-                };
-                state.stats.refused(&refusal);
-                return Err(refusal);
-            }
-            let (tx, rx) = oneshot::channel();
-            let id = state.next_id;
-            state.next_id += 1;
-            state.queue.push_back(Waiter {
-                id,
-                arrived: now,
-                on_cooldown,
-                reply: tx,
-            });
-            let deadline = now + state.policy.max_wait;
-            if !state.dispatcher_running {
-                state.dispatcher_running = true;
-                tokio::spawn(dispatch::dispatch(self.clone(), entry.clone()));
-            }
-            drop(state);
-            break (QueuedTurn { host: entry, id }, rx, deadline, now);
-        };
-        // From here, dropping this future drops `entry` (the queued turn), which takes the waiter out
-        // of the queue; a permit already sent into `rx` is dropped unused and refunds its token.
-        match timeout_at(deadline, rx).await {
-            Ok(Ok(outcome)) => {
-                entry.forget();
-                outcome
-            }
-            Ok(Err(_)) => Err(Refusal::ShuttingDown),
-            Err(_) => {
-                let now = Instant::now();
-                let mut state = entry.host.lock();
-                let refusal = match state.pacing.block(now) {
-                    Some(c) => Refusal::CoolingDown {
-                        remaining: c.until.saturating_duration_since(now),
-                        cause: c.cause,
-                    },
-                    None => Refusal::WaitedTooLong {
-                        waited: now.saturating_duration_since(arrived),
-                    },
-                };
-                state.stats.refused(&refusal);
-                Err(refusal)
-            }
-        }
-    }
-
     /// The entry of `key`, made (with the policy of `key`'s name) if the table has none.
-    fn host(&self, key: &BudgetKey) -> Arc<Host> {
+    pub(super) fn host(&self, key: &BudgetKey) -> Arc<Host> {
         if let Some(found) = self.hosts.get(key.key.as_str()) {
             return found.value().clone();
         }
@@ -345,33 +202,6 @@ impl Limiter {
     /// How many hosts are in the table.
     pub fn host_count(&self) -> usize {
         self.hosts.len()
-    }
-}
-
-/// A place in a host's queue. Dropped before [`QueuedTurn::forget`], it leaves the queue.
-struct QueuedTurn {
-    host: Arc<Host>,
-    id: u64,
-}
-
-impl QueuedTurn {
-    fn forget(mut self) {
-        self.id = u64::MAX;
-    }
-}
-
-impl Drop for QueuedTurn {
-    fn drop(&mut self) {
-        if self.id == u64::MAX {
-            return;
-        }
-        let mut state = self.host.lock();
-        if let Some(pos) = state.queue.iter().position(|w| w.id == self.id) {
-            let removed = state.queue.remove(pos);
-            drop(state);
-            drop(removed);
-            self.host.wake.notify_one();
-        }
     }
 }
 

@@ -396,7 +396,7 @@ mod tests {
             .operate("a.test", 80, OperatorAction::Pause(Duration::from_secs(60)))
             .unwrap();
         assert_eq!(snap.state(), "paused");
-        let refused = l.admit("a.test", 80).await.unwrap_err();
+        let refused = l.admit(("a.test", 80)).await.unwrap_err();
         assert!(matches!(
             refused,
             Refusal::CoolingDown {
@@ -406,7 +406,7 @@ mod tests {
         ));
         assert_eq!(l.snapshot("a.test", 80).unwrap().stats.refused_paused, 1);
         l.operate("a.test", 80, OperatorAction::Resume).unwrap();
-        let mut p = l.admit("a.test", 80).await.unwrap();
+        let mut p = l.admit(("a.test", 80)).await.unwrap();
         p.mark_sent();
     }
 
@@ -462,12 +462,12 @@ mod tests {
             rate: 0.1,
             ..HostPolicy::default()
         });
-        let mut first = l.admit("c.test", 80).await.unwrap();
+        let mut first = l.admit(("c.test", 80)).await.unwrap();
         first.mark_sent();
         drop(first);
         let waiting = {
             let l = l.clone();
-            tokio::spawn(async move { l.admit("c.test", 80).await.map(|mut p| p.mark_sent()) })
+            tokio::spawn(async move { l.admit(("c.test", 80)).await.map(|mut p| p.mark_sent()) })
         };
         tokio::task::yield_now().await;
         assert_eq!(l.snapshot("c.test", 80).unwrap().queued, 1);
@@ -498,7 +498,7 @@ mod tests {
             OperatorAction::Pause(Duration::from_secs(100)),
         )
         .unwrap();
-        l.admit("e.test", 80).await.unwrap().mark_sent();
+        l.admit(("e.test", 80)).await.unwrap().mark_sent();
         let records = l.records();
         assert_eq!(records.len(), 1, "only the paused host differs from fresh");
         let other = limiter(HostPolicy::default());

@@ -2,6 +2,7 @@
 //! cooldowns, sweeps and the fine-grained wait.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use super::*;
 use crate::config::{HostPattern, HostPolicy, HostRule};
@@ -37,7 +38,7 @@ async fn burst_of(
     for _ in 0..n {
         let limiter = limiter.clone();
         tasks.push(tokio::spawn(async move {
-            let mut permit = limiter.admit(host, 80).await.unwrap();
+            let mut permit = limiter.admit((host, 80)).await.unwrap();
             permit.mark_sent();
             let at = start.elapsed().as_secs_f64();
             tokio::time::sleep(hold).await;
@@ -79,7 +80,7 @@ async fn turns_are_given_in_arrival_order() {
         let limiter = limiter.clone();
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
-            let mut p = limiter.admit("fifo.test", 80).await.unwrap();
+            let mut p = limiter.admit(("fifo.test", 80)).await.unwrap();
             p.mark_sent();
             order.lock().unwrap().push(i);
         }));
@@ -107,7 +108,7 @@ async fn the_global_cap_holds_across_hosts() {
     for host in ["a.test", "b.test", "c.test", "d.test"] {
         let limiter = limiter.clone();
         tasks.push(tokio::spawn(async move {
-            let _p = limiter.admit(host, 80).await.unwrap();
+            let _p = limiter.admit((host, 80)).await.unwrap();
             let at = start.elapsed().as_secs_f64();
             tokio::time::sleep(Duration::from_secs(1)).await;
             at
@@ -129,13 +130,13 @@ async fn hosts_are_independent() {
     for _ in 0..5 {
         let limiter = limiter.clone();
         slow.push(tokio::spawn(async move {
-            let mut p = limiter.admit("slow.test", 80).await.unwrap();
+            let mut p = limiter.admit(("slow.test", 80)).await.unwrap();
             p.mark_sent();
         }));
     }
     tokio::task::yield_now().await;
     let start = Instant::now();
-    let mut p = limiter.admit("fast.test", 80).await.unwrap();
+    let mut p = limiter.admit(("fast.test", 80)).await.unwrap();
     p.mark_sent();
     assert_eq!(start.elapsed(), Duration::ZERO);
     for t in slow {
@@ -146,16 +147,19 @@ async fn hosts_are_independent() {
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_waiter_spends_nothing_and_leaves_the_queue() {
     let limiter = limiter_with(policy(1.0, 1, 1), 1000);
-    let mut first = limiter.admit("cancel.test", 80).await.unwrap();
+    let mut first = limiter.admit(("cancel.test", 80)).await.unwrap();
     first.mark_sent();
     // Ten waiters that give up after half a second.
     let mut quitters = Vec::new();
     for _ in 0..10 {
         let limiter = limiter.clone();
         quitters.push(tokio::spawn(async move {
-            tokio::time::timeout(Duration::from_millis(500), limiter.admit("cancel.test", 80))
-                .await
-                .is_err()
+            tokio::time::timeout(
+                Duration::from_millis(500),
+                limiter.admit(("cancel.test", 80)),
+            )
+            .await
+            .is_err()
         }));
     }
     for q in quitters {
@@ -167,7 +171,7 @@ async fn a_cancelled_waiter_spends_nothing_and_leaves_the_queue() {
     // The token for 1.0 s is still there: the quitters spent nothing.
     tokio::time::sleep_until(Instant::now() + Duration::from_millis(500)).await;
     let start = Instant::now();
-    let mut next = limiter.admit("cancel.test", 80).await.unwrap();
+    let mut next = limiter.admit(("cancel.test", 80)).await.unwrap();
     next.mark_sent();
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
@@ -175,15 +179,15 @@ async fn a_cancelled_waiter_spends_nothing_and_leaves_the_queue() {
 #[tokio::test(start_paused = true)]
 async fn an_unsent_permit_refunds_its_token() {
     let limiter = limiter_with(policy(1.0, 1, 1), 1000);
-    let unsent = limiter.admit("refund.test", 80).await.unwrap();
+    let unsent = limiter.admit(("refund.test", 80)).await.unwrap();
     drop(unsent);
     let start = Instant::now();
-    let mut p = limiter.admit("refund.test", 80).await.unwrap();
+    let mut p = limiter.admit(("refund.test", 80)).await.unwrap();
     p.mark_sent();
     assert_eq!(start.elapsed(), Duration::ZERO);
     drop(p);
     let start = Instant::now();
-    let _p = limiter.admit("refund.test", 80).await.unwrap();
+    let _p = limiter.admit(("refund.test", 80)).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(1));
 }
 
@@ -196,20 +200,20 @@ async fn a_full_queue_refuses_at_once() {
         },
         1000,
     );
-    let mut first = limiter.admit("full.test", 80).await.unwrap();
+    let mut first = limiter.admit(("full.test", 80)).await.unwrap();
     first.mark_sent();
     let mut waiting = Vec::new();
     for _ in 0..2 {
         let limiter = limiter.clone();
         waiting.push(tokio::spawn(async move {
             limiter
-                .admit("full.test", 80)
+                .admit(("full.test", 80))
                 .await
                 .map(|mut p| p.mark_sent())
         }));
     }
     tokio::task::yield_now().await;
-    let refused = limiter.admit("full.test", 80).await.unwrap_err();
+    let refused = limiter.admit(("full.test", 80)).await.unwrap_err();
     match refused {
         Refusal::QueueFull {
             max_queue,
@@ -235,10 +239,10 @@ async fn a_request_that_waits_too_long_is_refused() {
         },
         1000,
     );
-    let mut first = limiter.admit("wait.test", 80).await.unwrap();
+    let mut first = limiter.admit(("wait.test", 80)).await.unwrap();
     first.mark_sent();
     let start = Instant::now();
-    let refused = limiter.admit("wait.test", 80).await.unwrap_err();
+    let refused = limiter.admit(("wait.test", 80)).await.unwrap_err();
     assert_eq!(
         refused,
         Refusal::WaitedTooLong {
@@ -252,17 +256,17 @@ async fn a_request_that_waits_too_long_is_refused() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_refuses_queued_and_new_requests() {
     let limiter = limiter_with(policy(0.1, 1, 1), 1000);
-    let mut first = limiter.admit("down.test", 80).await.unwrap();
+    let mut first = limiter.admit(("down.test", 80)).await.unwrap();
     first.mark_sent();
     let queued = {
         let limiter = limiter.clone();
-        tokio::spawn(async move { limiter.admit("down.test", 80).await.map(|_| ()) })
+        tokio::spawn(async move { limiter.admit(("down.test", 80)).await.map(|_| ()) })
     };
     tokio::task::yield_now().await;
     limiter.shutdown();
     assert_eq!(queued.await.unwrap(), Err(Refusal::ShuttingDown));
     assert_eq!(
-        limiter.admit("other.test", 80).await.map(|_| ()),
+        limiter.admit(("other.test", 80)).await.map(|_| ()),
         Err(Refusal::ShuttingDown)
     );
 }
@@ -271,7 +275,7 @@ async fn shutdown_refuses_queued_and_new_requests() {
 async fn idle_hosts_are_swept_and_come_back_fresh() {
     let limiter = limiter_with(policy(1.0, 2, 1), 1000);
     for _ in 0..2 {
-        let mut p = limiter.admit("sweep.test", 80).await.unwrap();
+        let mut p = limiter.admit(("sweep.test", 80)).await.unwrap();
         p.mark_sent();
     }
     // The bucket is empty: even an idle-long-enough host is not forgotten before it refills.
@@ -287,7 +291,7 @@ async fn idle_hosts_are_swept_and_come_back_fresh() {
     assert_eq!(limiter.host_count(), 0);
     let start = Instant::now();
     for _ in 0..2 {
-        let mut p = limiter.admit("sweep.test", 80).await.unwrap();
+        let mut p = limiter.admit(("sweep.test", 80)).await.unwrap();
         p.mark_sent();
     }
     assert_eq!(
@@ -358,11 +362,11 @@ async fn host_rules_pick_the_policy() {
         policy: Arc::new(policy(50.0, 1, 1)),
     });
     let limiter = Limiter::new(Arc::new(config));
-    let mut p = limiter.admit("a.fast.test", 80).await.unwrap();
+    let mut p = limiter.admit(("a.fast.test", 80)).await.unwrap();
     p.mark_sent();
     assert_eq!(p.host_rate(), 50.0);
     assert_eq!(p.host_key(), "a.fast.test:80");
-    let mut q = limiter.admit("other.test", 443).await.unwrap();
+    let mut q = limiter.admit(("other.test", 443)).await.unwrap();
     q.mark_sent();
     assert_eq!(q.host_rate(), 1.0);
 }
@@ -392,13 +396,13 @@ async fn off_peak_rates_switch_at_the_window_edges() {
     let config = Config::parse(&toml, "t.toml").unwrap();
     let limiter = Limiter::new(Arc::new(config));
     let start = Instant::now();
-    let mut first = limiter.admit("peak.test", 80).await.unwrap();
+    let mut first = limiter.admit(("peak.test", 80)).await.unwrap();
     first.mark_sent();
     drop(first);
     assert_eq!(limiter.snapshot("peak.test", 80).unwrap().rate, 0.001);
     // The next token is 1000 s away at the normal rate, but the window opens sooner: the
     // waiting request leaves at the window's edge.
-    let mut second = limiter.admit("peak.test", 80).await.unwrap();
+    let mut second = limiter.admit(("peak.test", 80)).await.unwrap();
     second.mark_sent();
     let waited = start.elapsed();
     let second_of_minute = u64::from(local.second().unsigned_abs());
@@ -416,7 +420,7 @@ async fn off_peak_rates_switch_at_the_window_edges() {
 async fn a_large_sweep_gives_the_table_back() {
     let limiter = limiter_with(policy(1000.0, 10, 10), 1000);
     for i in 0..5000 {
-        let mut permit = limiter.admit(&format!("h{i}.test"), 80).await.unwrap();
+        let mut permit = limiter.admit((&format!("h{i}.test"), 80)).await.unwrap();
         permit.mark_sent();
     }
     let grown = limiter.hosts.capacity();
@@ -444,7 +448,7 @@ async fn a_crawl_in_steady_state_does_not_trim_at_every_sweep() {
         async move {
             for i in 0..n {
                 let mut permit = limiter
-                    .admit(&format!("{prefix}{i}.test"), 80)
+                    .admit((&format!("{prefix}{i}.test"), 80))
                     .await
                     .unwrap();
                 permit.mark_sent();
@@ -512,7 +516,7 @@ async fn turns_fit_the_budget_for_random_arrivals() {
             let limiter = limiter.clone();
             let times = times.clone();
             tasks.push(tokio::spawn(async move {
-                let mut p = limiter.admit("prop.test", 80).await.unwrap();
+                let mut p = limiter.admit(("prop.test", 80)).await.unwrap();
                 p.mark_sent();
                 times.lock().unwrap().push(start.elapsed().as_secs_f64());
             }));
@@ -553,7 +557,7 @@ async fn a_global_rate_caps_all_hosts_together_in_arrival_order() {
         let host = ["a.test", "b.test", "c.test"][i % 3];
         let (limiter, order) = (limiter.clone(), order.clone());
         tasks.push(tokio::spawn(async move {
-            let mut permit = limiter.admit(host, 80).await.unwrap();
+            let mut permit = limiter.admit((host, 80)).await.unwrap();
             permit.mark_sent();
             order.lock().unwrap().push(i);
             start.elapsed().as_secs_f64()
@@ -587,11 +591,7 @@ async fn names_sharing_a_key_spend_one_budget_and_restore_under_it() {
     let b = BudgetKey::without_lookup("b.shop.test", 8443, KeyMode::Domain).unwrap();
     let start = Instant::now();
     for key in [&a, &b, &a] {
-        limiter
-            .admit_for(key, None, None)
-            .await
-            .unwrap()
-            .mark_sent();
+        limiter.admit(Admission::of(key)).await.unwrap().mark_sent();
     }
     assert_eq!(
         start.elapsed(),
@@ -625,7 +625,7 @@ async fn names_sharing_a_key_spend_one_budget_and_restore_under_it() {
         "paused"
     );
     assert!(matches!(
-        again.admit_for(&b, None, None).await,
+        again.admit(Admission::of(&b)).await,
         Err(Refusal::CoolingDown { .. })
     ));
 }

@@ -565,7 +565,7 @@ mod tests {
     async fn a_forgotten_host_gives_its_label_and_series_back() {
         let limiter = Limiter::new(Arc::new(Config::default()));
         let m = Metrics::new(1);
-        let mut p = limiter.admit("old.test", 80).await.unwrap();
+        let mut p = limiter.admit(("old.test", 80)).await.unwrap();
         p.mark_sent();
         drop(p);
         m.response("old.test:80", 200, Duration::from_millis(5), Duration::ZERO);
@@ -594,7 +594,7 @@ mod tests {
     #[tokio::test]
     async fn counts_and_gauges_render_in_the_text_format() {
         let limiter = Limiter::new(Arc::new(Config::default()));
-        let mut p = limiter.admit("shop.test", 443).await.unwrap();
+        let mut p = limiter.admit(("shop.test", 443)).await.unwrap();
         p.mark_sent();
         let m = Metrics::new(10);
         m.response(

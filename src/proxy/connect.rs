@@ -38,6 +38,7 @@ use super::Proxy;
 use crate::body::ProxyBody;
 use crate::config::{HttpsMode, OnCooldown, Route};
 use crate::connections::Connections;
+use crate::limiter::Admission;
 use crate::parent::tcp::{self, TcpFault};
 use crate::parent::{self, OpenError};
 use crate::response::ProxyError;
@@ -242,7 +243,10 @@ impl Proxy {
                 return;
             }
         };
-        let admitted = self.limiter.admit_for(&budget, choice, None).await;
+        let admitted = self
+            .limiter
+            .admit(Admission::of(&budget).on_cooldown(choice))
+            .await;
         let mut permit = match admitted {
             Ok(p) => p,
             Err(refusal) => {

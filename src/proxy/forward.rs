@@ -23,6 +23,7 @@ use super::Proxy;
 use crate::blocks::is_block_redirect;
 use crate::body::ProxyBody;
 use crate::config::OnCooldown;
+use crate::limiter::Admission;
 use crate::response;
 
 impl Proxy {
@@ -151,14 +152,14 @@ impl Proxy {
         loop {
             let admitted = self
                 .limiter
-                .admit_for(
-                    &budget,
-                    if attempt > 0 || fresh_retry {
-                        Some(OnCooldown::Hold)
-                    } else {
-                        asked
-                    },
-                    shadow_refused.take(),
+                .admit(
+                    Admission::of(&budget)
+                        .on_cooldown(if attempt > 0 || fresh_retry {
+                            Some(OnCooldown::Hold)
+                        } else {
+                            asked
+                        })
+                        .refused(shadow_refused.take()),
                 )
                 .await;
             let permit = match admitted {

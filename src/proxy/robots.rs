@@ -15,6 +15,7 @@ use super::Proxy;
 use crate::body::ProxyBody;
 use crate::config::HostPolicy;
 use crate::keys::BudgetKey;
+use crate::limiter::Admission;
 use crate::limiter::Refusal;
 use crate::response::{self, ProxyError};
 use crate::robots::{self, Fetched, Step, Verdict};
@@ -124,7 +125,7 @@ impl Proxy {
             };
             let permit = self
                 .limiter
-                .admit_for(&budget, None, None)
+                .admit(Admission::of(&budget))
                 .await
                 .map_err(NotFetched::Refused)?;
             let mut request = Request::new(UpstreamBody::Empty);
