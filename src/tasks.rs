@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use crate::limiter::{Limiter, Swept};
@@ -14,68 +15,74 @@ use crate::metrics::Metrics;
 use crate::proxy::Proxy;
 use crate::state;
 
-/// The running background tasks.
+/// The running background tasks. One stop signal reaches them all: a root token whose children
+/// each task watches (the sweeper's may be stopped first), and one tracker that the shutdown
+/// waits on.
 #[derive(Debug)]
 pub(crate) struct Background {
-    sweeper: JoinHandle<()>,
+    stop: CancellationToken,
+    /// Stopped at the start of a shutdown, before the rest.
+    sweeping: CancellationToken,
+    tasks: TaskTracker,
+    /// The state saver, whose failure (a panic) is worth a line at the end.
     saver: JoinHandle<()>,
-    stop_saver: tokio::sync::oneshot::Sender<()>,
-    /// The shared store's heartbeat, hint subscriber and releaser of ended turns, if there is a
-    /// store.
-    shared: Vec<JoinHandle<()>>,
-    stop_shared: CancellationToken,
 }
 
 impl Background {
-    /// Starts the sweeper (every `idle_host_seconds / 4`, between 1 s and 60 s) and the state saver.
+    /// Starts the sweeper (every `idle_host_seconds / 4`, between 1 s and 60 s), the state saver
+    /// and, with a shared store, its heartbeat, releaser of ended turns and hint subscriber.
     pub(crate) fn start(
         limiter: Arc<Limiter>,
         proxy: Arc<Proxy>,
         metrics: Arc<Metrics>,
         idle: Duration,
     ) -> Self {
-        let sweeper = tokio::spawn(sweep_idle_hosts(limiter.clone(), proxy, metrics, idle));
-        let (stop_saver, saver_stop) = tokio::sync::oneshot::channel();
-        let stop_shared = CancellationToken::new();
-        let mut shared = Vec::new();
+        let stop = CancellationToken::new();
+        let sweeping = stop.child_token();
+        let tasks = TaskTracker::new();
+        tasks.spawn(sweep_idle_hosts(
+            limiter.clone(),
+            proxy,
+            metrics,
+            idle,
+            sweeping.clone(),
+        ));
         if let Some(store) = limiter.store() {
-            shared.push(tokio::spawn(crate::shared::run_heartbeat(
+            tasks.spawn(crate::shared::run_heartbeat(
                 store.clone(),
-                stop_shared.clone(),
-            )));
-            shared.push(tokio::spawn(crate::shared::run_releases(
+                stop.child_token(),
+            ));
+            tasks.spawn(crate::shared::run_releases(
                 store.clone(),
-                stop_shared.clone(),
-            )));
+                stop.child_token(),
+            ));
             let table = limiter.clone();
-            shared.push(tokio::spawn(crate::shared::run_hints(
+            tasks.spawn(crate::shared::run_hints(
                 store.clone(),
                 move |hint| table.apply_hint(hint),
-                stop_shared.clone(),
-            )));
+                stop.child_token(),
+            ));
         }
-        let saver = tokio::spawn(save_state(limiter, saver_stop));
+        let saver = tasks.spawn(save_state(limiter, stop.child_token()));
+        tasks.close();
         Background {
-            sweeper,
+            stop,
+            sweeping,
+            tasks,
             saver,
-            stop_saver,
-            shared,
-            stop_shared,
         }
     }
 
     /// Stops sweeping (at the start of a shutdown, so no host is forgotten while requests finish).
     pub(crate) fn stop_sweeping(&self) {
-        self.sweeper.abort();
+        self.sweeping.cancel();
     }
 
-    /// Saves the state one last time and waits for that save; leaves the shared store's live set.
+    /// Stops every task and waits for them: the state is saved one last time, and this instance
+    /// leaves the shared store's live set.
     pub(crate) async fn finish(self) {
-        self.stop_shared.cancel();
-        for task in self.shared {
-            let _ = task.await;
-        }
-        let _ = self.stop_saver.send(());
+        self.stop.cancel();
+        self.tasks.wait().await;
         if let Err(e) = self.saver.await {
             warn!("the final state save failed: {e}");
         }
@@ -107,7 +114,7 @@ const SAVE_DEBOUNCE: Duration = Duration::from_millis(10);
 /// Saves what must survive a restart within milliseconds of a cooldown, block pause or operator's
 /// change, every few seconds when anything else changed (learned rates), and once more when `stop`
 /// fires; one task does all the writing, so a late periodic save can never overwrite the final one.
-async fn save_state(limiter: Arc<Limiter>, mut stop: tokio::sync::oneshot::Receiver<()>) {
+async fn save_state(limiter: Arc<Limiter>, stop: CancellationToken) {
     let mut last = String::new();
     let mut ticker = tokio::time::interval(Duration::from_secs(5));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -118,7 +125,7 @@ async fn save_state(limiter: Arc<Limiter>, mut stop: tokio::sync::oneshot::Recei
                 tokio::time::sleep(SAVE_DEBOUNCE).await;
                 false
             }
-            _ = &mut stop => true,
+            () = stop.cancelled() => true,
         };
         let dir = limiter.config().proxy.state_dir.clone();
         let records = limiter.records();
@@ -143,12 +150,14 @@ async fn save_state(limiter: Arc<Limiter>, mut stop: tokio::sync::oneshot::Recei
     }
 }
 
-/// Forgets idle hosts (and their metrics series) every so often; a timer, not a poll.
+/// Forgets idle hosts (and their metrics series) every so often, until `stop`; a timer, not a
+/// poll.
 async fn sweep_idle_hosts(
     limiter: Arc<Limiter>,
     proxy: Arc<Proxy>,
     metrics: Arc<Metrics>,
     idle: Duration,
+    stop: CancellationToken,
 ) {
     let period = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     let mut ticker = tokio::time::interval(period);
@@ -157,7 +166,10 @@ async fn sweep_idle_hosts(
     // idle timeout; their buffers are handed back to the OS once that has passed.
     let mut release_at: Option<tokio::time::Instant> = None;
     loop {
-        ticker.tick().await;
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => return,
+        }
         // With a million known hosts a sweep takes a few hundred milliseconds: not on a worker
         // that serves requests.
         let table = limiter.clone();
