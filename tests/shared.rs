@@ -12,13 +12,10 @@ use tokio::time::Instant;
 
 use support::*;
 
-/// `n` in-process instances on `redis`, each with `config` (and the `[shared]` section).
+/// `n` in-process instances on `redis`, each with `config` (and the `[shared]` section with
+/// `shared` in it).
 async fn instances(n: usize, redis: &RedisServer, shared: &str, config: &str) -> Vec<Courtesy> {
-    let mut all = Vec::new();
-    for _ in 0..n {
-        all.push(Courtesy::start(&format!("{}\n{config}", redis.shared_section(shared))).await);
-    }
-    all
+    instances_on(n, &redis.shared_section(shared), config).await
 }
 
 /// An operator's action through `courtesy`'s admin API (`/hosts/{key}/{action}`); it must succeed.
@@ -294,14 +291,6 @@ fn arrivals_between(origin: &Origin, from: Instant, to: Instant) -> usize {
         .into_iter()
         .filter(|t| *t >= from && *t < to)
         .count()
-}
-
-async fn budget_mode(courtesy: &Courtesy) -> String {
-    let (_, body) = admin_call("GET", &courtesy.admin_url("/readyz"), None, "").await;
-    serde_json::from_str::<serde_json::Value>(&body).unwrap()["budget"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,16 +22,6 @@ fn paced(concurrency: u32) -> String {
     )
 }
 
-/// `n` in-process instances on `redis`, told there are `n`.
-async fn instances(n: usize, redis: &RedisServer, config: &str) -> Vec<Courtesy> {
-    let shared = redis.shared_section(&format!("instances = {n}"));
-    let mut all = Vec::new();
-    for _ in 0..n {
-        all.push(Courtesy::start(&format!("{shared}\n{config}")).await);
-    }
-    all
-}
-
 /// What the clients saw: per instance, each request's wait for its answer and its status.
 #[derive(Default)]
 struct Seen {
@@ -122,20 +112,6 @@ fn longest_gap(origin: &Origin, from: Instant) -> Duration {
         .unwrap_or_default()
 }
 
-/// The origin never saw more than `burst + rate × T` (with `slack` more for the fallback shares'
-/// bursts of at least one each) in any window of 1, 2 and 5 s.
-fn assert_within_budget(origin: &Origin, rate: f64, burst: usize, slack: usize) {
-    for secs in [1.0, 2.0, 5.0] {
-        let window = Duration::from_secs_f64(secs);
-        let most = origin.most_within_any(window);
-        let bound = burst + (rate * secs).ceil() as usize + slack;
-        assert!(
-            most <= bound,
-            "{most} arrivals within {secs} s; the budget allows {bound}"
-        );
-    }
-}
-
 /// Each instance's share of the turns is within ±25 % of an equal share.
 fn assert_equal_shares(counts: &[usize]) {
     let total: usize = counts.iter().sum();
@@ -153,7 +129,12 @@ async fn equal_demand_gets_equal_shares(concurrency: u32) {
         return;
     };
     let origin = Origin::slow("127.0.0.1", Duration::from_millis(20), "ok").await;
-    let all = instances(3, &redis, &paced(concurrency)).await;
+    let all = instances_on(
+        3,
+        &redis.shared_section("instances = 3"),
+        &paced(concurrency),
+    )
+    .await;
     let start = Instant::now();
     let seen = closed_loop(&all, &origin, 4, start + Duration::from_secs(10)).await;
     assert!(seen.failures.is_empty(), "{:?}", seen.failures);
@@ -193,7 +174,7 @@ async fn a_one_second_stall_of_the_store_leaves_no_gap_past_one_turn() {
         return;
     };
     let origin = Origin::ok("127.0.0.1").await;
-    let all = instances(3, &redis, &paced(1)).await;
+    let all = instances_on(3, &redis.shared_section("instances = 3"), &paced(1)).await;
     let start = Instant::now();
     let end = start + Duration::from_secs(9);
     let load = closed_loop(&all, &origin, 4, end);
@@ -233,7 +214,7 @@ async fn a_latency_spike_of_the_store_leaves_no_gap_past_one_turn() {
         return;
     };
     let origin = Origin::ok("127.0.0.1").await;
-    let all = instances(3, &redis, &paced(1)).await;
+    let all = instances_on(3, &redis.shared_section("instances = 3"), &paced(1)).await;
     let start = Instant::now();
     let end = start + Duration::from_secs(9);
     let load = closed_loop(&all, &origin, 4, end);
@@ -280,7 +261,7 @@ async fn a_store_killed_mid_run_hangs_no_queued_request() {
         return;
     };
     let origin = Origin::ok("127.0.0.1").await;
-    let all = instances(3, &redis, &paced(1)).await;
+    let all = instances_on(3, &redis.shared_section("instances = 3"), &paced(1)).await;
     let start = Instant::now();
     let end = start + Duration::from_secs(9);
     let load = closed_loop(&all, &origin, 4, end);
@@ -306,13 +287,4 @@ async fn a_store_killed_mid_run_hangs_no_queued_request() {
         "each instance kept its share after the kill: {after:?}"
     );
     assert_within_budget(&origin, 3.0, 1, 2);
-}
-
-/// The budget mode an instance's `/readyz` reports.
-async fn budget_mode(courtesy: &Courtesy) -> String {
-    let (_, body) = admin_call("GET", &courtesy.admin_url("/readyz"), None, "").await;
-    serde_json::from_str::<serde_json::Value>(&body).unwrap()["budget"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
 }

@@ -96,6 +96,8 @@ pub(crate) struct Store {
     /// Counts the times this instance fell back: a host's first local turn after a fall starts
     /// with an empty bucket, since its shared turns just went.
     falls: AtomicU32,
+    /// Why this instance is in fallback (the first word of the cause) and when that was logged.
+    fallen_for: Mutex<Option<(String, Instant)>>,
     /// Wakes every host waiting on the store (a slot, the horizon) when the mode changes.
     mode_changed: tokio::sync::Notify,
     /// This store, for the leases it grants (a dropped lease releases itself through it).
@@ -293,6 +295,7 @@ impl Store {
             clock: Mutex::new(None),
             falls: AtomicU32::new(0),
             mode_changed: tokio::sync::Notify::new(),
+            fallen_for: Mutex::new(None),
             me: me.clone(),
             batch: Mutex::new(batch::Batch::default()),
             batching: !matches!(
@@ -441,6 +444,22 @@ impl Store {
                 "shared budget store unreachable ({why}): each host keeps this instance's share \
                  of its budget until it answers again"
             );
+            *lock(&self.fallen_for) = Some((kind_of(why), Instant::now()));
+            return;
+        }
+        // Still away, for another reason (a timeout, then a refusal of the ACL): said too, at
+        // most every ten seconds, so that the log shows what keeps the store away.
+        let mut last = lock(&self.fallen_for);
+        let kind = kind_of(why);
+        if last
+            .as_ref()
+            .is_some_and(|(k, at)| *k != kind && at.elapsed() >= CAUSE_LOG_EVERY)
+        {
+            tracing::warn!(
+                store = %self.settings.redacted_url(),
+                "shared budget store still unreachable, now: {why}"
+            );
+            *last = Some((kind, Instant::now()));
         }
     }
 
@@ -713,6 +732,15 @@ impl Store {
             .arg(micros(IDLE_TTL));
         self.call("operator", &invocation).await.map(|_| ())
     }
+}
+
+/// How often a new cause of being away from the store is logged while in fallback.
+const CAUSE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The kind of a store failure, for telling one cause from another: its first word (`NOPERM`,
+/// `no answer`, `Connection refused`...).
+fn kind_of(why: &str) -> String {
+    why.split([':', ' ']).next().unwrap_or("").to_string()
 }
 
 /// A duration in whole microseconds, as the scripts count.

@@ -6,6 +6,7 @@
 //! - [`body`]: the body type origins and clients share;
 //! - [`origin`]: the scripted origin that records what reached it;
 //! - [`in_process`]: courtesy started in this test process;
+//! - [`instances`]: several instances on one shared store, and the bound their site must see;
 //! - [`proxy_client`]: requests and tunnels through courtesy;
 //! - [`crowd`]: many clients at once, and what they all got;
 //! - [`direct`]: requests that bypass the proxy (the admin listener);
@@ -26,6 +27,7 @@ mod body;
 mod crowd;
 mod direct;
 mod in_process;
+mod instances;
 mod origin;
 mod parent;
 mod proxy_client;
@@ -44,6 +46,7 @@ pub use self::{
     crowd::{assert_each_ok, hammer_until},
     direct::{admin_call, direct_client, fetch_direct},
     in_process::Courtesy,
+    instances::{assert_within_budget, budget_mode, instances_on, readiness},
     origin::{come_back_later, Arrival, Origin},
     parent::{free_port, ParentProxy},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
