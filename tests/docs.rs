@@ -10,32 +10,50 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Every file under `dir` (recursively) whose name ends with `.ext`, sorted.
+fn files_under(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path, ext));
+        } else if path.extension().is_some_and(|e| e == ext) {
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
 /// The Markdown files that make the project's documentation.
 fn doc_files() -> Vec<PathBuf> {
     let root = root();
     let mut files = vec![root.join("README.md"), root.join("deploy/README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    files.extend(docs);
+    files.extend(files_under(&root.join("docs"), "md"));
     files
+}
+
+/// The lines of a Markdown text outside fenced code blocks.
+fn prose_lines(text: &str) -> Vec<&str> {
+    let mut in_fence = false;
+    text.lines()
+        .filter(|line| {
+            if line.trim_start().starts_with("```") {
+                in_fence = !in_fence;
+                return false;
+            }
+            !in_fence
+        })
+        .collect()
 }
 
 /// The links of a Markdown text outside code: `(target)` after `]`.
 fn links(text: &str) -> Vec<String> {
     let mut found = Vec::new();
-    let mut in_fence = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence {
-            continue;
-        }
+    for line in prose_lines(text) {
         let mut rest = line;
         while let Some(i) = rest.find("](") {
             let after = &rest[i + 2..];
@@ -63,17 +81,11 @@ fn slug(heading: &str) -> String {
 
 /// The anchors of a Markdown file's headings.
 fn anchors(text: &str) -> HashSet<String> {
-    let mut in_fence = false;
-    let mut set = HashSet::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-        }
-        if !in_fence && line.starts_with('#') {
-            set.insert(slug(line.trim_start_matches('#')));
-        }
-    }
-    set
+    prose_lines(text)
+        .into_iter()
+        .filter(|line| line.starts_with('#'))
+        .map(|line| slug(line.trim_start_matches('#')))
+        .collect()
 }
 
 #[test]
@@ -111,53 +123,37 @@ fn every_relative_link_in_the_docs_resolves() {
 
 /// Every `.rs` file under `src/`, with its text.
 fn sources() -> Vec<(PathBuf, String)> {
-    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = std::fs::read_to_string(&path).unwrap();
-                out.push((path, text));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&root().join("src"), &mut out);
-    out
+    files_under(&root().join("src"), "rs")
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).unwrap();
+            (path, text)
+        })
+        .collect()
 }
 
 /// The backticked spans of a Markdown text outside fenced code.
 fn code_spans(text: &str) -> Vec<String> {
-    let mut spans = Vec::new();
-    let mut in_fence = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if in_fence {
-            continue;
-        }
-        let parts: Vec<&str> = line.split('`').collect();
-        spans.extend(parts.iter().skip(1).step_by(2).map(|s| s.to_string()));
-    }
-    spans
+    prose_lines(text)
+        .into_iter()
+        .flat_map(|line| {
+            let parts: Vec<&str> = line.split('`').collect();
+            parts
+                .into_iter()
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Whether a file whose path ends with `name` is under `dir`.
 fn find_file(dir: &Path, name: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    entries.filter_map(Result::ok).any(|e| {
-        let path = e.path();
-        if path.is_dir() {
-            find_file(&path, name)
-        } else {
-            path.to_string_lossy().ends_with(&format!("/{name}"))
-        }
-    })
+    let ext = name.rsplit('.').next().unwrap_or("");
+    files_under(dir, ext)
+        .iter()
+        .any(|path| path.to_string_lossy().ends_with(&format!("/{name}")))
 }
 
 fn is_ident(s: &str) -> bool {

@@ -166,6 +166,41 @@ async fn three_instances_with_equal_demand_get_equal_shares_at_concurrency_one()
     equal_demand_gets_equal_shares(1).await;
 }
 
+/// Three instances at 3/s, concurrency 1, 4 clients each for 9 s, with `fault` done to the store
+/// 3 s in (it returns when the store is itself again): nowhere in the run may the host go quiet
+/// past about one turn (a third of a second, or the fallback share's second), every client is
+/// answered, the host is served again after the fault, and the site sees the budget.
+async fn a_fault_of_the_store_leaves_no_gap(
+    redis: &RedisServer,
+    fault: impl std::future::Future<Output = ()>,
+) -> Vec<Courtesy> {
+    let origin = Origin::ok("127.0.0.1").await;
+    let all = instances_on(3, &redis.shared_section("instances = 3"), &paced(1)).await;
+    let start = Instant::now();
+    let end = start + Duration::from_secs(9);
+    let load = closed_loop(&all, &origin, 4, end);
+    let fault = async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        fault.await;
+        Instant::now()
+    };
+    let (seen, over) = tokio::join!(load, fault);
+    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
+    let gap = longest_gap(&origin, start + Duration::from_millis(500));
+    assert!(
+        gap <= Duration::from_millis(1500),
+        "the host went quiet for {gap:?}"
+    );
+    let after = shares(&origin, 3, over + Duration::from_secs(1), end);
+    assert!(
+        after.iter().sum::<usize>() >= 9,
+        "served again after the fault: {after:?}"
+    );
+    // The fallback shares (1/s and a burst of 1 each) may add up to two over the burst.
+    assert_within_budget(&origin, 3.0, 1, 2);
+    all
+}
+
 /// A one-second stall of the store (`SIGSTOP`) does not close the host: no reservation the
 /// instances gave up on takes a slot when the store wakes, so turns go on within one turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,37 +208,15 @@ async fn a_one_second_stall_of_the_store_leaves_no_gap_past_one_turn() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
-    let all = instances_on(3, &redis.shared_section("instances = 3"), &paced(1)).await;
-    let start = Instant::now();
-    let end = start + Duration::from_secs(9);
-    let load = closed_loop(&all, &origin, 4, end);
     let stall = async {
-        tokio::time::sleep(Duration::from_secs(3)).await;
         redis.pause();
         tokio::time::sleep(Duration::from_secs(1)).await;
         redis.resume();
-        Instant::now()
     };
-    let (seen, resumed) = tokio::join!(load, stall);
-    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
-    // At 3/s a turn is a third of a second; each instance's fallback share is 1/s. Nowhere in
-    // the run, stall included, may the host go quiet for long.
-    let gap = longest_gap(&origin, start + Duration::from_millis(500));
-    assert!(
-        gap <= Duration::from_millis(1500),
-        "the host went quiet for {gap:?}"
-    );
-    let after = shares(&origin, 3, resumed + Duration::from_secs(1), end);
-    assert!(
-        after.iter().sum::<usize>() >= 9,
-        "served again after the stall: {after:?}"
-    );
+    let all = a_fault_of_the_store_leaves_no_gap(&redis, stall).await;
     for c in &all {
         assert_eq!(budget_mode(c).await, "shared");
     }
-    // The fallback shares (1/s and a burst of 1 each) may add up to two over the burst.
-    assert_within_budget(&origin, 3.0, 1, 2);
 }
 
 /// A latency spike with the store healthy (each command held 300 ms, for 1.5 s: a busy script
@@ -213,44 +226,25 @@ async fn a_latency_spike_of_the_store_leaves_no_gap_past_one_turn() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
-    let all = instances_on(3, &redis.shared_section("instances = 3"), &paced(1)).await;
-    let start = Instant::now();
-    let end = start + Duration::from_secs(9);
-    let load = closed_loop(&all, &origin, 4, end);
-    let spike = async {
-        tokio::time::sleep(Duration::from_secs(3)).await;
+    let port = redis.port.to_string();
+    let spike = async move {
         // Five scripts of 300 ms each, back to back: every call meanwhile waits up to 300 ms.
         let busy = "local function us() local t = redis.call('TIME') \
                     return tonumber(t[1]) * 1000000 + tonumber(t[2]) end \
                     local t0 = us() repeat until us() - t0 > 300000 return 1";
         for _ in 0..5 {
-            let port = redis.port.to_string();
-            let busy = busy.to_string();
+            let port = port.clone();
             tokio::task::spawn_blocking(move || {
                 std::process::Command::new("redis-cli")
-                    .args(["-p", &port, "EVAL", &busy, "0"])
+                    .args(["-p", &port, "EVAL", busy, "0"])
                     .output()
             })
             .await
             .unwrap()
             .unwrap();
         }
-        Instant::now()
     };
-    let (seen, calm) = tokio::join!(load, spike);
-    assert!(seen.failures.is_empty(), "{:?}", seen.failures);
-    let gap = longest_gap(&origin, start + Duration::from_millis(500));
-    assert!(
-        gap <= Duration::from_millis(1500),
-        "the host went quiet for {gap:?}"
-    );
-    let after = shares(&origin, 3, calm + Duration::from_secs(1), end);
-    assert!(
-        after.iter().sum::<usize>() >= 9,
-        "served again after the spike: {after:?}"
-    );
-    assert_within_budget(&origin, 3.0, 1, 2);
+    a_fault_of_the_store_leaves_no_gap(&redis, spike).await;
 }
 
 /// `kill -9` of the store: every queued request is answered at its instance's fallback share
