@@ -10,6 +10,7 @@
 //! instance's share. Chosen once at start-up; callers do not change.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -95,10 +96,13 @@ impl Budget {
             Budget::Shared { store, .. } if store.in_fallback() => {
                 let burst = state.policy.burst;
                 state.pacing.set_share(store.share(), burst, now);
-                // The first local turn after a fall waits its interval after the shared turns
-                // this instance just took: the switch releases no burst.
+                // The first local turn after a fall comes at the share's pace after the last
+                // shared turn this instance took: the switch releases no burst.
                 if state.falls != 0 && state.falls != store.falls() + 1 {
-                    state.pacing.drain(now);
+                    let since = state
+                        .shared_turn_at
+                        .map_or(Duration::MAX, |at| now.saturating_duration_since(at));
+                    state.pacing.refilled_since_last_turn(since, now);
                     state.falls = store.falls() + 1;
                 }
                 let cap = state.pacing.share_of(state.policy.concurrency);

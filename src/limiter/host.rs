@@ -54,6 +54,8 @@ pub(crate) struct HostState {
     /// One more than the store's fall count at this host's last shared turn (`0`: it had none;
     /// see `Store::falls`).
     pub(crate) falls: u32,
+    /// When this instance last handed out a shared turn of the host (see `falls`).
+    pub(crate) shared_turn_at: Option<Instant>,
     /// This instance holds a place in the host's waiting list in the shared store (its last
     /// reservation was refused): it gives it up when its queue empties.
     pub(crate) listed: bool,
@@ -92,6 +94,7 @@ impl Host {
                 forced: false,
                 epoch: 0,
                 falls: 0,
+                shared_turn_at: None,
                 listed: false,
                 shadow: None,
                 names: key.is_shared().then(|| Box::new(Names::new(key))),

@@ -179,6 +179,7 @@ fn hand_over(
 ) -> bool {
     let now = Instant::now();
     let mut state = host.lock();
+    state.shared_turn_at = Some(now);
     // Only a request that had to wait for its turn may raise the rate when the answer is healthy.
     let limited = !wait.is_zero() || state.queue.len() > 1;
     state.in_flight.start();

@@ -97,11 +97,13 @@ impl Pacing {
         self.sync(now);
     }
 
-    /// Empties the bucket: the next request waits a whole interval. A shared budget's host takes
-    /// its first local turn after the store went away this way, since its shared turns just
-    /// spent what the bucket would hold.
-    pub fn drain(&mut self, now: Instant) {
-        self.bucket.clamp_tokens(0.0, now);
+    /// Leaves the bucket at most what it would have refilled in `elapsed` since this instance's
+    /// last turn: a shared budget's host takes its first local turn after the store went away
+    /// this way, at its share's rate after the shared turn it just had, never in a burst (and
+    /// never later than that, however often the store comes and goes).
+    pub fn refilled_since_last_turn(&mut self, elapsed: Duration, now: Instant) {
+        let most = elapsed.as_secs_f64() * self.bucket.rate();
+        self.bucket.clamp_tokens(most, now);
     }
 
     /// This instance's share of a burst or concurrency: at least 1.
