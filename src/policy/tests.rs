@@ -34,6 +34,49 @@ fn answer(feedback: Feedback, status: u16, sent_at: Instant) -> Observation {
     }
 }
 
+/// Changes one field of an observation; the tests build theirs from [`answer`] and say only
+/// what differs.
+trait Vary: Sized {
+    fn with_status(self, status: Option<u16>) -> Self;
+    fn with_latency(self, latency: Duration) -> Self;
+    fn with_retry_after(self, retry_after: Option<Duration>) -> Self;
+    fn with_server(self, server: Option<ServerBudget>) -> Self;
+    fn with_sent_at(self, sent_at: Instant) -> Self;
+    fn with_limited(self, limited: bool) -> Self;
+    fn with_others_in_flight(self, others: u32) -> Self;
+}
+
+impl Vary for Observation {
+    fn with_status(mut self, status: Option<u16>) -> Self {
+        self.answer.status = status;
+        self
+    }
+    fn with_latency(mut self, latency: Duration) -> Self {
+        self.answer.latency = latency;
+        self
+    }
+    fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.answer.retry_after = retry_after;
+        self
+    }
+    fn with_server(mut self, server: Option<ServerBudget>) -> Self {
+        self.answer.server = server;
+        self
+    }
+    fn with_sent_at(mut self, sent_at: Instant) -> Self {
+        self.sent_at = sent_at;
+        self
+    }
+    fn with_limited(mut self, limited: bool) -> Self {
+        self.limited = limited;
+        self
+    }
+    fn with_others_in_flight(mut self, others: u32) -> Self {
+        self.others_in_flight = others;
+        self
+    }
+}
+
 #[test]
 fn healthy_limited_answers_creep_up_to_the_ceiling() {
     let t0 = Instant::now();
@@ -52,10 +95,7 @@ fn unlimited_answers_do_not_raise_the_rate() {
     let t0 = Instant::now();
     let policy = adaptive(2.0);
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        limited: false,
-        ..answer(Feedback::Success, 200, t0)
-    };
+    let obs = answer(Feedback::Success, 200, t0).with_limited(false);
     p.observe(&obs, &policy, t0, 0.0);
     assert_eq!(p.rate(), 2.0);
 }
@@ -65,22 +105,13 @@ fn slow_answers_cut_by_slow_factor_once_per_wave() {
     let t0 = Instant::now();
     let policy = adaptive(5.0);
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let slow = Observation {
-        answer: Answer {
-            latency: secs(2.5),
-            ..answer(Feedback::Success, 200, t0).answer
-        },
-        ..answer(Feedback::Success, 200, t0)
-    };
+    let slow = answer(Feedback::Success, 200, t0).with_latency(secs(2.5));
     p.observe(&slow, &policy, t0 + secs(1.0), 0.0);
     assert!((p.rate() - 4.0).abs() < 1e-9);
     // Another slow answer to a request sent before the cut: same wave, no second cut.
     p.observe(&slow, &policy, t0 + secs(1.1), 0.0);
     assert!((p.rate() - 4.0).abs() < 1e-9);
-    let later = Observation {
-        sent_at: t0 + secs(1.2),
-        ..slow
-    };
+    let later = slow.with_sent_at(t0 + secs(1.2));
     p.observe(&later, &policy, t0 + secs(3.0), 0.0);
     assert!((p.rate() - 3.2).abs() < 1e-9);
 }
@@ -95,13 +126,7 @@ fn a_wave_of_429s_cuts_once() {
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     // Eight requests in flight together, all answered 429 with Retry-After: 1.
     for i in 0..8 {
-        let obs = Observation {
-            answer: Answer {
-                retry_after: Some(secs(1.0)),
-                ..answer(Feedback::Throttled, 429, t0).answer
-            },
-            ..answer(Feedback::Throttled, 429, t0)
-        };
+        let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(1.0)));
         p.observe(&obs, &policy, t0 + secs(0.1 + 0.01 * f64::from(i)), 0.0);
     }
     assert!((p.rate() - 4.0).abs() < 1e-9, "rate {}", p.rate());
@@ -116,13 +141,7 @@ fn a_cooldown_blocks_then_resumes_at_resume_factor_with_no_burst() {
         ..HostPolicy::default()
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        answer: Answer {
-            retry_after: Some(secs(30.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(30.0)));
     let r = p.observe(&obs, &policy, t0, 0.0);
     assert_eq!(r.cooldown, Some(secs(30.0)));
     assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::Status(429));
@@ -140,32 +159,15 @@ fn a_cooldown_never_shortens() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let long = Observation {
-        answer: Answer {
-            retry_after: Some(secs(60.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let long = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(60.0)));
     p.observe(&long, &policy, t0, 0.0);
-    let short = Observation {
-        answer: Answer {
-            retry_after: Some(secs(5.0)),
-            ..answer(Feedback::Overloaded, 503, t0).answer
-        },
-        sent_at: t0 + secs(1.0),
-        ..answer(Feedback::Overloaded, 503, t0)
-    };
+    let short = answer(Feedback::Overloaded, 503, t0)
+        .with_retry_after(Some(secs(5.0)))
+        .with_sent_at(t0 + secs(1.0));
     let r = p.observe(&short, &policy, t0 + secs(2.0), 0.0);
     assert_eq!(r.cooldown, None);
     assert_eq!(p.cooldown(t0 + secs(2.0)).unwrap().until, t0 + secs(60.0));
-    let longer = Observation {
-        answer: Answer {
-            retry_after: Some(secs(100.0)),
-            ..short.answer
-        },
-        ..short
-    };
+    let longer = short.with_retry_after(Some(secs(100.0)));
     p.observe(&longer, &policy, t0 + secs(3.0), 0.0);
     let c = p.cooldown(t0 + secs(3.0)).unwrap();
     assert_eq!((c.started, c.until), (t0, t0 + secs(103.0)));
@@ -176,13 +178,7 @@ fn retry_after_is_capped_by_max_retry_after() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        answer: Answer {
-            retry_after: Some(secs(86_400.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(86_400.0)));
     assert_eq!(
         p.observe(&obs, &policy, t0, 0.0).cooldown,
         Some(secs(600.0))
@@ -232,13 +228,7 @@ fn failures_back_off_like_overload() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        answer: Answer {
-            status: None,
-            ..answer(Feedback::Failed, 0, t0).answer
-        },
-        ..answer(Feedback::Failed, 0, t0)
-    };
+    let obs = answer(Feedback::Failed, 0, t0).with_status(None);
     let r = p.observe(&obs, &policy, t0, 0.0);
     assert_eq!(r.cooldown, Some(secs(2.0)));
     assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::Failure);
@@ -253,13 +243,7 @@ fn a_non_adaptive_host_recovers_to_its_configured_rate_only() {
         ..HostPolicy::default()
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        answer: Answer {
-            retry_after: Some(secs(1.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(1.0)));
     p.observe(&obs, &policy, t0, 0.0);
     assert_eq!(p.rate(), 0.5);
     for _ in 0..5 {
@@ -291,18 +275,12 @@ fn the_servers_remaining_budget_is_spread_until_the_reset_and_never_exceeded() {
         ..HostPolicy::default()
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        answer: Answer {
-            server: Some(ServerBudget {
-                remaining: Some(3),
-                reset: Some(secs(10.0)),
-                policy_rate: None,
-                quota: None,
-            }),
-            ..answer(Feedback::Success, 200, t0).answer
-        },
-        ..answer(Feedback::Success, 200, t0)
-    };
+    let obs = answer(Feedback::Success, 200, t0).with_server(Some(ServerBudget {
+        remaining: Some(3),
+        reset: Some(secs(10.0)),
+        policy_rate: None,
+        quota: None,
+    }));
     p.observe(&obs, &policy, t0, 0.0);
     assert!((p.effective_rate(t0) - 0.3).abs() < 1e-9);
     // Hammer it every millisecond for ten seconds: at most 3 turns.
@@ -325,18 +303,12 @@ fn zero_remaining_cools_down_until_the_reset() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        answer: Answer {
-            server: Some(ServerBudget {
-                remaining: Some(0),
-                reset: Some(secs(20.0)),
-                policy_rate: None,
-                quota: None,
-            }),
-            ..answer(Feedback::Success, 200, t0).answer
-        },
-        ..answer(Feedback::Success, 200, t0)
-    };
+    let obs = answer(Feedback::Success, 200, t0).with_server(Some(ServerBudget {
+        remaining: Some(0),
+        reset: Some(secs(20.0)),
+        policy_rate: None,
+        quota: None,
+    }));
     let r = p.observe(&obs, &policy, t0, 0.0);
     assert_eq!(r.cooldown, Some(secs(20.0)));
     assert_eq!(p.cooldown(t0).unwrap().cause, CooldownCause::ServerBudget);
@@ -355,32 +327,20 @@ fn server_numbers_only_ever_make_courtesy_stricter() {
         ..HostPolicy::default()
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let generous = Observation {
-        answer: Answer {
-            server: Some(ServerBudget {
-                remaining: Some(1000),
-                reset: Some(secs(1.0)),
-                policy_rate: Some(500.0),
-                quota: None,
-            }),
-            ..answer(Feedback::Success, 200, t0).answer
-        },
-        ..answer(Feedback::Success, 200, t0)
-    };
+    let generous = answer(Feedback::Success, 200, t0).with_server(Some(ServerBudget {
+        remaining: Some(1000),
+        reset: Some(secs(1.0)),
+        policy_rate: Some(500.0),
+        quota: None,
+    }));
     p.observe(&generous, &policy, t0, 0.0);
     assert_eq!(p.effective_rate(t0), 2.0);
-    let strict = Observation {
-        answer: Answer {
-            server: Some(ServerBudget {
-                remaining: None,
-                reset: None,
-                policy_rate: Some(0.5),
-                quota: None,
-            }),
-            ..generous.answer
-        },
-        ..generous
-    };
+    let strict = generous.with_server(Some(ServerBudget {
+        remaining: None,
+        reset: None,
+        policy_rate: Some(0.5),
+        quota: None,
+    }));
     p.observe(&strict, &policy, t0, 0.0);
     assert_eq!(p.effective_rate(t0), 0.5);
 }
@@ -390,19 +350,14 @@ fn requests_in_flight_count_against_the_servers_remaining() {
     let t0 = Instant::now();
     let policy = HostPolicy::default();
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        answer: Answer {
-            server: Some(ServerBudget {
-                remaining: Some(2),
-                reset: Some(secs(5.0)),
-                policy_rate: None,
-                quota: None,
-            }),
-            ..answer(Feedback::Success, 200, t0).answer
-        },
-        others_in_flight: 2,
-        ..answer(Feedback::Success, 200, t0)
-    };
+    let obs = answer(Feedback::Success, 200, t0)
+        .with_server(Some(ServerBudget {
+            remaining: Some(2),
+            reset: Some(secs(5.0)),
+            policy_rate: None,
+            quota: None,
+        }))
+        .with_others_in_flight(2);
     assert_eq!(p.observe(&obs, &policy, t0, 0.0).cooldown, Some(secs(5.0)));
 }
 
@@ -416,13 +371,7 @@ fn an_operator_pause_blocks_until_resumed_but_never_shortens_a_server_cooldown()
     assert_eq!(p.ready_at(t0), t0 + secs(100.0));
     p.operator_resume();
     assert_eq!(p.ready_at(t0), t0);
-    let obs = Observation {
-        answer: Answer {
-            retry_after: Some(secs(30.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(30.0)));
     p.observe(&obs, &policy, t0, 0.0);
     p.operator_pause(t0 + secs(10.0));
     p.operator_resume();
@@ -437,18 +386,12 @@ fn an_operator_rate_replaces_ours_but_server_caps_still_apply() {
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     p.set_rate_override(Some(4.0), t0);
     assert_eq!(p.effective_rate(t0), 4.0);
-    let obs = Observation {
-        answer: Answer {
-            server: Some(ServerBudget {
-                remaining: None,
-                reset: None,
-                policy_rate: Some(2.0),
-                quota: None,
-            }),
-            ..answer(Feedback::Success, 200, t0).answer
-        },
-        ..answer(Feedback::Success, 200, t0)
-    };
+    let obs = answer(Feedback::Success, 200, t0).with_server(Some(ServerBudget {
+        remaining: None,
+        reset: None,
+        policy_rate: Some(2.0),
+        quota: None,
+    }));
     p.observe(&obs, &policy, t0, 0.0);
     assert_eq!(p.effective_rate(t0), 2.0);
     p.set_rate_override(None, t0);
@@ -463,13 +406,7 @@ fn a_record_restores_cooldowns_rates_and_overrides() {
         ..HostPolicy::default()
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let obs = Observation {
-        answer: Answer {
-            retry_after: Some(secs(120.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(120.0)));
     p.observe(&obs, &policy, t0, 0.0);
     p.set_rate_override(Some(0.7), t0);
     let record = p.record(t0 + secs(10.0));
@@ -495,13 +432,7 @@ fn a_reloaded_policy_keeps_a_lowered_rate_lowered() {
     };
     p.apply_policy(&old, &new, t0, UNIX_EPOCH);
     assert_eq!(p.rate(), 3.0, "an unlowered rate follows the config");
-    let obs = Observation {
-        answer: Answer {
-            retry_after: Some(secs(1.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(1.0)));
     p.observe(&obs, &new, t0, 0.0);
     assert_eq!(p.rate(), 1.5);
     let newer = HostPolicy {
@@ -613,13 +544,7 @@ fn a_host_is_fresh_only_when_nothing_is_remembered() {
     let policy = HostPolicy::default();
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     assert!(p.is_fresh(&policy, t0));
-    let obs = Observation {
-        answer: Answer {
-            retry_after: Some(secs(5.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(5.0)));
     p.observe(&obs, &policy, t0, 0.0);
     assert!(!p.is_fresh(&policy, t0 + secs(10.0)), "rate still lowered");
 }
@@ -646,13 +571,7 @@ fn what_an_episode_left_is_freed_when_it_ends() {
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     assert!(p.rare.is_none());
-    let obs = Observation {
-        answer: Answer {
-            retry_after: Some(secs(5.0)),
-            ..answer(Feedback::Throttled, 429, t0).answer
-        },
-        ..answer(Feedback::Throttled, 429, t0)
-    };
+    let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(5.0)));
     p.observe(&obs, &policy, t0, 0.0);
     assert!(p.rare.is_some());
     assert!(!p.is_fresh(&policy, t0 + secs(4.0)), "cooling down");
