@@ -72,6 +72,16 @@ wait_port() {
     die "$name did not listen on $HOST:$port within 10 s"
 }
 
+# Starts nginx with `dir/nginx.conf` (its prefix and logs in `dir`), adds it to PIDS, sets
+# NGINX_PID and waits until it listens on `port`.
+start_nginx() {
+    local dir=$1 port=$2 name=${3:-nginx}
+    nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" >"$dir/log" 2>&1 &
+    NGINX_PID=$!
+    PIDS+=("$NGINX_PID")
+    wait_port "$NGINX_PID" "$port" "$name"
+}
+
 # "utime stime" in clock ticks of a process (all its threads) and of its direct children.
 cpu_ticks() {
     local pid=$1 user=0 sys=0 p stat

@@ -162,10 +162,7 @@ $(nginx_conf_start "$TMP/nginx")
     }
 }
 EOF
-nginx -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$TMP/nginx/nginx.conf" >"$TMP/nginx/log" 2>&1 &
-NGINX_PID=$!
-PIDS+=("$NGINX_PID")
-wait_port "$NGINX_PID" "$ORIGIN_PORT" nginx
+start_nginx "$TMP/nginx" "$ORIGIN_PORT"
 
 # "accepts requests" of the origin so far (stub_status); each status request counts itself.
 origin_counts() {

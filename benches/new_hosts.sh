@@ -98,9 +98,7 @@ $(nginx_conf_start "$TMP/nginx")
     }
 }
 EOF
-nginx -p "$TMP/nginx" -e "$TMP/nginx/error.log" -c "$TMP/nginx/nginx.conf" >"$TMP/nginx/log" 2>&1 &
-PIDS+=("$!")
-wait_port "$!" "$ORIGIN_PORT" nginx
+start_nginx "$TMP/nginx" "$ORIGIN_PORT"
 
 # ---- runs ----------------------------------------------------------------------------------------
 
