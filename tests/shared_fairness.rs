@@ -270,6 +270,7 @@ async fn a_store_killed_mid_run_hangs_no_queued_request() {
     // the switch, at most its share's wait plus a second.
     for (i, waits) in seen.waits.iter().enumerate() {
         let longest = waits.iter().max().copied().unwrap_or_default();
+        eprintln!("instance {i}: longest client wait {longest:?}");
         assert!(
             longest <= Duration::from_millis(6500),
             "instance {i} kept a client waiting {longest:?}"
