@@ -116,19 +116,22 @@ if op > now and op > block then block = op; cause = 'operator' end
 if block > now then return reply_of({'cool', int(block - now), cause, view_rate, view_ovr, '', '0', '0'}) end
 local who = ARGV[14] or ''
 local fair = KEYS[4] ~= nil and who ~= ''
-local arrival, older, refresh, listed = now, 0, 0, 0
+local arrival, older, refresh = now, 0, 0
 if fair then
   arrival = now - (tonumber(ARGV[15]) or 0)
   refresh = math.floor(tonumber(ARGV[17]) / 4)
   -- Nobody listed (the usual case of a host nobody contends for): one command.
   if redis.call('ZCARD', KEYS[3]) > 0 then
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now))
-    for _, m in ipairs(gone) do redis.call('ZREM', KEYS[3], m) end
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', int(now))
+    -- Places whose instance stopped asking: looked for only when the first has run out.
+    local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+    if first[2] and tonumber(first[2]) <= now then
+      local gone = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now))
+      for _, m in ipairs(gone) do redis.call('ZREM', KEYS[3], m) end
+      redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', int(now))
+    end
     redis.call('ZREM', KEYS[3], who)
     redis.call('ZREM', KEYS[4], who)
     older = redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. int(arrival))
-    listed = redis.call('ZCARD', KEYS[3])
   end
 end
 local function wait_in_line(until_us)
@@ -136,8 +139,9 @@ local function wait_in_line(until_us)
     local ttl = tonumber(ARGV[17])
     redis.call('ZADD', KEYS[3], int(arrival), who)
     redis.call('ZADD', KEYS[4], int(now + ttl), who)
-    keep_at_least(KEYS[3], math.ceil(ttl / 1000) + 1000)
-    keep_at_least(KEYS[4], math.ceil(ttl / 1000) + 1000)
+    -- Nothing else writes these keys: their TTL is simply the place's, and a second.
+    redis.call('PEXPIRE', KEYS[3], math.ceil(ttl / 1000) + 1000)
+    redis.call('PEXPIRE', KEYS[4], math.ceil(ttl / 1000) + 1000)
     if until_us > refresh then until_us = refresh end
   end
   return until_us
