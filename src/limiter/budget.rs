@@ -98,12 +98,17 @@ impl Budget {
                 state.pacing.set_share(store.share(), burst, now);
                 // The first local turn after a fall comes at the share's pace after the last
                 // shared turn this instance took: the switch releases no burst.
-                if state.falls != 0 && state.falls != store.falls() + 1 {
-                    let since = state
-                        .shared_turn_at
+                let fell = store.falls() + 1;
+                if let Some(turns) = state
+                    .shared
+                    .as_mut()
+                    .filter(|t| t.falls != 0 && t.falls != fell)
+                {
+                    turns.falls = fell;
+                    let since = turns
+                        .last_turn_at
                         .map_or(Duration::MAX, |at| now.saturating_duration_since(at));
                     state.pacing.refilled_since_last_turn(since, now);
-                    state.falls = store.falls() + 1;
                 }
                 let cap = state.pacing.share_of(state.policy.concurrency);
                 local_turn(state, global, egress, kept, cap, now)
@@ -132,7 +137,7 @@ impl Budget {
                     configured_rate: state.policy.rate,
                     burst: scaled(state.policy.burst),
                     concurrency: scaled(state.policy.concurrency),
-                    rejoin: state.epoch != store.epoch(),
+                    rejoin: state.shared.as_ref().map_or(0, |t| t.epoch) != store.epoch(),
                 };
                 Turn::AskStore(slot, token, limits)
             }

@@ -89,7 +89,12 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                 if state.queue.capacity() > 0 {
                     state.queue = VecDeque::new();
                 }
-                Next::Exit(std::mem::take(&mut state.listed))
+                Next::Exit(
+                    state
+                        .shared
+                        .as_mut()
+                        .is_some_and(|t| std::mem::take(&mut t.listed)),
+                )
             } else {
                 let egress = limiter.egress.as_ref();
                 match limiter.budget.take_turn(

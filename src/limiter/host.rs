@@ -49,20 +49,35 @@ pub(crate) struct HostState {
     pub(crate) stats: HostStats,
     /// The operator's rate override was forced past the config's ceiling.
     pub(crate) forced: bool,
-    /// The shared store's rejoin count at this host's last shared turn (see `Store::epoch`).
-    pub(crate) epoch: u32,
-    /// One more than the store's fall count at this host's last shared turn (`0`: it had none;
-    /// see `Store::falls`).
-    pub(crate) falls: u32,
-    /// When this instance last handed out a shared turn of the host (see `falls`).
-    pub(crate) shared_turn_at: Option<Instant>,
-    /// This instance holds a place in the host's waiting list in the shared store (its last
-    /// reservation was refused): it gives it up when its queue empties.
-    pub(crate) listed: bool,
+    /// What a shared budget's host keeps of its turns from the store (boxed: a local
+    /// budget's hosts need none of it).
+    pub(crate) shared: Option<Box<SharedTurns>>,
     /// A report-only host's would-be schedule and counts (boxed: most hosts enforce).
     pub(crate) shadow: Option<Box<Shadow>>,
     /// The names sharing a key other than `host:port` (boxed: most budgets have one name).
     pub(crate) names: Option<Box<Names>>,
+}
+
+/// What a host of a shared budget keeps of its turns from the store.
+#[derive(Debug, Default)]
+pub(crate) struct SharedTurns {
+    /// The store's rejoin count at this host's last shared turn (see `Store::epoch`).
+    pub(crate) epoch: u32,
+    /// One more than the store's fall count at this host's last shared turn (`0`: it had none;
+    /// see `Store::falls`).
+    pub(crate) falls: u32,
+    /// This instance holds a place in the host's waiting list in the shared store (its last
+    /// reservation was refused): it gives it up when its queue empties.
+    pub(crate) listed: bool,
+    /// When this instance last handed out a shared turn of the host.
+    pub(crate) last_turn_at: Option<Instant>,
+}
+
+impl HostState {
+    /// The host's shared turns, made on first use.
+    pub(crate) fn shared_turns(&mut self) -> &mut SharedTurns {
+        self.shared.get_or_insert_with(Box::default)
+    }
 }
 
 /// A request waiting in a host's queue for its turn.
@@ -92,10 +107,7 @@ impl Host {
                 last_active: now,
                 stats: HostStats::default(),
                 forced: false,
-                epoch: 0,
-                falls: 0,
-                shared_turn_at: None,
-                listed: false,
+                shared: None,
                 shadow: None,
                 names: key.is_shared().then(|| Box::new(Names::new(key))),
             }),

@@ -80,9 +80,10 @@ pub(super) async fn take_shared_turn(
                 state
                     .pacing
                     .adopt_shared(view.rate, view.rate_override, answered);
-                state.epoch = store.epoch();
-                state.falls = store.falls() + 1;
-                state.listed = false;
+                let turns = state.shared_turns();
+                turns.epoch = store.epoch();
+                turns.falls = store.falls() + 1;
+                turns.listed = false;
             }
             let fine = limits.rate >= FINE_MIN_RATE;
             let mut token = token;
@@ -136,7 +137,7 @@ pub(super) async fn take_shared_turn(
         }
         Reservation::Busy { retry_in } | Reservation::Later { retry_in } => {
             drop(slots);
-            host.lock().listed = true;
+            host.lock().shared_turns().listed = true;
             // A fall to the local budget (or a rejoin) wakes this at once: a queued request
             // never sleeps on a store that is gone.
             let changed = store.mode_changed();
@@ -179,7 +180,7 @@ fn hand_over(
 ) -> bool {
     let now = Instant::now();
     let mut state = host.lock();
-    state.shared_turn_at = Some(now);
+    state.shared_turns().last_turn_at = Some(now);
     // Only a request that had to wait for its turn may raise the rate when the answer is healthy.
     let limited = !wait.is_zero() || state.queue.len() > 1;
     state.in_flight.start();

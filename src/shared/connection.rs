@@ -279,7 +279,7 @@ fn explain_denial(error: RedisError) -> RedisError {
         RedisError::from((
             ErrorKind::Server(ServerErrorKind::NoPerm),
             "NOPERM: the store's user may not run a command courtesy needs; grant the ACL of the \
-             README ([shared]): +evalsha +script|load +time (the scripts read the store's clock) \
+             docs/several-instances.md: +evalsha +script|load +time (the scripts read the store's clock) \
              +hset +hget +hmget +hdel +pexpire +pttl +zadd +zrem +zrange +zcard \
              +zremrangebyscore +zrangebyscore +zcount +publish +subscribe +info, keys ~<prefix>:*, channel \
              &<prefix>:hints",

@@ -82,7 +82,7 @@ pub(super) const ANNOUNCING: [(&str, Kind); 4] = [
 
 /// One-second windows announced: with the draft's whole-second resets (a reset of 1 may be
 /// anything up to a second, and the budget's hard rules take it as a whole one) and with
-/// `X-RateLimit-Reset` as a Unix time. Shown, not asserted (see the README).
+/// `X-RateLimit-Reset` as a Unix time. Shown, not asserted (see benches/SUMMARY_RESULTS.md).
 pub(super) const COARSE: [(&str, Kind); 2] = [
     (
         "announced: draft fields, 1 s window",

@@ -102,7 +102,7 @@ fn the_learned_limit_follows_a_fall_within_ten_seconds_and_a_rise_at_its_next_pr
             share * 100.0
         );
         // A rise shows only when a probe goes past the old limit; the probe after a fall comes
-        // `2 × probe_after` after the last cut (see the README for why not within 10 s).
+        // `2 × probe_after` after the last cut (see docs/reacting.md for why not within 10 s).
         let (_, _, reach) = changes[1];
         assert!(
             reach.is_some_and(|t| t <= 50.0),
@@ -221,7 +221,7 @@ fn every_controller_on_every_profile() {
 /// printed:
 /// `cargo test --lib sim -- --ignored --nocapture`.
 #[test]
-#[ignore = "a longer sweep, for the README's figures"]
+#[ignore = "a longer sweep, for the figures in benches/SUMMARY_RESULTS.md"]
 fn over_more_seeds() {
     use super::runner::run;
     use super::servers::Server;
