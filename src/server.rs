@@ -25,7 +25,7 @@ use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, UpstreamSetup};
 use crate::reload::reload;
-use crate::resolve::Resolver;
+use crate::resolve::{Destinations, Resolver};
 use crate::state;
 use crate::tasks::{hangup_signals, Background};
 use crate::tls::{self, Interceptor, LocalCa};
@@ -99,10 +99,17 @@ pub async fn run(
     let connections = Connections::new();
     // One resolver for keys and connections: the address a `key = "ip"` budget was made from is
     // the one connected to.
-    let keyer = Keyer::new(Resolver::new(
-        config.proxy.connect_timeout,
-        config.proxy.static_hosts.clone(),
-    ));
+    let keyer = Keyer::new(
+        Resolver::new(
+            config.proxy.connect_timeout,
+            config.proxy.static_hosts.clone(),
+        )
+        .refusing(Destinations::new(
+            vec![proxy_addr, admin_addr],
+            config.proxy.deny_destinations.clone(),
+            config.proxy.allow_destinations.clone(),
+        )),
+    );
     let proxy = Arc::new(Proxy::new(
         live.clone(),
         limiter.clone(),

@@ -72,6 +72,52 @@ proptest! {
     }
 
     #[test]
+    fn host_spellings_that_are_addresses(
+        text in prop_oneof![
+            texty(),
+            "(0x[0-9a-fA-F]{0,10}|0[0-7]{0,12}|[0-9]{1,11})(\\.(0x[0-9a-fA-F]{0,4}|0[0-7]{0,4}|[0-9]{1,5})){0,4}\\.?",
+        ],
+    ) {
+        let ip = bounded("a numeric host", || crate::resolve::numeric_ipv4(&text));
+        if let Some(ip) = ip {
+            // An address reads back as itself.
+            let dotted = ip.to_string();
+            prop_assert_eq!(crate::resolve::numeric_ipv4(&dotted), Some(ip));
+            prop_assert_eq!(crate::resolve::literal_ip(&dotted), Some(std::net::IpAddr::V4(ip)));
+        }
+        let _ = bounded("a host literal", || crate::resolve::literal_ip(&text));
+    }
+
+    #[test]
+    fn cidr_lists_in_the_config(
+        entries in proptest::collection::vec(
+            prop_oneof![
+                texty(),
+                "[0-9a-f:.]{0,40}(/[0-9]{0,4})?",
+            ],
+            0..8,
+        ),
+    ) {
+        let list = entries
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = format!("[proxy]\ndeny_destinations = [{list}]\nallow_destinations = [{list}]\n");
+        bounded("a CIDR list", || {
+            match Config::parse(&text, "fuzz.toml") {
+                Ok(config) => prop_assert!(config.proxy.deny_destinations.len() <= entries.len()),
+                Err(errors) => {
+                    for e in &errors.errors {
+                        prop_assert!(e.starts_with("fuzz.toml"), "{}", e);
+                    }
+                }
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
     fn retry_after_values(text in texty(), now_s in 0u64..4_000_000_000) {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_s);
         bounded("Retry-After", || retry_after(&text, now));

@@ -154,4 +154,6 @@ pub(super) struct FileProxy {
     pub(super) global_rate: Option<Spanned<f64>>,
     pub(super) global_burst: Option<Spanned<i64>>,
     pub(super) upstream_proxy: Option<Spanned<String>>,
+    pub(super) deny_destinations: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) allow_destinations: Option<Spanned<Vec<Spanned<String>>>>,
 }

@@ -49,6 +49,11 @@ pub struct ProxySettings {
     /// Where requests leave by default (`upstream_proxy`): straight to the target, or through a
     /// parent proxy; a `[[host]]` rule may say otherwise for its hosts.
     pub upstream_proxy: super::Route,
+    /// Networks courtesy never connects to for a client (`deny_destinations`), judged on the
+    /// address a target resolves to: cloud metadata, the team's private ranges.
+    pub deny_destinations: Vec<IpNet>,
+    /// Networks inside `deny_destinations` that are open all the same (`allow_destinations`).
+    pub allow_destinations: Vec<IpNet>,
 }
 
 impl Default for ProxySettings {
@@ -71,6 +76,8 @@ impl Default for ProxySettings {
             global_rate: None,
             global_burst: 1,
             upstream_proxy: super::Route::Direct,
+            deny_destinations: Vec::new(),
+            allow_destinations: Vec::new(),
         }
     }
 }

@@ -22,7 +22,8 @@ pub(crate) enum TcpFault {
 }
 
 /// A TCP stream to `host:port` (`host` a name or an IP address without brackets), with Nagle off;
-/// each address gets `timeout`.
+/// each address gets `timeout`. For a parent proxy (an address from the config, never judged by
+/// `deny_destinations`); a target is [`connect_target`].
 pub(crate) async fn connect(
     resolver: &Resolver,
     host: &str,
@@ -39,6 +40,30 @@ pub(crate) async fn connect(
             .map(|a| SocketAddr::new(a.ip(), port))
             .collect(),
     };
+    connect_any(host, addrs, timeout).await
+}
+
+/// Like [`connect`], to a target (a blind tunnel's): every address is judged first
+/// (`Resolver::lookup_target`), so a refused one is never dialed.
+pub(crate) async fn connect_target(
+    resolver: &Resolver,
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<TcpStream, TcpFault> {
+    let addrs = resolver
+        .lookup_target(host, port)
+        .await
+        .map_err(TcpFault::Dns)?;
+    connect_any(host, addrs, timeout).await
+}
+
+/// The first of `addrs` that connects within `timeout`.
+async fn connect_any(
+    host: &str,
+    addrs: Vec<SocketAddr>,
+    timeout: Duration,
+) -> Result<TcpStream, TcpFault> {
     let mut last = TcpFault::Dns(DnsError::Failed {
         name: host.to_string(),
         reason: "no addresses".into(),

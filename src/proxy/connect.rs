@@ -77,6 +77,9 @@ impl Proxy {
         if let Some(failure) = self.loops.refuse(&target, req.headers()) {
             return failure.into_response();
         }
+        if let Some(failure) = self.refuse_destination(&target).await {
+            return failure.into_response();
+        }
         let span = info_span!("connect", client = %client, host = %target, ?mode);
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
@@ -288,7 +291,7 @@ impl Proxy {
                 OpenError::TargetDns(e) => Failure::of_dns(&e),
             });
         }
-        tcp::connect(&self.resolver, &target.host, target.port, timeout)
+        tcp::connect_target(&self.resolver, &target.host, target.port, timeout)
             .await
             .map_err(|fault| match fault {
                 TcpFault::Dns(e) => Failure::of_dns(&e),

@@ -13,7 +13,7 @@ use http::{Response, StatusCode};
 
 use crate::body::ProxyBody;
 use crate::parent::{ParentError, ParentFault};
-use crate::resolve::DnsError;
+use crate::resolve::{DnsError, Forbidden};
 use crate::response::{local, proxy_status_member, sf_string, ProxyError};
 
 /// A request that ends in a response courtesy makes itself.
@@ -195,6 +195,13 @@ impl Failure {
                 ProxyError::DnsError,
                 err.to_string(),
             ),
+            DnsError::Forbidden { why, .. } => {
+                let kind = match why {
+                    Forbidden::Loop => ProxyError::ProxyLoopDetected,
+                    Forbidden::Denied(_) => ProxyError::DestinationIpProhibited,
+                };
+                Failure::new(StatusCode::FORBIDDEN, kind, err.to_string())
+            }
         }
     }
 

@@ -171,6 +171,20 @@ impl Proxy {
             .map_err(|e| failure::Failure::of_dns(&e))
     }
 
+    /// The refusal of a target at an address courtesy never dials (`LoopGuard::refuse_destination`).
+    async fn refuse_destination(&self, target: &target::Target) -> Option<failure::Failure> {
+        let through_parent = self
+            .config
+            .get()
+            .policy_for(&target.host, target.port)
+            .upstream
+            .parent()
+            .is_some();
+        self.loops
+            .refuse_destination(&self.resolver, target, through_parent)
+            .await
+    }
+
     /// Forgets expired robots.txt answers (called by the idle-host sweeper).
     pub fn sweep_robots(&self) -> usize {
         self.robots.sweep()

@@ -117,6 +117,10 @@ impl Proxy {
             let Ok(next) = Target::of_any(&uri) else {
                 return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
             };
+            if let Some(refused) = self.refuse_destination(&next).await {
+                // A robots.txt (or its redirect) at an address courtesy never dials: unreachable.
+                return Ok(Fetched::Unreachable(refused.details));
+            }
             let policy = self.config.get().policy_for(&next.host, next.port);
             let budget = match self.budget_key(&next, &policy).await {
                 Ok(budget) => budget,

@@ -16,10 +16,10 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::reuse::Counting;
 use crate::config::{Config, ParentScheme, Route, UpstreamProxy};
 use crate::parent::ParentConnector;
-use crate::resolve::{Connector, Resolver};
+use crate::resolve::{Connector, GuardedConnector, Resolver};
 
 /// The pooled client straight to the targets.
-pub(crate) type Upstream = Client<HttpsConnector<Counting<Connector>>, UpstreamBody>;
+pub(crate) type Upstream = Client<HttpsConnector<Counting<GuardedConnector>>, UpstreamBody>;
 
 /// A pooled client through one parent proxy.
 type ThroughParent = Client<HttpsConnector<Counting<ParentConnector>>, UpstreamBody>;
@@ -85,13 +85,14 @@ pub fn upstream_idle_timeout(idle_host: Duration) -> Duration {
 /// The pooled client, resolving through `resolver` and verifying upstream TLS with `tls`. Its
 /// timeouts are fixed at start.
 fn client(config: &Config, resolver: Resolver, tls: rustls::ClientConfig) -> Upstream {
-    let mut connector = Connector::new_with_resolver(resolver);
+    let mut connector = Connector::new_with_resolver(resolver.clone());
     connector.set_connect_timeout(Some(config.proxy.connect_timeout));
     connector.set_nodelay(true);
     connector.enforce_http(false);
+    let guarded = GuardedConnector::new(connector, resolver);
     pooled(
         config.proxy.idle_host,
-        tls_over(tls, Counting::new(connector)),
+        tls_over(tls, Counting::new(guarded)),
     )
 }
 

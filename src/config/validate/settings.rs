@@ -81,21 +81,9 @@ impl Validator<'_> {
         if let Some(route) = self.route(&file.upstream_proxy, l, p.listen) {
             p.upstream_proxy = route;
         }
-        if let Some(list) = &file.allow_clients {
-            for entry in list.get_ref() {
-                match parse_network(entry.get_ref()) {
-                    Ok(net) => p.allow_clients.push(net),
-                    Err(()) => self.error(
-                        entry.span().start,
-                        &format!(
-                            "[proxy] allow_clients: expected a CIDR network such as \
-                             \"10.0.0.0/8\" or an IP address, got {:?}",
-                            entry.get_ref()
-                        ),
-                    ),
-                }
-            }
-        }
+        p.allow_clients = self.networks(&file.allow_clients, "allow_clients");
+        p.deny_destinations = self.networks(&file.deny_destinations, "deny_destinations");
+        p.allow_destinations = self.networks(&file.allow_destinations, "allow_destinations");
         if let Some(n) = self.count(&file.cache_max_mb, l, "cache_max_mb", 1, 1024 * 1024) {
             p.cache_max_bytes = n as u64 * 1024 * 1024;
         }
@@ -167,6 +155,29 @@ impl Validator<'_> {
             }
         }
         p
+    }
+
+    /// A `[proxy]` list of CIDR networks (or single addresses), each bad entry named with its line.
+    fn networks(
+        &mut self,
+        list: &Option<Spanned<Vec<Spanned<String>>>>,
+        key: &str,
+    ) -> Vec<ipnet::IpNet> {
+        let mut nets = Vec::new();
+        for entry in list.iter().flat_map(|l| l.get_ref()) {
+            match parse_network(entry.get_ref()) {
+                Ok(net) => nets.push(net),
+                Err(()) => self.error(
+                    entry.span().start,
+                    &format!(
+                        "[proxy] {key}: expected a CIDR network such as \
+                         \"10.0.0.0/8\" or an IP address, got {:?}",
+                        entry.get_ref()
+                    ),
+                ),
+            }
+        }
+        nets
     }
 
     /// `[alerts]` over the built-in settings.

@@ -1,0 +1,167 @@
+//! End-to-end: what courtesy refuses to untrusted clients. The loop guard judged on addresses (every
+//! spelling of its own listeners, plain and through CONNECT), `deny_destinations` on the resolved
+//! address (plain, CONNECT, blind tunnels, the robots.txt fetch), with nothing dialed.
+
+mod support;
+
+use http::{Request, StatusCode};
+use support::*;
+
+/// A `hosts_file` with `lines`, and the `[proxy]` lines that use it (plus `extra`).
+fn proxy_section(lines: &str, extra: &str) -> String {
+    let dir = temp_dir("security-hosts");
+    let path = dir.join("hosts");
+    std::fs::write(&path, lines).unwrap();
+    format!(
+        "[proxy]\nhosts_file = {:?}\n{extra}\n",
+        path.display().to_string()
+    )
+}
+
+/// Every way of writing 127.0.0.1 (or an address the kernel reaches as loopback) that clients
+/// and resolvers accept, and names that resolve to it.
+const SPELLINGS: [&str; 11] = [
+    "127.0.0.1",
+    "0.0.0.0",
+    "0",
+    "127.1",
+    "0x7f000001",
+    "2130706433",
+    "017700000001",
+    "[::ffff:127.0.0.1]",
+    "localhost",
+    "admin.loop.test",
+    "LOOP.test.",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_its_own_listeners_is_a_loop_plain_and_through_connect() {
+    let courtesy =
+        Courtesy::start(&proxy_section("127.0.0.1 admin.loop.test loop.test\n", "")).await;
+    let client = courtesy.client();
+    for port in [courtesy.admin.port(), courtesy.addr.port()] {
+        for host in SPELLINGS {
+            let url = format!("http://{host}:{port}/hosts/example.org:443/pause?seconds=2592000");
+            let got = client
+                .send(Request::post(&url).body(empty()).unwrap())
+                .await;
+            assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
+            assert!(
+                got.header("proxy-status")
+                    .starts_with("courtesy; error=proxy_loop_detected"),
+                "{url}: {}",
+                got.header("proxy-status")
+            );
+            let (_stream, head) = open_tunnel(courtesy.addr, format!("{host}:{port}")).await;
+            assert!(
+                head.starts_with("HTTP/1.1 403"),
+                "CONNECT {host}:{port}: {head}"
+            );
+            assert!(
+                head.contains("error=proxy_loop_detected"),
+                "CONNECT {host}:{port}: {head}"
+            );
+        }
+    }
+    let (status, body) = admin_call(
+        "GET",
+        &courtesy.admin_url("/hosts/example.org:443"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was paused: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_on_a_listeners_address_but_another_port_is_served() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start("").await;
+    for host in ["127.0.0.1", "127.1", "0x7f000001", "localhost"] {
+        let url = format!("http://{host}:{}/x", origin.addr.port());
+        assert_eq!(courtesy.client().get(&url).await.status, 200, "{url}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_destinations_are_refused_on_the_resolved_address_and_never_dialed() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let port = origin.addr.port();
+    for https in ["intercept", "tunnel"] {
+        let courtesy = Courtesy::start(&proxy_section(
+            "127.0.0.1 internal.test\n::ffff:127.0.0.1 mapped.test\n",
+            &format!(
+                "deny_destinations = [\"127.0.0.0/8\", \"169.254.0.0/16\"]\n\
+                 connect_ports = [{port}]\n\
+                 [defaults]\nhttps = \"{https}\"\n"
+            ),
+        ))
+        .await;
+        let client = courtesy.client();
+        for host in [
+            "127.0.0.1",
+            "127.1",
+            "2130706433",
+            "internal.test",
+            "mapped.test",
+        ] {
+            let url = format!("http://{host}:{port}/secret");
+            let got = client.get(&url).await;
+            assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
+            assert!(
+                got.header("proxy-status")
+                    .starts_with("courtesy; error=destination_ip_prohibited"),
+                "{url}: {}",
+                got.header("proxy-status")
+            );
+            let (_stream, head) = open_tunnel(courtesy.addr, format!("{host}:{port}")).await;
+            assert!(
+                head.starts_with("HTTP/1.1 403"),
+                "{https} CONNECT {host}: {head}"
+            );
+            assert!(
+                head.contains("error=destination_ip_prohibited"),
+                "{https} CONNECT {host}: {head}"
+            );
+        }
+    }
+    assert_eq!(origin.count(), 0, "nothing was dialed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_robots_txt_redirect_into_a_denied_range_is_never_fetched() {
+    let inside = Origin::ok("127.0.0.2").await;
+    let target = format!("http://127.0.0.2:{}/robots.txt", inside.addr.port());
+    let origin = Origin::start("127.0.0.1", move |req| {
+        let target = target.clone();
+        async move {
+            if req.uri().path() == "/robots.txt" {
+                http::Response::builder()
+                    .status(301)
+                    .header("location", target)
+                    .body(empty())
+                    .unwrap()
+            } else {
+                http::Response::new(full("page"))
+            }
+        }
+    })
+    .await;
+    let courtesy = Courtesy::start(
+        "[proxy]\ndeny_destinations = [\"127.0.0.0/8\"]\nallow_destinations = [\"127.0.0.1/32\"]\n\
+         [defaults]\nobey_robots = true\n",
+    )
+    .await;
+    let got = courtesy.client().get(&origin.url("/page")).await;
+    assert_ne!(
+        got.status,
+        StatusCode::OK,
+        "robots.txt unreachable: {got:?}"
+    );
+    assert_eq!(inside.count(), 0, "the denied address was never dialed");
+    assert_eq!(
+        origin.paths(),
+        ["/robots.txt"],
+        "only robots.txt reached the allowed origin"
+    );
+}
