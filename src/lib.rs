@@ -42,6 +42,7 @@
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls `run`.
 
 mod admin;
+mod admission;
 mod alerts;
 mod blocks;
 mod body;

@@ -9,7 +9,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use hyper::service::service_fn;
@@ -18,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
 use crate::admin::Admin;
+use crate::admission::{self, Admission, Caps, Slot, Spare};
 use crate::config::{Config, LiveConfig};
 use crate::connections::Connections;
 use crate::keys::Keyer;
@@ -138,25 +138,66 @@ pub async fn run(
     let mut hangups = hangup_signals();
     info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
 
-    let builder = Connections::builder(false);
+    let header_timeout = config.proxy.header_timeout;
+    let builder = Connections::builder_with(false, header_timeout);
+    let (proxy_caps, admin_caps) = admission::fit_to_fd_limit(
+        Caps {
+            total: config.proxy.max_connections,
+            per_client: config.proxy.max_connections_per_client,
+        },
+        Caps {
+            total: config.admin.max_connections,
+            per_client: config.admin.max_connections_per_client,
+        },
+        fd_limit(),
+    );
+    let proxy_admission = Admission::new(proxy_caps);
+    let admin_admission = Admission::new(admin_caps);
+    let mut proxy_spare = Spare::new();
+    let mut admin_spare = Spare::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listeners.proxy.accept() => {
-                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let Some((stream, peer)) = proxy_spare.accepted(accepted, &listeners.proxy).await else { continue };
+                let Some(slot) = admit(&live, &proxy_admission, &stream, peer) else { continue };
                 let proxy = proxy.clone();
-                let service = service_fn(move |req| proxy.clone().serve(req, peer));
-                let conn = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                connections.spawn_serving(conn, peer, "client");
+                let slot = Arc::new(slot);
+                let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    // A CONNECT tunnel keeps the connection's place for its life.
+                    req.extensions_mut().insert(slot.clone());
+                    proxy.clone().serve(req, peer)
+                });
+                let (builder, tasks) = (builder.clone(), connections.clone());
+                connections.spawn(async move {
+                    if !admission::first_byte(&stream, header_timeout).await {
+                        debug!(client = %peer, "closed: nothing sent within header_timeout_seconds");
+                        return;
+                    }
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
+                    if let Err(e) = tasks.serve(conn).await {
+                        debug!(client = %peer, "client connection ended: {e}");
+                    }
+                });
             }
             accepted = listeners.admin.accept() => {
-                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let Some((stream, peer)) = admin_spare.accepted(accepted, &listeners.admin).await else { continue };
+                let Some(slot) = admit(&live, &admin_admission, &stream, peer) else { continue };
                 let admin = admin.clone();
                 let service = service_fn(move |req| admin.clone().serve(req, peer));
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                connections.spawn_serving(conn, peer, "admin");
+                let (builder, tasks) = (builder.clone(), connections.clone());
+                connections.spawn(async move {
+                    let _slot = slot;
+                    if !admission::first_byte(&stream, header_timeout).await {
+                        return;
+                    }
+                    let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                    if let Err(e) = tasks.serve(conn).await {
+                        debug!(client = %peer, "admin connection ended: {e}");
+                    }
+                });
             }
             Some(()) = hangups.recv() => {
                 if let Err(errors) = reload(&limiter) {
@@ -183,11 +224,13 @@ pub async fn run(
         tokio::select! {
             finished = &mut drained => break finished,
             accepted = admin_listener.accept() => {
-                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let Some((stream, peer)) = admin_spare.accepted(accepted, &admin_listener).await else { continue };
+                let Some(slot) = admit(&live, &admin_admission, &stream, peer) else { continue };
                 let admin = admin.clone();
                 let service = service_fn(move |req| admin.clone().serve(req, peer));
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     if let Err(e) = conn.await {
                         debug!(client = %peer, "admin connection during the drain ended: {e}");
                     }
@@ -207,20 +250,30 @@ pub async fn run(
     Ok(())
 }
 
-/// The accepted connection, or `None` after logging a failed accept (and pausing briefly when the
-/// process is out of file descriptors, instead of spinning).
-async fn accepted_or_log(
-    accepted: std::io::Result<(TcpStream, SocketAddr)>,
-) -> Option<(TcpStream, SocketAddr)> {
-    match accepted {
-        Ok((stream, peer)) => {
-            let _ = stream.set_nodelay(true);
-            Some((stream, peer))
-        }
-        Err(e) => {
-            warn!("accept failed: {e}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+/// The place of a connection from `peer`, or `None` when it was refused (and closed): a client
+/// outside `allow_clients` before a byte is read, one over a cap with a short 503.
+fn admit(
+    live: &LiveConfig,
+    admission: &Arc<Admission>,
+    stream: &TcpStream,
+    peer: SocketAddr,
+) -> Option<Slot> {
+    if !live.get().client_allowed(peer.ip()) {
+        debug!(client = %peer, "closed at accept: not in [proxy] allow_clients");
+        return None;
+    }
+    match admission.admit(peer.ip()) {
+        Ok(slot) => Some(slot),
+        Err(why) => {
+            debug!(client = %peer, ?why, "refused at accept: connection cap");
+            admission::refuse_busy(stream, why);
             None
         }
     }
+}
+
+/// The soft open file limit, raised to the hard limit first when the binary starts
+/// (`crate::admission::raise_fd_limit`); read again here for an in-process start.
+fn fd_limit() -> Option<u64> {
+    admission::raise_fd_limit()
 }

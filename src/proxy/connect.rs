@@ -89,11 +89,19 @@ impl Proxy {
             },
             HttpsMode::Tunnel => None,
         };
+        // The client connection's place (`max_connections`) is kept while the tunnel lives.
+        let slot = req
+            .extensions()
+            .get::<Arc<crate::admission::Slot>>()
+            .cloned();
         let connections = self.connections.clone();
-        connections.spawn(
-            self.serve_connect(req, target, leaf, client, choice)
-                .instrument(span),
-        );
+        let served = self
+            .serve_connect(req, target, leaf, client, choice)
+            .instrument(span);
+        connections.spawn(async move {
+            let _slot = slot;
+            served.await
+        });
         Response::new(ProxyBody::empty())
     }
 

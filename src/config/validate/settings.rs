@@ -81,6 +81,18 @@ impl Validator<'_> {
         if let Some(route) = self.route(&file.upstream_proxy, l, p.listen) {
             p.upstream_proxy = route;
         }
+        let m = &file.max_connections;
+        if let Some(n) = self.count(m, l, "max_connections", 1, 1_000_000) {
+            p.max_connections = n as usize;
+        }
+        let m = &file.max_connections_per_client;
+        if let Some(n) = self.count(m, l, "max_connections_per_client", 1, 1_000_000) {
+            p.max_connections_per_client = n as usize;
+        }
+        let h = &file.header_timeout_seconds;
+        if let Some(d) = self.seconds(h, l, "header_timeout_seconds", 0.1, 3600.0) {
+            p.header_timeout = d;
+        }
         p.allow_clients = self.networks(&file.allow_clients, "allow_clients");
         p.deny_destinations = self.networks(&file.deny_destinations, "deny_destinations");
         p.allow_destinations = self.networks(&file.allow_destinations, "allow_destinations");
@@ -366,6 +378,14 @@ impl Validator<'_> {
         let m = &file.metrics_max_hosts;
         if let Some(n) = self.count(m, "[admin]", "metrics_max_hosts", 0, 1_000_000) {
             a.metrics_max_hosts = n as usize;
+        }
+        let m = &file.max_connections;
+        if let Some(n) = self.count(m, "[admin]", "max_connections", 1, 100_000) {
+            a.max_connections = n as usize;
+        }
+        let m = &file.max_connections_per_client;
+        if let Some(n) = self.count(m, "[admin]", "max_connections_per_client", 1, 100_000) {
+            a.max_connections_per_client = n as usize;
         }
         if !proxy.admin_listen.ip().is_loopback() && file.token.is_none() {
             self.error(
