@@ -142,6 +142,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             config.proxy.admin_listen,
         )
         .map_err(anyhow::Error::msg)?;
+    config
+        .check_admin_listen(
+            "--admin-listen / [proxy] admin_listen",
+            config.proxy.admin_listen,
+        )
+        .map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -74,6 +74,9 @@ pub async fn run(
     config
         .check_listen("[proxy] admin_listen", admin_addr)
         .map_err(anyhow::Error::msg)?;
+    config
+        .check_admin_listen("[proxy] admin_listen", admin_addr)
+        .map_err(anyhow::Error::msg)?;
     let ca = LocalCa::load_or_create(&config.proxy.state_dir)?;
     let interceptor = Arc::new(Interceptor::new(ca));
     let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;

@@ -165,3 +165,36 @@ async fn a_robots_txt_redirect_into_a_denied_range_is_never_fetched() {
         "only robots.txt reached the allowed origin"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_listen_on_the_command_line_beyond_loopback_needs_the_token_too() {
+    let dir = temp_dir("admin-listen-flag");
+    let config = dir.join("courtesy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallow_clients = [\"127.0.0.0/8\"]\nstate_dir = {:?}\n",
+            dir.join("state").display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "0.0.0.0:0",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "started an admin API open to the network"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("[admin] token"), "{stderr}");
+    assert!(stderr.contains("--admin-listen"), "{stderr}");
+}
