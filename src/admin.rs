@@ -37,6 +37,9 @@ pub struct Admin {
     keyer: Keyer,
     metrics: Arc<Metrics>,
     interceptor: Arc<Interceptor>,
+    /// The admin listener's own address: the only `Host` a mutating request without a token may
+    /// name (DNS rebinding sends another).
+    own: Option<SocketAddr>,
 }
 
 impl Admin {
@@ -55,7 +58,14 @@ impl Admin {
             keyer,
             metrics,
             interceptor,
+            own: None,
         }
+    }
+
+    /// This service, answering on the admin listener at `addr`.
+    pub fn listening_on(mut self, addr: SocketAddr) -> Self {
+        self.own = Some(addr);
+        self
     }
 
     /// Answers one admin request. Never fails: errors are responses.
@@ -87,7 +97,80 @@ impl Admin {
                 return Ok(r);
             }
         }
+        let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
+        if mutating && config.admin.token.is_none() {
+            if let Some(refused) = self.cross_site(req.headers()) {
+                return Ok(local(
+                    StatusCode::FORBIDDEN,
+                    ProxyError::HttpRequestDenied,
+                    &refused,
+                    None,
+                ));
+            }
+        }
         Ok(self.route(req).await)
+    }
+
+    /// Why a mutating request without a token looks sent by a web page rather than an operator,
+    /// if it does: a `Host` other than this listener's own (a name rebound to loopback), or an
+    /// `Origin` other than this listener's (a cross-site POST). Tools send no `Origin`.
+    fn cross_site(&self, headers: &http::HeaderMap) -> Option<String> {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !self.is_own_host(host) {
+            return Some(format!(
+                "Host {host:?} is not this admin listener's own (set [admin] token to use \
+                 the admin API under another name)"
+            ));
+        }
+        if let Some(origin) = headers.get(http::header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("");
+            let own = format!("http://{host}");
+            if !origin.eq_ignore_ascii_case(&own) {
+                return Some(format!(
+                    "Origin {origin:?} is not this admin listener's own: a web page cannot \
+                     steer courtesy"
+                ));
+            }
+        }
+        if headers
+            .get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("cross-site"))
+        {
+            return Some("a cross-site request (Sec-Fetch-Site) cannot steer courtesy".into());
+        }
+        None
+    }
+
+    /// Whether `host` (a `Host` header) names this listener: its address (any local address
+    /// for a wildcard listener), or `localhost`, with its port or none.
+    fn is_own_host(&self, host: &str) -> bool {
+        let Some(own) = self.own else {
+            return true;
+        };
+        let (name, port) = match split_key(&host.to_ascii_lowercase()) {
+            Some((name, port)) => (name, port),
+            None => (
+                host.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_ascii_lowercase(),
+                80,
+            ),
+        };
+        if port != own.port() {
+            return false;
+        }
+        let ip = match crate::resolve::literal_ip(&name) {
+            Some(ip) => ip,
+            None if name == "localhost" => std::net::Ipv4Addr::LOCALHOST.into(),
+            None => return false,
+        };
+        crate::resolve::Destinations::new(vec![own], Vec::new(), Vec::new())
+            .check(SocketAddr::new(ip, port))
+            .is_err()
     }
 
     async fn route(&self, req: Request<Incoming>) -> Response<ProxyBody> {
@@ -324,10 +407,11 @@ fn keep_most_relevant(snapshots: &mut Vec<HostSnapshot>, limit: usize) {
 
 /// Compares the bearer token without an early exit on the first differing byte.
 fn bearer_matches(header: Option<&HeaderValue>, token: &str) -> bool {
-    let Some(given) = header
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-    else {
+    // RFC 9110 11.1: the scheme is case-insensitive.
+    let Some(given) = header.and_then(|h| h.to_str().ok()).and_then(|h| {
+        let (scheme, rest) = h.trim_start().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+    }) else {
         return false;
     };
     let (a, b) = (given.trim().as_bytes(), token.as_bytes());
@@ -443,6 +527,11 @@ mod tests {
         assert!(bearer_matches(Some(&ok), token));
         let wrong = HeaderValue::from_static("Bearer 0123456789abcdeX");
         assert!(!bearer_matches(Some(&wrong), token));
+        let lower = HeaderValue::from_static("bearer 0123456789abcdef");
+        assert!(
+            bearer_matches(Some(&lower), token),
+            "schemes are case-insensitive"
+        );
         let basic = HeaderValue::from_static("Basic 0123456789abcdef");
         assert!(!bearer_matches(Some(&basic), token));
         assert!(!bearer_matches(None, token));

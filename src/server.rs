@@ -125,13 +125,16 @@ pub async fn run(
         metrics.clone(),
         connections.clone(),
     ));
-    let admin = Arc::new(Admin::new(
-        live.clone(),
-        limiter.clone(),
-        keyer,
-        metrics.clone(),
-        interceptor,
-    ));
+    let admin = Arc::new(
+        Admin::new(
+            live.clone(),
+            limiter.clone(),
+            keyer,
+            metrics.clone(),
+            interceptor,
+        )
+        .listening_on(admin_addr),
+    );
     let background = Background::start(
         limiter.clone(),
         proxy.clone(),

@@ -198,3 +198,79 @@ async fn admin_listen_on_the_command_line_beyond_loopback_needs_the_token_too() 
     assert!(stderr.contains("[admin] token"), "{stderr}");
     assert!(stderr.contains("--admin-listen"), "{stderr}");
 }
+
+/// `method url` straight to the admin listener with `headers`; the status and Proxy-Status.
+async fn admin_with(method: &str, url: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let mut req = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let response = direct_client()
+        .request(req.body(empty()).unwrap())
+        .await
+        .unwrap();
+    let proxy_status = response
+        .headers()
+        .get("proxy-status")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (response.status(), proxy_status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_cross_site_and_rebound_admin_writes_are_refused() {
+    let courtesy = Courtesy::start("").await;
+    let pause = courtesy.admin_url("/hosts/example.org:443/pause?seconds=60");
+    let own_host = courtesy.admin.to_string();
+    for headers in [
+        vec![("origin", "https://evil.example")],
+        vec![("origin", "null")],
+        vec![("host", "rebound.evil.example")],
+        vec![("host", "rebound.evil.example:80")],
+        vec![(
+            "host",
+            &format!("evil.example:{}", courtesy.admin.port()) as &str,
+        )],
+        vec![("sec-fetch-site", "cross-site")],
+    ] {
+        for method in ["POST", "PUT", "DELETE"] {
+            let (status, proxy_status) = admin_with(method, &pause, &headers).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{method} {headers:?}");
+            assert!(
+                proxy_status.starts_with("courtesy; error=http_request_denied"),
+                "{method} {headers:?}: {proxy_status}"
+            );
+        }
+    }
+    let (status, body) = admin_call(
+        "GET",
+        &courtesy.admin_url("/hosts/example.org:443"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was paused: {body}");
+    let own_origin = format!("http://{own_host}");
+    let (status, _) = admin_with("POST", &pause, &[("origin", &own_origin)]).await;
+    assert_eq!(status, StatusCode::OK, "the dashboard's own origin");
+    let (status, _) = admin_with("POST", &pause, &[]).await;
+    assert_eq!(status, StatusCode::OK, "a tool sends no Origin");
+    let localhost = format!("localhost:{}", courtesy.admin.port());
+    let (status, _) = admin_with("POST", &pause, &[("host", &localhost)]).await;
+    assert_eq!(status, StatusCode::OK, "localhost is this listener too");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_writes_need_it_in_any_case_of_the_scheme() {
+    let token = "0123456789abcdef-token";
+    let courtesy = Courtesy::start(&format!("[admin]\ntoken = \"{token}\"\n")).await;
+    let pause = courtesy.admin_url("/hosts/example.org:443/pause?seconds=60");
+    let (status, _) = admin_with("POST", &pause, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let auth = format!("{scheme} {token}");
+        let (status, _) = admin_with("POST", &pause, &[("authorization", &auth)]).await;
+        assert_eq!(status, StatusCode::OK, "{scheme}");
+    }
+}
