@@ -199,33 +199,7 @@ impl Admin {
                 self.interceptor.ca().cert_pem().to_string(),
                 "application/x-pem-file",
             ),
-            (&Method::GET | &Method::HEAD, ["hosts"]) => {
-                let limit = match query_param(&query, "limit").map(str::parse::<usize>) {
-                    None => None,
-                    Some(Ok(n)) => Some(n),
-                    Some(Err(_)) => {
-                        return error_json(
-                            StatusCode::BAD_REQUEST,
-                            "limit must be a whole number of hosts",
-                        )
-                    }
-                };
-                let mut snapshots = self.limiter.snapshots();
-                let total = Totals::of(&snapshots);
-                if let Some(limit) = limit {
-                    keep_most_relevant(&mut snapshots, limit);
-                }
-                let now = SystemTime::now();
-                json_response(
-                    StatusCode::OK,
-                    &HostsPage {
-                        now_unix_ms: unix_ms(now),
-                        total,
-                        budget: BudgetView::of(&self.limiter),
-                        hosts: HostList(&snapshots, now),
-                    },
-                )
-            }
+            (&Method::GET | &Method::HEAD, ["hosts"]) => self.hosts(&query),
             (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key).await {
                 Ok(budget) => match self.limiter.snapshot_by_key(&budget.key) {
                     Some(s) => json_response(StatusCode::OK, &HostView::of(&s, SystemTime::now())),
@@ -287,6 +261,48 @@ impl Admin {
                 &format!("no admin endpoint {method} {path}"),
             ),
         }
+    }
+
+    /// `GET /hosts`: at most `limit` hosts (default [`HOSTS_PER_PAGE`], at most
+    /// [`MAX_HOSTS_PER_PAGE`]), so that the answer stays bounded however many hosts are known.
+    /// Without `after`, the `limit` hosts that most need an operator's eye; with `after` (a
+    /// cursor: empty for the first page, then the `next` of the page before), the hosts in key
+    /// order after it, and `next` while more remain. The totals always count every host.
+    fn hosts(&self, query: &str) -> Response<ProxyBody> {
+        let limit = match query_param(query, "limit").map(str::parse::<usize>) {
+            None => HOSTS_PER_PAGE,
+            Some(Ok(n)) if n <= MAX_HOSTS_PER_PAGE => n,
+            Some(_) => {
+                return error_json(
+                    StatusCode::BAD_REQUEST,
+                    &format!("limit must be a whole number of hosts, at most {MAX_HOSTS_PER_PAGE}"),
+                )
+            }
+        };
+        let after = query_param(query, "after").map(percent_decode);
+        if after.is_some() && limit == 0 {
+            return error_json(StatusCode::BAD_REQUEST, "a page (after=) needs limit >= 1");
+        }
+        let mut snapshots = self.limiter.snapshots();
+        let total = Totals::of(&snapshots);
+        let next = match &after {
+            Some(after) => page_after(&mut snapshots, after, limit),
+            None => {
+                keep_most_relevant(&mut snapshots, limit);
+                None
+            }
+        };
+        let now = SystemTime::now();
+        json_response(
+            StatusCode::OK,
+            &HostsPage {
+                now_unix_ms: unix_ms(now),
+                total,
+                budget: BudgetView::of(&self.limiter),
+                next,
+                hosts: HostList(&snapshots, now),
+            },
+        )
     }
 
     async fn operate(&self, key: &str, action: OperatorAction) -> Response<ProxyBody> {
@@ -376,6 +392,32 @@ impl Admin {
             }),
         )
     }
+}
+
+/// Hosts per `GET /hosts` answer when the request does not say.
+const HOSTS_PER_PAGE: usize = 1000;
+/// The most hosts one `GET /hosts` answer lists.
+const MAX_HOSTS_PER_PAGE: usize = 10_000;
+
+/// Keeps the first `limit` hosts after the cursor `after` of `snapshots` (in key order, as
+/// `Limiter::snapshots` gives them); the cursor of the next page when more remain.
+fn page_after(snapshots: &mut Vec<HostSnapshot>, after: &str, limit: usize) -> Option<String> {
+    let (range, next) = page_bounds(snapshots, after, limit);
+    snapshots.truncate(range.end);
+    snapshots.drain(..range.start);
+    next
+}
+
+/// Where the page after `after` lies in `sorted` (hosts in key order), and the next cursor.
+fn page_bounds(
+    sorted: &[HostSnapshot],
+    after: &str,
+    limit: usize,
+) -> (std::ops::Range<usize>, Option<String>) {
+    let start = sorted.partition_point(|s| s.key.as_str() <= after);
+    let end = start.saturating_add(limit).min(sorted.len());
+    let next = (end < sorted.len() && end > start).then(|| sorted[end - 1].key.clone());
+    (start..end, next)
 }
 
 /// Keeps the `limit` hosts an operator most needs to see, still in key order: paused and cooling
@@ -518,6 +560,57 @@ mod tests {
         assert_eq!(percent_decode("bad%zz%4"), "bad%zz%4");
         assert_eq!(query_param("seconds=30&force=true", "force"), Some("true"));
         assert_eq!(query_param("", "force"), None);
+    }
+
+    #[tokio::test]
+    async fn a_hundred_thousand_hosts_come_in_bounded_pages_each_host_once() {
+        let limiter = Limiter::new(Arc::new(crate::config::Config::default()));
+        for i in 0..100_000 {
+            drop(limiter.admit(&format!("h{i}.test"), 80).await.unwrap());
+        }
+        let now = SystemTime::now();
+        let body_of = |snapshots: &[HostSnapshot], next: Option<String>| {
+            serde_json::to_string_pretty(&HostsPage {
+                now_unix_ms: 0,
+                total: Totals::default(),
+                budget: BudgetView::of(&limiter),
+                next,
+                hosts: HostList(snapshots, now),
+            })
+            .unwrap()
+        };
+        let mut after = String::new();
+        let mut seen = 0;
+        let mut pages = 0;
+        let mut largest = 0;
+        let all = limiter.snapshots();
+        loop {
+            let (range, next) = page_bounds(&all, &after, HOSTS_PER_PAGE);
+            let page = &all[range];
+            assert!(page.len() <= HOSTS_PER_PAGE);
+            assert!(page.iter().all(|s| s.key > after), "after the cursor");
+            seen += page.len();
+            pages += 1;
+            largest = largest.max(body_of(page, next.clone()).len());
+            match next {
+                Some(cursor) => after = cursor,
+                None => break,
+            }
+        }
+        assert_eq!(seen, 100_000, "every host once");
+        assert_eq!(pages, 100);
+        assert!(largest < 4 * 1024 * 1024, "a page is {largest} bytes");
+        let mut last = all.clone();
+        let cursor = all[all.len() - 2].key.clone();
+        assert_eq!(page_after(&mut last, &cursor, HOSTS_PER_PAGE), None);
+        assert_eq!(last.len(), 1, "the last page");
+        let mut first = all;
+        keep_most_relevant(&mut first, HOSTS_PER_PAGE);
+        assert_eq!(
+            first.len(),
+            HOSTS_PER_PAGE,
+            "the default page without a cursor"
+        );
     }
 
     #[test]
