@@ -53,6 +53,27 @@ pub(crate) struct Caps {
     pub(crate) per_client: usize,
 }
 
+/// The most upstream connections that fit beside the listeners' `proxy` and `admin` caps under
+/// `fd_limit`.
+pub(crate) fn upstream_fit(max: usize, proxy: Caps, admin: Caps, fd_limit: Option<u64>) -> usize {
+    let Some(limit) = fd_limit else {
+        return max;
+    };
+    let room = limit.saturating_sub(RESERVED_FDS) as usize;
+    let fit = room
+        .saturating_sub(proxy.total)
+        .saturating_sub(admin.total)
+        .max(1);
+    if fit < max {
+        warn!(
+            fd_limit = limit,
+            max_upstream_connections = fit,
+            "max_upstream_connections lowered to fit the open file limit"
+        );
+    }
+    max.min(fit)
+}
+
 /// The caps of the proxy and admin listeners, lowered to fit `fd_limit` (each proxied
 /// connection may hold an upstream connection too, so it counts twice).
 pub(crate) fn fit_to_fd_limit(proxy: Caps, admin: Caps, fd_limit: Option<u64>) -> (Caps, Caps) {
@@ -240,6 +261,57 @@ impl Spare {
     }
 }
 
+/// The upstream connections open at once, all hosts and parents together
+/// (`max_upstream_connections`): each holds a slot from here for its life, idle in the pool too.
+#[derive(Debug, Clone)]
+pub(crate) struct UpstreamSlots {
+    slots: Arc<tokio::sync::Semaphore>,
+    max: usize,
+    wait: Duration,
+}
+
+/// No upstream connection slot came free in time: a local limit, never the target's failure.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "{max} upstream connections are open (max_upstream_connections) and none closed within {wait_s}s"
+)]
+pub(crate) struct UpstreamsExhausted {
+    max: usize,
+    wait_s: f64,
+}
+
+impl UpstreamSlots {
+    /// `max` slots; a new connection waits up to `wait` for one.
+    pub(crate) fn new(max: usize, wait: Duration) -> Self {
+        UpstreamSlots {
+            slots: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+            wait,
+        }
+    }
+
+    /// A slot for one upstream connection, held until it closes.
+    pub(crate) async fn take(
+        &self,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, UpstreamsExhausted> {
+        let exhausted = || UpstreamsExhausted {
+            max: self.max,
+            wait_s: self.wait.as_secs_f64(),
+        };
+        match tokio::time::timeout(self.wait, self.slots.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(exhausted()),
+        }
+    }
+}
+
+/// Whether `e` is this machine running out of something (descriptors, buffers, memory, local
+/// ports): a local failure, never the target's.
+pub(crate) fn is_local_exhaustion(e: &io::Error) -> bool {
+    // EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL (no local port left).
+    matches!(e.raw_os_error(), Some(24 | 23 | 105 | 12 | 99))
+}
+
 /// EMFILE or ENFILE.
 fn is_out_of_descriptors(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(24 | 23))
@@ -268,6 +340,15 @@ mod tests {
         drop(a1);
         assert_eq!(admission.open(), 2);
         assert!(admission.admit(a).is_ok());
+    }
+
+    #[test]
+    fn running_out_locally_is_told_from_the_hosts_failures() {
+        for errno in [24, 23, 105, 12, 99] {
+            assert!(is_local_exhaustion(&io::Error::from_raw_os_error(errno)));
+        }
+        assert!(!is_local_exhaustion(&io::Error::from_raw_os_error(111)));
+        assert!(!is_local_exhaustion(&io::Error::other("x")));
     }
 
     #[test]

@@ -77,6 +77,25 @@ pub async fn run(
     config
         .check_admin_listen("[proxy] admin_listen", admin_addr)
         .map_err(anyhow::Error::msg)?;
+    let mut config = config;
+    let fd_limit = admission::raise_fd_limit();
+    let (proxy_caps, admin_caps) = admission::fit_to_fd_limit(
+        Caps {
+            total: config.proxy.max_connections,
+            per_client: config.proxy.max_connections_per_client,
+        },
+        Caps {
+            total: config.admin.max_connections,
+            per_client: config.admin.max_connections_per_client,
+        },
+        fd_limit,
+    );
+    config.proxy.max_upstream_connections = admission::upstream_fit(
+        config.proxy.max_upstream_connections,
+        proxy_caps,
+        admin_caps,
+        fd_limit,
+    );
     let ca = LocalCa::load_or_create(&config.proxy.state_dir)?;
     let interceptor = Arc::new(Interceptor::new(ca));
     let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;
@@ -146,17 +165,6 @@ pub async fn run(
 
     let header_timeout = config.proxy.header_timeout;
     let builder = Connections::builder_with(false, header_timeout);
-    let (proxy_caps, admin_caps) = admission::fit_to_fd_limit(
-        Caps {
-            total: config.proxy.max_connections,
-            per_client: config.proxy.max_connections_per_client,
-        },
-        Caps {
-            total: config.admin.max_connections,
-            per_client: config.admin.max_connections_per_client,
-        },
-        fd_limit(),
-    );
     let proxy_admission = Admission::new(proxy_caps);
     let admin_admission = Admission::new(admin_caps);
     let mut proxy_spare = Spare::new();
@@ -276,10 +284,4 @@ fn admit(
             None
         }
     }
-}
-
-/// The soft open file limit, raised to the hard limit first when the binary starts
-/// (`crate::admission::raise_fd_limit`); read again here for an in-process start.
-fn fd_limit() -> Option<u64> {
-    admission::raise_fd_limit()
 }

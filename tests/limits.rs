@@ -140,3 +140,48 @@ async fn connections_per_client_are_capped_and_silent_ones_time_out() {
     }
     assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_upstream_table_is_a_local_503_never_held_against_the_host() {
+    let slow = Origin::start("127.0.0.2", |_req| async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        http::Response::builder()
+            .header("connection", "close")
+            .body(full("slow"))
+            .unwrap()
+    })
+    .await;
+    let other = Origin::ok("127.0.0.3").await;
+    let courtesy = Courtesy::start(
+        "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
+         [defaults]\nrate = 100\nburst = 10\n",
+    )
+    .await;
+    let client = courtesy.client();
+    let holding = client.spawn_get(slow.url("/hold"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = client.get(&other.url("/a")).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused
+            .header("proxy-status")
+            .starts_with("courtesy; error=connection_limit_reached"),
+        "{}",
+        refused.header("proxy-status")
+    );
+    let (status, body) = admin_call(
+        "GET",
+        &courtesy.admin_url(&format!("/hosts/{}", other.addr)),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let host: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_ne!(host["state"], "cooling_down", "{body}");
+    assert!(host["cooldown"].is_null(), "no backoff: {body}");
+    assert_eq!(host["rate"], 100.0, "no rate cut: {body}");
+    assert_eq!(holding.await.unwrap().status, 200);
+    assert_eq!(client.get(&other.url("/b")).await.status, 200);
+    assert_eq!(other.paths(), ["/b"], "the refused request never left");
+}

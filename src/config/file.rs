@@ -158,6 +158,7 @@ pub(super) struct FileProxy {
     pub(super) upstream_proxy: Option<Spanned<String>>,
     pub(super) max_connections: Option<Spanned<i64>>,
     pub(super) max_connections_per_client: Option<Spanned<i64>>,
+    pub(super) max_upstream_connections: Option<Spanned<i64>>,
     pub(super) header_timeout_seconds: Option<Spanned<f64>>,
     pub(super) deny_destinations: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) allow_destinations: Option<Spanned<Vec<Spanned<String>>>>,

@@ -54,6 +54,10 @@ pub struct ProxySettings {
     pub max_connections: usize,
     /// Client connections open at once from one address (`max_connections_per_client`).
     pub max_connections_per_client: usize,
+    /// Upstream connections open at once, all hosts and parents together, idle pooled ones
+    /// included (`max_upstream_connections`); a request that finds none free within the connect
+    /// timeout gets 503 connection_limit_reached, never held against its host.
+    pub max_upstream_connections: usize,
     /// How long a client may take to send its first byte, and then a whole request head
     /// (`header_timeout_seconds`), on the proxy and admin listeners.
     pub header_timeout: Duration,
@@ -86,6 +90,7 @@ impl Default for ProxySettings {
             upstream_proxy: super::Route::Direct,
             max_connections: 4096,
             max_connections_per_client: 256,
+            max_upstream_connections: 8192,
             header_timeout: Duration::from_secs(30),
             deny_destinations: Vec::new(),
             allow_destinations: Vec::new(),

@@ -261,7 +261,16 @@ impl Proxy {
                 return;
             }
         };
+        let slot = match self.client.slots().take().await {
+            Ok(slot) => slot,
+            Err(full) => {
+                // Never sent: the token goes back when the permit drops.
+                warn!(error = "connection_limit_reached", "tunnel refused: {full}");
+                return;
+            }
+        };
         permit.mark_sent();
+        let _slot = slot;
         match self.dial(&target).await {
             Ok(mut upstream) => {
                 info!(wait_ms = permit.waited().as_millis() as u64, "tunnel open");

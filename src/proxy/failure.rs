@@ -110,6 +110,9 @@ impl Failure {
             if let Some(dns) = e.downcast_ref::<DnsError>() {
                 return Failure::of_dns(dns);
             }
+            if let Some(full) = e.downcast_ref::<crate::admission::UpstreamsExhausted>() {
+                return Failure::upstreams_exhausted(full);
+            }
             if let Some(tls) = e.downcast_ref::<rustls::Error>() {
                 return Failure::of_tls(tls);
             }
@@ -205,8 +208,27 @@ impl Failure {
         }
     }
 
+    /// Every `max_upstream_connections` slot is taken: a local limit, 503.
+    pub(crate) fn upstreams_exhausted(full: &crate::admission::UpstreamsExhausted) -> Self {
+        Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::ConnectionLimitReached,
+            format!("{full} (a limit of courtesy's own, not the host's failure)"),
+        )
+    }
+
     /// A socket error while reaching `what`.
     pub(crate) fn of_io(err: &io::Error, what: &str) -> Self {
+        if crate::admission::is_local_exhaustion(err) {
+            return Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ProxyError::ProxyInternalError,
+                format!(
+                    "courtesy ran out of a local resource reaching {what}: {err} (not the host's \
+                     failure)"
+                ),
+            );
+        }
         match err.kind() {
             io::ErrorKind::ConnectionRefused => Failure::new(
                 StatusCode::BAD_GATEWAY,

@@ -137,7 +137,11 @@ impl Proxy {
         let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
         let start = config.get();
         let resolver = keyer.resolver().clone();
-        let client = upstream::Upstreams::new(&start, resolver.clone(), upstream_tls);
+        let slots = crate::admission::UpstreamSlots::new(
+            start.proxy.max_upstream_connections,
+            start.proxy.connect_timeout,
+        );
+        let client = upstream::Upstreams::new(&start, resolver.clone(), upstream_tls, slots);
         Proxy {
             config,
             limiter,

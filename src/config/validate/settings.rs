@@ -89,6 +89,10 @@ impl Validator<'_> {
         if let Some(n) = self.count(m, l, "max_connections_per_client", 1, 1_000_000) {
             p.max_connections_per_client = n as usize;
         }
+        let m = &file.max_upstream_connections;
+        if let Some(n) = self.count(m, l, "max_upstream_connections", 1, 1_000_000) {
+            p.max_upstream_connections = n as usize;
+        }
         let h = &file.header_timeout_seconds;
         if let Some(d) = self.seconds(h, l, "header_timeout_seconds", 0.1, 3600.0) {
             p.header_timeout = d;
