@@ -274,3 +274,119 @@ async fn with_a_token_writes_need_it_in_any_case_of_the_scheme() {
         assert_eq!(status, StatusCode::OK, "{scheme}");
     }
 }
+
+/// GET `url` through `courtesy` with `headers`; the body and whether the cache answered.
+async fn get_with(courtesy: &Courtesy, url: &str, headers: &[(&str, &str)]) -> (String, bool) {
+    let mut req = Request::get(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let got = courtesy.client().send(req.body(empty()).unwrap()).await;
+    assert_eq!(got.status, StatusCode::OK, "{url}");
+    let hit = got.header("x-courtesy-cache").starts_with("hit");
+    (String::from_utf8_lossy(&got.body).into_owned(), hit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_cache_keeps_one_clients_authorized_answers_from_another_and_honours_vary() {
+    let origin = Origin::start("127.0.0.1", |req| async move {
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_string()
+        };
+        let body = format!(
+            "{} for {} in {}",
+            req.uri().path(),
+            header("authorization"),
+            header("accept-language")
+        );
+        let mut response = http::Response::builder();
+        if req.uri().path() == "/public" {
+            response = response.header("cache-control", "public, max-age=60");
+        }
+        if req.uri().path() == "/vary" {
+            response = response.header("vary", "Accept-Language");
+        }
+        response.body(full(body)).unwrap()
+    })
+    .await;
+    let courtesy = Courtesy::start("[defaults]\ncache = \"dev\"\nrate = 100\nburst = 10\n").await;
+    let alice = [("authorization", "Bearer alice-secret")];
+    let bob = [("authorization", "Bearer bob-secret")];
+
+    // RFC 9111 3.5: not stored at all without public / s-maxage / must-revalidate.
+    let private = origin.url("/private");
+    assert_eq!(
+        get_with(&courtesy, &private, &alice).await,
+        ("/private for Bearer alice-secret in -".into(), false)
+    );
+    assert_eq!(
+        get_with(&courtesy, &private, &bob).await,
+        ("/private for Bearer bob-secret in -".into(), false)
+    );
+    assert!(!get_with(&courtesy, &private, &alice).await.1, "not stored");
+    assert_eq!(
+        get_with(&courtesy, &private, &[]).await,
+        ("/private for - in -".into(), false)
+    );
+
+    // A shareable answer to Alice is Alice's alone.
+    let public = origin.url("/public");
+    assert!(!get_with(&courtesy, &public, &alice).await.1);
+    assert_eq!(
+        get_with(&courtesy, &public, &alice).await,
+        ("/public for Bearer alice-secret in -".into(), true)
+    );
+    assert_eq!(
+        get_with(&courtesy, &public, &bob).await,
+        ("/public for Bearer bob-secret in -".into(), false)
+    );
+    assert_eq!(
+        get_with(&courtesy, &public, &[]).await,
+        ("/public for - in -".into(), false)
+    );
+
+    // Vary: a stored answer is served only to a request that sends the same.
+    let vary = origin.url("/vary");
+    assert!(
+        !get_with(&courtesy, &vary, &[("accept-language", "en")])
+            .await
+            .1
+    );
+    assert_eq!(
+        get_with(&courtesy, &vary, &[("accept-language", "en")]).await,
+        ("/vary for - in en".into(), true)
+    );
+    assert_eq!(
+        get_with(&courtesy, &vary, &[("accept-language", "fr")]).await,
+        ("/vary for - in fr".into(), false)
+    );
+    assert_eq!(
+        get_with(&courtesy, &vary, &[]).await,
+        ("/vary for - in -".into(), false)
+    );
+
+    // Every file only courtesy's user can read.
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = courtesy.state_dir.join("cache");
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        let mode = entry.metadata().unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{:?} is {:o}", entry.path(), mode);
+        let text = std::fs::read(entry.path()).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&text).contains("Bearer alice-secret\""),
+            "no credentials in the stored head"
+        );
+        files += 1;
+    }
+    assert!(files >= 4, "{files} files");
+}
