@@ -96,6 +96,12 @@ pub async fn run(
         admin_caps,
         fd_limit,
     );
+    if crate::files::tighten_dir(&config.proxy.state_dir)? {
+        warn!(dir = %config.proxy.state_dir.display(), "the state directory was open to others; made it 0700");
+    }
+    for warning in config.warnings() {
+        warn!("{warning}");
+    }
     let ca = LocalCa::load_or_create(&config.proxy.state_dir)?;
     let interceptor = Arc::new(Interceptor::new(ca));
     let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;

@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use http::{Request, StatusCode};
 use support::*;
 
@@ -389,4 +391,104 @@ async fn the_dev_cache_keeps_one_clients_authorized_answers_from_another_and_hon
         files += 1;
     }
     assert!(files >= 4, "{files} files");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_a_bad_config_are_not_echoed() {
+    let dir = temp_dir("secret-echo");
+    for (text, secret) in [
+        (
+            "[admin]\ntoken = 1234567890123456789\n",
+            "1234567890123456789",
+        ),
+        (
+            "[admin]\ntoken = [\"s3cr3t-in-a-list-0123\"]\n",
+            "s3cr3t-in-a-list",
+        ),
+        (
+            "[alerts]\nwebhook = \"htps://hooks.example/T0/s3cr3t-path\"\n",
+            "s3cr3t-path",
+        ),
+        ("[alerts]\nwebhook = 12345678901234\n", "12345678901234"),
+    ] {
+        let path = dir.join("courtesy.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+            .arg("check")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{text}");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(said.contains("courtesy.toml:2"), "{said}");
+        assert!(!said.contains(secret), "{text} echoed: {said}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_warning() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = temp_dir("state-open");
+    let state = dir.join("state");
+    let first = Courtesy::start_in("", &state).await;
+    first.shutdown().await.unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let second = Courtesy::start_in("", &state).await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            std::fs::metadata(&state).unwrap().permissions().mode() & 0o777 == 0o700
+        })
+        .await,
+        "the state directory is 0700 again"
+    );
+    drop(second);
+
+    let ports = Ports::free();
+    let config = dir.join("courtesy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}allow_clients = [\"0.0.0.0/0\"]\n",
+            ports.proxy_section(&dir.join("state2"))
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .arg("check")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("warning: [proxy] allow_clients has 0.0.0.0/0"),
+        "{said}"
+    );
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    assert!(listening(ports.proxy_addr()).await);
+    // Serving (so the signal handler is in place): /healthz answers.
+    let health = format!("http://127.0.0.1:{}/healthz", ports.admin);
+    assert_eq!(admin_call("GET", &health, None, "").await.0, StatusCode::OK);
+    // SIGTERM: a clean stop writes out every log line.
+    let pid = child.id().unwrap().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let logged = String::from_utf8_lossy(&out.stderr);
+    assert!(logged.contains("allow_clients has 0.0.0.0/0"), "{logged}");
 }

@@ -151,6 +151,22 @@ impl Config {
         ))
     }
 
+    /// What is allowed but probably a mistake, one sentence each: `allow_clients` that lets
+    /// every address in (an open proxy, if the listener is reachable).
+    pub fn warnings(&self) -> Vec<String> {
+        self.proxy
+            .allow_clients
+            .iter()
+            .filter(|net| net.prefix_len() == 0)
+            .map(|net| {
+                format!(
+                    "[proxy] allow_clients has {net}: every address may use courtesy (an open \
+                     proxy wherever the listener can be reached); name the crawlers' networks"
+                )
+            })
+            .collect()
+    }
+
     /// An error when the admin listener `addr` is beyond loopback without an `[admin] token`:
     /// the same rule for `--admin-listen` as for `admin_listen` in the file, since the admin API
     /// can pause hosts and change rates.

@@ -211,7 +211,7 @@ impl Validator<'_> {
                     w.span().start,
                     &format!(
                         "[alerts] webhook must be an http:// or https:// URL, got {:?}",
-                        w.get_ref()
+                        crate::alerts::redacted(w.get_ref())
                     ),
                 ),
             }
