@@ -196,13 +196,20 @@ pub(crate) fn refuse_busy(stream: &TcpStream, why: Refused) {
     let _ = stream.try_write(head.as_bytes());
 }
 
-/// Waits up to `timeout` for the client's first byte; `false` when none came (or it hung up).
-pub(crate) async fn first_byte(stream: &TcpStream, timeout: Duration) -> bool {
+/// Waits up to `timeout` for the client's first byte; `false` when none came (or it hung up),
+/// or when `stopping` (shutdown) came first: a silent connection has nothing to finish.
+pub(crate) async fn first_byte(
+    stream: &TcpStream,
+    timeout: Duration,
+    stopping: impl std::future::Future<Output = ()>,
+) -> bool {
     let mut one = [0u8; 1];
-    matches!(
-        tokio::time::timeout(timeout, stream.peek(&mut one)).await,
-        Ok(Ok(n)) if n > 0
-    )
+    tokio::select! {
+        peeked = tokio::time::timeout(timeout, stream.peek(&mut one)) => {
+            matches!(peeked, Ok(Ok(n)) if n > 0)
+        }
+        () = stopping => false,
+    }
 }
 
 /// A spare file descriptor, given up when `accept` fails for lack of them so that the waiting

@@ -190,7 +190,7 @@ pub async fn run(
                 });
                 let (builder, tasks) = (builder.clone(), connections.clone());
                 connections.spawn(async move {
-                    if !admission::first_byte(&stream, header_timeout).await {
+                    if !admission::first_byte(&stream, header_timeout, tasks.stopping()).await {
                         debug!(client = %peer, "closed: nothing sent within header_timeout_seconds");
                         return;
                     }
@@ -210,7 +210,7 @@ pub async fn run(
                 let (builder, tasks) = (builder.clone(), connections.clone());
                 connections.spawn(async move {
                     let _slot = slot;
-                    if !admission::first_byte(&stream, header_timeout).await {
+                    if !admission::first_byte(&stream, header_timeout, tasks.stopping()).await {
                         return;
                     }
                     let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();

@@ -185,3 +185,21 @@ async fn a_full_upstream_table_is_a_local_503_never_held_against_the_host() {
     assert_eq!(client.get(&other.url("/b")).await.status, 200);
     assert_eq!(other.paths(), ["/b"], "the refused request never left");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_does_not_hold_up_a_shutdown() {
+    let courtesy = Courtesy::start("[proxy]\nshutdown_grace_seconds = 10\n").await;
+    let _silent = TcpStream::connect(courtesy.addr).await.unwrap();
+    let _admin = TcpStream::connect(courtesy.admin).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), courtesy.shutdown())
+        .await
+        .expect("shut down at once")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
