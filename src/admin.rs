@@ -145,32 +145,9 @@ impl Admin {
         None
     }
 
-    /// Whether `host` (a `Host` header) names this listener: its address (any local address
-    /// for a wildcard listener), or `localhost`, with its port or none.
+    /// Whether `host` (a `Host` header) names this listener ([`names_listener`]).
     fn is_own_host(&self, host: &str) -> bool {
-        let Some(own) = self.own else {
-            return true;
-        };
-        let (name, port) = match split_key(&host.to_ascii_lowercase()) {
-            Some((name, port)) => (name, port),
-            None => (
-                host.trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_ascii_lowercase(),
-                80,
-            ),
-        };
-        if port != own.port() {
-            return false;
-        }
-        let ip = match crate::resolve::literal_ip(&name) {
-            Some(ip) => ip,
-            None if name == "localhost" => std::net::Ipv4Addr::LOCALHOST.into(),
-            None => return false,
-        };
-        crate::resolve::Destinations::new(vec![own], Vec::new(), Vec::new())
-            .check(SocketAddr::new(ip, port))
-            .is_err()
+        self.own.is_none_or(|own| names_listener(host, own))
     }
 
     async fn route(&self, req: Request<Incoming>) -> Response<ProxyBody> {
@@ -394,6 +371,33 @@ impl Admin {
     }
 }
 
+/// Whether the `Host` header `host` names the listener at `own`: its address in any spelling (any
+/// local address for a wildcard listener), or `localhost`, with its port (80 when none is given).
+pub(crate) fn names_listener(host: &str, own: SocketAddr) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    let (name, port) = match split_key(&host) {
+        Some((name, port)) => (name, port),
+        None if host.contains("]:") || host.matches(':').count() == 1 => return false,
+        None => (
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            80,
+        ),
+    };
+    if port != own.port() {
+        return false;
+    }
+    let ip = match crate::resolve::literal_ip(&name) {
+        Some(ip) => ip,
+        None if name == "localhost" => std::net::Ipv4Addr::LOCALHOST.into(),
+        None => return false,
+    };
+    crate::resolve::Destinations::new(vec![own], Vec::new(), Vec::new())
+        .check(SocketAddr::new(ip, port))
+        .is_err()
+}
+
 /// Hosts per `GET /hosts` answer when the request does not say.
 const HOSTS_PER_PAGE: usize = 1000;
 /// The most hosts one `GET /hosts` answer lists.
@@ -611,6 +615,33 @@ mod tests {
             HOSTS_PER_PAGE,
             "the default page without a cursor"
         );
+    }
+
+    #[test]
+    fn a_host_header_names_the_listener_only_by_its_address_or_localhost() {
+        let own: SocketAddr = "127.0.0.1:3129".parse().unwrap();
+        for host in [
+            "127.0.0.1:3129",
+            "localhost:3129",
+            "LOCALHOST:3129",
+            "127.1:3129",
+        ] {
+            assert!(names_listener(host, own), "{host}");
+        }
+        for host in [
+            "",
+            "evil.example:3129",
+            "127.0.0.1:3128",
+            "127.0.0.1",
+            "127.0.0.2:3129",
+            "127.0.0.1:3129:1",
+            "[::1]:3129",
+        ] {
+            assert!(!names_listener(host, own), "{host}");
+        }
+        let wildcard: SocketAddr = "[::]:3129".parse().unwrap();
+        assert!(names_listener("[::1]:3129", wildcard));
+        assert!(names_listener("127.0.0.1:3129", wildcard));
     }
 
     #[test]

@@ -538,6 +538,57 @@ mod tests {
     }
 
     #[test]
+    fn authorized_and_varying_answers_are_stored_only_as_rfc_9111_allows() {
+        let mut request = HeaderMap::new();
+        request.insert("accept-language", HeaderValue::from_static("en"));
+        let mut response = headers();
+        assert!(storable_for(StatusCode::OK, &response, &request));
+        response.insert("vary", HeaderValue::from_static("Accept-Language, Accept"));
+        let vary = vary_of(&response, &request).unwrap();
+        assert_eq!(
+            vary,
+            [
+                ("accept-language".to_string(), Some("en".to_string())),
+                ("accept".to_string(), None)
+            ]
+        );
+        let head = Head {
+            vary,
+            ..head_of("http://a.test/", StatusCode::OK, &response)
+        };
+        assert!(head.matches(&request));
+        let mut other = request.clone();
+        other.insert("accept-language", HeaderValue::from_static("fr"));
+        assert!(!head.matches(&other));
+        other.insert("accept-language", HeaderValue::from_static("en"));
+        other.insert("accept", HeaderValue::from_static("text/html"));
+        assert!(
+            !head.matches(&other),
+            "a header the stored request did not send"
+        );
+        response.insert("vary", HeaderValue::from_static("*"));
+        assert!(!storable_for(StatusCode::OK, &response, &request));
+
+        let mut authorized = HeaderMap::new();
+        authorized.insert("authorization", HeaderValue::from_static("Bearer x"));
+        let plain = headers();
+        assert!(!storable_for(StatusCode::OK, &plain, &authorized));
+        for directive in [
+            "public",
+            "s-maxage=60",
+            "must-revalidate",
+            "max-age=5, Public",
+        ] {
+            let mut shared = headers();
+            shared.insert("cache-control", HeaderValue::from_str(directive).unwrap());
+            assert!(
+                storable_for(StatusCode::OK, &shared, &authorized),
+                "{directive}"
+            );
+        }
+    }
+
+    #[test]
     fn entries_appear_only_when_complete() {
         let store = Store::open(temp("complete"), 1 << 20);
         let url = "http://a.test/page";

@@ -1,6 +1,7 @@
 //! Property tests of every parser that reads what others send: request targets and CONNECT
 //! authorities, the budget key made of a request's host, `Retry-After`, RateLimit headers,
-//! robots.txt, the first bytes inside a CONNECT, admin API paths, config and hosts files, parent
+//! robots.txt, the first bytes inside a CONNECT, admin API paths and `Host` headers, host spellings
+//! that are addresses, config files (their CIDR lists among them) and hosts files, parent
 //! proxy URLs and a parent's answers (to CONNECT, and its error pages told from the target's). For
 //! arbitrary input each must answer (a value or an error)
 //! without panicking, within a bounded time, and without output larger than its input allows.
@@ -86,6 +87,12 @@ proptest! {
             prop_assert_eq!(crate::resolve::literal_ip(&dotted), Some(std::net::IpAddr::V4(ip)));
         }
         let _ = bounded("a host literal", || crate::resolve::literal_ip(&text));
+    }
+
+    #[test]
+    fn admin_host_headers(text in texty(), port in 1u16..) {
+        let own = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let _ = bounded("a Host header", || crate::admin::names_listener(&text, own));
     }
 
     #[test]
