@@ -80,3 +80,35 @@ async fn connect_any(
     }
     Err(last)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::{Destinations, Forbidden};
+
+    #[tokio::test]
+    async fn a_tunnel_never_dials_a_denied_address_and_a_parent_is_not_judged() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let resolver = Resolver::new(Duration::from_secs(5), std::sync::Arc::default()).refusing(
+            Destinations::new(vec![], vec!["127.0.0.0/8".parse().unwrap()], vec![]),
+        );
+        for host in ["127.0.0.1", "2130706433", "localhost"] {
+            match connect_target(&resolver, host, port, Duration::from_secs(1)).await {
+                Err(TcpFault::Dns(DnsError::Forbidden {
+                    why: Forbidden::Denied(_),
+                    ..
+                })) => {}
+                other => panic!("{host}: {other:?}"),
+            }
+        }
+        let nothing = tokio::time::timeout(Duration::from_millis(100), listener.accept()).await;
+        assert!(nothing.is_err(), "nothing dialed");
+        // A parent proxy's address is the operator's own choice: never judged.
+        assert!(
+            connect(&resolver, "127.0.0.1", port, Duration::from_secs(1))
+                .await
+                .is_ok()
+        );
+    }
+}
