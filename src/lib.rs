@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `server` | `run`: build the shared parts, accept on both ports, shut down gracefully |
 //! | `connections` | the HTTP server settings and one graceful shutdown that every connection joins |
-//! | `admission` | who gets a connection: `allow_clients` at accept, caps per client and in total, the first byte's timeout, the open file limit, upstream connection slots |
+//! | `gate` | who gets a connection: `allow_clients` at accept, caps per client and in total, the first byte's timeout, the open file limit, upstream connection slots |
 //! | `tasks` | beside serving: the state saver, the idle-host sweeper, the shared store's heartbeat and hints, SIGHUP |
 //! | `reload` | re-reading the config file and putting it in force |
 //! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; the config in force |
@@ -43,7 +43,6 @@
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls `run`.
 
 mod admin;
-mod admission;
 mod alerts;
 mod blocks;
 mod body;
@@ -53,6 +52,7 @@ pub mod config;
 mod connections;
 mod feedback;
 mod files;
+mod gate;
 mod heap;
 pub mod keys;
 pub mod limiter;

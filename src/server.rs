@@ -17,9 +17,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
 use crate::admin::Admin;
-use crate::admission::{self, Admission, Caps, Slot, Spare};
 use crate::config::{Config, LiveConfig};
 use crate::connections::Connections;
+use crate::gate::{self, Caps, Gate, Slot, Spare};
 use crate::keys::Keyer;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -78,8 +78,8 @@ pub async fn run(
         .check_admin_listen("[proxy] admin_listen", admin_addr)
         .map_err(anyhow::Error::msg)?;
     let mut config = config;
-    let fd_limit = admission::raise_fd_limit();
-    let (proxy_caps, admin_caps) = admission::fit_to_fd_limit(
+    let fd_limit = gate::raise_fd_limit();
+    let (proxy_caps, admin_caps) = gate::fit_to_fd_limit(
         Caps {
             total: config.proxy.max_connections,
             per_client: config.proxy.max_connections_per_client,
@@ -90,7 +90,7 @@ pub async fn run(
         },
         fd_limit,
     );
-    config.proxy.max_upstream_connections = admission::upstream_fit(
+    config.proxy.max_upstream_connections = gate::upstream_fit(
         config.proxy.max_upstream_connections,
         proxy_caps,
         admin_caps,
@@ -171,8 +171,8 @@ pub async fn run(
 
     let header_timeout = config.proxy.header_timeout;
     let builder = Connections::builder_with(false, header_timeout);
-    let proxy_admission = Admission::new(proxy_caps);
-    let admin_admission = Admission::new(admin_caps);
+    let proxy_gate = Gate::new(proxy_caps);
+    let admin_gate = Gate::new(admin_caps);
     let mut proxy_spare = Spare::new();
     let mut admin_spare = Spare::new();
     tokio::pin!(shutdown);
@@ -180,7 +180,7 @@ pub async fn run(
         tokio::select! {
             accepted = listeners.proxy.accept() => {
                 let Some((stream, peer)) = proxy_spare.accepted(accepted, &listeners.proxy).await else { continue };
-                let Some(slot) = admit(&live, &proxy_admission, &stream, peer) else { continue };
+                let Some(slot) = admit(&live, &proxy_gate, &stream, peer) else { continue };
                 let proxy = proxy.clone();
                 let slot = Arc::new(slot);
                 let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
@@ -190,7 +190,7 @@ pub async fn run(
                 });
                 let (builder, tasks) = (builder.clone(), connections.clone());
                 connections.spawn(async move {
-                    if !admission::first_byte(&stream, header_timeout, tasks.stopping()).await {
+                    if !gate::first_byte(&stream, header_timeout, tasks.stopping()).await {
                         debug!(client = %peer, "closed: nothing sent within header_timeout_seconds");
                         return;
                     }
@@ -204,13 +204,13 @@ pub async fn run(
             }
             accepted = listeners.admin.accept() => {
                 let Some((stream, peer)) = admin_spare.accepted(accepted, &listeners.admin).await else { continue };
-                let Some(slot) = admit(&live, &admin_admission, &stream, peer) else { continue };
+                let Some(slot) = admit(&live, &admin_gate, &stream, peer) else { continue };
                 let admin = admin.clone();
                 let service = service_fn(move |req| admin.clone().serve(req, peer));
                 let (builder, tasks) = (builder.clone(), connections.clone());
                 connections.spawn(async move {
                     let _slot = slot;
-                    if !admission::first_byte(&stream, header_timeout, tasks.stopping()).await {
+                    if !gate::first_byte(&stream, header_timeout, tasks.stopping()).await {
                         return;
                     }
                     let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
@@ -245,7 +245,7 @@ pub async fn run(
             finished = &mut drained => break finished,
             accepted = admin_listener.accept() => {
                 let Some((stream, peer)) = admin_spare.accepted(accepted, &admin_listener).await else { continue };
-                let Some(slot) = admit(&live, &admin_admission, &stream, peer) else { continue };
+                let Some(slot) = admit(&live, &admin_gate, &stream, peer) else { continue };
                 let admin = admin.clone();
                 let service = service_fn(move |req| admin.clone().serve(req, peer));
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
@@ -274,7 +274,7 @@ pub async fn run(
 /// outside `allow_clients` before a byte is read, one over a cap with a short 503.
 fn admit(
     live: &LiveConfig,
-    admission: &Arc<Admission>,
+    gate: &Arc<Gate>,
     stream: &TcpStream,
     peer: SocketAddr,
 ) -> Option<Slot> {
@@ -282,11 +282,11 @@ fn admit(
         debug!(client = %peer, "closed at accept: not in [proxy] allow_clients");
         return None;
     }
-    match admission.admit(peer.ip()) {
+    match gate.admit(peer.ip()) {
         Ok(slot) => Some(slot),
         Err(why) => {
             debug!(client = %peer, ?why, "refused at accept: connection cap");
-            admission::refuse_busy(stream, why);
+            gate::refuse_busy(stream, why);
             None
         }
     }

@@ -90,10 +90,7 @@ impl Proxy {
             HttpsMode::Tunnel => None,
         };
         // The client connection's place (`max_connections`) is kept while the tunnel lives.
-        let slot = req
-            .extensions()
-            .get::<Arc<crate::admission::Slot>>()
-            .cloned();
+        let slot = req.extensions().get::<Arc<crate::gate::Slot>>().cloned();
         let connections = self.connections.clone();
         let served = self
             .serve_connect(req, target, leaf, client, choice)

@@ -110,7 +110,7 @@ impl Failure {
             if let Some(dns) = e.downcast_ref::<DnsError>() {
                 return Failure::of_dns(dns);
             }
-            if let Some(full) = e.downcast_ref::<crate::admission::UpstreamsExhausted>() {
+            if let Some(full) = e.downcast_ref::<crate::gate::UpstreamsExhausted>() {
                 return Failure::upstreams_exhausted(full);
             }
             if let Some(tls) = e.downcast_ref::<rustls::Error>() {
@@ -209,7 +209,7 @@ impl Failure {
     }
 
     /// Every `max_upstream_connections` slot is taken: a local limit, 503.
-    pub(crate) fn upstreams_exhausted(full: &crate::admission::UpstreamsExhausted) -> Self {
+    pub(crate) fn upstreams_exhausted(full: &crate::gate::UpstreamsExhausted) -> Self {
         Failure::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectionLimitReached,
@@ -219,7 +219,7 @@ impl Failure {
 
     /// A socket error while reaching `what`.
     pub(crate) fn of_io(err: &io::Error, what: &str) -> Self {
-        if crate::admission::is_local_exhaustion(err) {
+        if crate::gate::is_local_exhaustion(err) {
             return Failure::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ProxyError::ProxyInternalError,

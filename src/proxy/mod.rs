@@ -137,7 +137,7 @@ impl Proxy {
         let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
         let start = config.get();
         let resolver = keyer.resolver().clone();
-        let slots = crate::admission::UpstreamSlots::new(
+        let slots = crate::gate::UpstreamSlots::new(
             start.proxy.max_upstream_connections,
             start.proxy.connect_timeout,
         );

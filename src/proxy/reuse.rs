@@ -20,7 +20,7 @@ use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 
-use crate::admission::UpstreamSlots;
+use crate::gate::UpstreamSlots;
 
 /// How many requests were sent on one upstream connection.
 #[derive(Debug, Clone, Default)]

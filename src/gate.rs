@@ -114,7 +114,7 @@ pub(crate) enum Refused {
 
 /// The open connections of one listener, counted against its caps.
 #[derive(Debug)]
-pub(crate) struct Admission {
+pub(crate) struct Gate {
     caps: Caps,
     total: AtomicUsize,
     per_client: Mutex<HashMap<IpAddr, usize>>,
@@ -124,14 +124,14 @@ pub(crate) struct Admission {
 /// keeps one for its life).
 #[derive(Debug)]
 pub(crate) struct Slot {
-    admission: Arc<Admission>,
+    gate: Arc<Gate>,
     ip: IpAddr,
 }
 
-impl Admission {
+impl Gate {
     /// No connections yet, under `caps`.
     pub(crate) fn new(caps: Caps) -> Arc<Self> {
-        Arc::new(Admission {
+        Arc::new(Gate {
             caps,
             total: AtomicUsize::new(0),
             per_client: Mutex::new(HashMap::new()),
@@ -152,7 +152,7 @@ impl Admission {
         *count += 1;
         self.total.fetch_add(1, Ordering::Relaxed);
         Ok(Slot {
-            admission: self.clone(),
+            gate: self.clone(),
             ip,
         })
     }
@@ -166,14 +166,14 @@ impl Admission {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut per_client = locks::lock(&self.admission.per_client);
+        let mut per_client = locks::lock(&self.gate.per_client);
         if let Some(count) = per_client.get_mut(&self.ip) {
             *count -= 1;
             if *count == 0 {
                 per_client.remove(&self.ip);
             }
         }
-        self.admission.total.fetch_sub(1, Ordering::Relaxed);
+        self.gate.total.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -330,23 +330,23 @@ mod tests {
 
     #[test]
     fn caps_per_client_and_in_total_and_places_come_back() {
-        let admission = Admission::new(Caps {
+        let gate = Gate::new(Caps {
             total: 3,
             per_client: 2,
         });
         let a: IpAddr = "127.0.0.1".parse().unwrap();
         let b: IpAddr = "::ffff:127.0.0.2".parse().unwrap();
-        let a1 = admission.admit(a).unwrap();
-        let _a2 = admission.admit(a).unwrap();
-        assert_eq!(admission.admit(a).unwrap_err(), Refused::PerClient(2));
-        let _b1 = admission.admit(b).unwrap();
+        let a1 = gate.admit(a).unwrap();
+        let _a2 = gate.admit(a).unwrap();
+        assert_eq!(gate.admit(a).unwrap_err(), Refused::PerClient(2));
+        let _b1 = gate.admit(b).unwrap();
         assert_eq!(
-            admission.admit("127.0.0.3".parse().unwrap()).unwrap_err(),
+            gate.admit("127.0.0.3".parse().unwrap()).unwrap_err(),
             Refused::Total(3)
         );
         drop(a1);
-        assert_eq!(admission.open(), 2);
-        assert!(admission.admit(a).is_ok());
+        assert_eq!(gate.open(), 2);
+        assert!(gate.admit(a).is_ok());
     }
 
     #[test]
