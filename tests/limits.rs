@@ -203,3 +203,41 @@ async fn a_silent_connection_does_not_hold_up_a_shutdown() {
         started.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_robots_txt_fetch_that_finds_no_upstream_slot_is_not_the_hosts_robots_txt() {
+    let slow = Origin::start("127.0.0.2", |_req| async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        http::Response::builder()
+            .header("connection", "close")
+            .body(full("slow"))
+            .unwrap()
+    })
+    .await;
+    let other = Origin::ok("127.0.0.3").await;
+    let courtesy = Courtesy::start(
+        "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
+         [defaults]\nrate = 100\nburst = 10\nobey_robots = false\n\
+         [[host]]\nmatch = \"127.0.0.3\"\nobey_robots = true\n",
+    )
+    .await;
+    let client = courtesy.client();
+    let holding = client.spawn_get(slow.url("/hold"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = client.get(&other.url("/a")).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused
+            .header("proxy-status")
+            .contains("connection_limit_reached"),
+        "{}",
+        refused.header("proxy-status")
+    );
+    assert_eq!(holding.await.unwrap().status, 200);
+    assert_eq!(
+        client.get(&other.url("/b")).await.status,
+        200,
+        "robots.txt fetched now"
+    );
+    assert_eq!(other.paths(), ["/robots.txt", "/b"]);
+}

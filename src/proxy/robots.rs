@@ -24,7 +24,9 @@ use crate::robots::{self, Fetched, Step, Verdict};
 enum NotFetched {
     /// The host refuses every request right now.
     Refused(Refusal),
-    /// The host's certificate is not one courtesy trusts: a local problem, not the host's.
+    /// The host's certificate is not one courtesy trusts, or courtesy ran out of upstream
+    /// connections or descriptors: a local problem, not the host's (its robots.txt is not judged
+    /// unreachable for it).
     Untrusted(Failure),
 }
 
@@ -65,9 +67,9 @@ impl Proxy {
                             return Some(response::refusal(&refusal, &budget.key));
                         }
                         Err(NotFetched::Untrusted(failure)) => {
-                            // courtesy's own trust is the problem, not the host or its robots.txt:
-                            // the answer says so, and once the roots are fixed the next request
-                            // fetches robots.txt again.
+                            // courtesy's own trust (or its own limits) is the problem, not the host
+                            // or its robots.txt: the answer says so, and the next request fetches
+                            // robots.txt again.
                             drop(guard);
                             return Some(failure.into_response());
                         }
@@ -149,7 +151,14 @@ impl Proxy {
                     fresh_retry = true;
                     continue;
                 }
-                Err(unanswered) if unanswered.failure.kind == ProxyError::TlsCertificateError => {
+                Err(unanswered)
+                    if matches!(
+                        unanswered.failure.kind,
+                        ProxyError::TlsCertificateError
+                            | ProxyError::ConnectionLimitReached
+                            | ProxyError::ProxyInternalError
+                    ) =>
+                {
                     return Err(NotFetched::Untrusted(unanswered.failure))
                 }
                 Err(unanswered) => return Ok(Fetched::Unreachable(unanswered.failure.details)),
