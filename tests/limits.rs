@@ -241,3 +241,36 @@ async fn a_robots_txt_fetch_that_finds_no_upstream_slot_is_not_the_hosts_robots_
     );
     assert_eq!(other.paths(), ["/robots.txt", "/b"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_that_dribbles_in_is_cut_off_after_header_timeout_seconds() {
+    use tokio::io::AsyncWriteExt;
+    let courtesy = Courtesy::start("[proxy]\nheader_timeout_seconds = 0.5\n").await;
+    let mut slow = TcpStream::connect(courtesy.addr).await.unwrap();
+    slow.write_all(b"GET http://127.0.0.2/ HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    // One header line every 200 ms: the head never completes in time.
+    let dribble = async {
+        for i in 0..20 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if slow
+                .write_all(format!("x-{i}: y\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), dribble).await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(2), slow.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "cut off near the timeout, not after the whole dribble: {:?}",
+        started.elapsed()
+    );
+}

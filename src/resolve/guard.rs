@@ -124,6 +124,30 @@ mod tests {
     }
 
     #[test]
+    fn a_wildcard_listener_is_the_machines_interface_addresses_too() {
+        // The machine's own addresses, as `hostname -I` lists them (nothing is sent to them).
+        let listed = std::process::Command::new("hostname")
+            .arg("-I")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let d = Destinations::new(vec![addr("[::]:3129")], vec![], vec![]);
+        for ip in listed
+            .split_whitespace()
+            .filter_map(|w| w.parse::<IpAddr>().ok())
+        {
+            assert_eq!(
+                d.check(SocketAddr::new(ip, 3129)),
+                Err(Forbidden::Loop),
+                "{ip}"
+            );
+            assert_eq!(d.check(SocketAddr::new(ip, 3130)), Ok(()), "{ip}");
+        }
+        // An address of no interface here (TEST-NET-3) is not ours.
+        assert_eq!(d.check(addr("203.0.113.9:3129")), Ok(()));
+    }
+
+    #[test]
     fn a_bound_listener_is_its_address_alone() {
         let d = Destinations::new(vec![addr("127.0.0.1:3128")], vec![], vec![]);
         assert_eq!(d.check(addr("127.0.0.1:3128")), Err(Forbidden::Loop));
