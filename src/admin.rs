@@ -37,6 +37,9 @@ pub struct Admin {
     keyer: Keyer,
     metrics: Arc<Metrics>,
     interceptor: Arc<Interceptor>,
+    /// The admin listener's own address: the only `Host` a mutating request without a token may
+    /// name (DNS rebinding sends another).
+    own: Option<SocketAddr>,
 }
 
 impl Admin {
@@ -55,7 +58,14 @@ impl Admin {
             keyer,
             metrics,
             interceptor,
+            own: None,
         }
+    }
+
+    /// This service, answering on the admin listener at `addr`.
+    pub fn listening_on(mut self, addr: SocketAddr) -> Self {
+        self.own = Some(addr);
+        self
     }
 
     /// Answers one admin request. Never fails: errors are responses.
@@ -87,7 +97,57 @@ impl Admin {
                 return Ok(r);
             }
         }
+        let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
+        if mutating && config.admin.token.is_none() {
+            if let Some(refused) = self.cross_site(req.headers()) {
+                return Ok(local(
+                    StatusCode::FORBIDDEN,
+                    ProxyError::HttpRequestDenied,
+                    &refused,
+                    None,
+                ));
+            }
+        }
         Ok(self.route(req).await)
+    }
+
+    /// Why a mutating request without a token looks sent by a web page rather than an operator,
+    /// if it does: a `Host` other than this listener's own (a name rebound to loopback), or an
+    /// `Origin` other than this listener's (a cross-site POST). Tools send no `Origin`.
+    fn cross_site(&self, headers: &http::HeaderMap) -> Option<String> {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !self.is_own_host(host) {
+            return Some(format!(
+                "Host {host:?} is not this admin listener's own (set [admin] token to use \
+                 the admin API under another name)"
+            ));
+        }
+        if let Some(origin) = headers.get(http::header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("");
+            let own = format!("http://{host}");
+            if !origin.eq_ignore_ascii_case(&own) {
+                return Some(format!(
+                    "Origin {origin:?} is not this admin listener's own: a web page cannot \
+                     steer courtesy"
+                ));
+            }
+        }
+        if headers
+            .get("sec-fetch-site")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case("cross-site"))
+        {
+            return Some("a cross-site request (Sec-Fetch-Site) cannot steer courtesy".into());
+        }
+        None
+    }
+
+    /// Whether `host` (a `Host` header) names this listener ([`names_listener`]).
+    fn is_own_host(&self, host: &str) -> bool {
+        self.own.is_none_or(|own| names_listener(host, own))
     }
 
     async fn route(&self, req: Request<Incoming>) -> Response<ProxyBody> {
@@ -116,33 +176,7 @@ impl Admin {
                 self.interceptor.ca().cert_pem().to_string(),
                 "application/x-pem-file",
             ),
-            (&Method::GET | &Method::HEAD, ["hosts"]) => {
-                let limit = match query_param(&query, "limit").map(str::parse::<usize>) {
-                    None => None,
-                    Some(Ok(n)) => Some(n),
-                    Some(Err(_)) => {
-                        return error_json(
-                            StatusCode::BAD_REQUEST,
-                            "limit must be a whole number of hosts",
-                        )
-                    }
-                };
-                let mut snapshots = self.limiter.snapshots();
-                let total = Totals::of(&snapshots);
-                if let Some(limit) = limit {
-                    keep_most_relevant(&mut snapshots, limit);
-                }
-                let now = SystemTime::now();
-                json_response(
-                    StatusCode::OK,
-                    &HostsPage {
-                        now_unix_ms: unix_ms(now),
-                        total,
-                        budget: BudgetView::of(&self.limiter),
-                        hosts: HostList(&snapshots, now),
-                    },
-                )
-            }
+            (&Method::GET | &Method::HEAD, ["hosts"]) => self.hosts(&query),
             (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key).await {
                 Ok(budget) => match self.limiter.snapshot_by_key(&budget.key) {
                     Some(s) => json_response(StatusCode::OK, &HostView::of(&s, SystemTime::now())),
@@ -204,6 +238,48 @@ impl Admin {
                 &format!("no admin endpoint {method} {path}"),
             ),
         }
+    }
+
+    /// `GET /hosts`: at most `limit` hosts (default [`HOSTS_PER_PAGE`], at most
+    /// [`MAX_HOSTS_PER_PAGE`]), so that the answer stays bounded however many hosts are known.
+    /// Without `after`, the `limit` hosts that most need an operator's eye; with `after` (a
+    /// cursor: empty for the first page, then the `next` of the page before), the hosts in key
+    /// order after it, and `next` while more remain. The totals always count every host.
+    fn hosts(&self, query: &str) -> Response<ProxyBody> {
+        let limit = match query_param(query, "limit").map(str::parse::<usize>) {
+            None => HOSTS_PER_PAGE,
+            Some(Ok(n)) if n <= MAX_HOSTS_PER_PAGE => n,
+            Some(_) => {
+                return error_json(
+                    StatusCode::BAD_REQUEST,
+                    &format!("limit must be a whole number of hosts, at most {MAX_HOSTS_PER_PAGE}"),
+                )
+            }
+        };
+        let after = query_param(query, "after").map(percent_decode);
+        if after.is_some() && limit == 0 {
+            return error_json(StatusCode::BAD_REQUEST, "a page (after=) needs limit >= 1");
+        }
+        let mut snapshots = self.limiter.snapshots();
+        let total = Totals::of(&snapshots);
+        let next = match &after {
+            Some(after) => page_after(&mut snapshots, after, limit),
+            None => {
+                keep_most_relevant(&mut snapshots, limit);
+                None
+            }
+        };
+        let now = SystemTime::now();
+        json_response(
+            StatusCode::OK,
+            &HostsPage {
+                now_unix_ms: unix_ms(now),
+                total,
+                budget: BudgetView::of(&self.limiter),
+                next,
+                hosts: HostList(&snapshots, now),
+            },
+        )
     }
 
     async fn operate(&self, key: &str, action: OperatorAction) -> Response<ProxyBody> {
@@ -295,6 +371,59 @@ impl Admin {
     }
 }
 
+/// Whether the `Host` header `host` names the listener at `own`: its address in any spelling (any
+/// local address for a wildcard listener), or `localhost`, with its port (80 when none is given).
+pub(crate) fn names_listener(host: &str, own: SocketAddr) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    let (name, port) = match split_key(&host) {
+        Some((name, port)) => (name, port),
+        None if host.contains("]:") || host.matches(':').count() == 1 => return false,
+        None => (
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            80,
+        ),
+    };
+    if port != own.port() {
+        return false;
+    }
+    let ip = match crate::resolve::literal_ip(&name) {
+        Some(ip) => ip,
+        None if name == "localhost" => std::net::Ipv4Addr::LOCALHOST.into(),
+        None => return false,
+    };
+    crate::resolve::Destinations::new(vec![own], Vec::new(), Vec::new())
+        .check(SocketAddr::new(ip, port))
+        .is_err()
+}
+
+/// Hosts per `GET /hosts` answer when the request does not say.
+const HOSTS_PER_PAGE: usize = 1000;
+/// The most hosts one `GET /hosts` answer lists.
+const MAX_HOSTS_PER_PAGE: usize = 10_000;
+
+/// Keeps the first `limit` hosts after the cursor `after` of `snapshots` (in key order, as
+/// `Limiter::snapshots` gives them); the cursor of the next page when more remain.
+fn page_after(snapshots: &mut Vec<HostSnapshot>, after: &str, limit: usize) -> Option<String> {
+    let (range, next) = page_bounds(snapshots, after, limit);
+    snapshots.truncate(range.end);
+    snapshots.drain(..range.start);
+    next
+}
+
+/// Where the page after `after` lies in `sorted` (hosts in key order), and the next cursor.
+fn page_bounds(
+    sorted: &[HostSnapshot],
+    after: &str,
+    limit: usize,
+) -> (std::ops::Range<usize>, Option<String>) {
+    let start = sorted.partition_point(|s| s.key.as_str() <= after);
+    let end = start.saturating_add(limit).min(sorted.len());
+    let next = (end < sorted.len() && end > start).then(|| sorted[end - 1].key.clone());
+    (start..end, next)
+}
+
 /// Keeps the `limit` hosts an operator most needs to see, still in key order: paused and cooling
 /// down first, then by requests queued, in flight, and sent. With a hundred thousand known hosts,
 /// the dashboard's once-a-second poll then costs a snapshot of each, not a JSON object of each.
@@ -324,10 +453,11 @@ fn keep_most_relevant(snapshots: &mut Vec<HostSnapshot>, limit: usize) {
 
 /// Compares the bearer token without an early exit on the first differing byte.
 fn bearer_matches(header: Option<&HeaderValue>, token: &str) -> bool {
-    let Some(given) = header
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-    else {
+    // RFC 9110 11.1: the scheme is case-insensitive.
+    let Some(given) = header.and_then(|h| h.to_str().ok()).and_then(|h| {
+        let (scheme, rest) = h.trim_start().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(rest)
+    }) else {
         return false;
     };
     let (a, b) = (given.trim().as_bytes(), token.as_bytes());
@@ -436,6 +566,84 @@ mod tests {
         assert_eq!(query_param("", "force"), None);
     }
 
+    #[tokio::test]
+    async fn a_hundred_thousand_hosts_come_in_bounded_pages_each_host_once() {
+        let limiter = Limiter::new(Arc::new(crate::config::Config::default()));
+        for i in 0..100_000 {
+            drop(limiter.admit((&format!("h{i}.test"), 80)).await.unwrap());
+        }
+        let now = SystemTime::now();
+        let body_of = |snapshots: &[HostSnapshot], next: Option<String>| {
+            serde_json::to_string_pretty(&HostsPage {
+                now_unix_ms: 0,
+                total: Totals::default(),
+                budget: BudgetView::of(&limiter),
+                next,
+                hosts: HostList(snapshots, now),
+            })
+            .unwrap()
+        };
+        let mut after = String::new();
+        let mut seen = 0;
+        let mut pages = 0;
+        let mut largest = 0;
+        let all = limiter.snapshots();
+        loop {
+            let (range, next) = page_bounds(&all, &after, HOSTS_PER_PAGE);
+            let page = &all[range];
+            assert!(page.len() <= HOSTS_PER_PAGE);
+            assert!(page.iter().all(|s| s.key > after), "after the cursor");
+            seen += page.len();
+            pages += 1;
+            largest = largest.max(body_of(page, next.clone()).len());
+            match next {
+                Some(cursor) => after = cursor,
+                None => break,
+            }
+        }
+        assert_eq!(seen, 100_000, "every host once");
+        assert_eq!(pages, 100);
+        assert!(largest < 4 * 1024 * 1024, "a page is {largest} bytes");
+        let mut last = all.clone();
+        let cursor = all[all.len() - 2].key.clone();
+        assert_eq!(page_after(&mut last, &cursor, HOSTS_PER_PAGE), None);
+        assert_eq!(last.len(), 1, "the last page");
+        let mut first = all;
+        keep_most_relevant(&mut first, HOSTS_PER_PAGE);
+        assert_eq!(
+            first.len(),
+            HOSTS_PER_PAGE,
+            "the default page without a cursor"
+        );
+    }
+
+    #[test]
+    fn a_host_header_names_the_listener_only_by_its_address_or_localhost() {
+        let own: SocketAddr = "127.0.0.1:3129".parse().unwrap();
+        for host in [
+            "127.0.0.1:3129",
+            "localhost:3129",
+            "LOCALHOST:3129",
+            "127.1:3129",
+        ] {
+            assert!(names_listener(host, own), "{host}");
+        }
+        for host in [
+            "",
+            "evil.example:3129",
+            "127.0.0.1:3128",
+            "127.0.0.1",
+            "127.0.0.2:3129",
+            "127.0.0.1:3129:1",
+            "[::1]:3129",
+        ] {
+            assert!(!names_listener(host, own), "{host}");
+        }
+        let wildcard: SocketAddr = "[::]:3129".parse().unwrap();
+        assert!(names_listener("[::1]:3129", wildcard));
+        assert!(names_listener("127.0.0.1:3129", wildcard));
+    }
+
     #[test]
     fn bearer_tokens_must_match_exactly() {
         let token = "0123456789abcdef";
@@ -443,6 +651,11 @@ mod tests {
         assert!(bearer_matches(Some(&ok), token));
         let wrong = HeaderValue::from_static("Bearer 0123456789abcdeX");
         assert!(!bearer_matches(Some(&wrong), token));
+        let lower = HeaderValue::from_static("bearer 0123456789abcdef");
+        assert!(
+            bearer_matches(Some(&lower), token),
+            "schemes are case-insensitive"
+        );
         let basic = HeaderValue::from_static("Basic 0123456789abcdef");
         assert!(!bearer_matches(Some(&basic), token));
         assert!(!bearer_matches(None, token));

@@ -43,6 +43,10 @@ pub struct Head {
     pub stored_at_unix_ms: u64,
     /// Body size in bytes.
     pub size: u64,
+    /// The request headers the response's `Vary` names, with the values they had (RFC 9111
+    /// 4.1): a later request is answered from this entry only when it sends the same.
+    #[serde(default)]
+    pub vary: Vec<(String, Option<String>)>,
 }
 
 impl Head {
@@ -64,6 +68,55 @@ impl Head {
     pub fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.status).unwrap_or(StatusCode::OK)
     }
+
+    /// Whether `request` sends what the stored response varies on, as the request it answered did.
+    pub fn matches(&self, request: &HeaderMap) -> bool {
+        self.vary
+            .iter()
+            .all(|(name, value)| joined(request, name).as_deref() == value.as_deref())
+    }
+}
+
+/// Every value of header `name` in `headers`, joined with ", " (as RFC 9110 5.3 combines them).
+fn joined(headers: &HeaderMap, name: &str) -> Option<String> {
+    let values: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .collect();
+    (!values.is_empty()).then(|| values.join(", "))
+}
+
+/// The request headers `response` varies on with their values in `request`; `None` for
+/// `Vary: *` (never answered from a store).
+pub fn vary_of(response: &HeaderMap, request: &HeaderMap) -> Option<Vec<(String, Option<String>)>> {
+    let mut vary = Vec::new();
+    for value in response.get_all(http::header::VARY) {
+        for name in value.to_str().unwrap_or("*").split(',') {
+            let name = name.trim().to_ascii_lowercase();
+            if name == "*" {
+                return None;
+            }
+            if !name.is_empty() && !vary.iter().any(|(n, _)| *n == name) {
+                let value = joined(request, &name);
+                vary.push((name, value));
+            }
+        }
+    }
+    Some(vary)
+}
+
+/// A file only this user can read, created (or emptied) for writing: cached responses may carry
+/// what a site showed one client.
+fn private_file(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
 }
 
 /// The response store, shared by all requests. Every read and write runs on the store's own
@@ -263,9 +316,11 @@ impl Core {
                             );
                             continue;
                         }
+                        use std::os::unix::fs::PermissionsExt as _;
+                        let _ = fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o700));
                         dir_made = true;
                     }
-                    if let Ok(file) = fs::File::create(&tmp) {
+                    if let Ok(file) = private_file(&tmp) {
                         files.insert(id, (tmp, file));
                     }
                 }
@@ -316,7 +371,7 @@ impl Core {
         let meta = self.dir.join(format!("{name}.json"));
         let json = serde_json::to_vec(&head).unwrap_or_default();
         let result = fs::rename(tmp, &body)
-            .and_then(|()| fs::write(meta.with_extension("json.tmp"), json))
+            .and_then(|()| private_file(&meta.with_extension("json.tmp"))?.write_all(&json))
             .and_then(|()| fs::rename(meta.with_extension("json.tmp"), &meta));
         if let Err(e) = result {
             warn!("cannot store {} in the cache: {e}", head.url);
@@ -429,7 +484,28 @@ pub fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Head {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
         size: 0,
+        vary: Vec::new(),
     }
+}
+
+/// Whether the response to `request` may be stored and answer later requests: [`storable`],
+/// not `Vary: *`, and, for a request with `Authorization`, only a response that says `public`,
+/// `s-maxage` or `must-revalidate` (RFC 9111 3.5; courtesy keys such an entry by the credentials
+/// as well, so it never answers another client).
+pub fn storable_for(status: StatusCode, response: &HeaderMap, request: &HeaderMap) -> bool {
+    if !storable(status, response) || vary_of(response, request).is_none() {
+        return false;
+    }
+    if request.contains_key(http::header::AUTHORIZATION) {
+        let cache_control = joined(response, "cache-control")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        return cache_control
+            .split(',')
+            .map(|d| d.trim().split('=').next().unwrap_or(""))
+            .any(|d| matches!(d, "public" | "s-maxage" | "must-revalidate"));
+    }
+    true
 }
 
 /// Whether a response may be stored at all: a 200 that does not say `no-store` or `private`.
@@ -459,6 +535,57 @@ mod tests {
         h.insert("etag", HeaderValue::from_static("\"v1\""));
         h.insert("content-type", HeaderValue::from_static("text/html"));
         h
+    }
+
+    #[test]
+    fn authorized_and_varying_answers_are_stored_only_as_rfc_9111_allows() {
+        let mut request = HeaderMap::new();
+        request.insert("accept-language", HeaderValue::from_static("en"));
+        let mut response = headers();
+        assert!(storable_for(StatusCode::OK, &response, &request));
+        response.insert("vary", HeaderValue::from_static("Accept-Language, Accept"));
+        let vary = vary_of(&response, &request).unwrap();
+        assert_eq!(
+            vary,
+            [
+                ("accept-language".to_string(), Some("en".to_string())),
+                ("accept".to_string(), None)
+            ]
+        );
+        let head = Head {
+            vary,
+            ..head_of("http://a.test/", StatusCode::OK, &response)
+        };
+        assert!(head.matches(&request));
+        let mut other = request.clone();
+        other.insert("accept-language", HeaderValue::from_static("fr"));
+        assert!(!head.matches(&other));
+        other.insert("accept-language", HeaderValue::from_static("en"));
+        other.insert("accept", HeaderValue::from_static("text/html"));
+        assert!(
+            !head.matches(&other),
+            "a header the stored request did not send"
+        );
+        response.insert("vary", HeaderValue::from_static("*"));
+        assert!(!storable_for(StatusCode::OK, &response, &request));
+
+        let mut authorized = HeaderMap::new();
+        authorized.insert("authorization", HeaderValue::from_static("Bearer x"));
+        let plain = headers();
+        assert!(!storable_for(StatusCode::OK, &plain, &authorized));
+        for directive in [
+            "public",
+            "s-maxage=60",
+            "must-revalidate",
+            "max-age=5, Public",
+        ] {
+            let mut shared = headers();
+            shared.insert("cache-control", HeaderValue::from_str(directive).unwrap());
+            assert!(
+                storable_for(StatusCode::OK, &shared, &authorized),
+                "{directive}"
+            );
+        }
     }
 
     #[test]

@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::debug;
 
-/// How long a client may take to send a request's headers.
+/// How long a client may take to send a request's headers inside a CONNECT tunnel (the
+/// listeners' own is `header_timeout_seconds`).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Every connection task, and the signal that asks them to finish.
@@ -36,6 +37,11 @@ impl Connections {
     /// The HTTP server settings of every listener: HTTP/1.1 with keep-alive and a header read
     /// timeout, and HTTP/2 too where `http2` (inside intercepted TLS, where ALPN may choose it).
     pub fn builder(http2: bool) -> auto::Builder<TokioExecutor> {
+        Connections::builder_with(http2, HEADER_READ_TIMEOUT)
+    }
+
+    /// [`Connections::builder`] with `header_timeout` for each request head.
+    pub fn builder_with(http2: bool, header_timeout: Duration) -> auto::Builder<TokioExecutor> {
         let mut builder = auto::Builder::new(TokioExecutor::new());
         if !http2 {
             builder = builder.http1_only();
@@ -43,7 +49,7 @@ impl Connections {
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .header_read_timeout(header_timeout)
             .keep_alive(true);
         builder
     }

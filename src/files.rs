@@ -9,6 +9,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 
+/// Makes an existing directory private (0700) if others may read or enter it; whether it had to.
+/// The state directory holds the CA key, the cooldowns and cached responses.
+pub(crate) fn tighten_dir(dir: &Path) -> anyhow::Result<bool> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Ok(meta) = fs::metadata(dir) else {
+        return Ok(false);
+    };
+    if !meta.is_dir() || meta.permissions().mode() & 0o077 == 0 {
+        return Ok(false);
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot make {} private (0700)", dir.display()))?;
+    Ok(true)
+}
+
 /// Writes `data` to `path` through a temporary file and a rename, created with `mode` from the start.
 pub(crate) fn write_atomically(path: &Path, data: &[u8], mode: u32) -> anyhow::Result<()> {
     static WRITES: AtomicU64 = AtomicU64::new(0);

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `server` | `run`: build the shared parts, accept on both ports, shut down gracefully |
 //! | `connections` | the HTTP server settings and one graceful shutdown that every connection joins |
+//! | `gate` | who gets a connection: `allow_clients` at accept, caps per client and in total, the first byte's timeout, the open file limit, upstream connection slots |
 //! | `tasks` | beside serving: the state saver, the idle-host sweeper, the shared store's heartbeat and hints, SIGHUP |
 //! | `reload` | re-reading the config file and putting it in force |
 //! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; the config in force |
@@ -20,7 +21,7 @@
 //! | `blocks` | what a block page looks like: markers, the body scan, block redirects |
 //! | `body` | the body of every response courtesy sends, holding the request's permit while it streams |
 //! | `response` | locally made responses with `Proxy-Status` (RFC 9209) |
-//! | `resolve` | DNS with a timeout, so DNS failures get their own `Proxy-Status`; `hosts_file`; the addresses `ip` keys were made from, held for their TTLs |
+//! | `resolve` | DNS with a timeout, so DNS failures get their own `Proxy-Status`; `hosts_file`; the addresses `ip` keys were made from, held for their TTLs; host spellings that are addresses; the destinations never dialed (own listeners, `deny_destinations`) and the connector that keeps to them |
 //! | `parent` | leaving through a parent proxy (`upstream_proxy`): HTTP CONNECT, SOCKS5, the pooled client's connector, a parent's errors |
 //! | [`tls`] | local CA, leaf certificates (cached), rustls client and server configs |
 //! | `robots` | robots.txt rules, cache and verdicts (the fetch itself is the proxy's) |
@@ -51,6 +52,7 @@ pub mod config;
 mod connections;
 mod feedback;
 mod files;
+mod gate;
 mod heap;
 pub mod keys;
 pub mod limiter;

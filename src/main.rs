@@ -142,6 +142,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             config.proxy.admin_listen,
         )
         .map_err(anyhow::Error::msg)?;
+    config
+        .check_admin_listen(
+            "--admin-listen / [proxy] admin_listen",
+            config.proxy.admin_listen,
+        )
+        .map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -270,6 +276,9 @@ host is intercepted; if some use https = "tunnel", trust both:
 fn check(file: &Path) -> anyhow::Result<()> {
     let config = Config::load(file)?;
     println!("{}: ok", config.source);
+    for warning in config.warnings() {
+        println!("warning: {warning}");
+    }
     let p = &config.proxy;
     println!(
         "[proxy] listen={} admin_listen={} max_in_flight={} connect_timeout={}s response_timeout={}s",

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::limiter::Limiter;
 
 /// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
-/// directory, upstream TLS settings, `hosts_file`, the shared store (`[shared]`) and setting or lifting
+/// directory, upstream TLS settings, `hosts_file`, `deny_destinations` and `allow_destinations`, the shared store (`[shared]`) and setting or lifting
 /// `global_rate` need a restart; a change to them is reported and ignored.
 /// On errors the old config stays.
 pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
@@ -42,6 +42,13 @@ pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     {
         kept.push("hosts_file");
     }
+    if new.proxy.deny_destinations != old.proxy.deny_destinations
+        || new.proxy.allow_destinations != old.proxy.allow_destinations
+    {
+        kept.push("deny_destinations / allow_destinations");
+    }
+    new.proxy.deny_destinations = old.proxy.deny_destinations.clone();
+    new.proxy.allow_destinations = old.proxy.allow_destinations.clone();
     if new.proxy.connect_timeout != old.proxy.connect_timeout {
         kept.push("connect_timeout_seconds");
     }

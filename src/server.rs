@@ -9,7 +9,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use hyper::service::service_fn;
@@ -20,12 +19,13 @@ use tracing::{debug, info, warn};
 use crate::admin::Admin;
 use crate::config::{Config, LiveConfig};
 use crate::connections::Connections;
+use crate::gate::{self, Caps, Gate, Slot, Spare};
 use crate::keys::Keyer;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::proxy::{Proxy, UpstreamSetup};
 use crate::reload::reload;
-use crate::resolve::Resolver;
+use crate::resolve::{Destinations, Resolver};
 use crate::state;
 use crate::tasks::{hangup_signals, Background};
 use crate::tls::{self, Interceptor, LocalCa};
@@ -74,6 +74,34 @@ pub async fn run(
     config
         .check_listen("[proxy] admin_listen", admin_addr)
         .map_err(anyhow::Error::msg)?;
+    config
+        .check_admin_listen("[proxy] admin_listen", admin_addr)
+        .map_err(anyhow::Error::msg)?;
+    let mut config = config;
+    let fd_limit = gate::raise_fd_limit();
+    let (proxy_caps, admin_caps) = gate::fit_to_fd_limit(
+        Caps {
+            total: config.proxy.max_connections,
+            per_client: config.proxy.max_connections_per_client,
+        },
+        Caps {
+            total: config.admin.max_connections,
+            per_client: config.admin.max_connections_per_client,
+        },
+        fd_limit,
+    );
+    config.proxy.max_upstream_connections = gate::upstream_fit(
+        config.proxy.max_upstream_connections,
+        proxy_caps,
+        admin_caps,
+        fd_limit,
+    );
+    if crate::files::tighten_dir(&config.proxy.state_dir)? {
+        warn!(dir = %config.proxy.state_dir.display(), "the state directory was open to others; made it 0700");
+    }
+    for warning in config.warnings() {
+        warn!("{warning}");
+    }
     let ca = LocalCa::load_or_create(&config.proxy.state_dir)?;
     let interceptor = Arc::new(Interceptor::new(ca));
     let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;
@@ -99,10 +127,17 @@ pub async fn run(
     let connections = Connections::new();
     // One resolver for keys and connections: the address a `key = "ip"` budget was made from is
     // the one connected to.
-    let keyer = Keyer::new(Resolver::new(
-        config.proxy.connect_timeout,
-        config.proxy.static_hosts.clone(),
-    ));
+    let keyer = Keyer::new(
+        Resolver::new(
+            config.proxy.connect_timeout,
+            config.proxy.static_hosts.clone(),
+        )
+        .refusing(Destinations::new(
+            vec![proxy_addr, admin_addr],
+            config.proxy.deny_destinations.clone(),
+            config.proxy.allow_destinations.clone(),
+        )),
+    );
     let proxy = Arc::new(Proxy::new(
         live.clone(),
         limiter.clone(),
@@ -115,13 +150,16 @@ pub async fn run(
         metrics.clone(),
         connections.clone(),
     ));
-    let admin = Arc::new(Admin::new(
-        live.clone(),
-        limiter.clone(),
-        keyer,
-        metrics.clone(),
-        interceptor,
-    ));
+    let admin = Arc::new(
+        Admin::new(
+            live.clone(),
+            limiter.clone(),
+            keyer,
+            metrics.clone(),
+            interceptor,
+        )
+        .listening_on(admin_addr),
+    );
     let background = Background::start(
         limiter.clone(),
         proxy.clone(),
@@ -131,25 +169,55 @@ pub async fn run(
     let mut hangups = hangup_signals();
     info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
 
-    let builder = Connections::builder(false);
+    let header_timeout = config.proxy.header_timeout;
+    let builder = Connections::builder_with(false, header_timeout);
+    let proxy_gate = Gate::new(proxy_caps);
+    let admin_gate = Gate::new(admin_caps);
+    let mut proxy_spare = Spare::new();
+    let mut admin_spare = Spare::new();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listeners.proxy.accept() => {
-                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let Some((stream, peer)) = proxy_spare.accepted(accepted, &listeners.proxy).await else { continue };
+                let Some(slot) = admit(&live, &proxy_gate, &stream, peer) else { continue };
                 let proxy = proxy.clone();
-                let service = service_fn(move |req| proxy.clone().serve(req, peer));
-                let conn = builder
-                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                    .into_owned();
-                connections.spawn_serving(conn, peer, "client");
+                let slot = Arc::new(slot);
+                let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    // A CONNECT tunnel keeps the connection's place for its life.
+                    req.extensions_mut().insert(slot.clone());
+                    proxy.clone().serve(req, peer)
+                });
+                let (builder, tasks) = (builder.clone(), connections.clone());
+                connections.spawn(async move {
+                    if !gate::first_byte(&stream, header_timeout, tasks.stopping()).await {
+                        debug!(client = %peer, "closed: nothing sent within header_timeout_seconds");
+                        return;
+                    }
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
+                    if let Err(e) = tasks.serve(conn).await {
+                        debug!(client = %peer, "client connection ended: {e}");
+                    }
+                });
             }
             accepted = listeners.admin.accept() => {
-                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let Some((stream, peer)) = admin_spare.accepted(accepted, &listeners.admin).await else { continue };
+                let Some(slot) = admit(&live, &admin_gate, &stream, peer) else { continue };
                 let admin = admin.clone();
                 let service = service_fn(move |req| admin.clone().serve(req, peer));
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                connections.spawn_serving(conn, peer, "admin");
+                let (builder, tasks) = (builder.clone(), connections.clone());
+                connections.spawn(async move {
+                    let _slot = slot;
+                    if !gate::first_byte(&stream, header_timeout, tasks.stopping()).await {
+                        return;
+                    }
+                    let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+                    if let Err(e) = tasks.serve(conn).await {
+                        debug!(client = %peer, "admin connection ended: {e}");
+                    }
+                });
             }
             Some(()) = hangups.recv() => {
                 if let Err(errors) = reload(&limiter) {
@@ -176,11 +244,13 @@ pub async fn run(
         tokio::select! {
             finished = &mut drained => break finished,
             accepted = admin_listener.accept() => {
-                let Some((stream, peer)) = accepted_or_log(accepted).await else { continue };
+                let Some((stream, peer)) = admin_spare.accepted(accepted, &admin_listener).await else { continue };
+                let Some(slot) = admit(&live, &admin_gate, &stream, peer) else { continue };
                 let admin = admin.clone();
                 let service = service_fn(move |req| admin.clone().serve(req, peer));
                 let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     if let Err(e) = conn.await {
                         debug!(client = %peer, "admin connection during the drain ended: {e}");
                     }
@@ -200,19 +270,23 @@ pub async fn run(
     Ok(())
 }
 
-/// The accepted connection, or `None` after logging a failed accept (and pausing briefly when the
-/// process is out of file descriptors, instead of spinning).
-async fn accepted_or_log(
-    accepted: std::io::Result<(TcpStream, SocketAddr)>,
-) -> Option<(TcpStream, SocketAddr)> {
-    match accepted {
-        Ok((stream, peer)) => {
-            let _ = stream.set_nodelay(true);
-            Some((stream, peer))
-        }
-        Err(e) => {
-            warn!("accept failed: {e}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+/// The place of a connection from `peer`, or `None` when it was refused (and closed): a client
+/// outside `allow_clients` before a byte is read, one over a cap with a short 503.
+fn admit(
+    live: &LiveConfig,
+    gate: &Arc<Gate>,
+    stream: &TcpStream,
+    peer: SocketAddr,
+) -> Option<Slot> {
+    if !live.get().client_allowed(peer.ip()) {
+        debug!(client = %peer, "closed at accept: not in [proxy] allow_clients");
+        return None;
+    }
+    match gate.admit(peer.ip()) {
+        Ok(slot) => Some(slot),
+        Err(why) => {
+            debug!(client = %peer, ?why, "refused at accept: connection cap");
+            gate::refuse_busy(stream, why);
             None
         }
     }

@@ -13,10 +13,39 @@ use crate::views::{HostView, HostsPage};
 /// `GET /hosts` as `courtesy status` reads it.
 pub type Page = HostsPage<Vec<HostView>>;
 
-/// Fetches `/hosts` from the admin listener at `admin`, with `token` as a bearer token if given.
+/// The most hosts `courtesy status` reads (pages of [`PAGE`]); a table longer than this is not
+/// one a person reads, and the totals count them all anyway.
+const MAX_HOSTS: usize = 100_000;
+/// Hosts asked for per page.
+const PAGE: usize = 1000;
+
+/// Fetches every page of `/hosts` (up to [`MAX_HOSTS`] hosts) from the admin listener at `admin`,
+/// with `token` as a bearer token if given: one page in key order after another, each bounded.
 pub async fn fetch_hosts(admin: SocketAddr, token: Option<&str>) -> anyhow::Result<Page> {
     let client: Client<_, Empty<bytes::Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let mut request = http::Request::get(format!("http://{admin}/hosts"));
+    let mut page = fetch_page(&client, admin, token, "").await?;
+    while let Some(after) = page.next.take() {
+        if page.hosts.len() >= MAX_HOSTS {
+            break;
+        }
+        let more = fetch_page(&client, admin, token, &after).await?;
+        page.hosts.extend(more.hosts);
+        page.next = more.next;
+        page.total = more.total;
+    }
+    Ok(page)
+}
+
+/// One page of `/hosts` after the cursor `after`.
+async fn fetch_page(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<bytes::Bytes>>,
+    admin: SocketAddr,
+    token: Option<&str>,
+    after: &str,
+) -> anyhow::Result<Page> {
+    let after = percent_encoding::utf8_percent_encode(after, percent_encoding::NON_ALPHANUMERIC);
+    let mut request =
+        http::Request::get(format!("http://{admin}/hosts?limit={PAGE}&after={after}"));
     if let Some(token) = token {
         request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
     }

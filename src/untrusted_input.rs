@@ -1,6 +1,7 @@
 //! Property tests of every parser that reads what others send: request targets and CONNECT
 //! authorities, the budget key made of a request's host, `Retry-After`, RateLimit headers,
-//! robots.txt, the first bytes inside a CONNECT, admin API paths, config and hosts files, parent
+//! robots.txt, the first bytes inside a CONNECT, admin API paths and `Host` headers, host spellings
+//! that are addresses, config files (their CIDR lists among them) and hosts files, parent
 //! proxy URLs and a parent's answers (to CONNECT, and its error pages told from the target's). For
 //! arbitrary input each must answer (a value or an error)
 //! without panicking, within a bounded time, and without output larger than its input allows.
@@ -69,6 +70,58 @@ proptest! {
     #[test]
     fn hosts_files(text in texty()) {
         bounded("a hosts file", || crate::resolve::StaticHosts::parse(&text).map(|h| h.len()).ok());
+    }
+
+    #[test]
+    fn host_spellings_that_are_addresses(
+        text in prop_oneof![
+            texty(),
+            "(0x[0-9a-fA-F]{0,10}|0[0-7]{0,12}|[0-9]{1,11})(\\.(0x[0-9a-fA-F]{0,4}|0[0-7]{0,4}|[0-9]{1,5})){0,4}\\.?",
+        ],
+    ) {
+        let ip = bounded("a numeric host", || crate::resolve::numeric_ipv4(&text));
+        if let Some(ip) = ip {
+            // An address reads back as itself.
+            let dotted = ip.to_string();
+            prop_assert_eq!(crate::resolve::numeric_ipv4(&dotted), Some(ip));
+            prop_assert_eq!(crate::resolve::literal_ip(&dotted), Some(std::net::IpAddr::V4(ip)));
+        }
+        let _ = bounded("a host literal", || crate::resolve::literal_ip(&text));
+    }
+
+    #[test]
+    fn admin_host_headers(text in texty(), port in 1u16..) {
+        let own = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let _ = bounded("a Host header", || crate::admin::names_listener(&text, own));
+    }
+
+    #[test]
+    fn cidr_lists_in_the_config(
+        entries in proptest::collection::vec(
+            prop_oneof![
+                texty(),
+                "[0-9a-f:.]{0,40}(/[0-9]{0,4})?",
+            ],
+            0..8,
+        ),
+    ) {
+        let list = entries
+            .iter()
+            .map(|e| format!("{e:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let text = format!("[proxy]\ndeny_destinations = [{list}]\nallow_destinations = [{list}]\n");
+        bounded("a CIDR list", || {
+            match Config::parse(&text, "fuzz.toml") {
+                Ok(config) => prop_assert!(config.proxy.deny_destinations.len() <= entries.len()),
+                Err(errors) => {
+                    for e in &errors.errors {
+                        prop_assert!(e.starts_with("fuzz.toml"), "{}", e);
+                    }
+                }
+            }
+            Ok(())
+        })?;
     }
 
     #[test]

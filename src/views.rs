@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Controller, HttpsMode, KeyMode, OnCooldown};
 use crate::limiter::{HostSnapshot, Limiter, SHADOW_REASONS};
 
-/// `GET /hosts`: the hosts shown (all, or the `limit` most in need of attention) and the totals
+/// `GET /hosts`: the hosts shown (a page in key order, or the `limit` most in need of attention) and the totals
 /// over every known host. `H` is a list of [`HostView`]s, or a type that writes them one by one.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct HostsPage<H> {
@@ -23,6 +23,10 @@ pub struct HostsPage<H> {
     /// Where the budgets are kept.
     #[serde(default)]
     pub budget: BudgetView,
+    /// The cursor of the next page (`GET /hosts?after=<next>`), while more hosts remain after
+    /// this one; only for pages asked for with `after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
     /// The hosts shown.
     pub hosts: H,
 }

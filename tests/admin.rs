@@ -391,3 +391,47 @@ async fn sighup_reloads_and_courtesy_status_prints_the_table() {
         .unwrap();
     assert!(status.success(), "courtesy exited with {status}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_come_in_pages_after_a_cursor_and_status_reads_them_all() {
+    let origin_a = Origin::ok("127.0.0.2").await;
+    let origin_b = Origin::ok("127.0.0.3").await;
+    let origin_c = Origin::ok("127.0.0.4").await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 10\n").await;
+    for origin in [&origin_a, &origin_b, &origin_c] {
+        assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
+    }
+    let mut after = String::new();
+    let mut seen = Vec::new();
+    loop {
+        let url = courtesy.admin_url(&format!("/hosts?limit=1&after={after}"));
+        let (status, body) = admin_call("GET", &url, None, "").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let page: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(page["total"]["hosts"], 3);
+        let hosts = page["hosts"].as_array().unwrap();
+        assert!(hosts.len() <= 1);
+        seen.extend(
+            hosts
+                .iter()
+                .map(|h| h["host"].as_str().unwrap().to_string()),
+        );
+        match page["next"].as_str() {
+            Some(next) => after = next.replace('[', "%5B").replace(']', "%5D"),
+            None => break,
+        }
+    }
+    let mut expected: Vec<String> = [&origin_a, &origin_b, &origin_c]
+        .iter()
+        .map(|o| o.addr.to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected, "each host once, in key order");
+    let (status, body) =
+        admin_call("GET", &courtesy.admin_url("/hosts?limit=10001"), None, "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let page = courtesy::status::fetch_hosts(courtesy.admin, None)
+        .await
+        .unwrap();
+    assert_eq!(page.hosts.len(), 3);
+}

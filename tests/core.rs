@@ -266,14 +266,24 @@ async fn origin_form_requests_get_400() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clients_outside_allow_clients_get_403() {
+async fn clients_outside_allow_clients_are_closed_at_accept() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let origin = Origin::ok("127.0.0.1").await;
     let courtesy = Courtesy::start("[proxy]\nallow_clients = [\"10.0.0.0/8\"]\n").await;
-    let got = courtesy.client().get(&origin.url("/")).await;
-    assert_eq!(got.status, StatusCode::FORBIDDEN);
-    assert!(got
-        .header("proxy-status")
-        .contains("error=http_request_denied"));
+    for listener in [courtesy.addr, courtesy.admin] {
+        let mut stream = tokio::net::TcpStream::connect(listener).await.unwrap();
+        let _ = stream
+            .write_all(format!("GET {} HTTP/1.1\r\nHost: x\r\n\r\n", origin.url("/")).as_bytes())
+            .await;
+        let mut out = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut out)).await;
+        assert!(read.is_ok(), "closed at once");
+        assert!(
+            out.is_empty(),
+            "no answer: {}",
+            String::from_utf8_lossy(&out)
+        );
+    }
     assert_eq!(origin.count(), 0);
 }
 

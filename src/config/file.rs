@@ -132,6 +132,8 @@ pub(super) struct FileAlerts {
 pub(super) struct FileAdmin {
     pub(super) token: Option<Spanned<String>>,
     pub(super) metrics_max_hosts: Option<Spanned<i64>>,
+    pub(super) max_connections: Option<Spanned<i64>>,
+    pub(super) max_connections_per_client: Option<Spanned<i64>>,
 }
 
 /// `[proxy]`.
@@ -154,4 +156,10 @@ pub(super) struct FileProxy {
     pub(super) global_rate: Option<Spanned<f64>>,
     pub(super) global_burst: Option<Spanned<i64>>,
     pub(super) upstream_proxy: Option<Spanned<String>>,
+    pub(super) max_connections: Option<Spanned<i64>>,
+    pub(super) max_connections_per_client: Option<Spanned<i64>>,
+    pub(super) max_upstream_connections: Option<Spanned<i64>>,
+    pub(super) header_timeout_seconds: Option<Spanned<f64>>,
+    pub(super) deny_destinations: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) allow_destinations: Option<Spanned<Vec<Spanned<String>>>>,
 }

@@ -152,6 +152,36 @@ impl Config {
         ))
     }
 
+    /// What is allowed but probably a mistake, one sentence each: `allow_clients` that lets
+    /// every address in (an open proxy, if the listener is reachable).
+    pub fn warnings(&self) -> Vec<String> {
+        self.proxy
+            .allow_clients
+            .iter()
+            .filter(|net| net.prefix_len() == 0)
+            .map(|net| {
+                format!(
+                    "[proxy] allow_clients has {net}: every address may use courtesy (an open \
+                     proxy wherever the listener can be reached); name the crawlers' networks"
+                )
+            })
+            .collect()
+    }
+
+    /// An error when the admin listener `addr` is beyond loopback without an `[admin] token`:
+    /// the same rule for `--admin-listen` as for `admin_listen` in the file, since the admin API
+    /// can pause hosts and change rates.
+    pub fn check_admin_listen(&self, what: &str, addr: SocketAddr) -> Result<(), String> {
+        if addr.ip().is_loopback() || self.admin.token.is_some() {
+            return Ok(());
+        }
+        Err(format!(
+            "{what} {addr} is not a loopback address: set [admin] token in {} (at least 16 \
+             characters); the admin API can pause hosts and change rates",
+            self.source
+        ))
+    }
+
     /// Whether a client at `ip` may use courtesy: without `allow_clients`, loopback only; with it,
     /// exactly the listed networks (list `127.0.0.0/8` too if local clients should keep access).
     pub fn client_allowed(&self, ip: IpAddr) -> bool {

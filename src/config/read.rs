@@ -46,19 +46,28 @@ pub(super) fn read(text: &str, name: &str) -> Result<(FileConfig, Vec<String>), 
             .as_deref()
             .map(|path| format!("{path}: "))
             .unwrap_or_default();
-        problems.push((
-            line,
-            format!(
-                "{name}:{line}: {key}{}",
-                super::suggest::with_suggestion(error.message().trim())
-            ),
-        ));
+        let message = match removed.as_deref() {
+            // A secret of the wrong type is still a secret: its value is not repeated.
+            Some(path) if is_secret(path) => {
+                "wrong type (the value is not shown): expected a string".to_string()
+            }
+            _ => super::suggest::with_suggestion(error.message().trim()),
+        };
+        problems.push((line, format!("{name}:{line}: {key}{message}")));
         if removed.is_none() || problems.len() >= MAX_PROBLEMS {
             return Err(ConfigErrors {
                 errors: in_file_order(problems),
             });
         }
     }
+}
+
+/// Whether the key the file names as `path` holds a secret (a token, a URL that may carry one).
+fn is_secret(path: &str) -> bool {
+    matches!(
+        path,
+        "[admin] token" | "[alerts] webhook" | "[shared] redis_url" | "[proxy] upstream_proxy"
+    ) || path.ends_with(" upstream_proxy")
 }
 
 /// Removes the innermost entry of `table` at byte `at` of the file (a key, or its value), or the

@@ -49,6 +49,23 @@ pub struct ProxySettings {
     /// Where requests leave by default (`upstream_proxy`): straight to the target, or through a
     /// parent proxy; a `[[host]]` rule may say otherwise for its hosts.
     pub upstream_proxy: super::Route,
+    /// Client connections open at once on the proxy listener (`max_connections`); more are
+    /// answered 503 and closed before a byte is read. Lowered at start to fit the fd limit.
+    pub max_connections: usize,
+    /// Client connections open at once from one address (`max_connections_per_client`).
+    pub max_connections_per_client: usize,
+    /// Upstream connections open at once, all hosts and parents together, idle pooled ones
+    /// included (`max_upstream_connections`); a request that finds none free within the connect
+    /// timeout gets 503 connection_limit_reached, never held against its host.
+    pub max_upstream_connections: usize,
+    /// How long a client may take to send its first byte, and then a whole request head
+    /// (`header_timeout_seconds`), on the proxy and admin listeners.
+    pub header_timeout: Duration,
+    /// Networks courtesy never connects to for a client (`deny_destinations`), judged on the
+    /// address a target resolves to: cloud metadata, the team's private ranges.
+    pub deny_destinations: Vec<IpNet>,
+    /// Networks inside `deny_destinations` that are open all the same (`allow_destinations`).
+    pub allow_destinations: Vec<IpNet>,
 }
 
 impl Default for ProxySettings {
@@ -71,6 +88,12 @@ impl Default for ProxySettings {
             global_rate: None,
             global_burst: 1,
             upstream_proxy: super::Route::Direct,
+            max_connections: 4096,
+            max_connections_per_client: 256,
+            max_upstream_connections: 8192,
+            header_timeout: Duration::from_secs(30),
+            deny_destinations: Vec::new(),
+            allow_destinations: Vec::new(),
         }
     }
 }
@@ -111,6 +134,11 @@ pub struct AdminSettings {
     pub token: Option<String>,
     /// Hosts that get their own `host` label in /metrics; the rest are summed as `host="other"`.
     pub metrics_max_hosts: usize,
+    /// Connections open at once on the admin listener (`max_connections`): its own count, so a
+    /// flood on the proxy port never starves `/healthz`.
+    pub max_connections: usize,
+    /// Admin connections open at once from one address (`max_connections_per_client`).
+    pub max_connections_per_client: usize,
 }
 
 impl Default for AdminSettings {
@@ -118,6 +146,8 @@ impl Default for AdminSettings {
         AdminSettings {
             token: None,
             metrics_max_hosts: 1000,
+            max_connections: 64,
+            max_connections_per_client: 16,
         }
     }
 }

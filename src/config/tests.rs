@@ -125,6 +125,31 @@ fn bad_patterns_and_networks_are_reported() {
 }
 
 #[test]
+fn a_bad_cidr_in_the_destination_lists_names_file_line_and_key() {
+    let err = parse(
+        "[proxy]\ndeny_destinations = [\"10.0.0.0/8\",\n  \"10.0.0.0/33\"]\nallow_destinations = [\"x\"]\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.errors.len(), 2, "{err}");
+    assert!(
+        err.errors[0].starts_with("test.toml:3: [proxy] deny_destinations:")
+            && err.errors[0].contains("10.0.0.0/33"),
+        "{err}"
+    );
+    assert!(
+        err.errors[1].starts_with("test.toml:4: [proxy] allow_destinations:"),
+        "{err}"
+    );
+    let c = parse(
+        "[proxy]\ndeny_destinations = [\"10.0.0.0/8\", \"fe80::/10\", \"169.254.169.254\"]\n\
+         allow_destinations = [\"10.1.0.0/16\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.proxy.deny_destinations.len(), 3);
+    assert_eq!(c.proxy.allow_destinations.len(), 1);
+}
+
+#[test]
 fn patterns_parse_ports_and_ipv6() {
     let p = HostPattern::parse("[::1]:8080").unwrap();
     assert!(p.specificity("::1", 8080).is_some());

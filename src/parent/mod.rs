@@ -163,6 +163,7 @@ impl ParentError {
         let error = match err {
             DnsError::Timeout { .. } => ProxyError::DnsTimeout,
             DnsError::Failed { .. } => ProxyError::DnsError,
+            DnsError::Forbidden { .. } => ProxyError::DestinationIpProhibited,
         };
         ParentError::new(
             parent,

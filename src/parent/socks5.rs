@@ -35,13 +35,14 @@ impl Address {
         host: &str,
         port: u16,
     ) -> Result<Address, OpenError> {
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            return Ok(Address::Ip(SocketAddr::new(ip, port)));
-        }
-        let addrs = resolver.lookup(host).await.map_err(OpenError::TargetDns)?;
-        // `lookup` answers at least one address or an error.
+        // Judged like a direct connection's (`deny_destinations`, courtesy's own listeners).
+        let addrs = resolver
+            .lookup_target(host, port)
+            .await
+            .map_err(OpenError::TargetDns)?;
+        // `lookup_target` answers at least one address or an error.
         match addrs.first() {
-            Some(a) => Ok(Address::Ip(SocketAddr::new(a.ip(), port))),
+            Some(a) => Ok(Address::Ip(*a)),
             None => Err(OpenError::TargetDns(crate::resolve::DnsError::Failed {
                 name: host.to_string(),
                 reason: "no addresses".into(),

@@ -2,7 +2,9 @@
 //! make the request conditional, turn the origin's 304 into the stored 200, and fill the store as a
 //! response streams by. The store itself (files, size bound, eviction) is `crate::cache`.
 
-use http::header::{HeaderValue, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA};
+use http::header::{
+    HeaderValue, AUTHORIZATION, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA,
+};
 use http::{HeaderMap, Method, Response};
 use tracing::info;
 
@@ -14,9 +16,12 @@ use crate::config::{CacheMode, HostPolicy};
 /// The store's part in one request: which entry, and whether the request was made conditional.
 #[derive(Debug)]
 pub(crate) struct CacheUse {
+    /// The entry's key: the URL, and for a request with `Authorization` its credentials too.
     url: String,
     mode: CacheMode,
     revalidating: bool,
+    /// The request's headers, for the response's `Vary`.
+    request: HeaderMap,
 }
 
 impl CacheUse {
@@ -33,11 +38,34 @@ impl CacheUse {
             && !parts.headers.contains_key(IF_NONE_MATCH)
             && !parts.headers.contains_key(IF_MODIFIED_SINCE);
         used.then(|| CacheUse {
-            url: parts.uri.to_string(),
+            url: entry_key(&parts.uri, &parts.headers),
             mode: policy.cache,
             revalidating: false,
+            request: parts.headers.clone(),
         })
     }
+}
+
+/// The store's key for a request: its URL, and for a request with `Authorization` a hash of the
+/// credentials under this process's own random key, so that an entry made for one client's
+/// credentials answers no one else (RFC 9111 3.5) and the file does not hold them.
+fn entry_key(uri: &http::Uri, headers: &HeaderMap) -> String {
+    use std::hash::BuildHasher as _;
+    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let url = uri.to_string();
+    let credentials: Vec<&[u8]> = headers
+        .get_all(AUTHORIZATION)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    if credentials.is_empty() {
+        return url;
+    }
+    let hash = KEY
+        .get_or_init(std::collections::hash_map::RandomState::new)
+        .hash_one(&credentials);
+    format!("{url} authorization:{hash:016x}")
 }
 
 impl Proxy {
@@ -52,11 +80,17 @@ impl Proxy {
             CacheMode::Off => None,
             CacheMode::Dev => {
                 let (head, body) = self.cache.get_off_workers(&plan.url).await?;
+                if !head.matches(headers) {
+                    return None;
+                }
                 info!(url = %plan.url, "answered from the cache (dev)");
                 Some(self.answer_from_cache(head, body, "hit; dev"))
             }
             CacheMode::Revalidate => {
                 let head = self.cache.head_off_workers(&plan.url).await?;
+                if !head.matches(headers) {
+                    return None;
+                }
                 let validators = [
                     (IF_NONE_MATCH, head.etag.as_deref()),
                     (IF_MODIFIED_SINCE, head.last_modified.as_deref()),
@@ -95,14 +129,14 @@ impl Proxy {
     ) -> Option<Box<cache::Writer>> {
         let validated =
             parts.headers.contains_key(ETAG) || parts.headers.contains_key(LAST_MODIFIED);
-        let storable = cache::storable(parts.status, &parts.headers)
+        let storable = cache::storable_for(parts.status, &parts.headers, &plan.request)
             && (validated || policy.cache == CacheMode::Dev);
         if !storable {
             return None;
         }
-        self.cache
-            .writer(cache::head_of(&plan.url, parts.status, &parts.headers))
-            .map(Box::new)
+        let mut head = cache::head_of(&plan.url, parts.status, &parts.headers);
+        head.vary = cache::vary_of(&parts.headers, &plan.request)?;
+        self.cache.writer(head).map(Box::new)
     }
 
     /// A stored response as the full 200, saying where it came from in `x-courtesy-cache`.

@@ -78,6 +78,9 @@ impl Proxy {
         if let Some(failure) = self.loops.refuse(&target, req.headers()) {
             return failure.into_response();
         }
+        if let Some(failure) = self.refuse_destination(&target).await {
+            return failure.into_response();
+        }
         let span = info_span!("connect", client = %client, host = %target, ?mode);
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
@@ -87,11 +90,16 @@ impl Proxy {
             },
             HttpsMode::Tunnel => None,
         };
+        // The client connection's place (`max_connections`) is kept while the tunnel lives.
+        let slot = req.extensions().get::<Arc<crate::gate::Slot>>().cloned();
         let connections = self.connections.clone();
-        connections.spawn(
-            self.serve_connect(req, target, leaf, client, choice)
-                .instrument(span),
-        );
+        let served = self
+            .serve_connect(req, target, leaf, client, choice)
+            .instrument(span);
+        connections.spawn(async move {
+            let _slot = slot;
+            served.await
+        });
         Response::new(ProxyBody::empty())
     }
 
@@ -254,7 +262,16 @@ impl Proxy {
                 return;
             }
         };
+        let slot = match self.client.slots().take().await {
+            Ok(slot) => slot,
+            Err(full) => {
+                // Never sent: the token goes back when the permit drops.
+                warn!(error = "connection_limit_reached", "tunnel refused: {full}");
+                return;
+            }
+        };
         permit.mark_sent();
+        let _slot = slot;
         match self.dial(&target).await {
             Ok(mut upstream) => {
                 info!(wait_ms = permit.waited().as_millis() as u64, "tunnel open");
@@ -292,7 +309,7 @@ impl Proxy {
                 OpenError::TargetDns(e) => Failure::of_dns(&e),
             });
         }
-        tcp::connect(&self.resolver, &target.host, target.port, timeout)
+        tcp::connect_target(&self.resolver, &target.host, target.port, timeout)
             .await
             .map_err(|fault| match fault {
                 TcpFault::Dns(e) => Failure::of_dns(&e),

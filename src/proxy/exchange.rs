@@ -182,10 +182,18 @@ impl Proxy {
 
     /// Feeds a request that got no response back into the host's pacing and logs it.
     async fn report_failure(&self, permit: &Permit, failure: &Failure, latency: Duration) {
-        // A request courtesy could not send because of the client's own body, or because courtesy
-        // does not trust the host's certificate, says nothing of the host: no back-off.
+        // A request courtesy could not send because of the client's own body, because courtesy
+        // does not trust the host's certificate, because the name now resolves to an address
+        // courtesy never dials, or because courtesy itself ran out of connections or
+        // descriptors, says nothing of the host: no back-off, no rate cut.
         let feedback = match failure.kind {
-            ProxyError::HttpRequestError | ProxyError::TlsCertificateError => Feedback::Neutral,
+            ProxyError::HttpRequestError
+            | ProxyError::TlsCertificateError
+            | ProxyError::DestinationIpProhibited
+            | ProxyError::ProxyLoopDetected
+            // A limit or a resource of courtesy's own (max_upstream_connections, descriptors).
+            | ProxyError::ConnectionLimitReached
+            | ProxyError::ProxyInternalError => Feedback::Neutral,
             _ => Feedback::Failed,
         };
         let reaction = permit

@@ -13,7 +13,7 @@ use http::{Response, StatusCode};
 
 use crate::body::ProxyBody;
 use crate::parent::{ParentError, ParentFault};
-use crate::resolve::DnsError;
+use crate::resolve::{DnsError, Forbidden};
 use crate::response::{local, proxy_status_member, sf_string, ProxyError};
 
 /// A request that ends in a response courtesy makes itself.
@@ -110,6 +110,9 @@ impl Failure {
             if let Some(dns) = e.downcast_ref::<DnsError>() {
                 return Failure::of_dns(dns);
             }
+            if let Some(full) = e.downcast_ref::<crate::gate::UpstreamsExhausted>() {
+                return Failure::upstreams_exhausted(full);
+            }
             if let Some(tls) = e.downcast_ref::<rustls::Error>() {
                 return Failure::of_tls(tls);
             }
@@ -195,11 +198,37 @@ impl Failure {
                 ProxyError::DnsError,
                 err.to_string(),
             ),
+            DnsError::Forbidden { why, .. } => {
+                let kind = match why {
+                    Forbidden::Loop => ProxyError::ProxyLoopDetected,
+                    Forbidden::Denied(_) => ProxyError::DestinationIpProhibited,
+                };
+                Failure::new(StatusCode::FORBIDDEN, kind, err.to_string())
+            }
         }
+    }
+
+    /// Every `max_upstream_connections` slot is taken: a local limit, 503.
+    pub(crate) fn upstreams_exhausted(full: &crate::gate::UpstreamsExhausted) -> Self {
+        Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::ConnectionLimitReached,
+            format!("{full} (a limit of courtesy's own, not the host's failure)"),
+        )
     }
 
     /// A socket error while reaching `what`.
     pub(crate) fn of_io(err: &io::Error, what: &str) -> Self {
+        if crate::gate::is_local_exhaustion(err) {
+            return Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ProxyError::ProxyInternalError,
+                format!(
+                    "courtesy ran out of a local resource reaching {what}: {err} (not the host's \
+                     failure)"
+                ),
+            );
+        }
         match err.kind() {
             io::ErrorKind::ConnectionRefused => Failure::new(
                 StatusCode::BAD_GATEWAY,

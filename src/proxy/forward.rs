@@ -47,6 +47,11 @@ impl Proxy {
                 .settle(failure.into_response(), Some(req.into_body()))
                 .await;
         }
+        if let Some(failure) = self.refuse_destination(&target).await {
+            return entry
+                .settle(failure.into_response(), Some(req.into_body()))
+                .await;
+        }
         let span = info_span!("request", client = %client, method = %req.method(), host = %target);
         let (response, unread) = self.forward_to(req, target, None).instrument(span).await;
         entry.settle(response, unread).await

@@ -1,25 +1,44 @@
 //! Loop detection: a request aimed at one of courtesy's own listeners, or one that already carries
-//! this instance's `Via` entry, would come back to courtesy and spend its budget twice; so would
-//! every request through a parent proxy (`upstream_proxy`) that is one of those listeners.
+//! this instance's `Via` entry, would come back to courtesy and spend its budget twice (or reach
+//! the admin API through the proxy); so would every request through a parent proxy
+//! (`upstream_proxy`) that is one of those listeners. Listeners are matched by address, whatever
+//! the spelling (`127.1`, `0x7f000001`, a name that resolves to one), and the same early check
+//! refuses `deny_destinations` before any budget is spent (`refuse_destination`).
 
 use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use http::header::{HeaderValue, VIA};
 use http::{HeaderMap, StatusCode};
+use lru::LruCache;
+use tokio::time::Instant;
 use tracing::warn;
 
 use super::failure::Failure;
 use super::target::Target;
-use crate::config::{canonical_ip, UpstreamProxy};
+use crate::config::UpstreamProxy;
+use crate::locks;
+use crate::resolve::{literal_ip, Destinations, DnsError, Resolver};
 use crate::response::{ProxyError, PROXY_NAME};
+
+/// How long a name whose addresses all passed [`LoopGuard::refuse_destination`] is not looked up
+/// again for that check.
+const CHECKED_FOR: Duration = Duration::from_secs(5);
+/// The most names remembered as checked.
+const MAX_CHECKED: usize = 4096;
 
 /// This instance's identity on the wire and the addresses it listens on.
 #[derive(Debug)]
 pub(crate) struct LoopGuard {
-    own_addrs: Vec<SocketAddr>,
+    /// courtesy's own listeners, for parent proxies named by address.
+    own: Destinations,
     /// The `Via` entry this instance adds; seeing it on an incoming request means a loop.
     via: HeaderValue,
     via_token: String,
+    /// `host:port` targets whose addresses passed, and when.
+    checked: Mutex<LruCache<String, Instant>>,
 }
 
 impl LoopGuard {
@@ -29,9 +48,12 @@ impl LoopGuard {
         let via = HeaderValue::from_str(&format!("1.1 {via_token}"))
             .unwrap_or_else(|_| HeaderValue::from_static("1.1 courtesy"));
         LoopGuard {
-            own_addrs,
+            own: Destinations::new(own_addrs, Vec::new(), Vec::new()),
             via,
             via_token,
+            checked: Mutex::new(LruCache::new(
+                NonZeroUsize::new(MAX_CHECKED).unwrap_or(NonZeroUsize::MIN),
+            )),
         }
     }
 
@@ -40,7 +62,9 @@ impl LoopGuard {
         &self.via
     }
 
-    /// The failure for a request that would come back to courtesy itself, if it would.
+    /// The failure for a request that already passed through this instance (its `Via`), or
+    /// that names one of its listeners by address; a name that resolves to one is
+    /// [`LoopGuard::refuse_destination`]'s.
     pub(crate) fn refuse(&self, target: &Target, headers: &HeaderMap) -> Option<Failure> {
         let seen_before = headers
             .get_all(VIA)
@@ -78,18 +102,52 @@ impl LoopGuard {
     }
 
     fn is_own_address(&self, target: &Target) -> bool {
-        let ip = match target.host.parse::<IpAddr>() {
-            Ok(ip) => canonical_ip(ip),
-            Err(_) if target.host == "localhost" || target.host.ends_with(".localhost") => {
+        let ip = match literal_ip(&target.host) {
+            Some(ip) => ip,
+            None if target.host == "localhost" || target.host.ends_with(".localhost") => {
                 IpAddr::from([127, 0, 0, 1])
             }
-            Err(_) => return false,
+            None => return false,
         };
-        self.own_addrs.iter().any(|own| {
-            own.port() == target.port
-                && (own.ip() == ip
-                    || (own.ip().is_unspecified() && (ip.is_loopback() || ip.is_unspecified()))
-                    || (own.ip().is_loopback() && ip.is_loopback() && target.host == "localhost"))
-        })
+        self.own.check(SocketAddr::new(ip, target.port)).is_err()
+    }
+
+    /// The refusal of a target that resolves to an address courtesy never dials (its own
+    /// listeners, `deny_destinations`), made before the request spends any budget. Names are
+    /// resolved here like the connector resolves them; a name that passed is not asked again for
+    /// [`CHECKED_FOR`] (the connector judges every address it dials all the same, so a name that
+    /// changes its answer meanwhile is still refused, only later). A name that does not resolve
+    /// is left to the connector's own answer. Through a parent proxy, which resolves names
+    /// itself, only address literals are judged here.
+    pub(crate) async fn refuse_destination(
+        &self,
+        resolver: &Resolver,
+        target: &Target,
+        through_parent: bool,
+    ) -> Option<Failure> {
+        let literal = literal_ip(&target.host).is_some();
+        if through_parent && !literal {
+            return None;
+        }
+        let key = target.key();
+        if !literal {
+            let now = Instant::now();
+            if let Some(at) = locks::lock(&self.checked).get(&key) {
+                if now.duration_since(*at) < CHECKED_FOR {
+                    return None;
+                }
+            }
+        }
+        match resolver.lookup_target(&target.host, target.port).await {
+            Err(refused @ DnsError::Forbidden { .. }) => {
+                warn!(target = %target, "destination refused: {refused}");
+                Some(Failure::of_dns(&refused))
+            }
+            Ok(_) if !literal => {
+                locks::lock(&self.checked).put(key, Instant::now());
+                None
+            }
+            _ => None,
+        }
     }
 }

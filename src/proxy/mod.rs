@@ -137,7 +137,11 @@ impl Proxy {
         let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
         let start = config.get();
         let resolver = keyer.resolver().clone();
-        let client = upstream::Upstreams::new(&start, resolver.clone(), upstream_tls);
+        let slots = crate::gate::UpstreamSlots::new(
+            start.proxy.max_upstream_connections,
+            start.proxy.connect_timeout,
+        );
+        let client = upstream::Upstreams::new(&start, resolver.clone(), upstream_tls, slots);
         Proxy {
             config,
             limiter,
@@ -169,6 +173,20 @@ impl Proxy {
             .key(&target.host, target.port, policy.key)
             .await
             .map_err(|e| failure::Failure::of_dns(&e))
+    }
+
+    /// The refusal of a target at an address courtesy never dials (`LoopGuard::refuse_destination`).
+    async fn refuse_destination(&self, target: &target::Target) -> Option<failure::Failure> {
+        let through_parent = self
+            .config
+            .get()
+            .policy_for(&target.host, target.port)
+            .upstream
+            .parent()
+            .is_some();
+        self.loops
+            .refuse_destination(&self.resolver, target, through_parent)
+            .await
     }
 
     /// Forgets expired robots.txt answers (called by the idle-host sweeper).

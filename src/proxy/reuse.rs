@@ -20,6 +20,8 @@ use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 
+use crate::gate::UpstreamSlots;
+
 /// How many requests were sent on one upstream connection.
 #[derive(Debug, Clone, Default)]
 struct Uses(Arc<AtomicU32>);
@@ -28,6 +30,8 @@ struct Uses(Arc<AtomicU32>);
 #[derive(Debug, Clone)]
 pub(crate) struct Counting<C> {
     inner: C,
+    /// `max_upstream_connections`: every connection made holds a slot for its life.
+    slots: Option<UpstreamSlots>,
     /// Whether `C` connects to an HTTP parent proxy, which takes `http://` requests in absolute
     /// form on a plain connection to it.
     forwarding: bool,
@@ -38,8 +42,15 @@ impl<C> Counting<C> {
     pub(crate) fn new(inner: C) -> Self {
         Counting {
             inner,
+            slots: None,
             forwarding: false,
         }
+    }
+
+    /// These connections, each holding one of `slots` while it is open.
+    pub(crate) fn capped(mut self, slots: UpstreamSlots) -> Self {
+        self.slots = Some(slots);
+        self
     }
 
     /// Counts the connections of `inner`, which for `http://` targets connects to an HTTP parent
@@ -47,6 +58,7 @@ impl<C> Counting<C> {
     pub(crate) fn forwarding(inner: C) -> Self {
         Counting {
             inner,
+            slots: None,
             forwarding: true,
         }
     }
@@ -54,29 +66,51 @@ impl<C> Counting<C> {
 
 impl<C> tower::Service<Uri> for Counting<C>
 where
-    C: tower::Service<Uri>,
+    C: tower::Service<Uri> + Clone + Send + 'static,
     C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
 {
     type Response = Counted<C::Response>;
-    type Error = C::Error;
+    type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let proxied = self.forwarding && uri.scheme_str() == Some("http");
-        let connecting = self.inner.call(uri);
+        let slots = self.slots.clone();
+        let Some(slots) = slots else {
+            let connecting = self.inner.call(uri);
+            return Box::pin(async move {
+                Ok(Counted {
+                    io: connecting.await.map_err(Into::into)?,
+                    uses: Uses::default(),
+                    proxied,
+                    _slot: None,
+                })
+            });
+        };
+        // The slot first, then the connection: a full table makes no socket.
+        let inner = self.inner.clone();
         Box::pin(async move {
+            let slot = slots.take().await?;
+            let io = tower::ServiceExt::oneshot(inner, uri)
+                .await
+                .map_err(Into::into)?;
             Ok(Counted {
-                io: connecting.await?,
+                io,
                 uses: Uses::default(),
                 proxied,
+                _slot: Some(slot),
             })
         })
     }
 }
+
+/// A boxed error, as the pooled client takes it.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// An upstream connection with its request counter.
 #[derive(Debug)]
@@ -85,6 +119,8 @@ pub(crate) struct Counted<T> {
     uses: Uses,
     /// A plain connection to an HTTP parent proxy, for absolute-form requests.
     proxied: bool,
+    /// Its `max_upstream_connections` slot, given back when it closes.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<T: Connection> Connection for Counted<T> {

@@ -25,7 +25,9 @@ use crate::robots::{self, Fetched, Step, Verdict};
 enum NotFetched {
     /// The host refuses every request right now.
     Refused(Refusal),
-    /// The host's certificate is not one courtesy trusts: a local problem, not the host's.
+    /// The host's certificate is not one courtesy trusts, or courtesy ran out of upstream
+    /// connections or descriptors: a local problem, not the host's (its robots.txt is not judged
+    /// unreachable for it).
     Untrusted(Failure),
 }
 
@@ -66,9 +68,9 @@ impl Proxy {
                             return Some(response::refusal(&refusal, &budget.key));
                         }
                         Err(NotFetched::Untrusted(failure)) => {
-                            // courtesy's own trust is the problem, not the host or its robots.txt:
-                            // the answer says so, and once the roots are fixed the next request
-                            // fetches robots.txt again.
+                            // courtesy's own trust (or its own limits) is the problem, not the host
+                            // or its robots.txt: the answer says so, and the next request fetches
+                            // robots.txt again.
                             drop(guard);
                             return Some(failure.into_response());
                         }
@@ -118,6 +120,10 @@ impl Proxy {
             let Ok(next) = Target::of_any(&uri) else {
                 return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
             };
+            if let Some(refused) = self.refuse_destination(&next).await {
+                // A robots.txt (or its redirect) at an address courtesy never dials: unreachable.
+                return Ok(Fetched::Unreachable(refused.details));
+            }
             let policy = self.config.get().policy_for(&next.host, next.port);
             let budget = match self.budget_key(&next, &policy).await {
                 Ok(budget) => budget,
@@ -146,7 +152,14 @@ impl Proxy {
                     fresh_retry = true;
                     continue;
                 }
-                Err(unanswered) if unanswered.failure.kind == ProxyError::TlsCertificateError => {
+                Err(unanswered)
+                    if matches!(
+                        unanswered.failure.kind,
+                        ProxyError::TlsCertificateError
+                            | ProxyError::ConnectionLimitReached
+                            | ProxyError::ProxyInternalError
+                    ) =>
+                {
                     return Err(NotFetched::Untrusted(unanswered.failure))
                 }
                 Err(unanswered) => return Ok(Fetched::Unreachable(unanswered.failure.details)),

@@ -80,6 +80,14 @@ impl Target {
         if host.is_empty() {
             return Err(Failure::bad_request("the target host is empty"));
         }
+        // `127.1`, `0x7f000001`, `2130706433`: one address, one spelling (and one budget).
+        if let Some(v4) = crate::resolve::numeric_ipv4(host) {
+            return Ok(Target {
+                host: v4.to_string(),
+                port,
+                authority: authority.to_string(),
+            });
+        }
         Ok(Target {
             host: host.to_ascii_lowercase(),
             port,

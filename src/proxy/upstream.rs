@@ -15,11 +15,12 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::reuse::Counting;
 use crate::config::{Config, ParentScheme, Route, UpstreamProxy};
+use crate::gate::UpstreamSlots;
 use crate::parent::ParentConnector;
-use crate::resolve::{Connector, Resolver};
+use crate::resolve::{Connector, GuardedConnector, Resolver};
 
 /// The pooled client straight to the targets.
-pub(crate) type Upstream = Client<HttpsConnector<Counting<Connector>>, UpstreamBody>;
+pub(crate) type Upstream = Client<HttpsConnector<Counting<GuardedConnector>>, UpstreamBody>;
 
 /// A pooled client through one parent proxy.
 type ThroughParent = Client<HttpsConnector<Counting<ParentConnector>>, UpstreamBody>;
@@ -34,20 +35,33 @@ pub(crate) struct Upstreams {
     tls: rustls::ClientConfig,
     connect_timeout: Duration,
     idle: Duration,
+    slots: UpstreamSlots,
 }
 
 impl Upstreams {
     /// The clients, resolving through `resolver` and verifying upstream TLS with `tls`; their
     /// timeouts are fixed at start.
-    pub(crate) fn new(config: &Config, resolver: Resolver, tls: rustls::ClientConfig) -> Self {
+    /// Every connection, straight or through a parent, holds one of `slots` while it is open.
+    pub(crate) fn new(
+        config: &Config,
+        resolver: Resolver,
+        tls: rustls::ClientConfig,
+        slots: UpstreamSlots,
+    ) -> Self {
         Upstreams {
-            direct: client(config, resolver.clone(), tls.clone()),
+            direct: client(config, resolver.clone(), tls.clone(), slots.clone()),
             parents: DashMap::new(),
             resolver,
             tls,
             connect_timeout: config.proxy.connect_timeout,
             idle: config.proxy.idle_host,
+            slots,
         }
+    }
+
+    /// The slots every upstream connection holds one of (blind tunnels take theirs here too).
+    pub(crate) fn slots(&self) -> &UpstreamSlots {
+        &self.slots
     }
 
     /// Sends `request` the way `route` says.
@@ -67,7 +81,8 @@ impl Upstreams {
                 let counting = match parent.scheme {
                     ParentScheme::Http => Counting::forwarding(connector),
                     ParentScheme::Socks5 | ParentScheme::Socks5h => Counting::new(connector),
-                };
+                }
+                .capped(self.slots.clone());
                 pooled(self.idle, tls_over(self.tls.clone(), counting))
             })
             .clone();
@@ -84,14 +99,20 @@ pub fn upstream_idle_timeout(idle_host: Duration) -> Duration {
 
 /// The pooled client, resolving through `resolver` and verifying upstream TLS with `tls`. Its
 /// timeouts are fixed at start.
-fn client(config: &Config, resolver: Resolver, tls: rustls::ClientConfig) -> Upstream {
-    let mut connector = Connector::new_with_resolver(resolver);
+fn client(
+    config: &Config,
+    resolver: Resolver,
+    tls: rustls::ClientConfig,
+    slots: UpstreamSlots,
+) -> Upstream {
+    let mut connector = Connector::new_with_resolver(resolver.clone());
     connector.set_connect_timeout(Some(config.proxy.connect_timeout));
     connector.set_nodelay(true);
     connector.enforce_http(false);
+    let guarded = GuardedConnector::new(connector, resolver);
     pooled(
         config.proxy.idle_host,
-        tls_over(tls, Counting::new(connector)),
+        tls_over(tls, Counting::new(guarded).capped(slots)),
     )
 }
 

@@ -11,8 +11,17 @@
 //! | `mod.rs` | [`Resolver`]: the connector's resolver, [`DnsError`] |
 //! | `hosts.rs` | [`StaticHosts`]: the `hosts_file` |
 //! | `pins.rs` | the addresses keys were made from, with their TTLs |
+//! | `literal.rs` | host spellings that are addresses (`127.1`, `0x7f000001`, …) |
+//! | `guard.rs` | [`Destinations`]: the addresses courtesy never dials (its own listeners, `deny_destinations`) |
+//!
+//! Every address a target resolves to is judged by [`Destinations`] before it is dialed
+//! ([`Resolver::lookup_target`], [`GuardedConnector`]), whatever the name and however often it
+//! resolves differently: a check of the spelling alone would let `127.1` or a rebinding name
+//! through.
 
+mod guard;
 mod hosts;
+mod literal;
 mod pins;
 
 use std::future::Future;
@@ -25,10 +34,12 @@ use std::time::Duration;
 use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::HttpConnector;
 
+pub use guard::{Destinations, Forbidden};
 pub use hosts::StaticHosts;
+pub use literal::{literal_ip, numeric_ipv4};
 use pins::Pins;
 
-/// The upstream connector: hyper-util's TCP connector with our resolver.
+/// The TCP connector under [`GuardedConnector`]: hyper-util's, handed addresses only.
 pub type Connector = HttpConnector<Resolver>;
 
 /// Why a name did not resolve.
@@ -50,6 +61,24 @@ pub enum DnsError {
         /// The timeout.
         seconds: f64,
     },
+    /// The name resolves to an address courtesy never dials (see [`Destinations`]).
+    #[error("{name} resolves to {addr}, {}", forbidden_text(.why))]
+    Forbidden {
+        /// The name (or address) asked for.
+        name: String,
+        /// The address that is refused.
+        addr: SocketAddr,
+        /// Why.
+        why: Forbidden,
+    },
+}
+
+/// How a [`Forbidden`] reads in messages.
+fn forbidden_text(why: &Forbidden) -> String {
+    match why {
+        Forbidden::Loop => "a listener of courtesy itself".to_string(),
+        Forbidden::Denied(net) => format!("in [proxy] deny_destinations ({net})"),
+    }
 }
 
 /// Resolves names from the `hosts_file`, the held addresses of `key = "ip"` names, or the system
@@ -59,16 +88,70 @@ pub struct Resolver {
     timeout: Duration,
     statics: Arc<StaticHosts>,
     pins: Arc<Pins>,
+    destinations: Arc<Destinations>,
 }
 
 impl Resolver {
-    /// A resolver that gives up after `timeout`, answering the names in `statics` itself.
+    /// A resolver that gives up after `timeout`, answering the names in `statics` itself. It
+    /// refuses no destination until [`Resolver::refusing`] says which.
     pub fn new(timeout: Duration, statics: Arc<StaticHosts>) -> Self {
         Resolver {
             timeout,
             statics,
             pins: Arc::new(Pins::default()),
+            destinations: Arc::default(),
         }
+    }
+
+    /// This resolver, refusing `destinations` in [`Resolver::lookup_target`] (set once at
+    /// start, before it is cloned).
+    pub fn refusing(mut self, destinations: Destinations) -> Self {
+        self.destinations = Arc::new(destinations);
+        self
+    }
+
+    /// The addresses (with `port`) a connection to the target `host:port` may go to: `host` read
+    /// as an address in any spelling, else resolved like [`Resolver::lookup`]; an error when any
+    /// of them is one courtesy never dials ([`DnsError::Forbidden`]), so that a name with one bad
+    /// address is refused rather than tried in turn.
+    pub async fn lookup_target(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, DnsError> {
+        let host = host.trim_end_matches('.');
+        let addrs: Vec<SocketAddr> = match literal::literal_ip(host) {
+            Some(ip) => vec![SocketAddr::new(ip, port)],
+            None => {
+                if host.eq_ignore_ascii_case("localhost")
+                    || host.to_ascii_lowercase().ends_with(".localhost")
+                {
+                    // RFC 6761: loopback, whatever the resolver would say.
+                    let loopback = [
+                        SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port)),
+                        SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+                    ];
+                    self.judge(host, &loopback)?;
+                }
+                self.lookup(host)
+                    .await?
+                    .into_iter()
+                    .map(|a| SocketAddr::new(a.ip(), port))
+                    .collect()
+            }
+        };
+        self.judge(host, &addrs)?;
+        Ok(addrs)
+    }
+
+    /// An error naming the first of `addrs` that courtesy never dials, if one is.
+    fn judge(&self, name: &str, addrs: &[SocketAddr]) -> Result<(), DnsError> {
+        for addr in addrs {
+            if let Err(why) = self.destinations.check(*addr) {
+                return Err(DnsError::Forbidden {
+                    name: name.to_string(),
+                    addr: *addr,
+                    why,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The addresses of `name` (port 0), or why there are none: a connection to `name` goes to
@@ -136,6 +219,63 @@ impl tower::Service<Name> for Resolver {
     }
 }
 
+/// The upstream connector: every address the target resolves to is judged
+/// ([`Resolver::lookup_target`]) and only then handed, as an address, to hyper-util's TCP
+/// connector; so no lookup made after a check (DNS rebinding) can reach a refused address.
+#[derive(Debug, Clone)]
+pub struct GuardedConnector {
+    inner: Connector,
+    resolver: Resolver,
+}
+
+impl GuardedConnector {
+    /// Connections made by `inner` to the addresses `resolver` allows.
+    pub fn new(inner: Connector, resolver: Resolver) -> Self {
+        GuardedConnector { inner, resolver }
+    }
+}
+
+/// A boxed error, as the pooled client takes it.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<http::Uri> for GuardedConnector {
+    type Response = <Connector as tower::Service<http::Uri>>::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let (inner, resolver) = (self.inner.clone(), self.resolver.clone());
+        Box::pin(async move {
+            let host = uri.host().ok_or("the upstream URL has no host")?;
+            let https = uri.scheme_str() == Some("https");
+            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let addrs = resolver.lookup_target(host, port).await?;
+            let scheme = if https { "https" } else { "http" };
+            let mut last: Option<BoxError> = None;
+            for addr in addrs {
+                let Ok(literal) = format!("{scheme}://{addr}/").parse::<http::Uri>() else {
+                    continue;
+                };
+                match tower::ServiceExt::oneshot(inner.clone(), literal).await {
+                    Ok(io) => return Ok(io),
+                    Err(e) => last = Some(Box::new(e)),
+                }
+            }
+            Err(last.unwrap_or_else(|| {
+                Box::new(DnsError::Failed {
+                    name: host.to_string(),
+                    reason: "no addresses".into(),
+                })
+            }))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +318,63 @@ mod tests {
             [SocketAddr::new(pinned, 0)],
             "one address: the key's"
         );
+    }
+
+    #[tokio::test]
+    async fn the_connector_never_dials_a_refused_address_however_it_is_named() {
+        use tokio::net::TcpListener;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let statics = StaticHosts::parse("127.0.0.1 inside.test\n").unwrap();
+        let resolver = Resolver::new(Duration::from_secs(5), Arc::new(statics)).refusing(
+            Destinations::new(vec![], vec!["127.0.0.0/8".parse().unwrap()], vec![]),
+        );
+        let connector =
+            GuardedConnector::new(Connector::new_with_resolver(resolver.clone()), resolver);
+        for host in [
+            "127.0.0.1",
+            "127.1",
+            "0x7f000001",
+            "inside.test",
+            "localhost",
+        ] {
+            let uri: http::Uri = format!("http://{host}:{port}/").parse().unwrap();
+            let err = tower::ServiceExt::oneshot(connector.clone(), uri)
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{host} was dialed"));
+            let dns = err.downcast_ref::<DnsError>().expect("a DnsError");
+            assert!(
+                matches!(
+                    dns,
+                    DnsError::Forbidden {
+                        why: Forbidden::Denied(_),
+                        ..
+                    }
+                ),
+                "{host}: {dns}"
+            );
+        }
+        // Nothing connected.
+        let accepted = tokio::time::timeout(Duration::from_millis(100), listener.accept()).await;
+        assert!(accepted.is_err(), "a connection arrived");
+    }
+
+    #[tokio::test]
+    async fn the_connector_dials_an_allowed_address() {
+        use tokio::net::TcpListener;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let resolver =
+            Resolver::new(Duration::from_secs(5), Arc::default()).refusing(Destinations::new(
+                vec![],
+                vec!["127.0.0.0/8".parse().unwrap()],
+                vec!["127.0.0.1/32".parse().unwrap()],
+            ));
+        let connector =
+            GuardedConnector::new(Connector::new_with_resolver(resolver.clone()), resolver);
+        let uri: http::Uri = format!("http://127.1:{port}/").parse().unwrap();
+        assert!(tower::ServiceExt::oneshot(connector, uri).await.is_ok());
+        assert!(listener.accept().await.is_ok());
     }
 }

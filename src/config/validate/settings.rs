@@ -81,21 +81,25 @@ impl Validator<'_> {
         if let Some(route) = self.route(&file.upstream_proxy, l, p.listen) {
             p.upstream_proxy = route;
         }
-        if let Some(list) = &file.allow_clients {
-            for entry in list.get_ref() {
-                match parse_network(entry.get_ref()) {
-                    Ok(net) => p.allow_clients.push(net),
-                    Err(()) => self.error(
-                        entry.span().start,
-                        &format!(
-                            "[proxy] allow_clients: expected a CIDR network such as \
-                             \"10.0.0.0/8\" or an IP address, got {:?}",
-                            entry.get_ref()
-                        ),
-                    ),
-                }
-            }
+        let m = &file.max_connections;
+        if let Some(n) = self.count(m, l, "max_connections", 1, 1_000_000) {
+            p.max_connections = n as usize;
         }
+        let m = &file.max_connections_per_client;
+        if let Some(n) = self.count(m, l, "max_connections_per_client", 1, 1_000_000) {
+            p.max_connections_per_client = n as usize;
+        }
+        let m = &file.max_upstream_connections;
+        if let Some(n) = self.count(m, l, "max_upstream_connections", 1, 1_000_000) {
+            p.max_upstream_connections = n as usize;
+        }
+        let h = &file.header_timeout_seconds;
+        if let Some(d) = self.seconds(h, l, "header_timeout_seconds", 0.1, 3600.0) {
+            p.header_timeout = d;
+        }
+        p.allow_clients = self.networks(&file.allow_clients, "allow_clients");
+        p.deny_destinations = self.networks(&file.deny_destinations, "deny_destinations");
+        p.allow_destinations = self.networks(&file.allow_destinations, "allow_destinations");
         if let Some(n) = self.count(&file.cache_max_mb, l, "cache_max_mb", 1, 1024 * 1024) {
             p.cache_max_bytes = n as u64 * 1024 * 1024;
         }
@@ -169,6 +173,29 @@ impl Validator<'_> {
         p
     }
 
+    /// A `[proxy]` list of CIDR networks (or single addresses), each bad entry named with its line.
+    fn networks(
+        &mut self,
+        list: &Option<Spanned<Vec<Spanned<String>>>>,
+        key: &str,
+    ) -> Vec<ipnet::IpNet> {
+        let mut nets = Vec::new();
+        for entry in list.iter().flat_map(|l| l.get_ref()) {
+            match parse_network(entry.get_ref()) {
+                Ok(net) => nets.push(net),
+                Err(()) => self.error(
+                    entry.span().start,
+                    &format!(
+                        "[proxy] {key}: expected a CIDR network such as \
+                         \"10.0.0.0/8\" or an IP address, got {:?}",
+                        entry.get_ref()
+                    ),
+                ),
+            }
+        }
+        nets
+    }
+
     /// `[alerts]` over the built-in settings.
     pub(in crate::config) fn alerts(&mut self, file: &FileAlerts) -> AlertSettings {
         let mut a = AlertSettings::default();
@@ -184,7 +211,7 @@ impl Validator<'_> {
                     w.span().start,
                     &format!(
                         "[alerts] webhook must be an http:// or https:// URL, got {:?}",
-                        w.get_ref()
+                        crate::alerts::redacted(w.get_ref())
                     ),
                 ),
             }
@@ -355,6 +382,14 @@ impl Validator<'_> {
         let m = &file.metrics_max_hosts;
         if let Some(n) = self.count(m, "[admin]", "metrics_max_hosts", 0, 1_000_000) {
             a.metrics_max_hosts = n as usize;
+        }
+        let m = &file.max_connections;
+        if let Some(n) = self.count(m, "[admin]", "max_connections", 1, 100_000) {
+            a.max_connections = n as usize;
+        }
+        let m = &file.max_connections_per_client;
+        if let Some(n) = self.count(m, "[admin]", "max_connections_per_client", 1, 100_000) {
+            a.max_connections_per_client = n as usize;
         }
         if !proxy.admin_listen.ip().is_loopback() && file.token.is_none() {
             self.error(

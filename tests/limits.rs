@@ -1,0 +1,276 @@
+//! End-to-end: refused early, bounded everywhere. A client outside `allow_clients` is closed at
+//! accept before a byte is read, so a flood of silent connections from it costs courtesy nothing
+//! even under a low open file limit; connections per client and in total are capped, and one that
+//! sends nothing is closed after `header_timeout_seconds`.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::StatusCode;
+use support::*;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+/// This test process may hold as many descriptors as its hard limit allows.
+fn raise_own_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    limit.current = limit.maximum;
+    let _ = setrlimit(Resource::Nofile, limit);
+}
+
+/// A connection to `to` from the loopback address `from`, sending nothing.
+async fn silent_from(from: &str, to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// Whether courtesy closed `stream` (EOF or reset) within `limit`, and what it wrote first.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<String> {
+    let mut out = Vec::new();
+    match tokio::time::timeout(limit, stream.read_to_end(&mut out)).await {
+        Ok(_) => Some(String::from_utf8_lossy(&out).into_owned()),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_silent_connections_from_a_refused_address_leaves_allowed_clients_served() {
+    raise_own_fd_limit();
+    let origin = Origin::ok("127.0.0.1").await;
+    let dir = temp_dir("fd-flood");
+    let ports = Ports::free();
+    let config = dir.join("courtesy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}allow_clients = [\"127.0.0.1/32\"]\n[defaults]\nrate = 100\nburst = 10\n",
+            ports.proxy_section(&dir.join("state"))
+        ),
+    )
+    .unwrap();
+    let _courtesy = tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 1024 && exec {} run --config {}",
+            env!("CARGO_BIN_EXE_courtesy"),
+            config.display()
+        ))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    assert!(listening(ports.proxy_addr()).await);
+    let admin = SocketAddr::from(([127, 0, 0, 1], ports.admin));
+
+    let mut flood = Vec::new();
+    for i in 0..1100 {
+        let to = if i % 10 == 0 {
+            admin
+        } else {
+            ports.proxy_addr()
+        };
+        flood.push(silent_from("127.0.0.2", to).await);
+    }
+    let client = ProxyClient {
+        proxy: ports.proxy_addr(),
+    };
+    let served = tokio::time::timeout(Duration::from_secs(1), client.get(&origin.url("/ok")))
+        .await
+        .expect("an allowed client is served within 1 s of the flood");
+    assert_eq!(served.status, StatusCode::OK);
+    let health = tokio::time::timeout(
+        Duration::from_secs(1),
+        admin_call("GET", &format!("http://{admin}/healthz"), None, ""),
+    )
+    .await
+    .expect("/healthz answers within 1 s of the flood");
+    assert_eq!(health.0, StatusCode::OK);
+    for stream in flood.iter_mut().step_by(97) {
+        let said = closed_within(stream, Duration::from_secs(2))
+            .await
+            .expect("a refused client is closed at accept");
+        assert_eq!(said, "", "closed before anything is read or written");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_per_client_are_capped_and_silent_ones_time_out() {
+    let origin = Origin::ok("127.0.0.2").await;
+    let courtesy = Courtesy::start(
+        "[proxy]\nmax_connections_per_client = 3\nheader_timeout_seconds = 0.5\n\
+         [admin]\nmax_connections_per_client = 2\n",
+    )
+    .await;
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(TcpStream::connect(courtesy.addr).await.unwrap());
+    }
+    let mut over = TcpStream::connect(courtesy.addr).await.unwrap();
+    let said = closed_within(&mut over, Duration::from_secs(2))
+        .await
+        .expect("the connection over the cap is closed");
+    assert!(said.starts_with("HTTP/1.1 503"), "{said}");
+    assert!(
+        said.contains("proxy-status: courtesy; error=connection_limit_reached"),
+        "{said}"
+    );
+    let mut admins = Vec::new();
+    for _ in 0..2 {
+        admins.push(TcpStream::connect(courtesy.admin).await.unwrap());
+    }
+    let mut over = TcpStream::connect(courtesy.admin).await.unwrap();
+    let said = closed_within(&mut over, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(said.contains("error=connection_limit_reached"), "{said}");
+    // Nothing sent within header_timeout_seconds: closed, and the places come back.
+    for stream in silent.iter_mut().chain(admins.iter_mut()) {
+        let said = closed_within(stream, Duration::from_secs(3))
+            .await
+            .expect("a silent connection is closed after header_timeout_seconds");
+        assert_eq!(said, "");
+    }
+    assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_upstream_table_is_a_local_503_never_held_against_the_host() {
+    let slow = Origin::start("127.0.0.2", |_req| async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        http::Response::builder()
+            .header("connection", "close")
+            .body(full("slow"))
+            .unwrap()
+    })
+    .await;
+    let other = Origin::ok("127.0.0.3").await;
+    let courtesy = Courtesy::start(
+        "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
+         [defaults]\nrate = 100\nburst = 10\n",
+    )
+    .await;
+    let client = courtesy.client();
+    let holding = client.spawn_get(slow.url("/hold"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = client.get(&other.url("/a")).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused
+            .header("proxy-status")
+            .starts_with("courtesy; error=connection_limit_reached"),
+        "{}",
+        refused.header("proxy-status")
+    );
+    let (status, body) = admin_call(
+        "GET",
+        &courtesy.admin_url(&format!("/hosts/{}", other.addr)),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let host: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_ne!(host["state"], "cooling_down", "{body}");
+    assert!(host["cooldown"].is_null(), "no backoff: {body}");
+    assert_eq!(host["rate"], 100.0, "no rate cut: {body}");
+    assert_eq!(holding.await.unwrap().status, 200);
+    assert_eq!(client.get(&other.url("/b")).await.status, 200);
+    assert_eq!(other.paths(), ["/b"], "the refused request never left");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_does_not_hold_up_a_shutdown() {
+    let courtesy = Courtesy::start("[proxy]\nshutdown_grace_seconds = 10\n").await;
+    let _silent = TcpStream::connect(courtesy.addr).await.unwrap();
+    let _admin = TcpStream::connect(courtesy.admin).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), courtesy.shutdown())
+        .await
+        .expect("shut down at once")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_robots_txt_fetch_that_finds_no_upstream_slot_is_not_the_hosts_robots_txt() {
+    let slow = Origin::start("127.0.0.2", |_req| async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        http::Response::builder()
+            .header("connection", "close")
+            .body(full("slow"))
+            .unwrap()
+    })
+    .await;
+    let other = Origin::ok("127.0.0.3").await;
+    let courtesy = Courtesy::start(
+        "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
+         [defaults]\nrate = 100\nburst = 10\nobey_robots = false\n\
+         [[host]]\nmatch = \"127.0.0.3\"\nobey_robots = true\n",
+    )
+    .await;
+    let client = courtesy.client();
+    let holding = client.spawn_get(slow.url("/hold"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = client.get(&other.url("/a")).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        refused
+            .header("proxy-status")
+            .contains("connection_limit_reached"),
+        "{}",
+        refused.header("proxy-status")
+    );
+    assert_eq!(holding.await.unwrap().status, 200);
+    assert_eq!(
+        client.get(&other.url("/b")).await.status,
+        200,
+        "robots.txt fetched now"
+    );
+    assert_eq!(other.paths(), ["/robots.txt", "/b"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_that_dribbles_in_is_cut_off_after_header_timeout_seconds() {
+    use tokio::io::AsyncWriteExt;
+    let courtesy = Courtesy::start("[proxy]\nheader_timeout_seconds = 0.5\n").await;
+    let mut slow = TcpStream::connect(courtesy.addr).await.unwrap();
+    slow.write_all(b"GET http://127.0.0.2/ HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    // One header line every 200 ms: the head never completes in time.
+    let dribble = async {
+        for i in 0..20 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if slow
+                .write_all(format!("x-{i}: y\r\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), dribble).await;
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(2), slow.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "closed");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "cut off near the timeout, not after the whole dribble: {:?}",
+        started.elapsed()
+    );
+}

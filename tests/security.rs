@@ -1,0 +1,494 @@
+//! End-to-end: what courtesy refuses to untrusted clients. The loop guard judged on addresses (every
+//! spelling of its own listeners, plain and through CONNECT), `deny_destinations` on the resolved
+//! address (plain, CONNECT, blind tunnels, the robots.txt fetch), with nothing dialed.
+
+mod support;
+
+use std::time::Duration;
+
+use http::{Request, StatusCode};
+use support::*;
+
+/// A `hosts_file` with `lines`, and the `[proxy]` lines that use it (plus `extra`).
+fn proxy_section(lines: &str, extra: &str) -> String {
+    let dir = temp_dir("security-hosts");
+    let path = dir.join("hosts");
+    std::fs::write(&path, lines).unwrap();
+    format!(
+        "[proxy]\nhosts_file = {:?}\n{extra}\n",
+        path.display().to_string()
+    )
+}
+
+/// Every way of writing 127.0.0.1 (or an address the kernel reaches as loopback) that clients
+/// and resolvers accept, and names that resolve to it.
+const SPELLINGS: [&str; 11] = [
+    "127.0.0.1",
+    "0.0.0.0",
+    "0",
+    "127.1",
+    "0x7f000001",
+    "2130706433",
+    "017700000001",
+    "[::ffff:127.0.0.1]",
+    "localhost",
+    "admin.loop.test",
+    "LOOP.test.",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_its_own_listeners_is_a_loop_plain_and_through_connect() {
+    let courtesy =
+        Courtesy::start(&proxy_section("127.0.0.1 admin.loop.test loop.test\n", "")).await;
+    let client = courtesy.client();
+    for port in [courtesy.admin.port(), courtesy.addr.port()] {
+        for host in SPELLINGS {
+            let url = format!("http://{host}:{port}/hosts/example.org:443/pause?seconds=2592000");
+            let got = client
+                .send(Request::post(&url).body(empty()).unwrap())
+                .await;
+            assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
+            assert!(
+                got.header("proxy-status")
+                    .starts_with("courtesy; error=proxy_loop_detected"),
+                "{url}: {}",
+                got.header("proxy-status")
+            );
+            let (_stream, head) = open_tunnel(courtesy.addr, format!("{host}:{port}")).await;
+            assert!(
+                head.starts_with("HTTP/1.1 403"),
+                "CONNECT {host}:{port}: {head}"
+            );
+            assert!(
+                head.contains("error=proxy_loop_detected"),
+                "CONNECT {host}:{port}: {head}"
+            );
+        }
+    }
+    let (status, body) = admin_call(
+        "GET",
+        &courtesy.admin_url("/hosts/example.org:443"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was paused: {body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_origin_on_a_listeners_address_but_another_port_is_served() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start("").await;
+    for host in ["127.0.0.1", "127.1", "0x7f000001", "localhost"] {
+        let url = format!("http://{host}:{}/x", origin.addr.port());
+        assert_eq!(courtesy.client().get(&url).await.status, 200, "{url}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_destinations_are_refused_on_the_resolved_address_and_never_dialed() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let port = origin.addr.port();
+    for https in ["intercept", "tunnel"] {
+        let courtesy = Courtesy::start(&proxy_section(
+            "127.0.0.1 internal.test\n::ffff:127.0.0.1 mapped.test\n",
+            &format!(
+                "deny_destinations = [\"127.0.0.0/8\", \"169.254.0.0/16\"]\n\
+                 connect_ports = [{port}]\n\
+                 [defaults]\nhttps = \"{https}\"\n"
+            ),
+        ))
+        .await;
+        let client = courtesy.client();
+        for host in [
+            "127.0.0.1",
+            "127.1",
+            "2130706433",
+            "internal.test",
+            "mapped.test",
+        ] {
+            let url = format!("http://{host}:{port}/secret");
+            let got = client.get(&url).await;
+            assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
+            assert!(
+                got.header("proxy-status")
+                    .starts_with("courtesy; error=destination_ip_prohibited"),
+                "{url}: {}",
+                got.header("proxy-status")
+            );
+            let (_stream, head) = open_tunnel(courtesy.addr, format!("{host}:{port}")).await;
+            assert!(
+                head.starts_with("HTTP/1.1 403"),
+                "{https} CONNECT {host}: {head}"
+            );
+            assert!(
+                head.contains("error=destination_ip_prohibited"),
+                "{https} CONNECT {host}: {head}"
+            );
+        }
+    }
+    assert_eq!(origin.count(), 0, "nothing was dialed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_robots_txt_redirect_into_a_denied_range_is_never_fetched() {
+    let inside = Origin::ok("127.0.0.2").await;
+    let target = format!("http://127.0.0.2:{}/robots.txt", inside.addr.port());
+    let origin = Origin::start("127.0.0.1", move |req| {
+        let target = target.clone();
+        async move {
+            if req.uri().path() == "/robots.txt" {
+                http::Response::builder()
+                    .status(301)
+                    .header("location", target)
+                    .body(empty())
+                    .unwrap()
+            } else {
+                http::Response::new(full("page"))
+            }
+        }
+    })
+    .await;
+    let courtesy = Courtesy::start(
+        "[proxy]\ndeny_destinations = [\"127.0.0.0/8\"]\nallow_destinations = [\"127.0.0.1/32\"]\n\
+         [defaults]\nobey_robots = true\n",
+    )
+    .await;
+    let got = courtesy.client().get(&origin.url("/page")).await;
+    assert_ne!(
+        got.status,
+        StatusCode::OK,
+        "robots.txt unreachable: {got:?}"
+    );
+    assert_eq!(inside.count(), 0, "the denied address was never dialed");
+    assert_eq!(
+        origin.paths(),
+        ["/robots.txt"],
+        "only robots.txt reached the allowed origin"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_listen_on_the_command_line_beyond_loopback_needs_the_token_too() {
+    let dir = temp_dir("admin-listen-flag");
+    let config = dir.join("courtesy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nallow_clients = [\"127.0.0.0/8\"]\nstate_dir = {:?}\n",
+            dir.join("state").display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args([
+            "run",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "0.0.0.0:0",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "started an admin API open to the network"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("[admin] token"), "{stderr}");
+    assert!(stderr.contains("--admin-listen"), "{stderr}");
+}
+
+/// `method url` straight to the admin listener with `headers`; the status and Proxy-Status.
+async fn admin_with(method: &str, url: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let mut req = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let response = direct_client()
+        .request(req.body(empty()).unwrap())
+        .await
+        .unwrap();
+    let proxy_status = response
+        .headers()
+        .get("proxy-status")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    (response.status(), proxy_status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_cross_site_and_rebound_admin_writes_are_refused() {
+    let courtesy = Courtesy::start("").await;
+    let pause = courtesy.admin_url("/hosts/example.org:443/pause?seconds=60");
+    let own_host = courtesy.admin.to_string();
+    for headers in [
+        vec![("origin", "https://evil.example")],
+        vec![("origin", "null")],
+        vec![("host", "rebound.evil.example")],
+        vec![("host", "rebound.evil.example:80")],
+        vec![(
+            "host",
+            &format!("evil.example:{}", courtesy.admin.port()) as &str,
+        )],
+        vec![("sec-fetch-site", "cross-site")],
+    ] {
+        for method in ["POST", "PUT", "DELETE"] {
+            let (status, proxy_status) = admin_with(method, &pause, &headers).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{method} {headers:?}");
+            assert!(
+                proxy_status.starts_with("courtesy; error=http_request_denied"),
+                "{method} {headers:?}: {proxy_status}"
+            );
+        }
+    }
+    let (status, body) = admin_call(
+        "GET",
+        &courtesy.admin_url("/hosts/example.org:443"),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "nothing was paused: {body}");
+    let own_origin = format!("http://{own_host}");
+    let (status, _) = admin_with("POST", &pause, &[("origin", &own_origin)]).await;
+    assert_eq!(status, StatusCode::OK, "the dashboard's own origin");
+    let (status, _) = admin_with("POST", &pause, &[]).await;
+    assert_eq!(status, StatusCode::OK, "a tool sends no Origin");
+    let localhost = format!("localhost:{}", courtesy.admin.port());
+    let (status, _) = admin_with("POST", &pause, &[("host", &localhost)]).await;
+    assert_eq!(status, StatusCode::OK, "localhost is this listener too");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_token_writes_need_it_in_any_case_of_the_scheme() {
+    let token = "0123456789abcdef-token";
+    let courtesy = Courtesy::start(&format!("[admin]\ntoken = \"{token}\"\n")).await;
+    let pause = courtesy.admin_url("/hosts/example.org:443/pause?seconds=60");
+    let (status, _) = admin_with("POST", &pause, &[]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let auth = format!("{scheme} {token}");
+        let (status, _) = admin_with("POST", &pause, &[("authorization", &auth)]).await;
+        assert_eq!(status, StatusCode::OK, "{scheme}");
+    }
+}
+
+/// GET `url` through `courtesy` with `headers`; the body and whether the cache answered.
+async fn get_with(courtesy: &Courtesy, url: &str, headers: &[(&str, &str)]) -> (String, bool) {
+    let mut req = Request::get(url);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let got = courtesy.client().send(req.body(empty()).unwrap()).await;
+    assert_eq!(got.status, StatusCode::OK, "{url}");
+    let hit = got.header("x-courtesy-cache").starts_with("hit");
+    (String::from_utf8_lossy(&got.body).into_owned(), hit)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_cache_keeps_one_clients_authorized_answers_from_another_and_honours_vary() {
+    let origin = Origin::start("127.0.0.1", |req| async move {
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_string()
+        };
+        let body = format!(
+            "{} for {} in {}",
+            req.uri().path(),
+            header("authorization"),
+            header("accept-language")
+        );
+        let mut response = http::Response::builder();
+        if req.uri().path() == "/public" {
+            response = response.header("cache-control", "public, max-age=60");
+        }
+        if req.uri().path() == "/vary" {
+            response = response.header("vary", "Accept-Language");
+        }
+        response.body(full(body)).unwrap()
+    })
+    .await;
+    let courtesy = Courtesy::start("[defaults]\ncache = \"dev\"\nrate = 100\nburst = 10\n").await;
+    let alice = [("authorization", "Bearer alice-secret")];
+    let bob = [("authorization", "Bearer bob-secret")];
+
+    // RFC 9111 3.5: not stored at all without public / s-maxage / must-revalidate.
+    let private = origin.url("/private");
+    assert_eq!(
+        get_with(&courtesy, &private, &alice).await,
+        ("/private for Bearer alice-secret in -".into(), false)
+    );
+    assert_eq!(
+        get_with(&courtesy, &private, &bob).await,
+        ("/private for Bearer bob-secret in -".into(), false)
+    );
+    assert!(!get_with(&courtesy, &private, &alice).await.1, "not stored");
+    assert_eq!(
+        get_with(&courtesy, &private, &[]).await,
+        ("/private for - in -".into(), false)
+    );
+
+    // A shareable answer to Alice is Alice's alone.
+    let public = origin.url("/public");
+    assert!(!get_with(&courtesy, &public, &alice).await.1);
+    assert_eq!(
+        get_with(&courtesy, &public, &alice).await,
+        ("/public for Bearer alice-secret in -".into(), true)
+    );
+    assert_eq!(
+        get_with(&courtesy, &public, &bob).await,
+        ("/public for Bearer bob-secret in -".into(), false)
+    );
+    assert_eq!(
+        get_with(&courtesy, &public, &[]).await,
+        ("/public for - in -".into(), false)
+    );
+
+    // Vary: a stored answer is served only to a request that sends the same.
+    let vary = origin.url("/vary");
+    assert!(
+        !get_with(&courtesy, &vary, &[("accept-language", "en")])
+            .await
+            .1
+    );
+    assert_eq!(
+        get_with(&courtesy, &vary, &[("accept-language", "en")]).await,
+        ("/vary for - in en".into(), true)
+    );
+    assert_eq!(
+        get_with(&courtesy, &vary, &[("accept-language", "fr")]).await,
+        ("/vary for - in fr".into(), false)
+    );
+    assert_eq!(
+        get_with(&courtesy, &vary, &[]).await,
+        ("/vary for - in -".into(), false)
+    );
+
+    // Every file only courtesy's user can read.
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = courtesy.state_dir.join("cache");
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        let mode = entry.metadata().unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{:?} is {:o}", entry.path(), mode);
+        let text = std::fs::read(entry.path()).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&text).contains("Bearer alice-secret\""),
+            "no credentials in the stored head"
+        );
+        files += 1;
+    }
+    assert!(files >= 4, "{files} files");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_a_bad_config_are_not_echoed() {
+    let dir = temp_dir("secret-echo");
+    for (text, secret) in [
+        (
+            "[admin]\ntoken = 1234567890123456789\n",
+            "1234567890123456789",
+        ),
+        (
+            "[admin]\ntoken = [\"s3cr3t-in-a-list-0123\"]\n",
+            "s3cr3t-in-a-list",
+        ),
+        (
+            "[alerts]\nwebhook = \"htps://hooks.example/T0/s3cr3t-path\"\n",
+            "s3cr3t-path",
+        ),
+        ("[alerts]\nwebhook = 12345678901234\n", "12345678901234"),
+    ] {
+        let path = dir.join("courtesy.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+            .arg("check")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{text}");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(said.contains("courtesy.toml:2"), "{said}");
+        assert!(!said.contains(secret), "{text} echoed: {said}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_warning() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = temp_dir("state-open");
+    let state = dir.join("state");
+    let first = Courtesy::start_in("", &state).await;
+    first.shutdown().await.unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let second = Courtesy::start_in("", &state).await;
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            std::fs::metadata(&state).unwrap().permissions().mode() & 0o777 == 0o700
+        })
+        .await,
+        "the state directory is 0700 again"
+    );
+    drop(second);
+
+    let ports = Ports::free();
+    let config = dir.join("courtesy.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}allow_clients = [\"0.0.0.0/0\"]\n",
+            ports.proxy_section(&dir.join("state2"))
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .arg("check")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("warning: [proxy] allow_clients has 0.0.0.0/0"),
+        "{said}"
+    );
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    assert!(listening(ports.proxy_addr()).await);
+    // Serving (so the signal handler is in place): /healthz answers.
+    let health = format!("http://127.0.0.1:{}/healthz", ports.admin);
+    assert_eq!(admin_call("GET", &health, None, "").await.0, StatusCode::OK);
+    // SIGTERM: a clean stop writes out every log line.
+    let pid = child.id().unwrap().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let logged = String::from_utf8_lossy(&out.stderr);
+    assert!(logged.contains("allow_clients has 0.0.0.0/0"), "{logged}");
+}
