@@ -17,12 +17,10 @@
 //! | `scripts.rs` | the Lua, with the semantics of every field |
 //! | `hints.rs` | the pub/sub subscriber |
 //! | `releases.rs` | ended turns: carried by the host's next reservation, or released on their own |
-//! | `batch.rs` | the reservations of several hosts in one call, while one call is in flight |
 //! | `heartbeat.rs` | live instances, lease renewal, finding the store again |
 //!
 //! It decides nothing about pacing itself: the limiter asks it for turns through its budget seam.
 
-mod batch;
 mod connection;
 mod heartbeat;
 mod hints;
@@ -102,11 +100,6 @@ pub(crate) struct Store {
     mode_changed: tokio::sync::Notify,
     /// This store, for the leases it grants (a dropped lease releases itself through it).
     me: std::sync::Weak<Store>,
-    /// The reservations waiting for the call in flight (`batch.rs`).
-    batch: Mutex<batch::Batch>,
-    /// Whether reservations of several hosts may share a call (not on a Redis Cluster, whose
-    /// hosts live in different slots).
-    batching: bool,
     scripts: Scripts,
     /// Round trips to the store, for `/metrics`.
     pub(crate) round_trip: Histogram,
@@ -124,7 +117,6 @@ pub(crate) struct OpLabel {
 #[derive(Debug)]
 struct Scripts {
     reserve: redis::Script,
-    reserve_many: redis::Script,
     release: redis::Script,
     report: redis::Script,
     operator: redis::Script,
@@ -297,14 +289,8 @@ impl Store {
             mode_changed: tokio::sync::Notify::new(),
             fallen_for: Mutex::new(None),
             me: me.clone(),
-            batch: Mutex::new(batch::Batch::default()),
-            batching: !matches!(
-                connection::topology(&settings.redis_url),
-                Ok(connection::Topology::Cluster(_))
-            ),
             scripts: Scripts {
                 reserve: scripts::script(scripts::RESERVE),
-                reserve_many: scripts::reserve_many(),
                 release: scripts::script(scripts::RELEASE),
                 report: scripts::script(scripts::REPORT),
                 operator: scripts::script(scripts::OPERATOR),
@@ -469,7 +455,6 @@ impl Store {
         let s = &self.scripts;
         for script in [
             &s.reserve,
-            &s.reserve_many,
             &s.release,
             &s.report,
             &s.operator,
@@ -514,53 +499,50 @@ impl Store {
             self.instance,
             self.next_lease.fetch_add(1, Ordering::Relaxed)
         );
-        let mut args = vec![
-            String::new(),
-            limits.rate.to_string(),
-            limits.configured_rate.to_string(),
-            limits.burst.max(1).to_string(),
-            limits.concurrency.max(1).to_string(),
-            micros(self.settings.lease).to_string(),
-            member.clone(),
-            micros(HORIZON).to_string(),
-            if limits.rejoin { "1" } else { "0" }.to_string(),
-            micros(IDLE_TTL).to_string(),
-            self.channel.clone(),
-            host.to_string(),
-            want.max(1).to_string(),
-            self.instance.clone(),
-            micros(waited).to_string(),
-            // The deadline, written when the call is sent (`batch.rs`).
-            String::new(),
-            micros(WAITING_PLACE).to_string(),
-        ];
+        let mut invocation = self.scripts.reserve.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .key(self.lease_key(host))
+            .key(self.waiting_key(host))
+            .key(self.waiting_expiry_key(host))
+            .arg("")
+            .arg(limits.rate.to_string())
+            .arg(limits.configured_rate.to_string())
+            .arg(limits.burst.max(1))
+            .arg(limits.concurrency.max(1))
+            .arg(micros(self.settings.lease))
+            .arg(&member)
+            .arg(micros(HORIZON))
+            .arg(if limits.rejoin { "1" } else { "0" })
+            .arg(micros(IDLE_TTL))
+            .arg(&self.channel)
+            .arg(&**host)
+            .arg(want.max(1))
+            .arg(&self.instance)
+            .arg(micros(waited))
+            .arg(self.deadline_us())
+            .arg(micros(WAITING_PLACE));
         // The host's turns that ended meanwhile are released by this same call (even one past
         // its deadline); if the call fails they are kept for the next, since a release is
         // idempotent.
         let ended = self.take_ended(host);
         for (turn, sent, _) in &ended {
-            args.push(turn.member.clone());
-            args.push(if *sent { "0" } else { "1" }.to_string());
-            args.push(turn.tat.clone());
-            args.push(turn.interval.to_string());
+            invocation
+                .arg(&turn.member)
+                .arg(if *sent { "0" } else { "1" })
+                .arg(&turn.tat)
+                .arg(turn.interval);
         }
-        let call = batch::ReserveCall {
-            keys: [
-                self.budget_key(host),
-                self.lease_key(host),
-                self.waiting_key(host),
-                self.waiting_expiry_key(host),
-            ],
-            args,
-        };
-        let value = match self.run_reserve(call).await {
+        let value = match self.call("reserve", &invocation).await {
             Ok(value) => value,
             Err(down) => {
                 self.keep_ended(ended);
                 return Err(down);
             }
         };
-        let reply = ReserveReply::parse(&value)
+        let text = value_text(&value)
+            .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
+        let reply = ReserveReply::parse(text)
             .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
         self.read_clock(reply.now);
         let wait = Duration::from_micros(reply.micros.max(0) as u64);

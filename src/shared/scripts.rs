@@ -333,31 +333,6 @@ keep_at_least(KEYS[1], math.ceil(tonumber(ARGV[2]) / 1000) + 1000)
 return 1
 "#;
 
-/// The reservation of several hosts in one call: `RESERVE` run once per host, in order, within
-/// one atomic script. `KEYS`: four per host, as `RESERVE` takes them. `ARGV`: for each host, the
-/// count of its arguments and then its arguments, as `RESERVE` takes them. Returns each host's
-/// reply, in order, joined by `\n` (a reply never holds one).
-pub(super) fn reserve_many() -> redis::Script {
-    redis::Script::new(&format!(
-        "{PRELUDE}local function reserve_one(KEYS, ARGV)\n{RESERVE}\nend\n{RESERVE_MANY_LOOP}"
-    ))
-}
-
-/// The loop of [`reserve_many`] over the hosts of one call.
-const RESERVE_MANY_LOOP: &str = r#"
-local replies = {}
-local k, a = 1, 1
-while a <= #ARGV do
-  local n = tonumber(ARGV[a])
-  local args = {}
-  for i = 1, n do args[i] = ARGV[a + i] end
-  replies[#replies + 1] = reserve_one({KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]}, args)
-  a = a + n + 1
-  k = k + 4
-end
-return table.concat(replies, '\n')
-"#;
-
 /// A script with the prelude, ready to run.
 pub(super) fn script(body: &str) -> redis::Script {
     redis::Script::new(&format!("{PRELUDE}{body}"))
