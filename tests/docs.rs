@@ -1,7 +1,7 @@
 //! The docs cannot drift: every relative link in `README.md`, `docs/` and `deploy/README.md`
 //! resolves (the file exists, and an anchor names a heading of it), and every code name
 //! `docs/ARCHITECTURE.md` cites (a file under `src/`, a type, a `Type::function`, a
-//! `function()`) exists in `src/`.
+//! `function()`) exists in `src/`; and the README's config example is a config courtesy accepts.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -250,4 +250,37 @@ fn every_code_name_the_architecture_cites_exists() {
         "docs/ARCHITECTURE.md cites names that src/ does not have:\n{}",
         missing.join("\n")
     );
+}
+
+/// Every TOML example in the README is a config courtesy accepts.
+#[test]
+fn the_readmes_config_examples_are_valid() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let mut in_toml = false;
+    let mut block = String::new();
+    let mut checked = 0;
+    for line in text.lines() {
+        if !in_toml && line.trim_start() == "```toml" {
+            in_toml = true;
+            block.clear();
+            continue;
+        }
+        if in_toml && line.trim_start().starts_with("```") {
+            in_toml = false;
+            let dir = std::env::temp_dir().join(format!("courtesy-docs-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("readme-{checked}.toml"));
+            std::fs::write(&path, &block).unwrap();
+            if let Err(e) = courtesy::config::Config::load(&path) {
+                panic!("a TOML example of the README is invalid:\n{block}\n{e}");
+            }
+            checked += 1;
+            continue;
+        }
+        if in_toml {
+            block.push_str(line);
+            block.push('\n');
+        }
+    }
+    assert!(checked >= 1, "the README has a config example");
 }
