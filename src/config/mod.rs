@@ -43,10 +43,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
+pub(crate) use crate::resolve::canonical_ip;
 pub use choices::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind};
 pub use live::LiveConfig;
 pub use parent::{ParentCredentials, ParentScheme, Route, UpstreamProxy, SOCKS_DEFAULT_PORT};
-pub(crate) use pattern::canonical_ip;
 pub use pattern::{HostPattern, HostRule};
 pub use policy::{HostPolicy, OffPeak};
 pub use settings::{AdminSettings, AlertSettings, ProxySettings, SharedSettings};

@@ -107,17 +107,6 @@ pub struct HostRule {
     pub policy: Arc<HostPolicy>,
 }
 
-/// Maps IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) to plain IPv4 so that rules match either form.
-pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    }
-}
-
 /// An `allow_clients` entry: a CIDR network, or a single address as a network of one.
 pub(super) fn parse_network(text: &str) -> Result<IpNet, ()> {
     let text = text.trim();

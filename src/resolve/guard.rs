@@ -41,7 +41,7 @@ impl Destinations {
 
     /// Whether `addr` may be dialed, or why not.
     pub fn check(&self, addr: SocketAddr) -> Result<(), Forbidden> {
-        let ip = canonical(addr.ip());
+        let ip = canonical_ip(addr.ip());
         let reached = reached_as(ip);
         if self.is_own(reached, addr.port()) {
             return Err(Forbidden::Loop);
@@ -60,7 +60,7 @@ impl Destinations {
     fn is_own(&self, ip: IpAddr, port: u16) -> bool {
         self.own.iter().any(|own| {
             own.port() == port && {
-                let listener = canonical(own.ip());
+                let listener = canonical_ip(own.ip());
                 if listener.is_unspecified() {
                     is_local(ip)
                 } else {
@@ -71,8 +71,9 @@ impl Destinations {
     }
 }
 
-/// IPv4-mapped IPv6 as the IPv4 address it maps.
-fn canonical(ip: IpAddr) -> IpAddr {
+/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) as the plain IPv4 address they map, so that an
+/// address is judged (and a rule matched) the same in either form.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6
             .to_ipv4_mapped()

@@ -34,7 +34,7 @@ use std::time::Duration;
 use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-pub use guard::{Destinations, Forbidden};
+pub use guard::{canonical_ip, Destinations, Forbidden};
 pub use hosts::StaticHosts;
 pub use literal::{literal_ip, numeric_ipv4};
 use pins::Pins;
