@@ -143,14 +143,7 @@ async fn connections_per_client_are_capped_and_silent_ones_time_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_upstream_table_is_a_local_503_never_held_against_the_host() {
-    let slow = Origin::start("127.0.0.2", |_req| async {
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        http::Response::builder()
-            .header("connection", "close")
-            .body(full("slow"))
-            .unwrap()
-    })
-    .await;
+    let slow = slow_closing_origin().await;
     let other = Origin::ok("127.0.0.3").await;
     let courtesy = Courtesy::start(
         "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
@@ -206,14 +199,7 @@ async fn a_silent_connection_does_not_hold_up_a_shutdown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_robots_txt_fetch_that_finds_no_upstream_slot_is_not_the_hosts_robots_txt() {
-    let slow = Origin::start("127.0.0.2", |_req| async {
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        http::Response::builder()
-            .header("connection", "close")
-            .body(full("slow"))
-            .unwrap()
-    })
-    .await;
+    let slow = slow_closing_origin().await;
     let other = Origin::ok("127.0.0.3").await;
     let courtesy = Courtesy::start(
         "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
@@ -273,4 +259,17 @@ async fn a_request_head_that_dribbles_in_is_cut_off_after_header_timeout_seconds
         "cut off near the timeout, not after the whole dribble: {:?}",
         started.elapsed()
     );
+}
+
+/// An origin on 127.0.0.2 that answers after a second and closes the connection: each request
+/// holds an upstream connection that long, and no pooled one is left behind.
+async fn slow_closing_origin() -> Origin {
+    Origin::start("127.0.0.2", |_req| async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        http::Response::builder()
+            .header("connection", "close")
+            .body(full("slow"))
+            .unwrap()
+    })
+    .await
 }

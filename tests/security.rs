@@ -54,15 +54,13 @@ async fn every_spelling_of_its_own_listeners_is_a_loop_plain_and_through_connect
                 "{url}: {}",
                 got.header("proxy-status")
             );
-            let (_stream, head) = open_tunnel(courtesy.addr, format!("{host}:{port}")).await;
-            assert!(
-                head.starts_with("HTTP/1.1 403"),
-                "CONNECT {host}:{port}: {head}"
-            );
-            assert!(
-                head.contains("error=proxy_loop_detected"),
-                "CONNECT {host}:{port}: {head}"
-            );
+            assert_connect_refused(
+                &courtesy,
+                &format!("{host}:{port}"),
+                "proxy_loop_detected",
+                &format!("CONNECT {host}:{port}"),
+            )
+            .await;
         }
     }
     let (status, body) = admin_call(
@@ -116,15 +114,13 @@ async fn denied_destinations_are_refused_on_the_resolved_address_and_never_diale
                 "{url}: {}",
                 got.header("proxy-status")
             );
-            let (_stream, head) = open_tunnel(courtesy.addr, format!("{host}:{port}")).await;
-            assert!(
-                head.starts_with("HTTP/1.1 403"),
-                "{https} CONNECT {host}: {head}"
-            );
-            assert!(
-                head.contains("error=destination_ip_prohibited"),
-                "{https} CONNECT {host}: {head}"
-            );
+            assert_connect_refused(
+                &courtesy,
+                &format!("{host}:{port}"),
+                "destination_ip_prohibited",
+                &format!("{https} CONNECT {host}"),
+            )
+            .await;
         }
     }
     assert_eq!(origin.count(), 0, "nothing was dialed");
@@ -491,4 +487,15 @@ async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_wa
         .unwrap();
     let logged = String::from_utf8_lossy(&out.stderr);
     assert!(logged.contains("allow_clients has 0.0.0.0/0"), "{logged}");
+}
+
+/// A CONNECT to `target` through `courtesy` is answered 403 with `error=<error>`; `context` names
+/// the case in the message.
+async fn assert_connect_refused(courtesy: &Courtesy, target: &str, error: &str, context: &str) {
+    let (_stream, head) = open_tunnel(courtesy.addr, target).await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{context}: {head}");
+    assert!(
+        head.contains(&format!("error={error}")),
+        "{context}: {head}"
+    );
 }

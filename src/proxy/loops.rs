@@ -123,28 +123,34 @@ impl LoopGuard {
         &self,
         resolver: &Resolver,
         target: &Target,
-        through_parent: bool,
+        through_parent: impl FnOnce() -> bool,
     ) -> Option<Failure> {
-        let literal = literal_ip(&target.host).is_some();
-        if through_parent && !literal {
-            return None;
-        }
-        let key = target.key();
-        if !literal {
-            let now = Instant::now();
-            if let Some(at) = locks::lock(&self.checked).get(&key) {
-                if now.duration_since(*at) < CHECKED_FOR {
+        // A name that passed lately is not looked up again; an address literal is judged at
+        // once, without building its key or looking up its rule.
+        let name = match literal_ip(&target.host) {
+            Some(_) => None,
+            None => {
+                let key = target.key();
+                if let Some(at) = locks::lock(&self.checked).get(&key) {
+                    if Instant::now().duration_since(*at) < CHECKED_FOR {
+                        return None;
+                    }
+                }
+                if through_parent() {
                     return None;
                 }
+                Some(key)
             }
-        }
+        };
         match resolver.lookup_target(&target.host, target.port).await {
             Err(refused @ DnsError::Forbidden { .. }) => {
                 warn!(target = %target, "destination refused: {refused}");
                 Some(Failure::of_dns(&refused))
             }
-            Ok(_) if !literal => {
-                locks::lock(&self.checked).put(key, Instant::now());
+            Ok(_) => {
+                if let Some(key) = name {
+                    locks::lock(&self.checked).put(key, Instant::now());
+                }
                 None
             }
             _ => None,

@@ -177,13 +177,16 @@ impl Proxy {
 
     /// The refusal of a target at an address courtesy never dials (`LoopGuard::refuse_destination`).
     async fn refuse_destination(&self, target: &target::Target) -> Option<failure::Failure> {
-        let through_parent = self
-            .config
-            .get()
-            .policy_for(&target.host, target.port)
-            .upstream
-            .parent()
-            .is_some();
+        // Whether the host leaves through a parent matters only for a name (an address literal
+        // is judged either way): no rule lookup on the request's path for the rest.
+        let through_parent = || {
+            self.config
+                .get()
+                .policy_for(&target.host, target.port)
+                .upstream
+                .parent()
+                .is_some()
+        };
         self.loops
             .refuse_destination(&self.resolver, target, through_parent)
             .await
