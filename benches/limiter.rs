@@ -26,11 +26,12 @@ const HOSTS: usize = 10_000;
 /// A limiter whose pacing never makes a request wait.
 fn open_limiter() -> Arc<Limiter> {
     let mut config = Config {
-        defaults: Arc::new(HostPolicy {
-            rate: 1e9,
-            burst: 1_000_000,
-            concurrency: 1_000_000,
-            ..HostPolicy::default()
+        defaults: Arc::new({
+            let mut p = HostPolicy::default();
+            p.pacing.rate = 1e9;
+            p.pacing.burst = 1_000_000;
+            p.pacing.concurrency = 1_000_000;
+            p
         }),
         ..Config::default()
     };

@@ -304,7 +304,7 @@ impl Admin {
             return Ok(known);
         }
         if let Some((host, port)) = split_key(&decoded) {
-            let kind = self.config.get().policy_for(&host, port).key;
+            let kind = self.config.get().policy_for(&host, port).scope.key;
             return self
                 .keyer
                 .key(&host, port, kind)

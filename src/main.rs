@@ -312,37 +312,40 @@ fn check(file: &Path) -> anyhow::Result<()> {
 fn describe(p: &courtesy::config::HostPolicy) -> String {
     let mut out = format!(
         "rate={}/s burst={} concurrency={} jitter={} max_queue={} max_wait={}s on_cooldown={}",
-        p.rate,
-        p.burst,
-        p.concurrency,
-        p.jitter,
-        p.max_queue,
-        p.max_wait.as_secs_f64(),
-        p.on_cooldown
+        p.pacing.rate,
+        p.pacing.burst,
+        p.pacing.concurrency,
+        p.pacing.jitter,
+        p.pacing.max_queue,
+        p.pacing.max_wait.as_secs_f64(),
+        p.cooldown.on_cooldown
     );
-    if p.adaptive {
+    if p.adaptive.enabled {
         out.push_str(&format!(
             " adaptive=[{}..{}]/s controller={} (-x{} +{} slow>{}ms x{})",
-            p.min_rate,
-            p.max_rate,
-            p.controller,
-            p.decrease_factor,
-            p.increase_step,
-            p.slow_response.as_millis(),
-            p.slow_factor
+            p.adaptive.min_rate,
+            p.adaptive.max_rate,
+            p.adaptive.controller,
+            p.adaptive.decrease_factor,
+            p.adaptive.increase_step,
+            p.adaptive.slow_response.as_millis(),
+            p.adaptive.slow_factor
         ));
     }
-    if p.retry_idempotent > 0 {
-        out.push_str(&format!(" retry_idempotent={}", p.retry_idempotent));
+    if p.cooldown.retry_idempotent > 0 {
+        out.push_str(&format!(
+            " retry_idempotent={}",
+            p.cooldown.retry_idempotent
+        ));
     }
-    if p.key != courtesy::config::KeyMode::Host {
-        out.push_str(&format!(" key={}", p.key));
+    if p.scope.key != courtesy::config::KeyMode::Host {
+        out.push_str(&format!(" key={}", p.scope.key));
     }
-    if !p.enforce {
+    if !p.scope.enforce {
         out.push_str(" enforce=false (report-only)");
     }
-    if p.upstream != courtesy::config::Route::Direct {
-        out.push_str(&format!(" upstream_proxy={}", p.upstream));
+    if p.forward.upstream != courtesy::config::Route::Direct {
+        out.push_str(&format!(" upstream_proxy={}", p.forward.upstream));
     }
     out
 }

@@ -240,19 +240,19 @@ impl Default for PolicyView {
 impl PolicyView {
     fn of(p: &crate::config::HostPolicy) -> Self {
         PolicyView {
-            rate: p.rate,
-            burst: p.burst,
-            concurrency: p.concurrency,
-            adaptive: p.adaptive,
-            min_rate: p.min_rate,
-            max_rate: p.max_rate,
-            on_cooldown: p.on_cooldown,
-            https: p.https,
-            max_queue: p.max_queue,
-            max_wait_seconds: p.max_wait.as_secs_f64(),
-            enforce: p.enforce,
-            controller: p.controller,
-            upstream_proxy: p.upstream.without_credentials(),
+            rate: p.pacing.rate,
+            burst: p.pacing.burst,
+            concurrency: p.pacing.concurrency,
+            adaptive: p.adaptive.enabled,
+            min_rate: p.adaptive.min_rate,
+            max_rate: p.adaptive.max_rate,
+            on_cooldown: p.cooldown.on_cooldown,
+            https: p.forward.https,
+            max_queue: p.pacing.max_queue,
+            max_wait_seconds: p.pacing.max_wait.as_secs_f64(),
+            enforce: p.scope.enforce,
+            controller: p.adaptive.controller,
+            upstream_proxy: p.forward.upstream.without_credentials(),
         }
     }
 }
@@ -300,7 +300,7 @@ impl HostView {
             state: s.state().to_string(),
             rate: round3(s.rate),
             own_rate: round3(s.own_rate),
-            configured_rate: s.policy.rate,
+            configured_rate: s.policy.pacing.rate,
             queued: s.queued,
             in_flight: s.in_flight,
             cooldown,

@@ -284,3 +284,52 @@ fn the_readmes_config_examples_are_valid() {
     }
     assert!(checked >= 1, "the README has a config example");
 }
+
+/// `text`, or the file rewritten with it when `COURTESY_WRITE_DOCS=1`; a difference fails with
+/// the first line that differs.
+fn matches_or_write(path: &Path, made: &str) {
+    let written = std::fs::read_to_string(path).unwrap_or_default();
+    if written == made {
+        return;
+    }
+    if std::env::var_os("COURTESY_WRITE_DOCS").is_some_and(|v| v == "1") {
+        std::fs::write(path, made).unwrap();
+        return;
+    }
+    let first = written
+        .lines()
+        .zip(made.lines())
+        .position(|(a, b)| a != b)
+        .unwrap_or_else(|| written.lines().count().min(made.lines().count()));
+    panic!(
+        "{} is not what the key tables in src/config make (line {}: {:?}, made {:?}); \
+         edit the tables and run COURTESY_WRITE_DOCS=1 cargo test --test docs",
+        path.display(),
+        first + 1,
+        written.lines().nth(first).unwrap_or(""),
+        made.lines().nth(first).unwrap_or("")
+    );
+}
+
+/// `config/courtesy.toml` is made from the key tables: every key with its doc and its default,
+/// as the code has it.
+#[test]
+fn the_default_config_file_is_made_from_the_key_tables() {
+    let made = courtesy::config::reference::config_file();
+    matches_or_write(&root().join("config/courtesy.toml"), &made);
+    courtesy::config::Config::parse(&made, "courtesy.toml").expect("the made file is valid");
+}
+
+/// The reference tables of `docs/configuration.md` (between its markers) are made from the key
+/// tables.
+#[test]
+fn the_configuration_reference_is_made_from_the_key_tables() {
+    use courtesy::config::reference::{markdown, BEGIN, END};
+    let path = root().join("docs/configuration.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (Some(start), Some(end)) = (text.find(BEGIN), text.find(END)) else {
+        panic!("{} has no {BEGIN} … {END} markers", path.display());
+    };
+    let made = format!("{}{BEGIN}\n{}{}", &text[..start], markdown(), &text[end..]);
+    matches_or_write(&path, &made);
+}

@@ -457,10 +457,13 @@ fn bad_upstream_proxy_values_are_reported_with_file_line_and_key() {
     )
     .unwrap();
     assert_eq!(
-        ok.policy_for("a.test", 80).upstream.to_string(),
+        ok.policy_for("a.test", 80).forward.upstream.to_string(),
         "socks5h://127.0.0.1:1080"
     );
-    assert_eq!(ok.policy_for("x.corp", 443).upstream.to_string(), "direct");
+    assert_eq!(
+        ok.policy_for("x.corp", 443).forward.upstream.to_string(),
+        "direct"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

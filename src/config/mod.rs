@@ -1,8 +1,9 @@
 //! The configuration file: strict TOML structs, then a validated, typed [`Config`].
 //!
-//! Stage one (`file`: serde, `deny_unknown_fields`) catches typos and wrong types; stage two
-//! (`validate`) checks ranges and meanings and reports every problem at once, each with file, line,
-//! key and value. Host rules resolve to one [`HostPolicy`] each, so the request path never looks at
+//! Stage one (`read`) splits the TOML into sections; stage two (`validate`) reads every key
+//! through its section's key table (`keys`: unknown keys with the nearest known one, wrong types,
+//! ranges), checks keys against each other, and reports every problem at once, each with file,
+//! line, key and value. Host rules resolve to one [`HostPolicy`] each, so the request path never looks at
 //! the file structs. The config owns what the file says and how a host finds its policy. It does
 //! not read the CLI (that is `main.rs`) and holds no runtime state but the handle to the config in
 //! force; what a block page looks like is
@@ -11,24 +12,28 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | [`Config`]: load, parse, the policy of a host, who may connect; [`ConfigErrors`] |
-//! | `file.rs` | the structs that mirror the TOML file (stage one) |
-//! | `read.rs` | reading the file into them, every unknown key and wrong type reported and taken out |
+//! | `file.rs` | the file's sections as written, each entry with its place (stage one) |
+//! | `read.rs` | reading the TOML into sections; syntax errors, unknown sections |
+//! | `keys/` | the key tables: every key once, with its doc, default, range and kind |
+//! | `reference.rs` | the reference page and `config/courtesy.toml`, made from the key tables |
 //! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
-//! | `policy.rs` | [`HostPolicy`] and its defaults, the [`OffPeak`] window |
+//! | `policy.rs` | [`HostPolicy`], its groups of keys and their defaults, the [`OffPeak`] window |
 //! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`], [`Controller`] |
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
-//! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`] and their defaults |
+//! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`], [`SharedSettings`]: their keys and defaults |
 //! | `parent.rs` | [`UpstreamProxy`] and [`Route`]: parent proxy URLs, parsed and redacted |
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
 
 mod choices;
 mod file;
+pub mod keys;
 mod live;
 mod parent;
 mod pattern;
 mod policy;
 mod read;
+pub mod reference;
 mod settings;
 mod suggest;
 mod validate;
@@ -48,7 +53,9 @@ pub use choices::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, Resourc
 pub use live::LiveConfig;
 pub use parent::{ParentCredentials, ParentScheme, Route, UpstreamProxy, SOCKS_DEFAULT_PORT};
 pub use pattern::{HostPattern, HostRule};
-pub use policy::{HostPolicy, OffPeak};
+pub use policy::{
+    Adaptive, Blocks, BudgetScope, Cooldown, Forward, HostPolicy, OffPeak, Pacing, Robots,
+};
 pub use settings::{AdminSettings, AlertSettings, ProxySettings, SharedSettings};
 pub use word::ConfigWord;
 
@@ -99,19 +106,23 @@ impl Config {
 
     /// Validates config text; `name` is used in messages.
     pub fn parse(text: &str, name: &str) -> Result<Config, ConfigErrors> {
-        let (file, problems) = read::read(text, name)?;
         let mut v = Validator::new(name, text);
-        v.carry(problems);
+        let mut file = read::read(text, name, &mut v)?;
         let proxy = v.proxy(&file.proxy);
         let admin = v.admin(&file.admin, &proxy);
         let alerts = v.alerts(&file.alerts);
-        let shared = v.shared(&file.shared);
-        let base = HostPolicy {
-            upstream: proxy.upstream_proxy.clone(),
-            ..HostPolicy::default()
-        };
-        let defaults = v.policy(&base, &file.defaults, "[defaults]");
-        let hosts = v.host_rules(&file.host, &defaults, proxy.listen);
+        let shared = v.shared(file.shared.as_ref());
+        let mut base = HostPolicy::default();
+        base.forward.upstream = proxy.upstream_proxy.clone();
+        if let Some(value) = file.defaults.take("upstream_proxy") {
+            v.error(
+                value.span().start,
+                "[defaults] upstream_proxy: not a [defaults] key: [defaults] takes [proxy] \
+                 upstream_proxy, and a [[host]] rule may set its own",
+            );
+        }
+        let defaults = v.policy(&base, &file.defaults, "[defaults]", "[defaults] ");
+        let hosts = v.host_rules(&mut file.host, &defaults, proxy.listen);
         v.finish()?;
         Ok(Config {
             source: name.to_string(),

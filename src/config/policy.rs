@@ -7,145 +7,295 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::keys::host::{Agent, FileOffPeak, Markers, OffPeakWindow, Parent, Resources, Statuses};
+use super::keys::kinds::Kind as _;
+use super::keys::kinds::{between, Count, Flag, Millis, Rate, Seconds, Word};
+use super::keys::{keys, Group, Key};
 use super::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind, Route};
 use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 
-/// The pacing rules for one host, fully resolved (defaults merged with the most specific rule).
-#[derive(Debug, Clone, PartialEq)]
+/// The pacing rules for one host, fully resolved (defaults merged with the most specific rule),
+/// grouped by concern. The file stays flat: every key of every group is a key of `[defaults]`
+/// and `[[host]]`.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct HostPolicy {
-    /// Requests per second the host may receive (token refill rate).
-    pub rate: f64,
-    /// Requests that may leave at once after an idle spell (bucket capacity).
-    pub burst: u32,
-    /// Requests in flight to the host at the same time.
-    pub concurrency: u32,
-    /// 0..=1: each wait for a token is stretched by a random 0..jitter × 1/rate.
-    pub jitter: f64,
-    /// Requests that may wait for the host; the next one is refused with 503.
-    pub max_queue: usize,
-    /// How long a request may wait for its turn before it is answered with 503.
-    pub max_wait: Duration,
-    /// Whether the rate adapts to feedback (AIMD) between `min_rate` and `max_rate`.
-    pub adaptive: bool,
-    /// How the adaptive rate moves: AIMD or the learned limit (`controller`).
-    pub controller: Controller,
-    /// With the learned limit: how long after a cut the rate takes to come back to the learned
-    /// limit, and as long again before it probes past it.
-    pub probe_after: Duration,
-    /// With the learned limit: the learned limit is at least this far below the rate that met a
-    /// 429 (0.03: 3 % below).
-    pub learned_margin: f64,
-    /// The lowest rate adaptation may reach.
-    pub min_rate: f64,
-    /// The highest rate adaptation may reach, however healthy the host looks.
-    pub max_rate: f64,
-    /// Rate multiplier on 429 and overload (once per wave of responses).
-    pub decrease_factor: f64,
-    /// Rate multiplier when a response is slower than `slow_response`.
-    pub slow_factor: f64,
-    /// Latency to response headers above which the host counts as straining.
-    pub slow_response: Duration,
-    /// Rate added per healthy response while the budget was the bottleneck.
-    pub increase_step: f64,
-    /// Statuses that mean "overloaded": back off.
-    pub backoff_statuses: Vec<u16>,
-    /// The longest `Retry-After` (or RateLimit reset) honoured; longer ones are cut to this.
-    pub max_retry_after: Duration,
-    /// The first backoff window when the host gave no Retry-After.
-    pub backoff_initial: Duration,
-    /// The longest backoff window.
-    pub backoff_max: Duration,
-    /// What requests get while the host cools down.
-    pub on_cooldown: OnCooldown,
-    /// After a cooldown, the rate resumes at this fraction of the rate before it.
-    pub resume_factor: f64,
-    /// How often courtesy itself retries a bodiless GET/HEAD/OPTIONS that got 429/503.
-    pub retry_idempotent: u32,
-    /// What a CONNECT to this host becomes.
-    pub https: HttpsMode,
-    /// Whether robots.txt is fetched and obeyed for this host.
-    pub obey_robots: bool,
-    /// Whether courtesy acts on what it decides for this host. `false` is report-only (shadow)
-    /// mode: every request is forwarded at once, and what courtesy would have done (waits,
-    /// refusals, arrivals inside announced windows) is counted and logged.
-    pub enforce: bool,
-    /// What the budget is kept for: the `host:port`, the registrable domain or the address. The
-    /// rule matching the request's host decides.
-    pub key: KeyMode,
-    /// The robots.txt group to obey; `None`: the product token of the client's User-Agent.
-    pub robots_user_agent: Option<String>,
-    /// The longest Crawl-delay honoured as such; longer ones pace at this and log a warning.
-    pub max_crawl_delay: Duration,
-    /// How much of a text response is scanned for block markers.
-    pub block_scan_bytes: usize,
-    /// Strings that mark a challenge or block page (matched case-insensitively).
-    pub block_markers: Arc<BlockMarkers>,
-    /// How long a detected block pauses the host.
-    pub block_pause: Duration,
-    /// After a block pause, the rate resumes at this fraction of the rate before it.
-    pub block_resume_factor: f64,
-    /// This many 403s in a row count as a hard block (0: never).
-    pub hard_block_after: u32,
-    /// Resource kinds answered locally with 403 instead of being fetched.
-    pub skip_resources: Vec<ResourceKind>,
-    /// A different rate inside a daily time window.
-    pub off_peak: Option<OffPeak>,
-    /// Whether GET responses are stored, revalidated or served from the store.
-    pub cache: CacheMode,
-    /// Where this host's requests leave: straight to it, or through a parent proxy
-    /// (`upstream_proxy`, from the host's rule, else `[proxy]`). Pacing is the target's either way.
-    pub upstream: Route,
+    /// What one budget is kept for, and whether courtesy acts on it.
+    pub scope: BudgetScope,
+    /// How fast requests leave: the token bucket and the queue in front of it.
+    pub pacing: Pacing,
+    /// How the rate adapts to what the server says.
+    pub adaptive: Adaptive,
+    /// How the host cools down after 429s, overload and failures.
+    pub cooldown: Cooldown,
+    /// robots.txt.
+    pub robots: Robots,
+    /// Challenge pages, 403 walls and the resources not fetched at all.
+    pub blocks: Blocks,
+    /// How a request leaves: what a CONNECT becomes, the response store, a parent proxy.
+    pub forward: Forward,
 }
 
-impl Default for HostPolicy {
-    /// The seed article's defaults: one request per second, one in flight.
-    fn default() -> Self {
-        HostPolicy {
-            rate: 1.0,
-            burst: 1,
-            concurrency: 1,
-            jitter: 0.0,
-            max_queue: 1000,
-            max_wait: Duration::from_secs(300),
-            adaptive: false,
-            controller: Controller::Aimd,
-            probe_after: Duration::from_secs(30),
-            learned_margin: 0.03,
-            min_rate: 0.2,
-            max_rate: 5.0,
-            decrease_factor: 0.5,
-            slow_factor: 0.8,
-            slow_response: Duration::from_millis(2000),
-            increase_step: 0.05,
-            backoff_statuses: vec![500, 502, 503, 504],
-            max_retry_after: Duration::from_secs(600),
-            backoff_initial: Duration::from_secs(2),
-            backoff_max: Duration::from_secs(300),
-            on_cooldown: OnCooldown::Reject,
-            resume_factor: 0.5,
-            retry_idempotent: 0,
-            https: HttpsMode::Intercept,
-            obey_robots: true,
-            enforce: true,
-            key: KeyMode::Host,
-            robots_user_agent: None,
-            max_crawl_delay: Duration::from_secs(60),
-            block_scan_bytes: 64 * 1024,
-            block_markers: Arc::new(BlockMarkers::new(
-                DEFAULT_BLOCK_MARKERS
-                    .iter()
-                    .map(|m| m.to_string())
-                    .collect(),
-            )),
-            block_pause: Duration::from_secs(3600),
-            block_resume_factor: 0.25,
-            hard_block_after: 5,
-            skip_resources: Vec::new(),
-            off_peak: None,
-            cache: CacheMode::Off,
-            upstream: Route::Direct,
-        }
+impl HostPolicy {
+    /// Every key of `[defaults]` (and of `[[host]]`, which also takes `match` and
+    /// `upstream_proxy`), group by group with each group's doc, in the order the docs list them.
+    pub const GROUPS: [Group<HostPolicy>; 7] = [
+        (BudgetScope::DOC, BudgetScope::KEYS),
+        (Pacing::DOC, Pacing::KEYS),
+        (Adaptive::DOC, Adaptive::KEYS),
+        (Cooldown::DOC, Cooldown::KEYS),
+        (Robots::DOC, Robots::KEYS),
+        (Blocks::DOC, Blocks::KEYS),
+        (Forward::DOC, Forward::KEYS),
+    ];
+
+    /// `upstream_proxy` in a `[[host]]` rule: where the hosts it matches leave (`[defaults]` takes
+    /// `[proxy]`'s).
+    pub const RULE_UPSTREAM: Key<HostPolicy> = Key {
+        name: "upstream_proxy",
+        doc: &[
+            " `\"direct\"` or a parent URL for the hosts this rule matches (a `[[host]]` key only:",
+            " `[defaults]` takes it from `[proxy] upstream_proxy`).",
+        ],
+        takes: || Parent.takes(),
+        shown: |_| None,
+        example: Some("\"direct\""),
+        secret: || true,
+        read: |value, say, policy| {
+            let Some(url) = say.typed::<String>(value, "upstream_proxy", true) else {
+                return;
+            };
+            if let Some(route) = Parent.check(url, value.span().start, "upstream_proxy", say) {
+                policy.forward.upstream = route;
+            }
+        },
+    };
+
+    /// The key tables of [`HostPolicy::GROUPS`], for reading a section.
+    pub fn keys() -> [&'static [Key<HostPolicy>]; 7] {
+        HostPolicy::GROUPS.map(|(_, keys)| keys)
     }
+}
+
+keys! {
+    /// What one budget is kept for, and whether courtesy acts on it.
+    pub struct BudgetScope in HostPolicy.scope as KEYS {
+        /// What one budget is kept for: `"host"` (every `host:port`), `"domain"` (the registrable
+        /// domain) or `"ip"` (the address courtesy connects to).
+        ///
+        ///   "host"   - every host:port has its own budget (default)
+        ///   "domain" - one budget per registrable domain (Public Suffix List), port ignored:
+        ///              a.shop.example.co.uk and b.shop.example.co.uk:8443 share "example.co.uk",
+        ///              while alice.github.io and bob.github.io stay two sites
+        ///   "ip"     - one budget per address courtesy connects to (DNS answer held for its TTL,
+        ///              IPv4 first), port ignored: every name on one shared-hosting server shares it
+        /// The rule matching the request's host decides. Everything kept per budget follows the
+        /// key: rate, cooldowns, Crawl-delay caps (the strictest name's), blocks, metrics, /hosts
+        /// (which lists the names sharing it), the state file and the shared store. The pacing
+        /// keys of a shared budget come from the rule of the first name seen for it: give the
+        /// names one rule.
+        key: KeyMode = KeyMode::Host, from key: String, Word;
+        /// Whether courtesy acts on what it decides; `false` is report-only (shadow) mode.
+        ///
+        /// Report-only: nothing waits and nothing is refused (no cooldown, robots rule, queue or
+        /// skip_resources holds anything back); every request is forwarded at once, and what
+        /// courtesy would have done is counted: /metrics courtesy_shadow_* series, "shadow" in
+        /// /hosts, "(report-only)" in `courtesy status` and the dashboard. Feedback still moves
+        /// the host's pacing, so the counts show what the enforced courtesy would do now. Try it
+        /// on an existing crawl before letting courtesy act.
+        enforce: bool = true, from enforce: bool, Flag;
+    }
+}
+
+keys! {
+    /// How fast requests leave for one host: the token bucket and the queue in front of it. The
+    /// seed article's defaults: one request per second, one in flight.
+    pub struct Pacing in HostPolicy.pacing as KEYS {
+        /// Requests per second the host may receive (the token bucket's refill rate).
+        rate: f64 = 1.0, from rate: f64, Rate { max: 1_000_000.0 };
+        /// Requests that may leave back to back after an idle spell (the bucket's capacity).
+        burst: u32 = 1, from burst: i64, Count { min: 1, max: 1_000_000 };
+        /// Requests in flight to the host at once.
+        concurrency: u32 = 1, from concurrency: i64, Count { min: 1, max: 1_000_000 };
+        /// Each wait for a token is stretched by a random 0..jitter x 1/rate, never faster than
+        /// `rate`.
+        ///
+        /// Like Scrapy's RANDOMIZE_DOWNLOAD_DELAY, but never faster than the budget.
+        jitter: f64 = 0.0, from jitter: f64, between(0.0, 1.0);
+        /// Requests that may wait for the host; the next one gets 503 + Retry-After at once
+        /// (0: never wait).
+        max_queue: usize = 1000, from max_queue: i64, Count { min: 0, max: 10_000_000 };
+        /// A request that waited this long for its turn gets 503.
+        max_wait: Duration = Duration::from_secs(300),
+            from max_wait_seconds: f64, Seconds { min: 0.0, max: 86400.0 };
+        /// A different rate inside a daily window, in the site's time zone (run backfills
+        /// off-peak).
+        off_peak: Option<OffPeak> = None, from off_peak: FileOffPeak, OffPeakWindow,
+            example "{ hours = \"01:00-06:00\", timezone = \"Europe/Berlin\", rate = 5.0 }";
+    }
+}
+
+keys! {
+    /// How the rate adapts to what the server says (see docs/reacting.md).
+    pub struct Adaptive in HostPolicy.adaptive as KEYS {
+        /// Adapt the rate to feedback between `min_rate` and `max_rate`; `rate` is where it
+        /// starts.
+        enabled: bool = false, from adaptive: bool, Flag;
+        /// How the adaptive rate moves: `"aimd"`, or `"cubic"` (the learned limit).
+        ///
+        ///   "aimd": 429/overload -> x decrease_factor, slow -> x slow_factor, healthy while the
+        ///           budget was the bottleneck -> + increase_step; after a cooldown,
+        ///           resume_factor x the rate.
+        ///   "cubic": the learned limit. A 429 teaches the rate the server allows (what it served
+        ///           lately, and at least learned_margin below the rate that met it; a long
+        ///           Retry-After lowers it); the rate resumes just below it, comes back to it on a
+        ///           cubic curve over probe_after_seconds, then probes past it slowly, faster the
+        ///           longer the server says yes. A limit met again at the same rate is probed less
+        ///           often (up to 2 x probe_after_seconds). Latency (smoothed) above
+        ///           slow_response_ms cuts the rate in proportion; from 80 % of it the rate holds.
+        ///           The first 429 cuts by decrease_factor; increase_step applies until then. A
+        ///           quota the server announces (RateLimit-Policy, RateLimit-Limit,
+        ///           X-RateLimit-Limit) is the learned limit at once, up or down, without a 429.
+        /// aimd stays the default: where a server does not announce its quota, aimd still finds
+        /// a raised limit sooner (docs/reacting.md, "The adaptive rate: two controllers").
+        controller: Controller = Controller::Aimd, from controller: String, Word;
+        /// cubic: how long after a cut the rate takes to come back to the learned limit, and as
+        /// long again before it probes past it.
+        probe_after: Duration = Duration::from_secs(30),
+            from probe_after_seconds: f64, Seconds { min: 0.1, max: 3600.0 };
+        /// cubic: the learned limit is at least this far below the rate that met a 429 (0.03:
+        /// 3 % below), and this far under a quota the server announces.
+        learned_margin: f64 = 0.03, from learned_margin: f64, between(0.0, 0.5);
+        /// The lowest rate adaptation or a cooldown may bring the host to.
+        min_rate: f64 = 0.2, from min_rate: f64, between(1e-6, 1e6);
+        /// The highest rate adaptation may reach, however healthy the host looks.
+        max_rate: f64 = 5.0, from max_rate: f64, between(1e-6, 1e6);
+        /// Rate multiplier on 429 and overload, once per wave of answers to requests in flight
+        /// together (cubic: only the first 429, before it has learned anything).
+        decrease_factor: f64 = 0.5, from decrease_factor: f64, between(0.01, 1.0);
+        /// Rate multiplier when a response's headers take longer than `slow_response_ms` (aimd).
+        slow_factor: f64 = 0.8, from slow_factor: f64, between(0.01, 1.0);
+        /// Latency to response headers above which the host counts as straining.
+        slow_response: Duration = Duration::from_millis(2000),
+            from slow_response_ms: i64, Millis(Count { min: 1, max: 3_600_000 });
+        /// Rate added per healthy response that had to wait for its turn (cubic: until its first
+        /// 429).
+        increase_step: f64 = 0.05, from increase_step: f64, between(0.0, 1e6);
+    }
+}
+
+keys! {
+    /// How the host cools down after 429s, overload and failures.
+    pub struct Cooldown in HostPolicy.cooldown as KEYS {
+        /// Statuses that mean "overloaded": back off (429 always means "throttled").
+        backoff_statuses: Vec<u16> = vec![500, 502, 503, 504],
+            from backoff_statuses: Vec<i64>, Statuses;
+        /// The longest Retry-After (or RateLimit reset) honoured; longer ones are cut to this.
+        max_retry_after: Duration = Duration::from_secs(600),
+            from max_retry_after_seconds: f64, Seconds { min: 0.0, max: 7.0 * 86400.0 };
+        /// The first cooldown when the host gave no Retry-After (and after connection failures).
+        ///
+        /// It doubles per wave up to backoff_max_seconds, +0..25 % jitter; a healthy response
+        /// resets it.
+        backoff_initial: Duration = Duration::from_secs(2),
+            from backoff_initial_seconds: f64, Seconds { min: 0.001, max: 86400.0 };
+        /// The longest cooldown without Retry-After.
+        backoff_max: Duration = Duration::from_secs(300),
+            from backoff_max_seconds: f64, Seconds { min: 0.001, max: 7.0 * 86400.0 };
+        /// What requests get while the host cools down: `"reject"` (a local 429 at once) or
+        /// `"hold"` (wait out the window).
+        ///
+        /// "reject" answers every request (new and queued) with a local 429 and Retry-After =
+        /// the time left; "hold" keeps them queued, in order, until the window ends (up to
+        /// max_wait_seconds, then the local 429).
+        on_cooldown: OnCooldown = OnCooldown::Reject, from on_cooldown: String, Word;
+        /// After a cooldown the rate resumes at this fraction of the rate before it, then climbs
+        /// back.
+        ///
+        /// aimd, and hosts without adaptive; cubic resumes just below its learned limit.
+        resume_factor: f64 = 0.5, from resume_factor: f64, between(0.01, 1.0);
+        /// How often courtesy itself retries a bodiless GET/HEAD/OPTIONS that got 429/503, after
+        /// the cooldown (never any other method; 0: off).
+        retry_idempotent: u32 = 0, from retry_idempotent: i64, Count { min: 0, max: 10 };
+    }
+}
+
+keys! {
+    /// robots.txt (see docs/robots-blocks-cache.md).
+    pub struct Robots in HostPolicy.robots as KEYS {
+        /// Fetch robots.txt once per host and obey it: a disallowed path gets a local 403;
+        /// Crawl-delay caps the rate.
+        ///
+        /// Fetched through the host's budget and cached 24 h. 4xx = everything allowed; 5xx, 429
+        /// or unreachable = everything disallowed until a retry 60 s later.
+        obey: bool = true, from obey_robots: bool, Flag;
+        /// The robots.txt group to obey; empty: the product token of the client's User-Agent
+        /// ("python-requests/2.31" -> "python-requests"), falling back to "*".
+        user_agent: Option<String> = None, from robots_user_agent: String, Agent;
+        /// The longest Crawl-delay honoured as such; longer ones pace at this and log a warning.
+        max_crawl_delay: Duration = Duration::from_secs(60),
+            from max_crawl_delay_seconds: f64, Seconds { min: 0.001, max: 86400.0 };
+    }
+}
+
+keys! {
+    /// Challenge pages, 403 walls, and the resources not fetched at all.
+    pub struct Blocks in HostPolicy.blocks as KEYS {
+        /// How much of a text response (not a compressed one) is scanned for block markers as it
+        /// streams.
+        scan_bytes: usize = 64 * 1024,
+            from block_scan_bytes: i64, Count { min: 0, max: 16 * 1024 * 1024 };
+        /// Strings that mark a challenge or block page (matched case-insensitively); a match
+        /// pauses the host.
+        markers: Arc<BlockMarkers> = default_markers(), from block_markers: Vec<String>, Markers;
+        /// How long a detected block (a marker, or hard_block_after 403s in a row) pauses the
+        /// host.
+        pause: Duration = Duration::from_secs(3600),
+            from block_pause_seconds: f64, Seconds { min: 1.0, max: 30.0 * 86400.0 };
+        /// After a block pause, the rate resumes at this fraction of the rate before it.
+        resume_factor: f64 = 0.25, from block_resume_factor: f64, between(0.01, 1.0);
+        /// This many 403s in a row count as a hard block (0: never).
+        hard_block_after: u32 = 5, from hard_block_after: i64, Count { min: 0, max: 1000 };
+        /// Kinds of sub-resources answered locally with 403 instead of fetched: "image", "font",
+        /// "script", "stylesheet", "media" (by path extension, else by Accept).
+        skip_resources: Vec<ResourceKind> = Vec::new(), from skip_resources: Vec<String>, Resources;
+    }
+}
+
+keys! {
+    /// How a request leaves: what a CONNECT becomes, the response store, a parent proxy.
+    pub struct Forward in HostPolicy.forward as KEYS {
+        /// What a CONNECT (HTTPS_PROXY) becomes: `"intercept"` (terminate TLS and pace each
+        /// request) or `"tunnel"` (copy bytes, pace connections).
+        ///
+        /// "intercept": courtesy terminates TLS with its local CA (see `courtesy ca`) and paces
+        /// every request inside. "tunnel": bytes are copied blindly; the CONNECT takes one turn
+        /// and holds one concurrency slot for the tunnel's life, which paces connections, not
+        /// requests. Plain HTTP inside a CONNECT is paced per request either way.
+        https: HttpsMode = HttpsMode::Intercept, from https: String, Word;
+        /// Stored GET responses: `"off"`, `"revalidate"` (conditional repeats, a 304 answered
+        /// from the store) or `"dev"` (repeats served from the store).
+        ///
+        /// "revalidate" stores responses with ETag/Last-Modified, revalidates repeats with
+        /// If-None-Match/If-Modified-Since and answers a 304 from the store as the full 200;
+        /// "dev" answers repeats from the store without asking the origin, for developing
+        /// parsers.
+        cache: CacheMode = CacheMode::Off, from cache: String, Word;
+    }
+    also {
+        /// Where this host's requests leave: straight to it, or through a parent proxy
+        /// (`upstream_proxy`, from the host's rule, else `[proxy]`). Pacing is the target's
+        /// either way.
+        upstream: Route = Route::Direct;
+    }
+}
+
+/// The markers courtesy knows by default.
+fn default_markers() -> Arc<BlockMarkers> {
+    let markers = DEFAULT_BLOCK_MARKERS
+        .iter()
+        .map(|m| m.to_string())
+        .collect();
+    Arc::new(BlockMarkers::new(markers))
 }
 
 /// A daily window with its own rate (`off_peak = { hours, timezone, rate }`).

@@ -1,22 +1,24 @@
-//! Reading a file into its structs (`file.rs`) while finding every problem at once: a key that
-//! does not exist or a value of the wrong type is reported with file, line and key, taken out, and
-//! the rest of the file read again, so that one `courtesy check` lists all of a file's problems.
-//! Syntax errors are all reported too, but then nothing more is read.
+//! Reading the TOML text into its sections (`file.rs`): syntax errors stop here, all of them
+//! reported; a section that is not a table, or a table the config does not know, is reported
+//! with its line and left out. The keys inside each section are read by the key tables.
 
-use serde::Deserialize as _;
-use toml::de::{DeArray, DeTable, DeValue, ValueDeserializer};
+use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::file::FileConfig;
+use super::file::{FileConfig, Section};
+use super::validate::Validator;
 use super::{line_of, ConfigErrors};
 
-/// More problems than this in one file are not worth listing one by one.
-const MAX_PROBLEMS: usize = 64;
+/// The sections a file may have, in the order messages list them.
+const SECTIONS: [&str; 6] = ["proxy", "defaults", "host", "admin", "alerts", "shared"];
 
-/// The file's structure with every entry that did not fit taken out, and one message per problem
-/// (`name:line: key: what`). Only syntax errors stop it.
-pub(super) fn read(text: &str, name: &str) -> Result<(FileConfig, Vec<String>), ConfigErrors> {
-    let (mut root, syntax) = DeTable::parse_recoverable(text);
+/// The file's sections; a syntax error ends reading at once, every other problem goes to `v`.
+pub(super) fn read<'t>(
+    text: &'t str,
+    name: &str,
+    v: &mut Validator<'_>,
+) -> Result<FileConfig<'t>, ConfigErrors> {
+    let (root, syntax) = DeTable::parse_recoverable(text);
     if !syntax.is_empty() {
         let errors = syntax
             .iter()
@@ -27,95 +29,65 @@ pub(super) fn read(text: &str, name: &str) -> Result<(FileConfig, Vec<String>), 
             .collect();
         return Err(ConfigErrors { errors });
     }
-    // Found in the order serde meets them; listed in the order of the file.
-    let mut problems: Vec<(usize, String)> = Vec::new();
-    let in_file_order = |mut problems: Vec<(usize, String)>| {
-        problems.sort_by_key(|(line, _)| *line);
-        problems.into_iter().map(|(_, p)| p).collect::<Vec<_>>()
+    let mut file = FileConfig::default();
+    for (key, value) in root.get_ref().iter() {
+        let key: &str = key.get_ref();
+        let at = value.span().start;
+        match key {
+            "host" => match value.get_ref() {
+                DeValue::Array(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        match section_of(item) {
+                            Some(rule) => file.host.push(rule),
+                            None => v.error(
+                                item.span().start,
+                                &format!("[[host]] {}: invalid type: expected a table", i + 1),
+                            ),
+                        }
+                    }
+                }
+                _ => v.error(
+                    at,
+                    "host: invalid type: expected an array of tables ([[host]])",
+                ),
+            },
+            "proxy" | "defaults" | "admin" | "alerts" | "shared" => {
+                let Some(section) = section_of(value) else {
+                    v.error(
+                        at,
+                        &format!("{key}: invalid type: expected a table ([{key}])"),
+                    );
+                    continue;
+                };
+                match key {
+                    "proxy" => file.proxy = section,
+                    "defaults" => file.defaults = section,
+                    "admin" => file.admin = section,
+                    "alerts" => file.alerts = section,
+                    _ => file.shared = Some(section),
+                }
+            }
+            other => {
+                let message = super::suggest::unknown_key(other, &SECTIONS);
+                v.error(at, &format!("{other}: {message}"));
+            }
+        }
+    }
+    Ok(file)
+}
+
+/// The table `value` holds, as a section; `None` when it is not a table.
+fn section_of<'t>(value: &Spanned<DeValue<'t>>) -> Option<Section<'t>> {
+    let DeValue::Table(table) = value.get_ref() else {
+        return None;
     };
-    loop {
-        let value = Spanned::new(root.span(), DeValue::Table(root.get_ref().clone()));
-        let error = match FileConfig::deserialize(ValueDeserializer::from(value)) {
-            Ok(file) => return Ok((file, in_file_order(problems))),
-            Err(error) => error,
-        };
-        let at = error.span().map(|s| s.start);
-        let line = at.map_or(0, |at| line_of(text, at));
-        let removed = at.and_then(|at| take_out(root.get_mut(), at));
-        let key = removed
-            .as_deref()
-            .map(|path| format!("{path}: "))
-            .unwrap_or_default();
-        let message = match removed.as_deref() {
-            // A secret of the wrong type is still a secret: its value is not repeated.
-            Some(path) if is_secret(path) => {
-                "wrong type (the value is not shown): expected a string".to_string()
-            }
-            _ => super::suggest::with_suggestion(error.message().trim()),
-        };
-        problems.push((line, format!("{name}:{line}: {key}{message}")));
-        if removed.is_none() || problems.len() >= MAX_PROBLEMS {
-            return Err(ConfigErrors {
-                errors: in_file_order(problems),
-            });
-        }
-    }
-}
-
-/// Whether the key the file names as `path` holds a secret (a token, a URL that may carry one).
-fn is_secret(path: &str) -> bool {
-    matches!(
-        path,
-        "[admin] token" | "[alerts] webhook" | "[shared] redis_url" | "[proxy] upstream_proxy"
-    ) || path.ends_with(" upstream_proxy")
-}
-
-/// Removes the innermost entry of `table` at byte `at` of the file (a key, or its value), or the
-/// `[[host]]` element there; returns how the file names it (`[defaults] rate`, `[[host]] 2`).
-/// Tables are searched first: a table's own span need not cover the lines under its header.
-fn take_out(table: &mut DeTable<'_>, at: usize) -> Option<String> {
-    let keys: Vec<String> = table.keys().map(|k| k.get_ref().to_string()).collect();
-    for key in &keys {
-        let Some(value) = table.get_mut(key.as_str()) else {
-            continue;
-        };
-        let inner = match value.get_mut() {
-            DeValue::Table(inner) => take_out(inner, at).map(|path| match path {
-                p if p.starts_with('[') => p,
-                p => format!("[{key}] {p}"),
-            }),
-            DeValue::Array(items) => take_out_of_array(items, at, key),
-            _ => None,
-        };
-        if inner.is_some() {
-            return inner;
-        }
-    }
-    let key = table
+    let mut entries: Vec<(String, Spanned<DeValue<'t>>)> = table
         .iter()
-        .find(|(k, v)| k.span().contains(&at) || v.span().contains(&at))
-        .map(|(k, _)| k.get_ref().to_string())?;
-    table.remove(key.as_str());
-    Some(key)
-}
-
-/// Within an array of tables: the entry inside an element at `at`, else the element at `at`.
-fn take_out_of_array(items: &mut DeArray<'_>, at: usize, key: &str) -> Option<String> {
-    let slots: &mut [Spanned<DeValue<'_>>] = items;
-    for (index, slot) in slots.iter_mut().enumerate() {
-        if let DeValue::Table(element) = slot.get_mut() {
-            if let Some(path) = take_out(element, at) {
-                return Some(format!("[[{key}]] {}: {path}", index + 1));
-            }
-        }
-    }
-    let index = items.iter().position(|item| item.span().contains(&at))?;
-    let mut kept = DeArray::new();
-    for (i, item) in items.iter().enumerate() {
-        if i != index {
-            kept.push(item.clone());
-        }
-    }
-    *items = kept;
-    Some(format!("[[{key}]] {}", index + 1))
+        .map(|(k, v)| (k.get_ref().to_string(), v.clone()))
+        .collect();
+    entries.sort_by_key(|(_, v)| v.span().start);
+    Some(Section {
+        at: value.span().start,
+        entries,
+    })
 }

@@ -1,5 +1,5 @@
-//! Settings of the process rather than of a host: `[proxy]`, `[admin]` and `[alerts]`, with their
-//! defaults.
+//! Settings of the process rather than of a host: `[proxy]`, `[admin]`, `[alerts]` and
+//! `[shared]`, each key written once with its doc, default and range (see `keys`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,93 +8,147 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
+use toml::Spanned;
+
+use super::keys::host::Parent;
+use super::keys::keys;
+use super::keys::kinds::{Count, Flag, Maybe, Mebibytes, Millis, Number, Seconds};
+use super::keys::process::{
+    Address, ExistingFile, KeyPrefix, Networks, Path, Ports, StoreUrl, Token, Webhook,
+};
+use super::Route;
 use crate::resolve::StaticHosts;
 
-/// Settings of the proxy process itself (`[proxy]`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProxySettings {
-    /// Where clients connect.
-    pub listen: SocketAddr,
-    /// Where the admin API listens.
-    pub admin_listen: SocketAddr,
-    /// Where state that outlives a run is kept (CA, cooldowns).
-    pub state_dir: PathBuf,
-    /// Upstream TCP connect (and DNS) timeout.
-    pub connect_timeout: Duration,
-    /// Time from sending a request upstream to its response headers.
-    pub response_timeout: Duration,
-    /// Requests in flight to all hosts together.
-    pub max_in_flight: usize,
-    /// How long in-flight requests may take to finish at shutdown.
-    pub shutdown_grace: Duration,
-    /// Client networks allowed (loopback only when empty); required to listen beyond loopback.
-    pub allow_clients: Vec<IpNet>,
-    /// A host idle this long (and with a full bucket) is forgotten.
-    pub idle_host: Duration,
-    /// Ports a CONNECT may open a tunnel to.
-    pub connect_ports: Vec<u16>,
-    /// A PEM file of extra roots trusted for upstream TLS (private CAs).
-    pub upstream_ca: Option<PathBuf>,
-    /// A file in `/etc/hosts` format whose names courtesy resolves itself, before DNS.
-    pub hosts_file: Option<PathBuf>,
-    /// What `hosts_file` says, read when the config was.
-    pub static_hosts: Arc<StaticHosts>,
-    /// The response store's size bound, in bytes.
-    pub cache_max_bytes: u64,
-    /// A ceiling on requests per second to all hosts together (the crawler's own egress), on top
-    /// of every host's budget; `None`: no ceiling.
-    pub global_rate: Option<f64>,
-    /// Requests that may leave back to back under `global_rate` after a quiet spell.
-    pub global_burst: u32,
-    /// Where requests leave by default (`upstream_proxy`): straight to the target, or through a
-    /// parent proxy; a `[[host]]` rule may say otherwise for its hosts.
-    pub upstream_proxy: super::Route,
-    /// Client connections open at once on the proxy listener (`max_connections`); more are
-    /// answered 503 and closed before a byte is read. Lowered at start to fit the fd limit.
-    pub max_connections: usize,
-    /// Client connections open at once from one address (`max_connections_per_client`).
-    pub max_connections_per_client: usize,
-    /// Upstream connections open at once, all hosts and parents together, idle pooled ones
-    /// included (`max_upstream_connections`); a request that finds none free within the connect
-    /// timeout gets 503 connection_limit_reached, never held against its host.
-    pub max_upstream_connections: usize,
-    /// How long a client may take to send its first byte, and then a whole request head
-    /// (`header_timeout_seconds`), on the proxy and admin listeners.
-    pub header_timeout: Duration,
-    /// Networks courtesy never connects to for a client (`deny_destinations`), judged on the
-    /// address a target resolves to: cloud metadata, the team's private ranges.
-    pub deny_destinations: Vec<IpNet>,
-    /// Networks inside `deny_destinations` that are open all the same (`allow_destinations`).
-    pub allow_destinations: Vec<IpNet>,
-}
-
-impl Default for ProxySettings {
-    fn default() -> Self {
-        ProxySettings {
-            listen: SocketAddr::from(([127, 0, 0, 1], 3128)),
-            admin_listen: SocketAddr::from(([127, 0, 0, 1], 3129)),
-            state_dir: default_state_dir(),
-            connect_timeout: Duration::from_secs(10),
-            response_timeout: Duration::from_secs(60),
-            max_in_flight: 512,
-            shutdown_grace: Duration::from_secs(10),
-            allow_clients: Vec::new(),
-            idle_host: Duration::from_secs(600),
-            connect_ports: vec![443, 80],
-            upstream_ca: None,
-            hosts_file: None,
-            static_hosts: Arc::default(),
-            cache_max_bytes: 512 * 1024 * 1024,
-            global_rate: None,
-            global_burst: 1,
-            upstream_proxy: super::Route::Direct,
-            max_connections: 4096,
-            max_connections_per_client: 256,
-            max_upstream_connections: 8192,
-            header_timeout: Duration::from_secs(30),
-            deny_destinations: Vec::new(),
-            allow_destinations: Vec::new(),
-        }
+keys! {
+    /// Settings of the proxy process itself (`[proxy]`).
+    pub struct ProxySettings in ProxySettings as KEYS {
+        /// Where crawlers connect (set HTTP_PROXY / HTTPS_PROXY to http://<this>).
+        listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 3128)), from listen: String, Address;
+        /// The admin listener: the dashboard, /metrics, the host API, operator actions, reload
+        /// and the CA certificate. Never the proxy port.
+        admin_listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 3129)),
+            from admin_listen: String, Address;
+        /// Clients allowed to use courtesy, as CIDR networks or single IPs; empty: loopback only.
+        ///
+        /// Required (courtesy refuses to start without it) when listen or admin_listen is not a
+        /// loopback address: courtesy is never an open proxy. When set, it replaces the loopback
+        /// default, so list "127.0.0.0/8" too if local clients should keep access. A client
+        /// outside it is closed at accept, before a byte is read (no answer at all).
+        allow_clients: Vec<IpNet> = Vec::new(), from allow_clients: Vec<Spanned<String>>, Networks;
+        /// Client connections open at once on the proxy listener; beyond it a new connection gets
+        /// a short 503 (connection_limit_reached) and is closed.
+        ///
+        /// Lowered at start to fit the open file limit (courtesy raises its soft RLIMIT_NOFILE to
+        /// the hard limit; each client connection may hold an upstream one too, so it counts
+        /// twice).
+        max_connections: usize = 4096, from max_connections: i64, Count { min: 1, max: 1_000_000 };
+        /// Client connections open at once from one address, on the proxy listener.
+        max_connections_per_client: usize = 256,
+            from max_connections_per_client: i64, Count { min: 1, max: 1_000_000 };
+        /// Upstream connections open at once, to all hosts and through every parent together,
+        /// idle pooled ones included.
+        ///
+        /// Idle ones close after 90 s. A request that finds none free within
+        /// connect_timeout_seconds gets 503 connection_limit_reached; it is courtesy's own limit,
+        /// so the host gets no backoff and no rate cut (nor for courtesy running out of file
+        /// descriptors: 503 proxy_internal_error). Lowered at start to fit the open file limit.
+        max_upstream_connections: usize = 8192,
+            from max_upstream_connections: i64, Count { min: 1, max: 1_000_000 };
+        /// How long a client may take to send its first byte after connecting, and then each
+        /// request's whole head, on both listeners; a connection that does not is closed.
+        header_timeout: Duration = Duration::from_secs(30),
+            from header_timeout_seconds: f64, Seconds { min: 0.1, max: 3600.0 };
+        /// Where state that outlives a run is kept (the CA, cooldowns, the response store).
+        /// Default: $XDG_STATE_HOME/courtesy, else ~/.local/state/courtesy.
+        state_dir: PathBuf = default_state_dir(), from state_dir: String, Path,
+            example "\"~/.local/state/courtesy\"";
+        /// Upstream DNS + TCP connect timeout; a miss answers 504 (dns_timeout /
+        /// connection_timeout).
+        connect_timeout: Duration = Duration::from_secs(10),
+            from connect_timeout_seconds: f64, Seconds { min: 0.001, max: 3600.0 };
+        /// Time from sending a request upstream to its response headers; a miss answers 504
+        /// (http_response_timeout).
+        response_timeout: Duration = Duration::from_secs(60),
+            from response_timeout_seconds: f64, Seconds { min: 0.001, max: 86400.0 };
+        /// Requests in flight to all hosts together (a global cap on top of each host's
+        /// concurrency).
+        max_in_flight: usize = 512, from max_in_flight: i64, Count { min: 1, max: 1_000_000 };
+        /// A ceiling on requests per second to all hosts together (this crawler's own egress), on
+        /// top of every host's budget; unset: no ceiling.
+        ///
+        /// Waiting for it is FIFO across hosts and costs no CPU; it is per instance, also with
+        /// [shared]. Setting or lifting it needs a restart; a new value applies at a reload.
+        global_rate: Option<f64> = None,
+            from global_rate: f64, Maybe(Number { min: 0.001, max: 1_000_000.0, unit: "/s" }),
+            example "50.0";
+        /// Requests that may leave back to back under global_rate after a quiet spell.
+        global_burst: u32 = 1, from global_burst: i64, Count { min: 1, max: 1_000_000 };
+        /// At SIGINT/SIGTERM, queued requests get 503 at once; requests in flight get this long
+        /// to finish.
+        shutdown_grace: Duration = Duration::from_secs(10),
+            from shutdown_grace_seconds: f64, Seconds { min: 0.0, max: 3600.0 };
+        /// A host with nothing queued or in flight, idle this long and with a full bucket, is
+        /// forgotten (it comes back exactly as a fresh host would).
+        ///
+        /// Idle upstream connections are closed after 90 s, or after this when it is shorter.
+        idle_host: Duration = Duration::from_secs(600),
+            from idle_host_seconds: f64, Seconds { min: 1.0, max: 30.0 * 86400.0 };
+        /// The size bound of the response store under state_dir/cache (see `cache`), least
+        /// recently used out.
+        cache_max_bytes: u64 = 512 * 1024 * 1024,
+            from cache_max_mb: i64, Mebibytes(Count { min: 1, max: 1024 * 1024 });
+        /// Ports a blind tunnel (https = "tunnel") may open to; others get 403
+        /// (http_request_denied).
+        ///
+        /// In intercept mode a CONNECT to any port is served, since what comes inside is HTTP or
+        /// TLS that courtesy paces request by request (anything else is refused).
+        connect_ports: Vec<u16> = vec![443, 80], from connect_ports: Vec<Spanned<i64>>, Ports;
+        /// A PEM file of extra roots to trust for upstream TLS (a company CA, a test CA), on top
+        /// of the public webpki roots.
+        ///
+        /// Upstream certificates are always verified; a failure answers 502
+        /// (tls_certificate_error) and no request is sent.
+        upstream_ca: Option<PathBuf> = None, from upstream_ca: String, Maybe(ExistingFile),
+            example "\"/etc/courtesy/private-roots.pem\"";
+        /// A file in /etc/hosts format whose names courtesy resolves itself before asking DNS,
+        /// like Squid's hosts_file or curl's --resolve (restart to change).
+        ///
+        /// "address name name ..." per line: a staging site under its real name. Read at start
+        /// (a bad line fails start-up with its line number).
+        hosts_file: Option<PathBuf> = None, from hosts_file: String, Maybe(Path),
+            example "\"/etc/courtesy/hosts\"";
+        /// A parent proxy every request leaves through (a company proxy, a proxy pool);
+        /// "direct": none. A [[host]] rule may say otherwise for its hosts.
+        ///
+        /// Pacing, feedback and interception stay keyed by the target host.
+        ///   "http://user:pass@host:port"  http:// targets as absolute-form requests, https://
+        ///                                 and tunnels through CONNECT (TLS to the target end to
+        ///                                 end); the port is required; the credentials go as
+        ///                                 Proxy-Authorization: Basic.
+        ///   "socks5://user:pass@host:port"  SOCKS5 (RFC 1928/1929); courtesy resolves the name.
+        ///   "socks5h://user:pass@host:port" SOCKS5; the parent resolves the name. Port: 1080.
+        /// User and password are optional and percent-decoded (%40 for @); they are never logged
+        /// or shown (user:*** at most). The parent's failures answer 502/504 with a Proxy-Status
+        /// naming it and do not count against the target. Changes at a reload.
+        upstream_proxy: Route = Route::Direct, from upstream_proxy: String, Parent;
+        /// Networks courtesy never connects a client to, as CIDR networks or single IPs, judged
+        /// on every address the target resolves to (restart to change).
+        ///
+        /// Never judged on the name's spelling, so DNS rebinding and `127.1` cannot pass; for
+        /// plain requests, CONNECT, blind tunnels and robots.txt fetches: 403 with Proxy-Status:
+        /// courtesy; error=destination_ip_prohibited, nothing dialed. A name with any address in
+        /// the list is refused. Empty: none (a machine's own crawler). A shared proxy denies this
+        /// machine, link-local (cloud metadata) and private ranges; see config/team.toml.
+        deny_destinations: Vec<IpNet> = Vec::new(),
+            from deny_destinations: Vec<Spanned<String>>, Networks;
+        /// Networks inside deny_destinations that are open all the same (the team's staging
+        /// subnet).
+        allow_destinations: Vec<IpNet> = Vec::new(),
+            from allow_destinations: Vec<Spanned<String>>, Networks;
+    }
+    also {
+        /// What `hosts_file` says, read when the config was.
+        static_hosts: Arc<StaticHosts> = Arc::default();
     }
 }
 
@@ -109,78 +163,100 @@ fn default_state_dir() -> PathBuf {
     PathBuf::from(".courtesy-state")
 }
 
-/// Where courtesy tells a human that a host blocked it (`[alerts]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AlertSettings {
-    /// A URL that receives a JSON POST when a host is blocked.
-    pub webhook: Option<http::Uri>,
-    /// How long one POST may take; it is never retried in a loop.
-    pub webhook_timeout: Duration,
-}
-
-impl Default for AlertSettings {
-    fn default() -> Self {
-        AlertSettings {
-            webhook: None,
-            webhook_timeout: Duration::from_secs(5),
-        }
+keys! {
+    /// Where courtesy tells a human that a host blocked it (`[alerts]`).
+    pub struct AlertSettings in AlertSettings as KEYS {
+        /// A URL that receives one JSON POST when a host is blocked (soft or hard block).
+        ///
+        /// {"event": "host_blocked", "host", "cause", "detail", "pause_seconds", "until_unix_ms",
+        /// "courtesy"}. Sent off the request path, never retried in a loop.
+        webhook: Option<http::Uri> = None, from webhook: String, Maybe(Webhook),
+            example "\"https://hooks.example.com/courtesy\"";
+        /// How long one POST may take; it is never retried in a loop.
+        webhook_timeout: Duration = Duration::from_secs(5),
+            from webhook_timeout_seconds: f64, Seconds { min: 0.1, max: 60.0 };
     }
 }
 
-/// Settings of the admin listener (`[admin]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdminSettings {
-    /// Bearer token required on every admin request when set; required to bind beyond loopback.
-    pub token: Option<String>,
-    /// Hosts that get their own `host` label in /metrics; the rest are summed as `host="other"`.
-    pub metrics_max_hosts: usize,
-    /// Connections open at once on the admin listener (`max_connections`): its own count, so a
-    /// flood on the proxy port never starves `/healthz`.
-    pub max_connections: usize,
-    /// Admin connections open at once from one address (`max_connections_per_client`).
-    pub max_connections_per_client: usize,
-}
-
-impl Default for AdminSettings {
-    fn default() -> Self {
-        AdminSettings {
-            token: None,
-            metrics_max_hosts: 1000,
-            max_connections: 64,
-            max_connections_per_client: 16,
-        }
+keys! {
+    /// Settings of the admin listener (`[admin]`).
+    pub struct AdminSettings in AdminSettings as KEYS {
+        /// Bearer token required on every admin request when set; required when [proxy]
+        /// admin_listen is not a loopback address.
+        ///
+        /// `courtesy status` reads it from here or from $COURTESY_ADMIN_TOKEN.
+        token: Option<String> = None, from token: String, Maybe(Token),
+            example "\"change-me-to-a-long-random-string\"";
+        /// Hosts that get their own `host` label in /metrics; the rest are summed as
+        /// host="other".
+        ///
+        /// A forgotten (idle) host's series are dropped and its slot goes to the next host.
+        metrics_max_hosts: usize = 1000,
+            from metrics_max_hosts: i64, Count { min: 0, max: 1_000_000 };
+        /// Connections open at once on the admin listener, counted apart from the proxy's so
+        /// that a flood there never starves /healthz.
+        ///
+        /// Beyond it a short 503 (connection_limit_reached) and a close.
+        max_connections: usize = 64, from max_connections: i64, Count { min: 1, max: 100_000 };
+        /// Admin connections open at once from one address.
+        max_connections_per_client: usize = 16,
+            from max_connections_per_client: i64, Count { min: 1, max: 100_000 };
     }
 }
 
-/// Settings of the shared budget (`[shared]`): several instances on one Redis (or Valkey) keep one
-/// budget per host, as if they were one courtesy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SharedSettings {
-    /// The store's URL: `redis://` or `rediss://` (TLS through rustls) for one server,
-    /// `redis+cluster://h1:p1,h2:p2,…` for a Redis Cluster, `redis+sentinel://s1:p1,…/<master>`
-    /// for a master found through Redis Sentinel (`rediss+…` with TLS).
-    pub redis_url: String,
-    /// Instances with the same `redis_url` and `key_prefix` share budgets.
-    pub key_prefix: String,
-    /// How many instances share the budget: while the store cannot be reached, each keeps
-    /// `1/instances` of every budget. `None`: the most live instances seen recently.
-    pub instances: Option<u32>,
-    /// How long one round trip to the store may take before this instance falls back to its share.
-    pub timeout: Duration,
-    /// How long a concurrency slot outlives an instance that died holding it (renewed while the
-    /// request lasts).
-    pub lease: Duration,
-    /// PEM file of the CA(s) that sign the store's certificate (`rediss://`), instead of the
-    /// system's roots.
-    pub ca_file: Option<PathBuf>,
-    /// PEM files of this instance's client certificate and its key, for a store that asks for
-    /// one (`redis-server --tls-auth-clients yes`); both or neither, TLS URLs only.
-    pub cert_file: Option<PathBuf>,
-    /// See `cert_file`.
-    pub key_file: Option<PathBuf>,
-    /// Whether `/readyz` answers 200 while this instance is on its fallback share (`true`), or
-    /// 503 so that a load balancer sends to the instances on the shared budget.
-    pub ready_in_fallback: bool,
+keys! {
+    /// Settings of the shared budget (`[shared]`): several instances on one Redis (or Valkey)
+    /// keep one budget per host, as if they were one courtesy: rate and burst, concurrency,
+    /// every cooldown, the learned rate, Crawl-delay caps and operator actions are shared.
+    /// Without it each instance's budgets are its own.
+    pub struct SharedSettings in SharedSettings as KEYS {
+        /// The store's URL (required): `redis://` or `rediss://` (TLS through rustls) for one
+        /// server, `redis+cluster://h1:p1,h2:p2,…` for a Redis Cluster,
+        /// `redis+sentinel://s1:p1,…/<master>` for a master found through Sentinel.
+        ///
+        /// A password goes in the URL (redis://:secret@host:6379/0) and is never logged or
+        /// shown. A plain redis:// to a cluster node is refused at start. Under Sentinel the
+        /// password in the URL is the master's: redis+sentinel://s1:26379,s2:26379/<name>[/<db>].
+        /// rediss+cluster:// and rediss+sentinel:// with TLS.
+        redis_url: String = String::new(), from redis_url: String, StoreUrl,
+            example "\"redis://127.0.0.1:6379/0\"";
+        /// Instances with the same redis_url and key_prefix share budgets.
+        key_prefix: String = "courtesy".into(), from key_prefix: String, KeyPrefix;
+        /// How many instances share the budget: while the store cannot be reached, each keeps
+        /// 1/instances of every budget; unset: the most live instances seen recently.
+        ///
+        /// Each keeps 1/instances of every host's rate, burst and concurrency (at least 1) and
+        /// every cooldown it knows. Unset: the most live instances the store counted in the last
+        /// 10 minutes (1 if it was never reached, so set it when instances may start while the
+        /// store is down).
+        instances: Option<u32> = None, from instances: i64, Maybe(Count { min: 1, max: 10_000 }),
+            example "4";
+        /// A round trip to the store slower than this switches this instance to its share; it
+        /// rejoins (without a burst) within about a second of the store answering again.
+        timeout: Duration = Duration::from_millis(250),
+            from timeout_ms: i64, Millis(Count { min: 1, max: 60_000 });
+        /// How long a concurrency slot outlives an instance that died holding it; live
+        /// instances renew their slots while their requests last.
+        lease: Duration = Duration::from_secs(30),
+            from lease_seconds: f64, Seconds { min: 1.0, max: 86_400.0 };
+        /// With a TLS URL, the PEM file of the CA(s) that sign the store's certificate; unset,
+        /// the system's roots (and $SSL_CERT_FILE) are trusted.
+        ///
+        /// A certificate that is not trusted keeps the instance in fallback, with a warning.
+        ca_file: Option<PathBuf> = None, from ca_file: String, Maybe(Path),
+            example "\"/etc/courtesy/redis-ca.pem\"";
+        /// With a TLS URL and a store that asks for a client certificate (--tls-auth-clients
+        /// yes): this instance's certificate, PEM; with key_file, both or neither.
+        cert_file: Option<PathBuf> = None, from cert_file: String, Maybe(Path),
+            example "\"/etc/courtesy/redis-client.pem\"";
+        /// The private key of cert_file, PEM.
+        key_file: Option<PathBuf> = None, from key_file: String, Maybe(Path),
+            example "\"/etc/courtesy/redis-client-key.pem\"";
+        /// Whether /readyz answers 200 while this instance is on its fallback share (the
+        /// "budget" field says so), or 503 so that a load balancer sends to the instances on the
+        /// shared budget.
+        ready_in_fallback: bool = true, from ready_in_fallback: bool, Flag;
+    }
 }
 
 impl SharedSettings {
@@ -188,14 +264,7 @@ impl SharedSettings {
     pub fn new(redis_url: &str) -> Self {
         SharedSettings {
             redis_url: redis_url.to_string(),
-            key_prefix: "courtesy".into(),
-            instances: None,
-            timeout: Duration::from_millis(250),
-            lease: Duration::from_secs(30),
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
-            ready_in_fallback: true,
+            ..SharedSettings::default()
         }
     }
 

@@ -10,8 +10,8 @@ fn parse(text: &str) -> Result<Config, ConfigErrors> {
 fn an_empty_file_gives_the_seed_defaults() {
     let c = parse("").unwrap();
     assert_eq!(*c.defaults, HostPolicy::default());
-    assert_eq!(c.defaults.rate, 1.0);
-    assert_eq!(c.defaults.concurrency, 1);
+    assert_eq!(c.defaults.pacing.rate, 1.0);
+    assert_eq!(c.defaults.pacing.concurrency, 1);
     assert_eq!(c.proxy.listen, "127.0.0.1:3128".parse().unwrap());
     assert_eq!(c.proxy.admin_listen, "127.0.0.1:3129".parse().unwrap());
 }
@@ -37,22 +37,22 @@ fn the_most_specific_rule_wins() {
         "#,
     )
     .unwrap();
-    assert_eq!(c.policy_for("other.test", 80).rate, 2.0);
+    assert_eq!(c.policy_for("other.test", 80).pacing.rate, 2.0);
     assert_eq!(
-        c.policy_for("example.com", 80).rate,
+        c.policy_for("example.com", 80).pacing.rate,
         2.0,
         "*.x does not match x"
     );
-    assert_eq!(c.policy_for("www.example.com", 80).rate, 3.0);
-    assert_eq!(c.policy_for("b.shop.example.com", 80).rate, 4.0);
+    assert_eq!(c.policy_for("www.example.com", 80).pacing.rate, 3.0);
+    assert_eq!(c.policy_for("b.shop.example.com", 80).pacing.rate, 4.0);
     let exact = c.policy_for("a.shop.example.com", 443);
     assert_eq!(
-        (exact.rate, exact.burst),
+        (exact.pacing.rate, exact.pacing.burst),
         (2.0, 7),
         "unset keys come from [defaults]"
     );
-    assert_eq!(c.policy_for("a.shop.example.com", 8080).rate, 9.0);
-    assert_eq!(c.policy_for("notexample.com", 80).rate, 2.0);
+    assert_eq!(c.policy_for("a.shop.example.com", 8080).pacing.rate, 9.0);
+    assert_eq!(c.policy_for("notexample.com", 80).pacing.rate, 2.0);
 }
 
 #[test]
@@ -197,7 +197,7 @@ fn each_choice_has_one_word_table_with_the_file_words() {
 }
 
 #[test]
-fn a_word_outside_its_table_lists_every_choice() {
+fn a_word_outside_its_table_lists_every_choice_in_file_order() {
     let err = parse(
         "[defaults]\non_cooldown = \"x\"\nhttps = \"y\"\ncache = \"z\"\nskip_resources = [\"image\", \"gif\"]\n",
     )
@@ -207,15 +207,19 @@ fn a_word_outside_its_table_lists_every_choice() {
         [
             "test.toml:2: [defaults]: on_cooldown must be one of \"reject\", \"hold\", got \"x\"",
             "test.toml:3: [defaults]: https must be one of \"intercept\", \"tunnel\", got \"y\"",
+            "test.toml:4: [defaults]: cache must be one of \"off\", \"revalidate\", \"dev\", got \"z\"",
             "test.toml:5: [defaults]: skip_resources takes \"image\", \"font\", \"script\", \
              \"stylesheet\", \"media\", got \"gif\"",
-            "test.toml:4: [defaults]: cache must be one of \"off\", \"revalidate\", \"dev\", got \"z\"",
         ]
     );
     let c =
         parse("[defaults]\non_cooldown = \"hold\"\nhttps = \"tunnel\"\ncache = \"dev\"\n").unwrap();
     assert_eq!(
-        (c.defaults.on_cooldown, c.defaults.https, c.defaults.cache),
+        (
+            c.defaults.cooldown.on_cooldown,
+            c.defaults.forward.https,
+            c.defaults.forward.cache
+        ),
         (OnCooldown::Hold, HttpsMode::Tunnel, CacheMode::Dev)
     );
 }
@@ -385,8 +389,8 @@ fn a_budget_key_is_a_word_and_a_hosts_file_must_read() {
     );
     let c = parse("[defaults]\nkey = \"domain\"\n[[host]]\nmatch = \"*.cdn.test\"\nkey = \"ip\"\n")
         .unwrap();
-    assert_eq!(c.policy_for("a.shop.test", 80).key, KeyMode::Domain);
-    assert_eq!(c.policy_for("x.cdn.test", 443).key, KeyMode::Ip);
+    assert_eq!(c.policy_for("a.shop.test", 80).scope.key, KeyMode::Domain);
+    assert_eq!(c.policy_for("x.cdn.test", 443).scope.key, KeyMode::Ip);
     let err = parse("[proxy]\nhosts_file = \"/no/such/hosts\"\n").unwrap_err();
     assert!(
         err.errors[0].starts_with("test.toml:2: [proxy] hosts_file \"/no/such/hosts\": "),
@@ -422,15 +426,15 @@ fn the_controller_and_its_knobs_are_read_per_host_and_checked() {
          learned_margin = 0.05\n[[host]]\nmatch = \"slow.test\"\ncontroller = \"aimd\"\n",
     )
     .unwrap();
-    assert_eq!(config.defaults.controller, Controller::Cubic);
+    assert_eq!(config.defaults.adaptive.controller, Controller::Cubic);
     assert_eq!(
-        config.defaults.probe_after,
+        config.defaults.adaptive.probe_after,
         std::time::Duration::from_secs(12)
     );
-    assert_eq!(config.defaults.learned_margin, 0.05);
-    assert_eq!(config.hosts[0].policy.controller, Controller::Aimd);
+    assert_eq!(config.defaults.adaptive.learned_margin, 0.05);
+    assert_eq!(config.hosts[0].policy.adaptive.controller, Controller::Aimd);
     assert_eq!(
-        config.hosts[0].policy.learned_margin, 0.05,
+        config.hosts[0].policy.adaptive.learned_margin, 0.05,
         "the rest comes from [defaults]"
     );
     let err = parse(

@@ -116,14 +116,16 @@ impl Limiter {
             }
             let now = Instant::now();
             state.last_active = now;
-            if !state.policy.enforce {
+            if !state.policy.scope.enforce {
                 let verdict = shadow::judge(&mut state, request.refused, now);
                 state.in_flight.start();
                 drop(state);
                 let permit = Permit::new(entry, self.budget.clone(), None, Duration::ZERO, false);
                 return TryNow::Now(permit.with_shadow(verdict));
             }
-            let answer = request.on_cooldown.unwrap_or(state.policy.on_cooldown);
+            let answer = request
+                .on_cooldown
+                .unwrap_or(state.policy.cooldown.on_cooldown);
             if let Some(c) = state
                 .pacing
                 .block(now)
@@ -155,12 +157,12 @@ impl Limiter {
                     ));
                 }
             }
-            if state.queue.len() >= state.policy.max_queue {
+            if state.queue.len() >= state.policy.pacing.max_queue {
                 let rate = state.pacing.effective_rate(now);
                 let ahead = state.queue.len() as f64 + 1.0;
                 let retry_after = Duration::from_secs_f64((ahead / rate).clamp(1.0, 3600.0));
                 let refusal = Refusal::QueueFull {
-                    max_queue: state.policy.max_queue,
+                    max_queue: state.policy.pacing.max_queue,
                     retry_after,
                 };
                 state.stats.refused(&refusal);
@@ -175,7 +177,7 @@ impl Limiter {
                 on_cooldown: request.on_cooldown,
                 reply: tx,
             });
-            let deadline = now + state.policy.max_wait;
+            let deadline = now + state.policy.pacing.max_wait;
             if !state.dispatcher_running {
                 state.dispatcher_running = true;
                 tokio::spawn(dispatch::dispatch(self.clone(), entry.clone()));

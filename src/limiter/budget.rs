@@ -90,11 +90,11 @@ impl Budget {
     ) -> Turn {
         match self {
             Budget::Local { .. } => {
-                let cap = state.policy.concurrency;
+                let cap = state.policy.pacing.concurrency;
                 local_turn(state, global, egress, kept, cap, now)
             }
             Budget::Shared { store, .. } if store.in_fallback() => {
-                let burst = state.policy.burst;
+                let burst = state.policy.pacing.burst;
                 state.pacing.set_share(store.share(), burst, now);
                 // The first local turn after a fall comes at the share's pace after the last
                 // shared turn this instance took: the switch releases no burst.
@@ -110,13 +110,13 @@ impl Budget {
                         .map_or(Duration::MAX, |at| now.saturating_duration_since(at));
                     state.pacing.refilled_since_last_turn(since, now);
                 }
-                let cap = state.pacing.share_of(state.policy.concurrency);
+                let cap = state.pacing.share_of(state.policy.pacing.concurrency);
                 local_turn(state, global, egress, kept, cap, now)
             }
             Budget::Shared { store, .. } => {
-                let burst = state.policy.burst;
+                let burst = state.policy.pacing.burst;
                 state.pacing.set_share(1.0, burst, now);
-                if !state.in_flight.has_room(state.policy.concurrency) {
+                if !state.in_flight.has_room(state.policy.pacing.concurrency) {
                     return Turn::NoHostSlot;
                 }
                 // What this instance knows closes the host without asking (a cooldown learned
@@ -134,9 +134,9 @@ impl Budget {
                 let scaled = |whole: u32| (f64::from(whole) * part).floor().max(1.0) as u32;
                 let limits = Limits {
                     rate: state.pacing.effective_rate(now) * part,
-                    configured_rate: state.policy.rate,
-                    burst: scaled(state.policy.burst),
-                    concurrency: scaled(state.policy.concurrency),
+                    configured_rate: state.policy.pacing.rate,
+                    burst: scaled(state.policy.pacing.burst),
+                    concurrency: scaled(state.policy.pacing.concurrency),
                     rejoin: state.shared.as_ref().map_or(0, |t| t.epoch) != store.epoch(),
                 };
                 Turn::AskStore(slot, token, limits)
@@ -200,7 +200,7 @@ impl Budget {
             self.persist_signal().notify_one();
             if let (Budget::Shared { store, .. }, Some(start)) = (self, lease_start) {
                 let lesson = Lesson {
-                    cooldown: Some((policy.block_pause, cause)),
+                    cooldown: Some((policy.blocks.pause, cause)),
                     rate_before: before,
                     rate_after: state.pacing.rate(),
                     cap: None,
@@ -320,7 +320,7 @@ fn local_turn(
         Ok(both) => both,
         Err(turn) => return turn,
     };
-    let jitter = state.policy.jitter;
+    let jitter = state.policy.pacing.jitter;
     let sample = if jitter > 0.0 {
         rand::random::<f64>()
     } else {
@@ -350,14 +350,14 @@ fn teach(
         return None;
     }
     let bounds = RateBounds {
-        min_rate: policy.min_rate,
-        ceiling: if policy.adaptive {
-            policy.max_rate
+        min_rate: policy.adaptive.min_rate,
+        ceiling: if policy.adaptive.enabled {
+            policy.adaptive.max_rate
         } else {
-            policy.rate
+            policy.pacing.rate
         },
-        configured_rate: policy.rate,
-        burst: policy.burst,
+        configured_rate: policy.pacing.rate,
+        burst: policy.pacing.burst,
     };
     let store = store.clone();
     let host = host.clone();

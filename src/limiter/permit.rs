@@ -143,7 +143,7 @@ impl Permit {
         ) {
             return None;
         }
-        let pause = state.policy.block_pause;
+        let pause = state.policy.blocks.pause;
         let refused = refuse_queue(&mut state, now);
         drop(state);
         for (waiter, refusal) in refused {

@@ -57,7 +57,7 @@ impl Refusal {
 /// own `Courtesy-On-Cooldown`, else the host's `on_cooldown`) out with its refusal (to be sent
 /// after the lock is released).
 pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, Refusal)> {
-    let policy = state.policy.on_cooldown;
+    let policy = state.policy.cooldown.on_cooldown;
     let rejects = |w: &Waiter| w.on_cooldown.unwrap_or(policy) == OnCooldown::Reject;
     if !state.queue.iter().any(rejects) {
         return Vec::new();

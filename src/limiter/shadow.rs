@@ -112,7 +112,7 @@ fn schedule(
     now: Instant,
 ) {
     let policy = state.policy.clone();
-    if let Some(c) = block.filter(|_| policy.on_cooldown == OnCooldown::Reject) {
+    if let Some(c) = block.filter(|_| policy.cooldown.on_cooldown == OnCooldown::Reject) {
         verdict.would_refuse = Some(if c.cause == CooldownCause::Operator {
             "paused"
         } else {
@@ -122,7 +122,7 @@ fn schedule(
     }
     let rate = state.pacing.effective_rate(now).max(1e-9);
     let interval = Duration::from_secs_f64((1.0 / rate).min(86_400.0));
-    let tolerance = interval * policy.burst.saturating_sub(1);
+    let tolerance = interval * policy.pacing.burst.saturating_sub(1);
     let shadow = state.shadow.get_or_insert_with(Box::default);
     let tat = shadow.tat.map_or(now, |t| t.max(now));
     let mut start = tat.checked_sub(tolerance).unwrap_or(now).max(now);
@@ -130,16 +130,16 @@ fn schedule(
         start = start.max(c.until);
     }
     let wait = start.saturating_duration_since(now);
-    if wait > policy.max_wait {
+    if wait > policy.pacing.max_wait {
         verdict.would_refuse = Some("waited_too_long");
         return;
     }
-    if wait.as_secs_f64() * rate >= policy.max_queue as f64 {
+    if wait.as_secs_f64() * rate >= policy.pacing.max_queue as f64 {
         verdict.would_refuse = Some("queue_full");
         return;
     }
     shadow.tat = Some(tat.max(start) + interval);
-    let slot_free = state.in_flight.has_room(policy.concurrency);
+    let slot_free = state.in_flight.has_room(policy.pacing.concurrency);
     verdict.would_wait = wait;
     verdict.waits = !wait.is_zero() || !slot_free;
 }
@@ -153,12 +153,13 @@ mod tests {
     use crate::limiter::host::Host;
 
     fn host(rate: f64, burst: u32) -> Host {
-        let policy = HostPolicy {
-            rate,
-            burst,
-            concurrency: 100,
-            enforce: false,
-            ..HostPolicy::default()
+        let policy = {
+            let mut p = HostPolicy::default();
+            p.pacing.rate = rate;
+            p.pacing.burst = burst;
+            p.pacing.concurrency = 100;
+            p.scope.enforce = false;
+            p
         };
         Host::new(
             &crate::keys::BudgetKey::of_host("shadow.test", 80),

@@ -340,10 +340,10 @@ impl Limiter {
 
 /// The highest rate an operator may set without forcing it.
 fn ceiling(policy: &HostPolicy) -> f64 {
-    if policy.adaptive {
-        policy.max_rate
+    if policy.adaptive.enabled {
+        policy.adaptive.max_rate
     } else {
-        policy.rate
+        policy.pacing.rate
     }
 }
 
@@ -373,7 +373,7 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
         rate_override: state.pacing.rate_override(),
         forced: state.forced,
         stats: state.stats.clone(),
-        shadow: (!state.policy.enforce)
+        shadow: (!state.policy.scope.enforce)
             .then(|| state.shadow.as_ref().map(|s| s.counts).unwrap_or_default()),
     }
 }
@@ -458,9 +458,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn reload_applies_new_policies_to_queued_requests() {
-        let l = limiter(HostPolicy {
-            rate: 0.1,
-            ..HostPolicy::default()
+        let l = limiter({
+            let mut p = HostPolicy::default();
+            p.pacing.rate = 0.1;
+            p
         });
         let mut first = l.admit(("c.test", 80)).await.unwrap();
         first.mark_sent();
@@ -473,9 +474,10 @@ mod tests {
         assert_eq!(l.snapshot("c.test", 80).unwrap().queued, 1);
         let start = Instant::now();
         l.reload(Arc::new(Config {
-            defaults: Arc::new(HostPolicy {
-                rate: 10.0,
-                ..HostPolicy::default()
+            defaults: Arc::new({
+                let mut p = HostPolicy::default();
+                p.pacing.rate = 10.0;
+                p
             }),
             ..Config::default()
         }));

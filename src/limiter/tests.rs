@@ -17,11 +17,12 @@ fn limiter_with(policy: HostPolicy, max_in_flight: usize) -> Arc<Limiter> {
 }
 
 fn policy(rate: f64, burst: u32, concurrency: u32) -> HostPolicy {
-    HostPolicy {
-        rate,
-        burst,
-        concurrency,
-        ..HostPolicy::default()
+    {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = rate;
+        p.pacing.burst = burst;
+        p.pacing.concurrency = concurrency;
+        p
     }
 }
 
@@ -194,9 +195,10 @@ async fn an_unsent_permit_refunds_its_token() {
 #[tokio::test(start_paused = true)]
 async fn a_full_queue_refuses_at_once() {
     let limiter = limiter_with(
-        HostPolicy {
-            max_queue: 2,
-            ..policy(1.0, 1, 1)
+        {
+            let mut p = policy(1.0, 1, 1);
+            p.pacing.max_queue = 2;
+            p
         },
         1000,
     );
@@ -233,9 +235,10 @@ async fn a_full_queue_refuses_at_once() {
 #[tokio::test(start_paused = true)]
 async fn a_request_that_waits_too_long_is_refused() {
     let limiter = limiter_with(
-        HostPolicy {
-            max_wait: Duration::from_secs(3),
-            ..policy(0.1, 1, 1)
+        {
+            let mut p = policy(0.1, 1, 1);
+            p.pacing.max_wait = Duration::from_secs(3);
+            p
         },
         1000,
     );
@@ -502,9 +505,10 @@ async fn turns_fit_the_budget_for_random_arrivals() {
         let rate = rng.random_range(0.5..20.0);
         let burst = rng.random_range(1..5);
         let limiter = limiter_with(
-            HostPolicy {
-                jitter: rng.random_range(0.0..1.0),
-                ..policy(rate, burst, 1000)
+            {
+                let mut p = policy(rate, burst, 1000);
+                p.pacing.jitter = rng.random_range(0.0..1.0);
+                p
             },
             100_000,
         );

@@ -76,7 +76,7 @@ impl Pacing {
     pub fn new(policy: &HostPolicy, now: Instant, wall: std::time::SystemTime) -> Self {
         let rate = Pacing::initial_rate(policy);
         Pacing {
-            bucket: Bucket::new(rate, policy.burst, now),
+            bucket: Bucket::new(rate, policy.pacing.burst, now),
             rate,
             rare: None,
             off_peak: OffPeakClock::new(policy, (now, wall)),
@@ -131,10 +131,13 @@ impl Pacing {
 
     /// The rate a fresh host starts at: the configured one, within the adaptive bounds.
     pub fn initial_rate(policy: &HostPolicy) -> f64 {
-        if policy.adaptive {
-            policy.rate.clamp(policy.min_rate, policy.max_rate)
+        if policy.adaptive.enabled {
+            policy
+                .pacing
+                .rate
+                .clamp(policy.adaptive.min_rate, policy.adaptive.max_rate)
         } else {
-            policy.rate
+            policy.pacing.rate
         }
     }
 
@@ -181,12 +184,12 @@ impl Pacing {
         let fresh = self.cooldown(now).is_none_or(|c| {
             !matches!(c.cause, CooldownCause::SoftBlock | CooldownCause::HardBlock)
         });
-        let changed = self.extend_cooldown(now + policy.block_pause, cause, now);
+        let changed = self.extend_cooldown(now + policy.blocks.pause, cause, now);
         if changed && fresh {
             self.rate = lowered(
                 before,
-                policy.block_resume_factor,
-                policy.min_rate.min(before),
+                policy.blocks.resume_factor,
+                policy.adaptive.min_rate.min(before),
             );
             self.sync(now);
         }
@@ -205,10 +208,10 @@ impl Pacing {
 
     /// Puts back what an earlier run saved. Cooldowns only ever grow, here too.
     pub fn restore(&mut self, record: &PacingRecord, policy: &HostPolicy, now: Instant) {
-        let ceiling = if policy.adaptive {
-            policy.max_rate
+        let ceiling = if policy.adaptive.enabled {
+            policy.adaptive.max_rate
         } else {
-            policy.rate
+            policy.pacing.rate
         };
         if record.rate.is_finite() && record.rate > 0.0 {
             self.rate = record.rate.min(ceiling);
@@ -235,16 +238,17 @@ impl Pacing {
         now: Instant,
         wall: std::time::SystemTime,
     ) {
-        self.bucket.set_burst(self.share_of(new.burst), now);
+        self.bucket.set_burst(self.share_of(new.pacing.burst), now);
         let anchor = (now, wall);
         let anchor = self.off_peak.as_ref().map_or(anchor, |o| o.anchor);
         self.off_peak = OffPeakClock::new(new, anchor);
-        self.rate = if new.adaptive {
-            self.rate.clamp(new.min_rate, new.max_rate)
-        } else if self.rate < old.rate {
-            self.rate.min(new.rate)
+        self.rate = if new.adaptive.enabled {
+            self.rate
+                .clamp(new.adaptive.min_rate, new.adaptive.max_rate)
+        } else if self.rate < old.pacing.rate {
+            self.rate.min(new.pacing.rate)
         } else {
-            new.rate
+            new.pacing.rate
         };
         self.sync(now);
     }
@@ -441,11 +445,13 @@ impl Pacing {
         if obs.answer.status == Some(403) {
             let rare = self.rare_mut();
             rare.consecutive_403 = rare.consecutive_403.saturating_add(1);
-            if policy.hard_block_after > 0 && rare.consecutive_403 >= policy.hard_block_after {
+            if policy.blocks.hard_block_after > 0
+                && rare.consecutive_403 >= policy.blocks.hard_block_after
+            {
                 rare.consecutive_403 = 0;
                 if self.pause_for_block(CooldownCause::HardBlock, policy, now) {
                     hard_block = true;
-                    cooldown = Some(policy.block_pause);
+                    cooldown = Some(policy.blocks.pause);
                 }
             }
         } else if let Some(rare) = self.rare.as_mut().filter(|_| obs.answer.status.is_some()) {
@@ -464,7 +470,7 @@ impl Pacing {
             Feedback::Throttled | Feedback::Overloaded | Feedback::Failed => {
                 let new_wave = self.new_wave(obs.sent_at);
                 let window = match obs.answer.retry_after {
-                    Some(wait) => Some(wait.min(policy.max_retry_after)),
+                    Some(wait) => Some(wait.min(policy.cooldown.max_retry_after)),
                     None if new_wave => Some(self.next_backoff(policy, sample)),
                     None => None,
                 };
@@ -513,9 +519,9 @@ impl Pacing {
         let rare = self.rare_mut();
         let doubling = 2f64.powi(rare.backoff_level.min(30) as i32);
         rare.backoff_level = rare.backoff_level.saturating_add(1);
-        let base = policy.backoff_initial.as_secs_f64() * doubling;
+        let base = policy.cooldown.backoff_initial.as_secs_f64() * doubling;
         let with_jitter = base * (1.0 + 0.25 * sample.clamp(0.0, 1.0));
-        Duration::from_secs_f64(with_jitter.min(policy.backoff_max.as_secs_f64()))
+        Duration::from_secs_f64(with_jitter.min(policy.cooldown.backoff_max.as_secs_f64()))
     }
 
     /// Starts or lengthens the cooldown; returns whether it changed. Never shortens one.
@@ -552,7 +558,7 @@ impl Pacing {
         let (Some(remaining), Some(reset)) = (budget.remaining, budget.reset) else {
             return None;
         };
-        let reset = reset.min(policy.max_retry_after);
+        let reset = reset.min(policy.cooldown.max_retry_after);
         if reset.is_zero() {
             self.rare_mut().server_window = None;
             return None;

@@ -20,10 +20,10 @@ impl OffPeakClock {
         policy: &HostPolicy,
         anchor: (Instant, std::time::SystemTime),
     ) -> Option<Box<Self>> {
-        policy.off_peak.as_ref().map(|window| {
+        policy.pacing.off_peak.as_ref().map(|window| {
             Box::new(OffPeakClock {
                 window: window.clone(),
-                configured_rate: policy.rate,
+                configured_rate: policy.pacing.rate,
                 anchor,
             })
         })

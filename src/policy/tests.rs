@@ -10,12 +10,13 @@ fn secs(s: f64) -> Duration {
 }
 
 fn adaptive(rate: f64) -> HostPolicy {
-    HostPolicy {
-        rate,
-        adaptive: true,
-        max_rate: 10.0,
-        on_cooldown: OnCooldown::Reject,
-        ..HostPolicy::default()
+    {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = rate;
+        p.adaptive.enabled = true;
+        p.adaptive.max_rate = 10.0;
+        p.cooldown.on_cooldown = OnCooldown::Reject;
+        p
     }
 }
 
@@ -119,9 +120,10 @@ fn slow_answers_cut_by_slow_factor_once_per_wave() {
 #[test]
 fn a_wave_of_429s_cuts_once() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        resume_factor: 1.0,
-        ..adaptive(8.0)
+    let policy = {
+        let mut p = adaptive(8.0);
+        p.cooldown.resume_factor = 1.0;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     // Eight requests in flight together, all answered 429 with Retry-After: 1.
@@ -135,10 +137,11 @@ fn a_wave_of_429s_cuts_once() {
 #[test]
 fn a_cooldown_blocks_then_resumes_at_resume_factor_with_no_burst() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        rate: 4.0,
-        burst: 5,
-        ..HostPolicy::default()
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 4.0;
+        p.pacing.burst = 5;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(30.0)));
@@ -237,10 +240,11 @@ fn failures_back_off_like_overload() {
 #[test]
 fn a_non_adaptive_host_recovers_to_its_configured_rate_only() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        rate: 1.0,
-        increase_step: 0.25,
-        ..HostPolicy::default()
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 1.0;
+        p.adaptive.increase_step = 0.25;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(1.0)));
@@ -269,10 +273,11 @@ fn neutral_answers_change_nothing() {
 #[test]
 fn the_servers_remaining_budget_is_spread_until_the_reset_and_never_exceeded() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        rate: 100.0,
-        burst: 10,
-        ..HostPolicy::default()
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 100.0;
+        p.pacing.burst = 10;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = answer(Feedback::Success, 200, t0).with_server(Some(ServerBudget {
@@ -322,9 +327,10 @@ fn zero_remaining_cools_down_until_the_reset() {
 #[test]
 fn server_numbers_only_ever_make_courtesy_stricter() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        rate: 2.0,
-        ..HostPolicy::default()
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 2.0;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let generous = answer(Feedback::Success, 200, t0).with_server(Some(ServerBudget {
@@ -401,9 +407,10 @@ fn an_operator_rate_replaces_ours_but_server_caps_still_apply() {
 #[test]
 fn a_record_restores_cooldowns_rates_and_overrides() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        adaptive: true,
-        ..HostPolicy::default()
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.adaptive.enabled = true;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(120.0)));
@@ -425,19 +432,21 @@ fn a_reloaded_policy_keeps_a_lowered_rate_lowered() {
     let t0 = Instant::now();
     let old = HostPolicy::default();
     let mut p = Pacing::new(&old, t0, UNIX_EPOCH);
-    let new = HostPolicy {
-        rate: 3.0,
-        burst: 3,
-        ..HostPolicy::default()
+    let new = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 3.0;
+        p.pacing.burst = 3;
+        p
     };
     p.apply_policy(&old, &new, t0, UNIX_EPOCH);
     assert_eq!(p.rate(), 3.0, "an unlowered rate follows the config");
     let obs = answer(Feedback::Throttled, 429, t0).with_retry_after(Some(secs(1.0)));
     p.observe(&obs, &new, t0, 0.0);
     assert_eq!(p.rate(), 1.5);
-    let newer = HostPolicy {
-        rate: 10.0,
-        ..new.clone()
+    let newer = {
+        let mut p = new.clone();
+        p.pacing.rate = 10.0;
+        p
     };
     p.apply_policy(&new, &newer, t0, UNIX_EPOCH);
     assert_eq!(p.rate(), 1.5, "a lowered rate is not raised by a reload");
@@ -446,9 +455,10 @@ fn a_reloaded_policy_keeps_a_lowered_rate_lowered() {
 #[test]
 fn five_403s_in_a_row_are_a_hard_block() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        rate: 4.0,
-        ..HostPolicy::default()
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 4.0;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     for _ in 0..4 {
@@ -472,9 +482,10 @@ fn five_403s_in_a_row_are_a_hard_block() {
 #[test]
 fn a_soft_block_pauses_once_and_never_shortens() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        rate: 2.0,
-        ..HostPolicy::default()
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 2.0;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     assert!(p.pause_for_block(CooldownCause::SoftBlock, &policy, t0));
@@ -526,9 +537,10 @@ fn off_peak_switches_the_rate_at_the_window_edges() {
     assert_eq!(p.effective_rate(closes), 1.0);
     // While waiting at 1/s a minute before the window, a sleeper wakes exactly at its edge.
     let mut q = Pacing::new(
-        &HostPolicy {
-            rate: 0.001,
-            ..off_peak.clone()
+        &{
+            let mut p = off_peak.clone();
+            p.pacing.rate = 0.001;
+            p
         },
         t0,
         wall,
@@ -565,9 +577,10 @@ fn what_an_episode_left_is_freed_when_it_ends() {
     // The boxed state costs a healthy host nothing; after a 429 it exists until the cooldown,
     // the wave memory and the burst clamp have all run out.
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        resume_factor: 1.0,
-        ..HostPolicy::default()
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.cooldown.resume_factor = 1.0;
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     assert!(p.rare.is_none());
@@ -597,9 +610,10 @@ fn the_pacing_state_stays_small() {
 }
 
 fn learned(rate: f64) -> HostPolicy {
-    HostPolicy {
-        controller: crate::config::Controller::Cubic,
-        ..adaptive(rate)
+    {
+        let mut p = adaptive(rate);
+        p.adaptive.controller = crate::config::Controller::Cubic;
+        p
     }
 }
 
@@ -647,8 +661,8 @@ fn the_learned_limit_resumes_near_what_the_server_served_not_at_half() {
     // A 429 now: the limit is what was served lately (5/s), capped below the peak; the rate
     // resumes just under it, far above AIMD's half.
     p.observe(&throttled(now, 1.0), &policy, now, 0.0);
-    let served = 5.0f64.min(peak * (1.0 - policy.learned_margin));
-    assert!(p.rate() <= peak * (1.0 - policy.learned_margin));
+    let served = 5.0f64.min(peak * (1.0 - policy.adaptive.learned_margin));
+    assert!(p.rate() <= peak * (1.0 - policy.adaptive.learned_margin));
     assert!(
         p.rate() >= 0.85 * served,
         "{} after a peak of {peak}",
@@ -664,9 +678,10 @@ fn the_learned_limit_resumes_near_what_the_server_served_not_at_half() {
 #[test]
 fn the_learned_limit_holds_while_latency_nears_slow_response() {
     let t0 = Instant::now();
-    let policy = HostPolicy {
-        slow_response: Duration::from_millis(500),
-        ..learned(5.0)
+    let policy = {
+        let mut p = learned(5.0);
+        p.adaptive.slow_response = Duration::from_millis(500);
+        p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
     let mut obs = answer(Feedback::Success, 200, t0);
@@ -700,7 +715,7 @@ fn with_a_shared_budget_the_learned_limit_comes_from_the_peak_alone() {
     let now = healthy_until(&mut p, &policy, t0, (1.0, 70.0, 1.0));
     let peak = p.rate();
     p.observe(&throttled(now, 1.0), &policy, now, 0.0);
-    let expected = peak * (1.0 - policy.learned_margin) * 0.95;
+    let expected = peak * (1.0 - policy.adaptive.learned_margin) * 0.95;
     assert!(
         (p.rate() - expected).abs() < 1e-3 * peak,
         "{} after {peak}",
@@ -734,7 +749,7 @@ fn an_announced_quota_moves_the_learned_limit_at_once_up_and_down() {
     let t0 = Instant::now();
     let policy = learned(10.0);
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    let under = 1.0 - policy.learned_margin;
+    let under = 1.0 - policy.adaptive.learned_margin;
     p.observe(&announcing(t0, 5, Some(1.0), None), &policy, t0, 0.0);
     assert!((p.rate() - 5.0 * under).abs() < 1e-6, "{}", p.rate());
     // The same quota again: the probe stops just under it.

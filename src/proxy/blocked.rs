@@ -58,17 +58,17 @@ impl Blocks {
         }
         warn!(
             status,
-            pause_s = policy.block_pause.as_secs_f64(),
+            pause_s = policy.blocks.pause.as_secs_f64(),
             rate = reaction.rate_after,
             "hard block: {} 403s in a row; pausing the host",
-            policy.hard_block_after
+            policy.blocks.hard_block_after
         );
         self.metrics.block(permit.host_key(), "hard_block");
         self.alerts.host_blocked(
             permit.host_key(),
             "hard_block",
-            &format!("{} consecutive 403 answers", policy.hard_block_after),
-            policy.block_pause,
+            &format!("{} consecutive 403 answers", policy.blocks.hard_block_after),
+            policy.blocks.pause,
         );
     }
 
@@ -79,13 +79,15 @@ impl Blocks {
         headers: &HeaderMap,
         policy: &HostPolicy,
     ) -> Option<Box<MarkerScan>> {
-        if policy.block_scan_bytes == 0 || policy.block_markers.is_empty() || !scan_wanted(headers)
+        if policy.blocks.scan_bytes == 0
+            || policy.blocks.markers.is_empty()
+            || !scan_wanted(headers)
         {
             return None;
         }
         let blocks = self.clone();
         Some(Box::new(MarkerScan::new(
-            BlockScan::new(policy.block_markers.clone(), policy.block_scan_bytes),
+            BlockScan::new(policy.blocks.markers.clone(), policy.blocks.scan_bytes),
             Box::new(move |permit: &Permit, marker: &str| {
                 blocks.soft(permit, &format!("block marker {marker:?}"))
             }),

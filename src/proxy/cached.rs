@@ -32,14 +32,14 @@ impl CacheUse {
         parts: &http::request::Parts,
         bodiless: bool,
     ) -> Option<CacheUse> {
-        let used = policy.cache != CacheMode::Off
+        let used = policy.forward.cache != CacheMode::Off
             && parts.method == Method::GET
             && bodiless
             && !parts.headers.contains_key(IF_NONE_MATCH)
             && !parts.headers.contains_key(IF_MODIFIED_SINCE);
         used.then(|| CacheUse {
             url: entry_key(&parts.uri, &parts.headers),
-            mode: policy.cache,
+            mode: policy.forward.cache,
             revalidating: false,
             request: parts.headers.clone(),
         })
@@ -130,7 +130,7 @@ impl Proxy {
         let validated =
             parts.headers.contains_key(ETAG) || parts.headers.contains_key(LAST_MODIFIED);
         let storable = cache::storable_for(parts.status, &parts.headers, &plan.request)
-            && (validated || policy.cache == CacheMode::Dev);
+            && (validated || policy.forward.cache == CacheMode::Dev);
         if !storable {
             return None;
         }

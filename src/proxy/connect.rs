@@ -64,7 +64,7 @@ impl Proxy {
             Err(failure) => return failure.into_response(),
         };
         let config = self.config.get();
-        let mode = config.policy_for(&target.host, target.port).https;
+        let mode = config.policy_for(&target.host, target.port).forward.https;
         // `connect_ports` bounds blind tunnels only: in intercept mode whatever comes through is
         // HTTP or TLS that courtesy serves and paces itself (undici sends http:// to any port
         // through CONNECT), and anything else is refused after the first bytes.
@@ -299,7 +299,11 @@ impl Proxy {
     async fn dial(&self, target: &Target) -> Result<TcpStream, Failure> {
         let config = self.config.get();
         let timeout = config.proxy.connect_timeout;
-        if let Route::Parent(parent) = &config.policy_for(&target.host, target.port).upstream {
+        if let Route::Parent(parent) = &config
+            .policy_for(&target.host, target.port)
+            .forward
+            .upstream
+        {
             if let Some(failure) = self.loops.refuse_parent(parent) {
                 return Err(failure);
             }

@@ -59,7 +59,7 @@ impl Proxy {
         mut permit: Permit,
         mut request: Request<UpstreamBody>,
     ) -> Result<Exchanged, Unanswered> {
-        let route = permit.policy().upstream.clone();
+        let route = permit.policy().forward.upstream.clone();
         // An http:// request through an HTTP parent goes to the parent in absolute form: the
         // parent's own answers arrive as responses and are told from the target's.
         let mut forwarded_through = None;
@@ -220,7 +220,7 @@ impl Proxy {
 /// What an upstream response says, for the host's pacing.
 fn answer_of<B>(response: &Response<B>, latency: Duration, policy: &HostPolicy) -> Answer {
     let now = SystemTime::now();
-    let feedback = feedback::classify(response.status(), &policy.backoff_statuses);
+    let feedback = feedback::classify(response.status(), &policy.cooldown.backoff_statuses);
     let headers = response.headers();
     let retry_after = match feedback {
         Feedback::Throttled | Feedback::Overloaded => headers

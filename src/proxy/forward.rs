@@ -107,9 +107,9 @@ impl Proxy {
         // A report-only host (`enforce = false`) is told what would have refused the request, and
         // the request goes on.
         let mut shadow_refused = None;
-        if let Some(kind) = skipped_resource(&req, &host_policy.skip_resources) {
+        if let Some(kind) = skipped_resource(&req, &host_policy.blocks.skip_resources) {
             let reason = format!("skip_resources: {kind} ({})", req.uri().path());
-            if host_policy.enforce {
+            if host_policy.scope.enforce {
                 info!(%reason, "skipped locally");
                 return (
                     Failure::denied(reason).into_response(),
@@ -118,11 +118,11 @@ impl Proxy {
             }
             shadow_refused = Some("skip_resources");
         }
-        if host_policy.obey_robots && req.uri().path() != "/robots.txt" && shadow_refused.is_none()
+        if host_policy.robots.obey && req.uri().path() != "/robots.txt" && shadow_refused.is_none()
         {
             let robots = self.obey_robots(&req, &target, &budget, &host_policy).await;
             if let Some(refused) = robots {
-                if host_policy.enforce {
+                if host_policy.scope.enforce {
                     return (refused, Some(req.into_body()));
                 }
                 shadow_refused = Some("robots");
@@ -237,8 +237,8 @@ impl Proxy {
             // A report-only host gets no retries of courtesy's own: they could not wait out the
             // cooldown, and report-only never adds a request.
             let retry = replay.is_some()
-                && policy.enforce
-                && attempt < policy.retry_idempotent
+                && policy.scope.enforce
+                && attempt < policy.cooldown.retry_idempotent
                 && matches!(status, 429 | 503);
             if retry {
                 attempt += 1;
@@ -251,7 +251,7 @@ impl Proxy {
                 .headers
                 .append(VIA, via_for(parts.version, self.loops.via()));
             parts.version = Version::HTTP_11;
-            if is_block_redirect(&parts, &policy.block_markers) {
+            if is_block_redirect(&parts, &policy.blocks.markers) {
                 self.blocks.soft(&permit, "a redirect to a block page");
             }
             let scan = self.blocks.scan_for(&parts.headers, &policy);

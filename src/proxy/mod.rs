@@ -170,7 +170,7 @@ impl Proxy {
         policy: &HostPolicy,
     ) -> Result<BudgetKey, failure::Failure> {
         self.keyer
-            .key(&target.host, target.port, policy.key)
+            .key(&target.host, target.port, policy.scope.key)
             .await
             .map_err(|e| failure::Failure::of_dns(&e))
     }
@@ -183,6 +183,7 @@ impl Proxy {
             self.config
                 .get()
                 .policy_for(&target.host, target.port)
+                .forward
                 .upstream
                 .parent()
                 .is_some()

@@ -44,7 +44,7 @@ impl Proxy {
         let scheme = req.uri().scheme_str().unwrap_or("http");
         let user_agent = req.headers().get(USER_AGENT).cloned();
         let agent = robots::agent_for(
-            policy.robots_user_agent.as_deref(),
+            policy.robots.user_agent.as_deref(),
             user_agent.as_ref().and_then(|v| v.to_str().ok()),
         );
         let path = req
@@ -80,7 +80,7 @@ impl Proxy {
         };
         match verdict {
             Verdict::Allowed { crawl_delay } => {
-                let max = policy.max_crawl_delay.as_secs_f64();
+                let max = policy.robots.max_crawl_delay.as_secs_f64();
                 let cap = crawl_delay.filter(|d| *d > 0.0).map(|d| 1.0 / d.min(max));
                 if self.limiter.set_robots_cap_for(budget, cap) {
                     match crawl_delay {

@@ -23,9 +23,10 @@ fn robots_off_unless_asked(
         return config;
     }
     let off = |p: &Arc<courtesy::config::HostPolicy>| {
-        Arc::new(courtesy::config::HostPolicy {
-            obey_robots: false,
-            ..p.as_ref().clone()
+        Arc::new({
+            let mut p = p.as_ref().clone();
+            p.robots.obey = false;
+            p
         })
     };
     config.defaults = off(&config.defaults);

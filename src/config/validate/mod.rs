@@ -1,29 +1,29 @@
-//! Stage two: the [`Validator`] turns the file structs into typed settings and policies, checking
-//! ranges and meanings. It collects every problem, each with file, line, key and value, instead of
-//! stopping at the first.
+//! Stage two: the [`Validator`] turns the file's sections into typed settings and policies. Each
+//! section's keys are read through its key table (`keys`), which checks types and ranges; what
+//! is left here are the checks of one key against another. It collects every problem, each with
+//! file, line, key and value, instead of stopping at the first, and lists them in file order.
 //!
-//! The checks shared by all sections live here; `settings` validates `[proxy]`, `[admin]` and
-//! `[alerts]`, and `policy` validates `[defaults]` and `[[host]]` rules.
+//! `settings` validates `[proxy]`, `[admin]`, `[alerts]` and `[shared]`; `policy` validates
+//! `[defaults]` and `[[host]]` rules.
 
 mod policy;
 mod settings;
 
-use std::time::Duration;
-
-use toml::Spanned;
-
-use super::{line_of, ConfigErrors, ConfigWord, Route, UpstreamProxy};
+use super::file::Section;
+use super::keys::{read_section, Key, Say};
+use super::{line_of, ConfigErrors, UpstreamProxy};
 
 /// Collects the problems of one config text while its sections are validated.
-pub(super) struct Validator<'a> {
+pub(crate) struct Validator<'a> {
     name: &'a str,
     text: &'a str,
-    errors: Vec<String>,
+    /// Each problem with its line, in the order found.
+    errors: Vec<(usize, String)>,
 }
 
 impl<'a> Validator<'a> {
     /// A validator for `text`, which messages call `name`.
-    pub(super) fn new(name: &'a str, text: &'a str) -> Self {
+    pub(in crate::config) fn new(name: &'a str, text: &'a str) -> Self {
         Validator {
             name,
             text,
@@ -31,152 +31,39 @@ impl<'a> Validator<'a> {
         }
     }
 
-    /// Every problem found so far, or `Ok` if there was none.
-    /// Takes on problems found before validation (unknown keys, wrong types).
-    pub(super) fn carry(&mut self, problems: Vec<String>) {
-        self.errors.extend(problems);
-    }
-
-    /// The problems found (those carried first), or nothing.
-    pub(super) fn finish(self) -> Result<(), ConfigErrors> {
+    /// The problems found, in the order of the file's lines, or nothing.
+    pub(in crate::config) fn finish(mut self) -> Result<(), ConfigErrors> {
         if self.errors.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigErrors {
-                errors: self.errors,
-            })
+            return Ok(());
         }
+        self.errors.sort_by_key(|(line, _)| *line);
+        Err(ConfigErrors {
+            errors: self.errors.into_iter().map(|(_, e)| e).collect(),
+        })
     }
-}
 
-impl Validator<'_> {
-    fn error(&mut self, offset: usize, message: &str) {
+    /// Reports `message` at byte `offset` of the text, as `name:line: message`.
+    pub(crate) fn error(&mut self, offset: usize, message: &str) {
         let line = line_of(self.text, offset);
-        self.errors.push(format!("{}:{line}: {message}", self.name));
+        self.errors
+            .push((line, format!("{}:{line}: {message}", self.name)));
     }
 
-    /// A number of seconds in `min..=max`, as a `Duration`.
-    fn seconds(
+    /// Reads `section` into `target` through `tables`; `label` names the section in messages
+    /// about values, `path` in messages about a key's type or name.
+    fn keys<T>(
         &mut self,
-        value: &Option<Spanned<f64>>,
-        label: &str,
-        key: &str,
-        min: f64,
-        max: f64,
-    ) -> Option<Duration> {
-        self.bounded(value, label, key, (min, max), " seconds")
-            .map(Duration::from_secs_f64)
-    }
-
-    /// A whole number in `min..=max`.
-    fn count(
-        &mut self,
-        value: &Option<Spanned<i64>>,
-        label: &str,
-        key: &str,
-        min: i64,
-        max: i64,
-    ) -> Option<i64> {
-        let v = value.as_ref()?;
-        let n = *v.get_ref();
-        if (min..=max).contains(&n) {
-            Some(n)
-        } else {
-            self.error(
-                v.span().start,
-                &format!("{label}: {key} must be between {min} and {max}, got {n}"),
-            );
-            None
-        }
-    }
-
-    /// One of a closed set of words, as its enum value.
-    fn choice<T: ConfigWord>(
-        &mut self,
-        value: &Option<Spanned<String>>,
-        label: &str,
-        key: &str,
-    ) -> Option<T> {
-        let v = value.as_ref()?;
-        let found = T::from_word(v.get_ref());
-        if found.is_none() {
-            self.error(
-                v.span().start,
-                &format!(
-                    "{label}: {key} must be one of {}, got {:?}",
-                    quoted_words::<T>(),
-                    v.get_ref()
-                ),
-            );
-        }
-        found
-    }
-
-    /// A number in `min..=max`.
-    fn number(
-        &mut self,
-        value: &Option<Spanned<f64>>,
-        label: &str,
-        key: &str,
-        min: f64,
-        max: f64,
-    ) -> Option<f64> {
-        self.bounded(value, label, key, (min, max), "")
-    }
-
-    /// A finite number in `min..=max` (`unit` follows the bounds in the message).
-    fn bounded(
-        &mut self,
-        value: &Option<Spanned<f64>>,
-        label: &str,
-        key: &str,
-        (min, max): (f64, f64),
-        unit: &str,
-    ) -> Option<f64> {
-        let v = value.as_ref()?;
-        let x = *v.get_ref();
-        if x.is_finite() && x >= min && x <= max {
-            Some(x)
-        } else {
-            self.error(
-                v.span().start,
-                &format!("{label}: {key} must be between {min} and {max}{unit}, got {x}"),
-            );
-            None
-        }
-    }
-}
-
-impl Validator<'_> {
-    /// An `upstream_proxy` value (`"direct"` or a parent URL) for `label`; a parent that is
-    /// courtesy's own `listen` address is refused (a loop).
-    fn route(
-        &mut self,
-        value: &Option<Spanned<String>>,
-        label: &str,
-        listen: std::net::SocketAddr,
-    ) -> Option<Route> {
-        let v = value.as_ref()?;
-        let at = v.span().start;
-        match Route::parse(v.get_ref()) {
-            Ok(route) => {
-                if let Some(parent) = route.parent().filter(|p| is_listen_address(p, listen)) {
-                    self.error(
-                        at,
-                        &format!(
-                            "{label}: upstream_proxy {parent} is courtesy's own listen address                              ({listen}): requests would come back to courtesy"
-                        ),
-                    );
-                    return None;
-                }
-                Some(route)
-            }
-            // The message never repeats the value: it may hold a password.
-            Err(why) => {
-                self.error(at, &format!("{label}: upstream_proxy {why}"));
-                None
-            }
-        }
+        section: &Section<'_>,
+        tables: &[&'static [Key<T>]],
+        (label, path): (&str, &str),
+        target: &mut T,
+    ) {
+        let mut say = Say {
+            v: self,
+            label,
+            path,
+        };
+        read_section(&mut say, &section.entries, tables, target);
     }
 }
 
@@ -195,8 +82,27 @@ fn is_listen_address(parent: &UpstreamProxy, listen: std::net::SocketAddr) -> bo
         || (ip.is_loopback() && (listen.ip().is_loopback() || listen.ip().is_unspecified()))
 }
 
-/// Every word of `T`, quoted and separated by commas: `"reject", "hold"`.
-fn quoted_words<T: ConfigWord>() -> String {
-    let words: Vec<String> = T::ALL.iter().map(|w| format!("{:?}", w.word())).collect();
-    words.join(", ")
+impl Validator<'_> {
+    /// `route`, or an error and `None` when it leads back to courtesy's own `listen` address.
+    fn not_a_loop(
+        &mut self,
+        route: super::Route,
+        at: Option<usize>,
+        label: &str,
+        listen: std::net::SocketAddr,
+    ) -> Option<super::Route> {
+        match route.parent().filter(|p| is_listen_address(p, listen)) {
+            Some(parent) => {
+                self.error(
+                    at.unwrap_or(0),
+                    &format!(
+                        "{label}: upstream_proxy {parent} is courtesy's own listen address \
+                         ({listen}): requests would come back to courtesy"
+                    ),
+                );
+                None
+            }
+            None => Some(route),
+        }
+    }
 }

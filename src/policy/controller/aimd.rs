@@ -10,25 +10,37 @@ use crate::config::HostPolicy;
 
 impl Pacing {
     pub(super) fn aimd_healthy(&mut self, obs: &Observation, policy: &HostPolicy, now: Instant) {
-        if obs.answer.latency > policy.slow_response {
-            if policy.adaptive && self.new_wave(obs.sent_at) {
-                self.rate = lowered(self.rate, policy.slow_factor, policy.min_rate);
+        if obs.answer.latency > policy.adaptive.slow_response {
+            if policy.adaptive.enabled && self.new_wave(obs.sent_at) {
+                self.rate = lowered(
+                    self.rate,
+                    policy.adaptive.slow_factor,
+                    policy.adaptive.min_rate,
+                );
                 self.rare_mut().last_cut = Some(now);
             }
         } else if obs.limited {
             let ceiling = self.raise_ceiling(policy);
             if self.rate < ceiling {
-                self.rate = (self.rate + policy.increase_step).min(ceiling);
+                self.rate = (self.rate + policy.adaptive.increase_step).min(ceiling);
             }
         }
     }
 
     pub(super) fn aimd_trouble(&mut self, policy: &HostPolicy) {
-        self.rate = lowered(self.rate, policy.decrease_factor, policy.min_rate);
+        self.rate = lowered(
+            self.rate,
+            policy.adaptive.decrease_factor,
+            policy.adaptive.min_rate,
+        );
     }
 
     pub(super) fn aimd_resume(&mut self, rate_before: f64, policy: &HostPolicy) {
-        let resume = lowered(rate_before, policy.resume_factor, policy.min_rate);
+        let resume = lowered(
+            rate_before,
+            policy.cooldown.resume_factor,
+            policy.adaptive.min_rate,
+        );
         self.rate = self.rate.min(resume);
     }
 }

@@ -51,9 +51,9 @@ impl Announced {
         let margin = if self.counted {
             0.0
         } else {
-            policy.learned_margin
+            policy.adaptive.learned_margin
         };
-        (self.rate() * (1.0 - margin)).max(policy.min_rate)
+        (self.rate() * (1.0 - margin)).max(policy.adaptive.min_rate)
     }
 }
 

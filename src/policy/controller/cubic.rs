@@ -115,7 +115,7 @@ impl Learned {
             served: 0,
             meter: before.map_or(0.0, |l| l.meter),
             metered: before.map_or(now, |l| l.metered),
-            approach: policy.probe_after.as_secs_f32(),
+            approach: policy.adaptive.probe_after.as_secs_f32(),
             shared: before.is_some_and(|l| l.shared),
         }
     }
@@ -192,11 +192,11 @@ impl Pacing {
         if idle {
             self.hold_curve(now);
         }
-        let slow = policy.slow_response.as_secs_f64();
+        let slow = policy.adaptive.slow_response.as_secs_f64();
         if smoothed > slow {
             if self.new_wave(obs.sent_at) {
                 let gradient = (slow / smoothed).clamp(0.5, 0.95);
-                self.rate = lowered(self.rate, gradient, policy.min_rate);
+                self.rate = lowered(self.rate, gradient, policy.adaptive.min_rate);
                 self.rare_mut().last_cut = Some(now);
                 self.hold_curve(now);
             }
@@ -213,7 +213,7 @@ impl Pacing {
         }
         let target = match self.rare().learned {
             Some(l) => l.rate_at(now.saturating_duration_since(l.since).as_secs_f64()),
-            None => self.rate + policy.increase_step,
+            None => self.rate + policy.adaptive.increase_step,
         };
         if self.rate < ceiling && target > self.rate {
             self.rate = target.min(ceiling);
@@ -228,8 +228,8 @@ impl Pacing {
     ) {
         let peak = self.rate;
         let wait = wait.unwrap_or_default().as_secs_f64();
-        let first = policy.probe_after.as_secs_f64();
-        let below = peak * (1.0 - policy.learned_margin);
+        let first = policy.adaptive.probe_after.as_secs_f64();
+        let below = peak * (1.0 - policy.adaptive.learned_margin);
         let learned = self.rare().learned.filter(|l| now > l.since);
         let (limit, approach) = match learned {
             Some(l) => {
@@ -260,7 +260,7 @@ impl Pacing {
                     // since the cooldown, over that time and half the wait, does not.
                     let mut measured = f64::from(l.served) / (t + wait / 2.0);
                     if l.served < ROUGH {
-                        measured *= 1.0 - policy.learned_margin;
+                        measured *= 1.0 - policy.adaptive.learned_margin;
                     }
                     served = served.min(measured);
                 } else if rose && !l.shared {
@@ -283,10 +283,10 @@ impl Pacing {
                 let floor = if measured_fall { FELL_FLOOR } else { 0.5 };
                 (served.clamp(peak * floor, below), approach)
             }
-            None => (peak * policy.decrease_factor, first),
+            None => (peak * policy.adaptive.decrease_factor, first),
         };
-        let limit = limit.max(policy.min_rate.min(peak));
-        let start = lowered(limit, RESUME, policy.min_rate).min(peak);
+        let limit = limit.max(policy.adaptive.min_rate.min(peak));
+        let start = lowered(limit, RESUME, policy.adaptive.min_rate).min(peak);
         self.rate = start;
         let since = now + Duration::from_secs_f64(wait);
         self.rare_mut().learned = Some(Learned {

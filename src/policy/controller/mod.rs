@@ -33,7 +33,7 @@ use crate::feedback::ServerBudget;
 /// The controller that moves `policy`'s rate: AIMD unless the host is adaptive and asks for the
 /// learned limit.
 fn learned_limit(policy: &HostPolicy) -> bool {
-    policy.adaptive && policy.controller == Controller::Cubic
+    policy.adaptive.enabled && policy.adaptive.controller == Controller::Cubic
 }
 
 impl Pacing {
@@ -54,7 +54,7 @@ impl Pacing {
         policy: &HostPolicy,
         now: Instant,
     ) {
-        if !policy.adaptive {
+        if !policy.adaptive.enabled {
             return;
         }
         if learned_limit(policy) {
@@ -89,10 +89,10 @@ impl Pacing {
     /// the configured rate), under robots.txt's Crawl-delay (never below the rate already
     /// reached under the ceiling).
     fn raise_ceiling(&self, policy: &HostPolicy) -> f64 {
-        let mut ceiling = if policy.adaptive {
-            policy.max_rate
+        let mut ceiling = if policy.adaptive.enabled {
+            policy.adaptive.max_rate
         } else {
-            policy.rate
+            policy.pacing.rate
         };
         if let Some(cap) = self.rare().robots_cap {
             ceiling = ceiling.min(cap).max(self.rate.min(ceiling));

@@ -16,23 +16,25 @@ pub(super) const DRIVERS: [Driver; 3] = [
 
 /// The seed article's Practice exercise: 8 clients, courtesy at 10/s adaptive, one at a time.
 pub(super) fn practice_policy() -> HostPolicy {
-    HostPolicy {
-        rate: 10.0,
-        burst: 1,
-        adaptive: true,
-        max_rate: 10.0,
-        on_cooldown: OnCooldown::Reject,
-        ..HostPolicy::default()
+    {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 10.0;
+        p.pacing.burst = 1;
+        p.adaptive.enabled = true;
+        p.adaptive.max_rate = 10.0;
+        p.cooldown.on_cooldown = OnCooldown::Reject;
+        p
     }
 }
 
 /// The latency profile's policy: eight in flight, slow above 500 ms, up to 20/s.
 pub(super) fn latency_policy() -> HostPolicy {
-    HostPolicy {
-        concurrency: 8,
-        max_rate: 20.0,
-        slow_response: Duration::from_millis(500),
-        ..practice_policy()
+    {
+        let mut p = practice_policy();
+        p.pacing.concurrency = 8;
+        p.adaptive.max_rate = 20.0;
+        p.adaptive.slow_response = Duration::from_millis(500);
+        p
     }
 }
 

@@ -116,16 +116,18 @@ pub(super) fn run(
     let t0 = Instant::now();
     let at = |t: f64| t0 + Duration::from_secs_f64(t.max(0.0));
     let policy = match driver {
-        Driver::Courtesy(controller) => HostPolicy {
-            controller,
-            ..policy.clone()
-        },
-        Driver::AutoThrottle => HostPolicy {
-            adaptive: false,
-            ..policy.clone()
-        },
+        Driver::Courtesy(controller) => {
+            let mut p = policy.clone();
+            p.adaptive.controller = controller;
+            p
+        }
+        Driver::AutoThrottle => {
+            let mut p = policy.clone();
+            p.adaptive.enabled = false;
+            p
+        }
     };
-    let mut throttle = AutoThrottle::new(1.0 / policy.rate, 1.0 / policy.max_rate);
+    let mut throttle = AutoThrottle::new(1.0 / policy.pacing.rate, 1.0 / policy.adaptive.max_rate);
     let mut pacing = Pacing::new(&policy, at(0.0), std::time::UNIX_EPOCH);
     if driver == Driver::AutoThrottle {
         pacing.set_rate_override(Some(throttle.rate()), at(0.0));
@@ -196,7 +198,9 @@ pub(super) fn run(
                 .min_by(|a, b| a.1.ready.total_cmp(&b.1.ready))
                 .map(|(i, _)| i);
             let Some(i) = waiting else { break };
-            if flights.len() as u32 >= policy.concurrency || !pacing.try_take(at(now), 0.0, 0.0) {
+            if flights.len() as u32 >= policy.pacing.concurrency
+                || !pacing.try_take(at(now), 0.0, 0.0)
+            {
                 break;
             }
             let reply = server.request(now, &mut rng);
@@ -233,7 +237,7 @@ pub(super) fn run(
             next = next.min(r);
         }
         let someone_waits = on && clients.iter().any(|c| !c.busy && c.ready <= now);
-        if someone_waits && (flights.len() as u32) < policy.concurrency {
+        if someone_waits && (flights.len() as u32) < policy.pacing.concurrency {
             let ready = pacing.ready_at(at(now)).duration_since(t0).as_secs_f64();
             next = next.min(ready.max(now + 1e-6));
         }
