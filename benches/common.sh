@@ -1,10 +1,30 @@
-# Shared by benches/load.sh and benches/https_load.sh (sourced, not run): logging, installing
-# missing Debian packages, the temp dir and the cleanup of every process started, ports, the CPU
-# accounting of processes, and the awk functions their reports sum up repeated runs with. Expects
-# HOST and LOG_TAG to be set, and `set -euo pipefail`.
+# Shared by the bench scripts (sourced, not run): the prologue every script starts with, logging,
+# installing missing Debian packages, knob checks, building the binaries, the temp dir and the
+# cleanup of every process started, ports, starting nginx and courtesy, the CPU accounting of
+# processes and the reruns of disturbed runs, and the awk functions their reports sum up repeated
+# runs with. Sets ROOT (the repository) when sourced; the port and process helpers expect HOST,
+# and log expects LOG_TAG (bench_prologue sets it).
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # the variables set here are read by the scripts that source this file
 
+# The repository's root, found from this file's own place (benches/common.sh).
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# The start of a bench script, right after sourcing this file: strict mode (set -e stops the
+# script at a failed command, and the ERR trap says which one, inside functions too), the sbin
+# directories on PATH (nginx and squid live there), the C locale (the numbers awk and sort read
+# and print), and `tag` as LOG_TAG for the log lines.
+bench_prologue() {
+    LOG_TAG=$1
+    set -Eeuo pipefail
+    trap 'printf "[%s] error: line %s: %s failed\n" "$LOG_TAG" "$LINENO" "$BASH_COMMAND" >&2' ERR
+    export PATH="$PATH:/usr/sbin:/sbin"
+    export LC_ALL=C
+}
+
+# Logs a progress line (stderr: stdout is the report).
 log() { printf '[%s %s] %s\n' "$LOG_TAG" "$(date +%T)" "$*" >&2; }
+# Logs `message` as an error and stops the script.
 die() {
     log "error: $*"
     exit 1
@@ -22,6 +42,64 @@ install_missing() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
 }
 
+# Dies with `message` unless every `value` is a whole number from `lo` to `hi`: every loop of a
+# bench is bounded, and these caps keep a typo in the environment from making it long.
+need_range() {
+    local lo=$1 hi=$2 message=$3 value
+    shift 3
+    for value in "$@"; do
+        # shellcheck disable=SC2015  # die when either check fails
+        [[ $value =~ ^[0-9]+$ ]] && ((value >= lo && value <= hi)) || die "$message"
+    done
+}
+
+# The executable that cargo's JSON messages `json` (--message-format=json...) report for the
+# target `name`: a bench's file name carries a hash, so it cannot be guessed.
+cargo_exe() {
+    grep -F '"reason":"compiler-artifact"' <<<"$1" | grep -F "\"name\":\"$2\"" |
+        grep -o '"executable":"[^"]*"' | tail -n 1 | sed 's/^"executable":"//; s/"$//'
+}
+
+# Builds the release courtesy and the https_load bench client, unless COURTESY_BIN and LOAD_BIN
+# both name prebuilt ones, and sets each one that was empty to what was built. BUILT_HERE=1 when
+# courtesy was built here (the report says which binary it measured). Dies unless both are
+# executables.
+build_courtesy_and_load() {
+    local json
+    BUILT_HERE=0
+    if [[ -z $COURTESY_BIN || -z $LOAD_BIN ]]; then
+        [[ -z $COURTESY_BIN ]] && BUILT_HERE=1
+        log "building courtesy and the https_load bench (release)"
+        json=$(cd "$ROOT" && cargo build --release --bin courtesy --bench https_load \
+            --message-format=json-render-diagnostics) || die "cargo build failed"
+        [[ -n $COURTESY_BIN ]] || COURTESY_BIN=$(cargo_exe "$json" courtesy)
+        [[ -n $LOAD_BIN ]] || LOAD_BIN=$(cargo_exe "$json" https_load)
+    fi
+    [[ -x $COURTESY_BIN ]] || die "no courtesy binary at '$COURTESY_BIN'"
+    [[ -x $LOAD_BIN ]] || die "no https_load binary at '$LOAD_BIN'"
+}
+
+# The commit the tree is at, with "+uncommitted changes" when its source differs from it: what a
+# report says it measured.
+tree_rev() {
+    local rev
+    rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
+    echo "$rev"
+}
+
+# Raises this shell's open-file limit to 65536 (or as far as it may go) for a bench that holds
+# thousands of connections; everything it starts inherits the limit.
+raise_open_files() {
+    local want=65536 hard
+    hard=$(ulimit -Hn)
+    if [[ $hard != unlimited ]] && ((hard < want)); then
+        # Raising the hard limit needs privileges; fall back to what is allowed.
+        ulimit -Hn "$want" 2>/dev/null || want=$hard
+    fi
+    ulimit -n "$want" 2>/dev/null || ulimit -n "$hard"
+}
+
 # Makes TMP (named after `name`) and arranges for every PID in PIDS to be stopped (TERM, then KILL
 # after 5 s) and TMP removed when the script exits, however it exits.
 setup_tmp() {
@@ -33,6 +111,7 @@ setup_tmp() {
     trap 'exit 143' TERM
 }
 
+# The EXIT trap of setup_tmp: stops every PID in PIDS, removes TMP, keeps the exit status.
 cleanup() {
     local rc=$? pid i
     trap - EXIT INT TERM
@@ -49,6 +128,7 @@ cleanup() {
     exit "$rc"
 }
 
+# Whether something accepts connections on `port` of HOST.
 port_busy() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
 
 # Fails when any of the given ports already accepts connections.
@@ -82,6 +162,55 @@ start_nginx() {
     wait_port "$NGINX_PID" "$port" "$name"
 }
 
+# Starts courtesy (COURTESY_BIN) in the background with `dir/courtesy.toml`, its stderr appended
+# to `dir/log` (append mode, so that the log can be emptied between runs while courtesy writes), at
+# the log level `rust_log`, or at courtesy's default (RUST_LOG unset) when that is empty. `$!` is
+# its PID afterwards: the caller adds it to PIDS (not echoed: a command substitution would run this
+# in a subshell).
+run_courtesy() {
+    local dir=$1 rust_log=$2
+    if [[ -n $rust_log ]]; then
+        RUST_LOG=$rust_log "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
+    else
+        env -u RUST_LOG "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
+    fi
+}
+
+# A courtesy.toml with its state in `dir/state`, listening on `port` of HOST (admin on port + 1),
+# with pacing effectively off, so that a bench measures the proxy's own cost. `proxy` and
+# `defaults` are extra lines for those two sections.
+pacing_off_conf() {
+    local dir=$1 port=$2 proxy=${3:-} defaults=${4:-}
+    cat <<EOF
+# Pacing effectively off: this measures the proxy's own cost.
+[proxy]
+listen = "$HOST:$port"
+admin_listen = "$HOST:$((port + 1))"
+state_dir = "$dir/state"
+max_in_flight = 100000
+EOF
+    [[ -z $proxy ]] || printf '%s\n' "$proxy"
+    cat <<EOF
+
+[defaults]
+rate = 1000000
+burst = 1000000
+concurrency = 100000
+EOF
+    [[ -z $defaults ]] || printf '%s\n' "$defaults"
+}
+
+# Waits (at most 5 s) until the courtesy instance `name` with its state in `dir/state` has written
+# its local CA certificate: an intercepting bench's clients must trust it.
+wait_ca() {
+    local dir=$1 name=$2 i
+    for ((i = 0; i < 50; i++)); do
+        [[ -s $dir/state/ca.pem ]] && return 0
+        sleep 0.1
+    done
+    die "$name wrote no CA certificate at $dir/state/ca.pem"
+}
+
 # "utime stime" in clock ticks of a process (all its threads) and of its direct children.
 cpu_ticks() {
     local pid=$1 user=0 sys=0 p stat
@@ -110,8 +239,83 @@ other_ticks() {
     } END { printf "%d\n", total }'
 }
 
+# Sets OTHER_PCT to the share of one core, in %, that other processes (other_ticks) used over the
+# next `tenths` tenths of a second: how busy the machine is apart from the bench. (Not echoed: in a
+# command substitution its own subshells would count as other processes.)
+other_pct() {
+    local tenths=$1 a b
+    a=$(other_ticks)
+    sleep "$((tenths / 10)).$((tenths % 10))"
+    b=$(other_ticks)
+    OTHER_PCT=$(((b - a) * 1000 / CLK_TCK / tenths))
+}
+
+# "accepts requests" of the origin nginx so far, from its stub_status on STATUS_PORT; each status
+# request counts itself.
+origin_counts() {
+    curl -sS --max-time 5 "http://$HOST:$STATUS_PORT/nginx_status" | awk 'NR == 3 { print $1, $3 }'
+}
+
+# Reads the counters a run is measured between, before it: COUNTS_BEFORE (origin_counts),
+# OTHER_BEFORE (other_ticks), ORIGIN_BEFORE and PROXY_BEFORE (cpu_ticks of NGINX_PID and of the
+# proxy `pid`; "0 0" for a run with no proxy). measure_after reads them again in reverse order, so
+# that the run's own traffic stays inside the brackets.
+measure_before() {
+    local pid=$1
+    COUNTS_BEFORE=$(origin_counts)
+    OTHER_BEFORE=$(other_ticks)
+    ORIGIN_BEFORE=$(cpu_ticks "$NGINX_PID")
+    PROXY_BEFORE="0 0"
+    if [[ -n $pid ]]; then PROXY_BEFORE=$(cpu_ticks "$pid"); fi
+}
+
+# The counters of measure_before after the run: PROXY_AFTER, ORIGIN_AFTER, OTHER_AFTER and
+# COUNTS_AFTER.
+measure_after() {
+    local pid=$1
+    PROXY_AFTER="0 0"
+    if [[ -n $pid ]]; then PROXY_AFTER=$(cpu_ticks "$pid"); fi
+    ORIGIN_AFTER=$(cpu_ticks "$NGINX_PID")
+    OTHER_AFTER=$(other_ticks)
+    COUNTS_AFTER=$(origin_counts)
+}
+
+# Runs `run...` (a command that appends a row to RUNS whose 17th field is the % of a core other
+# processes used during it) and, while that is over NOISE_PCT, drops the row and runs it again
+# after `pause` (a command line), at most twice and at most RETRY_BUDGET times in all: a disturbed
+# run measures the other processes. Counts the reruns in RETRIES.
+rerun_while_noisy() {
+    local -a pause
+    local try other
+    read -r -a pause <<<"$1"
+    shift
+    for ((try = 0; try <= 2; try++)); do
+        "$@"
+        other=$(tail -n 1 "$RUNS" | cut -f 17)
+        ((other > NOISE_PCT && try < 2 && RETRY_BUDGET > 0)) || break
+        RETRY_BUDGET=$((RETRY_BUDGET - 1))
+        RETRIES=$((RETRIES + 1))
+        log "other processes used ${other}% of a core during that run: running it again"
+        sed -i '$d' "$RUNS"
+        "${pause[@]}"
+    done
+}
+
+# The report's date and machine lines (CPUs, model, RAM, kernel).
+report_machine() {
+    local cpu_model
+    cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- machine: $(nproc) CPUs, $cpu_model, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r)"
+}
+
 # awk functions for the report tables, to put before a program: add(k, v) appends a run's value to
 # the values of key k, kept as "v1 v2 v3"; med, lo and hi give their median, minimum and maximum.
+# run_row() takes the current row of a RUNS table whose fields 1-3 name the cell, 5-7 are req/s,
+# p50 and p99, and 17 the % of a core other processes used: it adds those to the cell, keeps the
+# cells in the order first seen (order[1..nkeys]), counts the rows (runs) and those over the awk
+# variable noise (noisy), and returns the cell's key.
+# shellcheck disable=SC2016  # awk's fields, not the shell's
 AWK_SAMPLES='
     function sortv(a, n,    i, j, t) {
         for (i = 2; i <= n; i++) {
@@ -124,6 +328,15 @@ AWK_SAMPLES='
     function lo(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[1] }
     function hi(s,    a, n) { n = split(s, a, " "); sortv(a, n); return a[n] }
     function add(k, v) { vals[k] = (k in vals) ? vals[k] " " v : v }
+    function run_row(    key) {
+        key = $1 SUBSEP $2 SUBSEP $3
+        if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }
+        add(key SUBSEP "rps", $5); add(key SUBSEP "p50", $6); add(key SUBSEP "p99", $7)
+        add(key SUBSEP "other", $17)
+        if ($17 + 0 > noise) noisy++
+        runs++
+        return key
+    }
 '
 
 # The start of an nginx.conf that every bench's nginx shares: one worker in the foreground, its
@@ -146,6 +359,30 @@ http {
     fastcgi_temp_path $dir/tmp/fastcgi;
     uwsgi_temp_path $dir/tmp/uwsgi;
     scgi_temp_path $dir/tmp/scgi;
+CONF
+}
+
+# The origin's files for a TLS bench: nginx's `dir` with www/1k (1 KiB of random bytes) and tmp/,
+# all of it and the test PKI in `pki` readable by nginx's worker user.
+tls_origin_files() {
+    local dir=$1 pki=$2
+    mkdir -p "$dir/www" "$dir/tmp"
+    head -c 1024 /dev/urandom >"$dir/www/1k"
+    chmod -R a+rX "$dir" "$pki"
+}
+
+# An nginx server block for a config begun with nginx_conf_start: TLS on `port` of HOST with the
+# origin certificate make_test_pki made in `pki`, serving the files in `root`.
+tls_origin_server() {
+    local port=$1 pki=$2 root=$3
+    cat <<CONF
+    server {
+        listen $HOST:$port ssl;
+        ssl_certificate $pki/origin.pem;
+        ssl_certificate_key $pki/origin.key;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        root $root;
+    }
 CONF
 }
 

@@ -33,15 +33,10 @@
 # Needs: nginx, openssl, curl (Debian packages; installed with apt-get when missing, as root).
 # Everything it starts lives in one temp dir and is stopped by PID on exit.
 
-# shellcheck disable=SC2015  # "check && check || die" is meant: die when either check fails
-set -Eeuo pipefail
-# set -e stops the script at a failed command; this says which one.
-trap 'printf "[https_load] error: line %s: %s failed\n" "$LINENO" "$BASH_COMMAND" >&2' ERR
+# shellcheck source=benches/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_prologue https_load
 
-export PATH="$PATH:/usr/sbin:/sbin"
-export LC_ALL=C
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${DURATION:-8}
 REPEATS=${REPEATS:-3}
 CONNS=${CONNS:-"1 16 64"}
@@ -60,51 +55,26 @@ COURTESY_BIN=${COURTESY_BIN:-}
 LOAD_BIN=${LOAD_BIN:-}
 HOST=127.0.0.1
 
-LOG_TAG=https_load
-# shellcheck source=benches/common.sh
-. "$ROOT/benches/common.sh"
-
-# Every loop below is bounded: these caps keep a typo in the environment from making it long.
-[[ $DURATION =~ ^[0-9]+$ ]] && ((DURATION >= 1 && DURATION <= 60)) || die "DURATION must be 1..60 seconds"
-[[ $REPEATS =~ ^[0-9]+$ ]] && ((REPEATS >= 1 && REPEATS <= 10)) || die "REPEATS must be 1..10"
-[[ $THREADS =~ ^[0-9]+$ ]] && ((THREADS >= 1 && THREADS <= 16)) || die "THREADS must be 1..16"
-[[ $MAX_REQUESTS =~ ^[0-9]+$ ]] && ((MAX_REQUESTS >= 1 && MAX_REQUESTS <= 20000000)) ||
-    die "MAX_REQUESTS must be 1..20000000"
+need_range 1 60 "DURATION must be 1..60 seconds" "$DURATION"
+need_range 1 10 "REPEATS must be 1..10" "$REPEATS"
+need_range 1 16 "THREADS must be 1..16" "$THREADS"
+need_range 1 20000000 "MAX_REQUESTS must be 1..20000000" "$MAX_REQUESTS"
 [[ $NOISE_PCT =~ ^[0-9]+$ ]] || die "NOISE_PCT must be a whole number (percent of one core)"
-[[ $RETRY_BUDGET =~ ^[0-9]+$ ]] && ((RETRY_BUDGET <= 30)) || die "RETRY_BUDGET must be 0..30"
-[[ $QUIET_BUDGET =~ ^[0-9]+$ ]] && ((QUIET_BUDGET <= 3600)) || die "QUIET_BUDGET must be 0..3600 seconds"
+need_range 0 30 "RETRY_BUDGET must be 0..30" "$RETRY_BUDGET"
+need_range 0 3600 "QUIET_BUDGET must be 0..3600 seconds" "$QUIET_BUDGET"
 for c in $CONNS $NEW_CONNS $INFO_CONNS; do
-    [[ $c =~ ^[0-9]+$ ]] && ((c >= 1 && c <= 1000)) || die "connection counts must be 1..1000, got $c"
+    need_range 1 1000 "connection counts must be 1..1000, got $c" "$c"
 done
-for port in "$ORIGIN_PORT" "$COURTESY_PORT" "$COURTESY_INFO_PORT"; do
-    [[ $port =~ ^[0-9]+$ ]] && ((port >= 1024 && port <= 65534)) || die "ports must be 1024..65534"
-done
+need_range 1024 65534 "ports must be 1024..65534" "$ORIGIN_PORT" "$COURTESY_PORT" "$COURTESY_INFO_PORT"
 
 # ---- tools and binaries --------------------------------------------------------------------------
 
 install_missing nginx openssl curl
 
-BUILT_HERE=0
-if [[ -z $COURTESY_BIN || -z $LOAD_BIN ]]; then
-    [[ -z $COURTESY_BIN ]] && BUILT_HERE=1
-    log "building courtesy and the https_load bench (release)"
-    json=$(cd "$ROOT" && cargo build --release --bin courtesy --bench https_load \
-        --message-format=json-render-diagnostics) || die "cargo build failed"
-    # The executables cargo reports for the two targets.
-    exe_of() {
-        grep -F '"reason":"compiler-artifact"' <<<"$json" | grep -F "\"name\":\"$1\"" |
-            grep -o '"executable":"[^"]*"' | tail -n 1 | sed 's/^"executable":"//; s/"$//'
-    }
-    [[ -n $COURTESY_BIN ]] || COURTESY_BIN=$(exe_of courtesy)
-    [[ -n $LOAD_BIN ]] || LOAD_BIN=$(exe_of https_load)
-fi
+build_courtesy_and_load
 # The tree as built (others may commit while the benchmark runs).
-rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
-rev="$rev at $(date -u +%H:%M) UTC"
-[[ -x $COURTESY_BIN ]] || die "no courtesy binary at '$COURTESY_BIN'"
+rev="$(tree_rev) at $(date -u +%H:%M) UTC"
 COURTESY_VERSION=$("$COURTESY_BIN" --version 2>/dev/null || echo 'courtesy ?')
-[[ -x $LOAD_BIN ]] || die "no https_load binary at '$LOAD_BIN'"
 log "courtesy: $COURTESY_BIN"
 log "client:   $LOAD_BIN"
 CLK_TCK=$(getconf CLK_TCK)
@@ -119,17 +89,14 @@ require_free_ports "$ORIGIN_PORT" "$STATUS_PORT" "$COURTESY_PORT" $((COURTESY_PO
 # machine use at most NOISE_PCT % of a core: other engineers' builds share these 2 cores.
 QUIET_WAITED=0
 wait_quiet() {
-    local a b pct waited=0
+    local waited=0
     while ((QUIET_BUDGET * 2 > QUIET_WAITED)); do
-        a=$(other_ticks)
-        sleep 0.5
-        b=$(other_ticks)
-        pct=$(((b - a) * 200 / CLK_TCK))
-        ((pct > NOISE_PCT)) || break
+        other_pct 5
+        ((OTHER_PCT > NOISE_PCT)) || break
         QUIET_WAITED=$((QUIET_WAITED + 1))
         waited=$((waited + 1))
     done
-    ((waited == 0)) || log "waited $((waited / 2)).$((waited % 2 * 5)) s for other processes to quieten (last 0.5 s: ${pct}% of a core)"
+    ((waited == 0)) || log "waited $((waited / 2)).$((waited % 2 * 5)) s for other processes to quieten (last 0.5 s: ${OTHER_PCT}% of a core)"
 }
 
 # ---- test CA and origin certificate (ECDSA P-256, like courtesy's leaves) -------------------------
@@ -139,9 +106,7 @@ ORIGIN_CA=$TMP/pki/ca.pem
 
 # ---- origin: nginx with TLS ----------------------------------------------------------------------
 
-mkdir -p "$TMP/nginx/www" "$TMP/nginx/tmp"
-head -c 1024 /dev/urandom >"$TMP/nginx/www/1k"
-chmod -R a+rX "$TMP/nginx" "$TMP/pki"
+tls_origin_files "$TMP/nginx" "$TMP/pki"
 cat >"$TMP/nginx/nginx.conf" <<EOF
 $(nginx_conf_start "$TMP/nginx")
     default_type application/octet-stream;
@@ -149,13 +114,7 @@ $(nginx_conf_start "$TMP/nginx")
     tcp_nodelay on;
     keepalive_timeout 300s;
     keepalive_requests 100000000;
-    server {
-        listen $HOST:$ORIGIN_PORT ssl;
-        ssl_certificate $TMP/pki/origin.pem;
-        ssl_certificate_key $TMP/pki/origin.key;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        root $TMP/nginx/www;
-    }
+$(tls_origin_server "$ORIGIN_PORT" "$TMP/pki" "$TMP/nginx/www")
     server {
         listen $HOST:$STATUS_PORT;
         location = /nginx_status { stub_status; }
@@ -164,47 +123,20 @@ $(nginx_conf_start "$TMP/nginx")
 EOF
 start_nginx "$TMP/nginx" "$ORIGIN_PORT"
 
-# "accepts requests" of the origin so far (stub_status); each status request counts itself.
-origin_counts() {
-    curl -sS --max-time 5 "http://$HOST:$STATUS_PORT/nginx_status" | awk 'NR == 3 { print $1, $3 }'
-}
-
 # ---- courtesy ------------------------------------------------------------------------------------
 
 # Starts courtesy as `name` on `port`; its PID goes to STARTED_PID (not echoed: a command
 # substitution would run this in a subshell and lose PIDS).
 start_courtesy() {
-    local name=$1 port=$2 rust_log=$3 dir="$TMP/$1" i
+    local name=$1 port=$2 rust_log=$3 dir="$TMP/$1"
     mkdir -p "$dir"
-    cat >"$dir/courtesy.toml" <<EOF
-# Pacing effectively off: this measures the proxy's own cost.
-[proxy]
-listen = "$HOST:$port"
-admin_listen = "$HOST:$((port + 1))"
-state_dir = "$dir/state"
-upstream_ca = "$ORIGIN_CA"
-connect_ports = [$ORIGIN_PORT]
-max_in_flight = 100000
-
-[defaults]
-rate = 1000000
-burst = 1000000
-concurrency = 100000
-max_queue = 1000000
-EOF
-    if [[ -n $rust_log ]]; then
-        RUST_LOG=$rust_log "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
-    else
-        env -u RUST_LOG "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
-    fi
+    pacing_off_conf "$dir" "$port" "upstream_ca = \"$ORIGIN_CA\"
+connect_ports = [$ORIGIN_PORT]" "max_queue = 1000000" >"$dir/courtesy.toml"
+    run_courtesy "$dir" "$rust_log"
     STARTED_PID=$!
     PIDS+=("$STARTED_PID")
     wait_port "$STARTED_PID" "$port" "$name"
-    for ((i = 0; i < 50; i++)); do
-        [[ -s $dir/state/ca.pem ]] && return 0
-        sleep 0.1
-    done
-    die "$name wrote no CA certificate at $dir/state/ca.pem"
+    wait_ca "$dir" "$name"
 }
 
 start_courtesy courtesy "$COURTESY_PORT" warn
@@ -260,32 +192,24 @@ OPENED="$TMP/opened.tsv" # connections each courtesy instance was sent (CONNECTs
 # One bounded client run; with `rep` > 0 the result is appended to $RUNS.
 run_load() {
     local case=$1 mode=$2 conns=$3 secs=$4 rep=$5
-    local pid out err c0 c1 o0 o1 x0 x1 before after logfile="" lines=0
+    local pid out err logfile="" lines=0
     local -a extra=()
     pid=$(proxy_pid "$case")
     [[ $case != direct ]] && extra+=(--proxy "$HOST:$(proxy_port "$case")")
     [[ $mode == new ]] && extra+=(--new-conn)
     [[ $case == courtesy-info ]] && logfile="$TMP/$case/log" && : >"$logfile"
     wait_quiet
-    before=$(origin_counts)
-    x0=$(other_ticks)
-    o0=$(cpu_ticks "$NGINX_PID")
-    c0="0 0"
-    [[ -n $pid ]] && c0=$(cpu_ticks "$pid")
+    measure_before "$pid"
     out=$(timeout $((secs + 60)) "$LOAD_BIN" --origin "$HOST:$ORIGIN_PORT" --ca "$(ca_of "$case")" \
         --path /1k --body-bytes 1024 --conns "$conns" --duration "$secs" \
         --max-requests "$MAX_REQUESTS" --threads "$THREADS" "${extra[@]}" 2>"$TMP/client.err") ||
         die "client failed for $case $mode c=$conns: $(cat "$TMP/client.err")"
-    c1="0 0"
-    [[ -n $pid ]] && c1=$(cpu_ticks "$pid")
-    o1=$(cpu_ticks "$NGINX_PID")
-    x1=$(other_ticks)
-    after=$(origin_counts)
+    measure_after "$pid"
     err=$(cat "$TMP/client.err")
     local result
     result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from the client: $out $err"
     # shellcheck disable=SC2086
-    set -- $result $before $after $c0 $c1 $o0 $o1
+    set -- $result $COUNTS_BEFORE $COUNTS_AFTER $PROXY_BEFORE $PROXY_AFTER $ORIGIN_BEFORE $ORIGIN_AFTER
     # $2 requests, $3 errors, $4 elapsed µs, $5 p50 µs, $6 p99 µs, $7 connections opened,
     # $8 client CPU ticks, $9/$10 origin accepts/requests before, $11/$12 after,
     # $13/$14 proxy user/sys ticks before, $15/$16 after, $17..$20 the same for the origin.
@@ -300,7 +224,7 @@ run_load() {
         -v n="$2" -v errs="$3" -v dur="$4" -v p50="$5" -v p99="$6" -v opened="$7" \
         -v cticks="$8" -v acc=$((${11} - $9 - 1)) -v oreq=$((${12} - ${10} - 1)) -v lines="$lines" \
         -v pticks=$((${15} + ${16} - ${13} - ${14})) -v haspid="${pid:+1}" \
-        -v oticks=$((${19} + ${20} - ${17} - ${18})) -v hz="$CLK_TCK" -v xticks=$((x1 - x0)) \
+        -v oticks=$((${19} + ${20} - ${17} - ${18})) -v hz="$CLK_TCK" -v xticks=$((OTHER_AFTER - OTHER_BEFORE)) \
         'BEGIN {
             rps = n / (dur / 1e6)
             pcpu = haspid ? sprintf("%.1f", pticks / hz * 1e6 / n) : "-"
@@ -331,16 +255,7 @@ for mode in keep new; do
         contains "$INFO_CONNS" "$conns" && cases+=(courtesy-info)
         for ((rep = 1; rep <= REPEATS; rep++)); do
             for case in "${cases[@]}"; do
-                for ((try = 0; try <= 2; try++)); do
-                    run_load "$case" "$mode" "$conns" "$DURATION" "$rep"
-                    other=$(tail -n 1 "$RUNS" | cut -f 17)
-                    ((other > NOISE_PCT && try < 2 && RETRY_BUDGET > 0)) || break
-                    RETRY_BUDGET=$((RETRY_BUDGET - 1))
-                    RETRIES=$((RETRIES + 1))
-                    log "other processes used ${other}% of a core during that run: running it again"
-                    sed -i '$d' "$RUNS"
-                    sleep 3
-                done
+                rerun_while_noisy "sleep 3" run_load "$case" "$mode" "$conns" "$DURATION" "$rep"
             done
         done
     done
@@ -367,13 +282,11 @@ LEAF_INFO=$(leaf_line courtesy-info)
 
 # ---- report --------------------------------------------------------------------------------------
 
-cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 lock_version() { awk -v n="$1" '$0 == "name = \"" n "\"" { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"; }
 
 echo "## HTTPS load benchmark: courtesy's interception vs direct TLS, nginx origin, loopback"
 echo
-echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "- machine: $(nproc) CPUs, $cpu_model, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r)"
+report_machine
 if ((BUILT_HERE)); then
     built="release build of this tree, git $rev"
 else
@@ -389,16 +302,12 @@ echo "- keep = kept-alive connections opened before the clock starts; new = a ne
 echo
 awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
     {
-        key = $1 SUBSEP $2 SUBSEP $3
-        if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }
-        add(key SUBSEP "rps", $5); add(key SUBSEP "p50", $6); add(key SUBSEP "p99", $7)
+        key = run_row()
         if ($8 != "-") add(key SUBSEP "pcpu", $8)
         add(key SUBSEP "ocpu", $9); add(key SUBSEP "ccpu", $10)
         errs[key] += $12
         add(key SUBSEP "fwd", $14 / $11); add(key SUBSEP "acc", $15)
-        add(key SUBSEP "lines", $16 / $11); add(key SUBSEP "other", $17)
-        if ($17 + 0 > noise) noisy++
-        runs++
+        add(key SUBSEP "lines", $16 / $11)
     }
     END {
         print "| mode | conns | case | req/s median (min–max) | p50 ms | p99 ms | req/s ÷ direct | p50 added vs direct, ms | courtesy CPU µs/req | nginx CPU µs/req | client CPU µs/req |"

@@ -35,12 +35,10 @@
 # Needs: nginx, squid, wrk, curl (Debian packages; installed with apt-get when missing, as root).
 # Everything it starts lives in one temp dir and is stopped by PID on exit.
 
-set -euo pipefail
+# shellcheck source=benches/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_prologue load
 
-export PATH="$PATH:/usr/sbin:/sbin"
-export LC_ALL=C
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${DURATION:-8}
 REPEATS=${REPEATS:-3}
 CONNS=${CONNS:-"1 16 64"}
@@ -62,20 +60,16 @@ SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
 NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-18150}
 COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
 HOST=127.0.0.1
+# The origin serves its own stub_status (origin_counts).
+STATUS_PORT=$ORIGIN_PORT
 
-LOG_TAG=load
-# shellcheck source=benches/common.sh
-. "$ROOT/benches/common.sh"
-
-# Every loop below is bounded: these caps keep a typo in the environment from making it long.
-[[ $DURATION =~ ^[0-9]+$ ]] && ((DURATION >= 1 && DURATION <= 60)) || die "DURATION must be 1..60 seconds"
-[[ $REPEATS =~ ^[0-9]+$ ]] && ((REPEATS >= 1 && REPEATS <= 10)) || die "REPEATS must be 1..10"
+need_range 1 60 "DURATION must be 1..60 seconds" "$DURATION"
+need_range 1 10 "REPEATS must be 1..10" "$REPEATS"
 [[ $NOISE_PCT =~ ^[0-9]+$ ]] || die "NOISE_PCT must be a whole number (percent of one core)"
-[[ $RETRY_BUDGET =~ ^[0-9]+$ ]] && ((RETRY_BUDGET <= 30)) || die "RETRY_BUDGET must be 0..30"
-[[ $QUIET_WAIT =~ ^[0-9]+$ ]] && ((QUIET_WAIT <= 1800)) || die "QUIET_WAIT must be 0..1800 seconds"
-for c in $CONNS; do
-    [[ $c =~ ^[0-9]+$ ]] && ((c >= 1 && c <= 1000)) || die "CONNS entries must be 1..1000"
-done
+need_range 0 30 "RETRY_BUDGET must be 0..30" "$RETRY_BUDGET"
+need_range 0 1800 "QUIET_WAIT must be 0..1800 seconds" "$QUIET_WAIT"
+# shellcheck disable=SC2086  # a list of numbers
+need_range 1 1000 "CONNS entries must be 1..1000" $CONNS
 for s in $SIZES; do [[ $s == 1k || $s == 64k ]] || die "SIZES entries must be 1k or 64k"; done
 [[ $BODY_TYPE =~ ^[a-z]+/[a-z0-9.+-]+$ ]] || die "BODY_TYPE must be a media type such as text/html"
 
@@ -98,15 +92,11 @@ require_free_ports "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COUR
 # Waits until other processes use at most NOISE_PCT of a core over 2 s; all such waits together
 # last at most QUIET_WAIT seconds over the whole benchmark.
 wait_quiet() {
-    local a b pct
     while ((QUIET_LEFT > 0)); do
-        a=$(other_ticks)
-        sleep 2
-        b=$(other_ticks)
-        pct=$(((b - a) * 100 / CLK_TCK / 2))
-        ((pct > NOISE_PCT)) || return 0
+        other_pct 20
+        ((OTHER_PCT > NOISE_PCT)) || return 0
         QUIET_LEFT=$((QUIET_LEFT - 2))
-        log "waiting for a quiet machine: other processes use ${pct}% of a core (${QUIET_LEFT} s of waiting left)"
+        log "waiting for a quiet machine: other processes use ${OTHER_PCT}% of a core (${QUIET_LEFT} s of waiting left)"
     done
 }
 
@@ -134,11 +124,6 @@ $(nginx_conf_start "$TMP/nginx")
 EOF
 start_nginx "$TMP/nginx" "$ORIGIN_PORT"
 
-# "accepts requests" of the origin so far (stub_status), minus this status request itself.
-origin_counts() {
-    curl -sS --max-time 5 "http://$HOST:$ORIGIN_PORT/nginx_status" | awk 'NR == 3 { print $1, $3 }'
-}
-
 # ---- courtesy ------------------------------------------------------------------------------------
 
 # The cases in the order they run, and each proxy's port and PID (direct has no proxy).
@@ -160,25 +145,8 @@ started() {
 start_courtesy() {
     local name=$1 port=$2 rust_log=$3 dir="$TMP/$1"
     mkdir -p "$dir/state"
-    cat >"$dir/courtesy.toml" <<EOF
-# Pacing effectively off: this measures the proxy's own cost.
-[proxy]
-listen = "$HOST:$port"
-admin_listen = "$HOST:$((port + 1))"
-state_dir = "$dir/state"
-max_in_flight = 100000
-
-[defaults]
-rate = 1000000
-burst = 1000000
-concurrency = 100000
-EOF
-    # stderr in append mode, so that the log can be emptied between runs while courtesy writes.
-    if [[ -n $rust_log ]]; then
-        RUST_LOG=$rust_log "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
-    else
-        env -u RUST_LOG "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
-    fi
+    pacing_off_conf "$dir" "$port" >"$dir/courtesy.toml"
+    run_courtesy "$dir" "$rust_log"
     started "$name" "$port"
 }
 
@@ -300,7 +268,7 @@ RUNS="$TMP/runs.tsv"
 # result is appended to $RUNS.
 run_wrk() {
     local case=$1 size=$2 conns=$3 secs=$4 rep=$5
-    local port pid threads out result c0 c1 o0 o1 x0 x1 before after logfile="" lines=0 target="" url
+    local port pid threads out result logfile="" lines=0 target="" url
     port=${PORT_OF[$case]}
     pid=${PID_OF[$case]:-}
     threads=$((WRK_THREADS < conns ? WRK_THREADS : conns))
@@ -311,24 +279,16 @@ run_wrk() {
         target="http://$HOST:$ORIGIN_PORT/$size"
     fi
     [[ $case == courtesy* ]] && logfile="$TMP/$case/log" && : >"$logfile"
-    before=$(origin_counts)
-    x0=$(other_ticks)
-    o0=$(cpu_ticks "$NGINX_PID")
-    c0="0 0"
-    [[ -n $pid ]] && c0=$(cpu_ticks "$pid")
+    measure_before "$pid"
     out=$(LOAD_TARGET=$target LOAD_HOST="$HOST:$ORIGIN_PORT" timeout $((secs + 30)) \
         wrk -t "$threads" -c "$conns" -d "${secs}s" --latency -s "$TMP/proxy.lua" "$url" 2>&1) ||
         die "wrk failed for $case $size c=$conns: $out"
-    c1="0 0"
-    [[ -n $pid ]] && c1=$(cpu_ticks "$pid")
-    o1=$(cpu_ticks "$NGINX_PID")
-    x1=$(other_ticks)
-    after=$(origin_counts)
+    measure_after "$pid"
     ((rep > 0)) || return 0
     result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from wrk: $out"
     [[ -n $logfile ]] && lines=$(grep -c 'upstream response' "$logfile" || true)
     # shellcheck disable=SC2086
-    set -- $result $before $after $c0 $c1 $o0 $o1
+    set -- $result $COUNTS_BEFORE $COUNTS_AFTER $PROXY_BEFORE $PROXY_AFTER $ORIGIN_BEFORE $ORIGIN_AFTER
     (($2 > 0)) || die "wrk completed no request for $case $size c=$conns: $out"
     # $2 requests, $3 duration µs, $4 p50 µs, $5 p99 µs, $6 socket errors, $7 HTTP errors,
     # $8/$9 origin accepts/requests before, $10/$11 after (each status request counts itself),
@@ -338,7 +298,7 @@ run_wrk() {
         -v acc=$((${10} - $8 - 1)) -v oreq=$((${11} - $9 - 1)) -v lines="$lines" \
         -v puser=$((${14} - ${12})) -v psys=$((${15} - ${13})) \
         -v origin_ticks=$((${18} + ${19} - ${16} - ${17})) -v hz="$CLK_TCK" -v haspid="${pid:+1}" \
-        -v other_ticks=$((x1 - x0)) \
+        -v other_ticks=$((OTHER_AFTER - OTHER_BEFORE)) \
         'BEGIN {
             rps = n / (dur / 1e6)
             pcpu = haspid ? sprintf("%.1f", (puser + psys) / hz * 1e6 / n) : "-"
@@ -364,18 +324,7 @@ for size in $SIZES; do
     for conns in $CONNS; do
         for ((rep = 1; rep <= REPEATS; rep++)); do
             for case in "${CASES[@]}"; do
-                # A run during which something else on the machine took more than NOISE_PCT of a
-                # core is run again (at most twice, and at most RETRY_BUDGET times in all).
-                for ((try = 0; try <= 2; try++)); do
-                    run_wrk "$case" "$size" "$conns" "$DURATION" "$rep"
-                    other=$(tail -n 1 "$RUNS" | cut -f 17)
-                    ((other > NOISE_PCT && try < 2 && RETRY_BUDGET > 0)) || break
-                    RETRY_BUDGET=$((RETRY_BUDGET - 1))
-                    RETRIES=$((RETRIES + 1))
-                    log "other processes used ${other}% of a core during that run: running it again"
-                    sed -i '$d' "$RUNS"
-                    wait_quiet
-                done
+                rerun_while_noisy wait_quiet run_wrk "$case" "$size" "$conns" "$DURATION" "$rep"
             done
         done
     done
@@ -384,14 +333,11 @@ ELAPSED=$(($(date +%s) - START))
 
 # ---- report --------------------------------------------------------------------------------------
 
-cpu_model=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
+rev=$(tree_rev)
 
 echo "## Load benchmark: courtesy vs Squid and an nginx proxy, nginx origin, loopback"
 echo
-echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "- machine: $(nproc) CPUs, $cpu_model, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo) RAM, Linux $(uname -r)"
+report_machine
 echo "- courtesy: $("$COURTESY_BIN" --version 2>/dev/null || echo '?') (release build, git $rev)"
 echo "- squid: $(squid -v | head -n 1)"
 echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //')"
@@ -402,16 +348,11 @@ echo "- all processes share the machine's CPUs: wrk, nginx (1 worker) and the pr
 echo
 awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
     {
-        key = $1 SUBSEP $2 SUBSEP $3
-        if (!(key in seen)) { seen[key] = 1; order[++nkeys] = key }
-        add(key SUBSEP "rps", $5); add(key SUBSEP "p50", $6); add(key SUBSEP "p99", $7)
+        key = run_row()
         if ($8 != "-") { add(key SUBSEP "pcpu", $8); add(key SUBSEP "pusr", $16) }
         add(key SUBSEP "ocpu", $9)
         add(key SUBSEP "fwd", $11 / $10); add(key SUBSEP "conns", $12); add(key SUBSEP "lines", $13 / $10)
         errs[key] += $14 + $15
-        add(key SUBSEP "other", $17)
-        if ($17 + 0 > noise) noisy++
-        runs++
     }
     END {
         print "| body | conns | case | req/s median (min–max) | p50 ms | p99 ms | proxy CPU µs/req | origin CPU µs/req | req/s ÷ squid | CPU ÷ squid | req/s ÷ nginx-proxy | CPU ÷ nginx-proxy | p50 added vs direct, ms |"

@@ -23,14 +23,10 @@
 # Needs: nginx, openssl, curl (Debian packages; installed with apt-get when missing, as root).
 # Everything it starts lives in one temp dir and is stopped by PID on exit.
 
-# shellcheck disable=SC2015  # "check && check || die" is meant: die when either check fails
-set -Eeuo pipefail
-trap 'printf "[new_hosts] error: line %s: %s failed\n" "$LINENO" "$BASH_COMMAND" >&2' ERR
+# shellcheck source=benches/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_prologue new_hosts
 
-export PATH="$PATH:/usr/sbin:/sbin"
-export LC_ALL=C
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 HOSTS=${HOSTS:-1000}
 CONNS=${CONNS:-16}
 REPEATS=${REPEATS:-3}
@@ -41,31 +37,14 @@ LOAD_BIN=${LOAD_BIN:-}
 HOST=127.0.0.1
 SUFFIX=leaf.test
 
-LOG_TAG=new_hosts
-# shellcheck source=benches/common.sh
-. "$ROOT/benches/common.sh"
-
-[[ $HOSTS =~ ^[0-9]+$ ]] && ((HOSTS >= 10 && HOSTS <= 20000)) || die "HOSTS must be 10..20000"
-[[ $CONNS =~ ^[0-9]+$ ]] && ((CONNS >= 1 && CONNS <= 256)) || die "CONNS must be 1..256"
-[[ $REPEATS =~ ^[0-9]+$ ]] && ((REPEATS >= 1 && REPEATS <= 10)) || die "REPEATS must be 1..10"
+need_range 10 20000 "HOSTS must be 10..20000" "$HOSTS"
+need_range 1 256 "CONNS must be 1..256" "$CONNS"
+need_range 1 10 "REPEATS must be 1..10" "$REPEATS"
 
 install_missing nginx openssl curl
 
-if [[ -z $COURTESY_BIN || -z $LOAD_BIN ]]; then
-    log "building courtesy and the https_load bench (release)"
-    json=$(cd "$ROOT" && cargo build --release --bin courtesy --bench https_load \
-        --message-format=json-render-diagnostics) || die "cargo build failed"
-    exe_of() {
-        grep -F '"reason":"compiler-artifact"' <<<"$json" | grep -F "\"name\":\"$1\"" |
-            grep -o '"executable":"[^"]*"' | tail -n 1 | sed 's/^"executable":"//; s/"$//'
-    }
-    [[ -n $COURTESY_BIN ]] || COURTESY_BIN=$(exe_of courtesy)
-    [[ -n $LOAD_BIN ]] || LOAD_BIN=$(exe_of https_load)
-fi
-[[ -x $COURTESY_BIN ]] || die "no courtesy binary at '$COURTESY_BIN'"
-[[ -x $LOAD_BIN ]] || die "no https_load binary at '$LOAD_BIN'"
-rev=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
+build_courtesy_and_load
+rev=$(tree_rev)
 CLK_TCK=$(getconf CLK_TCK)
 
 setup_tmp courtesy-new-hosts
@@ -82,20 +61,12 @@ make_test_pki "$TMP/pki" "courtesy new_hosts test CA" "*.$SUFFIX" "DNS:*.$SUFFIX
 
 # ---- origin --------------------------------------------------------------------------------------
 
-mkdir -p "$TMP/nginx/www" "$TMP/nginx/tmp"
-head -c 1024 /dev/urandom >"$TMP/nginx/www/1k"
-chmod -R a+rX "$TMP/nginx" "$TMP/pki"
+tls_origin_files "$TMP/nginx" "$TMP/pki"
 cat >"$TMP/nginx/nginx.conf" <<EOF
 $(nginx_conf_start "$TMP/nginx")
     default_type application/octet-stream;
     keepalive_timeout 300s;
-    server {
-        listen $HOST:$ORIGIN_PORT ssl;
-        ssl_certificate $TMP/pki/origin.pem;
-        ssl_certificate_key $TMP/pki/origin.key;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        root $TMP/nginx/www;
-    }
+$(tls_origin_server "$ORIGIN_PORT" "$TMP/pki" "$TMP/nginx/www")
 }
 EOF
 start_nginx "$TMP/nginx" "$ORIGIN_PORT"
@@ -128,28 +99,14 @@ for ((rep = 1; rep <= REPEATS; rep++)); do
     pass direct "$rep" "" "$TMP/pki/ca.pem"
     dir="$TMP/courtesy-$rep"
     mkdir -p "$dir"
-    cat >"$dir/courtesy.toml" <<EOF
-[proxy]
-listen = "$HOST:$COURTESY_PORT"
-admin_listen = "$HOST:$((COURTESY_PORT + 1))"
-state_dir = "$dir/state"
-upstream_ca = "$TMP/pki/ca.pem"
-hosts_file = "$TMP/hosts"
-connect_ports = [$ORIGIN_PORT]
-max_in_flight = 100000
-
-[defaults]
-rate = 1000000
-burst = 1000000
-concurrency = 100000
-obey_robots = false
-EOF
-    RUST_LOG=warn "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
+    pacing_off_conf "$dir" "$COURTESY_PORT" "upstream_ca = \"$TMP/pki/ca.pem\"
+hosts_file = \"$TMP/hosts\"
+connect_ports = [$ORIGIN_PORT]" "obey_robots = false" >"$dir/courtesy.toml"
+    run_courtesy "$dir" warn
     pid=$!
     PIDS+=("$pid")
     wait_port "$pid" "$COURTESY_PORT" courtesy
-    for ((i = 0; i < 50; i++)); do [[ -s $dir/state/ca.pem ]] && break; sleep 0.1; done
-    [[ -s $dir/state/ca.pem ]] || die "courtesy wrote no CA certificate"
+    wait_ca "$dir" courtesy
     pass new "$rep" "$pid" "$dir/state/ca.pem"
     pass known "$rep" "$pid" "$dir/state/ca.pem"
     metrics=$(curl -sS --max-time 5 "http://$HOST:$((COURTESY_PORT + 1))/metrics" || true)

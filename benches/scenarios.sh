@@ -14,16 +14,11 @@
 
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=benches/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cd "$ROOT"
 
-want=65536
-hard=$(ulimit -Hn)
-if [[ $hard != unlimited ]] && ((hard < want)); then
-    # Raising the hard limit needs privileges; fall back to what is allowed.
-    ulimit -Hn "$want" 2>/dev/null || want=$hard
-fi
-ulimit -n "$want" 2>/dev/null || ulimit -n "$hard"
+raise_open_files
 echo "[scenarios.sh] open files: $(ulimit -n)" >&2
 
 cargo build --release --bin courtesy >&2

@@ -45,13 +45,7 @@ LOG_TAG=shared
 install_missing redis-server
 
 # 800 client connections, as many in the instances and to the origin.
-want=65536
-hard=$(ulimit -Hn)
-if [[ $hard != unlimited ]] && ((hard < want)); then
-    # Raising the hard limit needs privileges; fall back to what is allowed.
-    ulimit -Hn "$want" 2>/dev/null || want=$hard
-fi
-ulimit -n "$want" 2>/dev/null || ulimit -n "$hard"
+raise_open_files
 log "open files: $(ulimit -n)"
 
 export COURTESY_BIN=${COURTESY_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/courtesy}

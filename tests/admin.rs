@@ -94,25 +94,13 @@ async fn metrics_and_the_host_api_show_known_traffic() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("limit"), "{body}");
 
-    let (status, single) = admin_call(
-        "GET",
-        &courtesy.admin_url(&format!("/hosts/{ok}")),
-        None,
-        "",
-    )
-    .await;
+    let (status, single) = courtesy.host_page(&ok).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         serde_json::from_str::<Value>(&single).unwrap()["host"],
         ok.as_str()
     );
-    let (status, _) = admin_call(
-        "GET",
-        &courtesy.admin_url("/hosts/nowhere.test:80"),
-        None,
-        "",
-    )
-    .await;
+    let (status, _) = courtesy.host_page("nowhere.test:80").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 

@@ -467,14 +467,7 @@ async fn fifty_megabytes_each_way_stream_through_without_buffering() {
     let dir = temp_dir("mem");
     let ports = Ports::free();
     let config = dir.join("c.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}[defaults]\nrate = 100\nburst = 10\n",
-            ports.proxy_section(&dir)
-        ),
-    )
-    .unwrap();
+    ports.write_config(&config, &dir, "[defaults]\nrate = 100\nburst = 10\n");
     let mut child = spawn_courtesy_process(&config);
     let pid = child.id().unwrap();
     let client = ProxyClient {

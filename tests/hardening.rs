@@ -131,15 +131,10 @@ async fn a_cooldown_survives_a_kill_right_after_the_429() {
     .await;
     let dir = temp_dir("kill-after-429");
     let ports = Ports::free();
-    let config = dir.join("courtesy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}[defaults]\nrate = 50\nburst = 5\non_cooldown = \"reject\"\nobey_robots = false\n",
-            ports.proxy_section(&dir.join("state"))
-        ),
-    )
-    .unwrap();
+    let config = ports.config_in(
+        &dir,
+        "[defaults]\nrate = 50\nburst = 5\non_cooldown = \"reject\"\nobey_robots = false\n",
+    );
     let client = ProxyClient {
         proxy: ports.proxy_addr(),
     };
@@ -238,13 +233,7 @@ async fn an_untrusted_certificate_under_obey_robots_is_a_502_and_no_back_off() {
         assert!(status.contains("error=tls_certificate_error"), "{status}");
         assert!(!status.contains("robots.txt"), "{status}");
     }
-    let (_, host) = admin_call(
-        "GET",
-        &courtesy.admin_url(&format!("/hosts/{}", origin.addr)),
-        None,
-        "",
-    )
-    .await;
+    let (_, host) = courtesy.host_page(&origin.addr.to_string()).await;
     let host: serde_json::Value = serde_json::from_str(&host).unwrap();
     assert_eq!(
         host["state"], "idle",

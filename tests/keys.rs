@@ -28,13 +28,7 @@ fn arrivals_at(origins: &[&Origin]) -> Vec<Instant> {
 
 /// `/hosts/{key}` as JSON.
 async fn host_view(courtesy: &Courtesy, key: &str) -> serde_json::Value {
-    let (status, body) = admin_call(
-        "GET",
-        &courtesy.admin_url(&format!("/hosts/{key}")),
-        None,
-        "",
-    )
-    .await;
+    let (status, body) = courtesy.host_page(key).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     serde_json::from_str(&body).unwrap()
 }

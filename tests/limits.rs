@@ -12,6 +12,7 @@ use http::StatusCode;
 use support::*;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::task::JoinHandle;
 
 /// This test process may hold as many descriptors as its hard limit allows.
 fn raise_own_fd_limit() {
@@ -45,15 +46,10 @@ async fn a_flood_of_silent_connections_from_a_refused_address_leaves_allowed_cli
     let origin = Origin::ok("127.0.0.1").await;
     let dir = temp_dir("fd-flood");
     let ports = Ports::free();
-    let config = dir.join("courtesy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}allow_clients = [\"127.0.0.1/32\"]\n[defaults]\nrate = 100\nburst = 10\n",
-            ports.proxy_section(&dir.join("state"))
-        ),
-    )
-    .unwrap();
+    let config = ports.config_in(
+        &dir,
+        "allow_clients = [\"127.0.0.1/32\"]\n[defaults]\nrate = 100\nburst = 10\n",
+    );
     let _courtesy = tokio::process::Command::new("bash")
         .arg("-c")
         .arg(format!(
@@ -143,16 +139,8 @@ async fn connections_per_client_are_capped_and_silent_ones_time_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_upstream_table_is_a_local_503_never_held_against_the_host() {
-    let slow = slow_closing_origin().await;
-    let other = Origin::ok("127.0.0.3").await;
-    let courtesy = Courtesy::start(
-        "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
-         [defaults]\nrate = 100\nburst = 10\n",
-    )
-    .await;
+    let (courtesy, _slow, other, holding) = upstream_table_held("").await;
     let client = courtesy.client();
-    let holding = client.spawn_get(slow.url("/hold"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let refused = client.get(&other.url("/a")).await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(
@@ -162,13 +150,7 @@ async fn a_full_upstream_table_is_a_local_503_never_held_against_the_host() {
         "{}",
         refused.header("proxy-status")
     );
-    let (status, body) = admin_call(
-        "GET",
-        &courtesy.admin_url(&format!("/hosts/{}", other.addr)),
-        None,
-        "",
-    )
-    .await;
+    let (status, body) = courtesy.host_page(&other.addr.to_string()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let host: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_ne!(host["state"], "cooling_down", "{body}");
@@ -199,17 +181,11 @@ async fn a_silent_connection_does_not_hold_up_a_shutdown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_robots_txt_fetch_that_finds_no_upstream_slot_is_not_the_hosts_robots_txt() {
-    let slow = slow_closing_origin().await;
-    let other = Origin::ok("127.0.0.3").await;
-    let courtesy = Courtesy::start(
-        "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
-         [defaults]\nrate = 100\nburst = 10\nobey_robots = false\n\
-         [[host]]\nmatch = \"127.0.0.3\"\nobey_robots = true\n",
+    let (courtesy, _slow, other, holding) = upstream_table_held(
+        "obey_robots = false\n[[host]]\nmatch = \"127.0.0.3\"\nobey_robots = true\n",
     )
     .await;
     let client = courtesy.client();
-    let holding = client.spawn_get(slow.url("/hold"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let refused = client.get(&other.url("/a")).await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(
@@ -272,4 +248,21 @@ async fn slow_closing_origin() -> Origin {
             .unwrap()
     })
     .await
+}
+
+/// courtesy with an upstream table of one connection (and `defaults` added to its `[defaults]`),
+/// that connection held by a request to [`slow_closing_origin`], and another origin, on
+/// 127.0.0.3, that no connection is left for. The held request's task, and the slow origin that
+/// must outlive it, come back with them.
+async fn upstream_table_held(defaults: &str) -> (Courtesy, Origin, Origin, JoinHandle<Got>) {
+    let slow = slow_closing_origin().await;
+    let other = Origin::ok("127.0.0.3").await;
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nmax_upstream_connections = 1\nconnect_timeout_seconds = 0.3\n\
+         [defaults]\nrate = 100\nburst = 10\n{defaults}"
+    ))
+    .await;
+    let holding = courtesy.client().spawn_get(slow.url("/hold"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (courtesy, slow, other, holding)
 }

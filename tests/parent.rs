@@ -320,17 +320,14 @@ async fn credentials_never_show_in_logs_pages_or_check() {
     let http = Origin::ok("127.0.0.1").await;
     let dir = temp_dir("parent-secrets");
     let ports = Ports::free();
-    let config = dir.join("courtesy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}upstream_proxy = \"{}\"\n[defaults]\nrate = 100\nobey_robots = false\n\
+    let config = ports.config_in(
+        &dir,
+        &format!(
+            "upstream_proxy = \"{}\"\n[defaults]\nrate = 100\nobey_robots = false\n\
              [[host]]\nmatch = \"127.0.0.9\"\nupstream_proxy = \"socks5://ann:hunter2-socks@127.0.0.1:1\"\n",
-            ports.proxy_section(&dir.join("state")),
             squid_url(&squid, PASSWORD_IN_URL)
         ),
-    )
-    .unwrap();
+    );
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
         .arg("check")
         .arg(&config)

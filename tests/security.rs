@@ -63,13 +63,7 @@ async fn every_spelling_of_its_own_listeners_is_a_loop_plain_and_through_connect
             .await;
         }
     }
-    let (status, body) = admin_call(
-        "GET",
-        &courtesy.admin_url("/hosts/example.org:443"),
-        None,
-        "",
-    )
-    .await;
+    let (status, body) = courtesy.host_page("example.org:443").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "nothing was paused: {body}");
 }
 
@@ -241,13 +235,7 @@ async fn without_a_token_cross_site_and_rebound_admin_writes_are_refused() {
             );
         }
     }
-    let (status, body) = admin_call(
-        "GET",
-        &courtesy.admin_url("/hosts/example.org:443"),
-        None,
-        "",
-    )
-    .await;
+    let (status, body) = courtesy.host_page("example.org:443").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "nothing was paused: {body}");
     let own_origin = format!("http://{own_host}");
     let (status, _) = admin_with("POST", &pause, &[("origin", &own_origin)]).await;
@@ -445,14 +433,11 @@ async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_wa
 
     let ports = Ports::free();
     let config = dir.join("courtesy.toml");
-    std::fs::write(
+    ports.write_config(
         &config,
-        format!(
-            "{}allow_clients = [\"0.0.0.0/0\"]\n",
-            ports.proxy_section(&dir.join("state2"))
-        ),
-    )
-    .unwrap();
+        &dir.join("state2"),
+        "allow_clients = [\"0.0.0.0/0\"]\n",
+    );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
         .arg("check")
         .arg(&config)

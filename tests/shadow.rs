@@ -64,23 +64,11 @@ async fn a_report_only_host_gets_everything_at_once_and_is_told_what_would_have_
     assert!(!metrics.contains(&format!(
         "courtesy_shadow_would_wait_total{{host=\"{enforced_key}\"}}"
     )));
-    let (_, body) = admin_call(
-        "GET",
-        &courtesy.admin_url(&format!("/hosts/{host}")),
-        None,
-        "",
-    )
-    .await;
+    let (_, body) = courtesy.host_page(&host).await;
     let view: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(view["policy"]["enforce"], false, "{body}");
     assert_eq!(view["shadow"]["would_wait"], 5, "{body}");
-    let (_, body) = admin_call(
-        "GET",
-        &courtesy.admin_url(&format!("/hosts/{enforced_key}")),
-        None,
-        "",
-    )
-    .await;
+    let (_, body) = courtesy.host_page(&enforced_key).await;
     let view: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(view["shadow"].is_null(), "{body}");
 }

@@ -18,6 +18,18 @@ async fn instances(n: usize, redis: &RedisServer, shared: &str, config: &str) ->
     instances_on(n, &redis.shared_section(shared), config).await
 }
 
+/// A redis-server of this test's own and an origin on 127.0.0.1 that answers 200: where most of
+/// these tests start. `None` (the test is skipped) where there is no redis-server.
+async fn store_and_origin() -> Option<(RedisServer, Origin)> {
+    let redis = RedisServer::start()?;
+    Some((redis, Origin::ok("127.0.0.1").await))
+}
+
+/// One more instance on `redis`, with `shared` in its `[shared]` section and then `config`.
+async fn instance(redis: &RedisServer, shared: &str, config: &str) -> Courtesy {
+    instance_on(&redis.shared_section(shared), config).await
+}
+
 /// An operator's action through `courtesy`'s admin API (`/hosts/{key}/{action}`); it must succeed.
 async fn operate(courtesy: &Courtesy, method: &str, key: &str, action: &str, body: &str) {
     let url = courtesy.admin_url(&format!("/hosts/{key}/{action}"));
@@ -33,13 +45,7 @@ async fn host_shows(
 ) -> bool {
     let mut last = String::new();
     for _ in 0..100 {
-        let (_, body) = admin_call(
-            "GET",
-            &courtesy.admin_url(&format!("/hosts/{key}")),
-            None,
-            "",
-        )
-        .await;
+        let (_, body) = courtesy.host_page(key).await;
         if serde_json::from_str::<serde_json::Value>(&body).is_ok_and(|v| test(&v)) {
             return true;
         }
@@ -161,10 +167,9 @@ async fn a_cooldown_learned_through_one_instance_holds_for_all() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_pause_through_one_instance_holds_every_instance() {
-    let Some(redis) = RedisServer::start() else {
+    let Some((redis, origin)) = store_and_origin().await else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
     let all = instances(2, &redis, "", "[defaults]\nrate = 50.0\n").await;
     let key = origin.addr.to_string();
     // The other instance has met the host before, so it learns of the pause from the hint.
@@ -191,11 +196,7 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
         "the other instance paces at the pinned rate"
     );
     // A third instance that never met the host learns it from its first reservation.
-    let late = Courtesy::start(&format!(
-        "{}\n[defaults]\nrate = 50.0\n",
-        redis.shared_section("")
-    ))
-    .await;
+    let late = instance(&redis, "", "[defaults]\nrate = 50.0\n").await;
     assert_eq!(
         late.client().get(&origin.url("/late")).await.status,
         StatusCode::TOO_MANY_REQUESTS
@@ -216,10 +217,9 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
 /// lease would have run out (30 s here, past the request's 20 s wait).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_reserved_for_a_host_that_closes_meanwhile_gives_its_slot_back() {
-    let Some(redis) = RedisServer::start() else {
+    let Some((redis, origin)) = store_and_origin().await else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
     let all = instances(
         2,
         &redis,
@@ -295,10 +295,9 @@ fn arrivals_between(origin: &Origin, from: Instant, to: Instant) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_leaves_each_instance_its_share_and_no_client_hangs() {
-    let Some(mut redis) = RedisServer::start() else {
+    let Some((mut redis, origin)) = store_and_origin().await else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
     let all = instances(2, &redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
     let start = Instant::now();
     hammer_both(&all, &origin, start + Duration::from_millis(1500)).await;
@@ -332,10 +331,9 @@ async fn redis_killed_leaves_each_instance_its_share_and_no_client_hangs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_then_continued_falls_back_and_rejoins_without_a_burst() {
-    let Some(redis) = RedisServer::start() else {
+    let Some((redis, origin)) = store_and_origin().await else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
     let all = instances(2, &redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
     let start = Instant::now();
     hammer_both(&all, &origin, start + Duration::from_millis(1500)).await;
@@ -377,10 +375,9 @@ async fn redis_stopped_then_continued_falls_back_and_rejoins_without_a_burst() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restarted_empty_releases_no_burst_beyond_one_budget() {
-    let Some(mut redis) = RedisServer::start() else {
+    let Some((mut redis, origin)) = store_and_origin().await else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
     let all = instances(2, &redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
     let start = Instant::now();
     hammer_both(&all, &origin, start + Duration::from_millis(1500)).await;
@@ -413,15 +410,11 @@ async fn an_instance_killed_holding_a_slot_frees_it_when_its_lease_runs_out() {
     let dir = temp_dir("shared-lease");
     let ports = Ports::free();
     let file = dir.join("c.toml");
-    std::fs::write(
+    ports.write_config(
         &file,
-        format!(
-            "{}{}{policy}",
-            ports.proxy_section(&dir),
-            redis.shared_section("lease_seconds = 2")
-        ),
-    )
-    .unwrap();
+        &dir,
+        &format!("{}{policy}", redis.shared_section("lease_seconds = 2")),
+    );
     let mut holder = spawn_courtesy_process(&file);
     assert!(listening(ports.proxy_addr()).await);
     let proxy = ProxyClient {
@@ -431,11 +424,7 @@ async fn an_instance_killed_holding_a_slot_frees_it_when_its_lease_runs_out() {
     assert!(eventually(Duration::from_secs(5), || origin.count() == 1).await);
     holder.kill().await.unwrap();
     hang.abort();
-    let other = Courtesy::start(&format!(
-        "{}\n{policy}",
-        redis.shared_section("lease_seconds = 2")
-    ))
-    .await;
+    let other = instance(&redis, "lease_seconds = 2", policy).await;
     let got = other.client().get(&origin.url("/fast")).await;
     assert_eq!(got.status, StatusCode::OK);
     let times = origin.arrival_times();
@@ -448,13 +437,12 @@ async fn an_instance_killed_holding_a_slot_frees_it_when_its_lease_runs_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_cut_off_from_the_store_and_one_on_it_keep_one_budget_together() {
-    let Some(redis) = RedisServer::start() else {
+    let Some((redis, origin)) = store_and_origin().await else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
     // One instance reaches the store; the other is pointed at a port where nothing listens, as if
     // a partition cut it off: it keeps its half, and the first keeps to the other half.
-    let on = instances(1, &redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
+    let on = instance(&redis, "instances = 2\ntimeout_ms = 100", TWO_OF_TEN).await;
     let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -466,7 +454,7 @@ async fn an_instance_cut_off_from_the_store_and_one_on_it_keep_one_budget_togeth
     .await;
     // The heartbeat counts the live instances once a second.
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let all = [on.into_iter().next().unwrap(), off];
+    let all = [on, off];
     let start = Instant::now();
     hammer_both(&all, &origin, start + Duration::from_secs(4)).await;
     assert_eq!(budget_mode(&all[0]).await, "shared");
@@ -496,13 +484,11 @@ async fn a_store_over_tls_is_shared_with_its_ca_and_away_without_it() {
     };
     let origin = Origin::ok("127.0.0.1").await;
     let policy = "[defaults]\nrate = 50.0\n";
-    let trusting = Courtesy::start(&format!(
-        "{}\n{policy}",
-        redis.shared_section(&format!(
-            "ca_file = \"{}\"\ntimeout_ms = 500",
-            ca_file.display()
-        ))
-    ))
+    let trusting = instance(
+        &redis,
+        &format!("ca_file = \"{}\"\ntimeout_ms = 500", ca_file.display()),
+        policy,
+    )
     .await;
     assert_eq!(
         trusting.client().get(&origin.url("/tls")).await.status,
@@ -517,11 +503,7 @@ async fn a_store_over_tls_is_shared_with_its_ca_and_away_without_it() {
     );
     // Without the CA the store's certificate is not trusted: the instance keeps its share, and
     // the request is answered all the same.
-    let untrusting = Courtesy::start(&format!(
-        "{}\n{policy}",
-        redis.shared_section("instances = 2\ntimeout_ms = 500")
-    ))
-    .await;
+    let untrusting = instance(&redis, "instances = 2\ntimeout_ms = 500", policy).await;
     assert_eq!(
         untrusting
             .client()
@@ -535,14 +517,14 @@ async fn a_store_over_tls_is_shared_with_its_ca_and_away_without_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_requests_leave_in_order_and_one_that_hangs_up_is_never_sent() {
-    let Some(redis) = RedisServer::start() else {
+    let Some((redis, origin)) = store_and_origin().await else {
         return;
     };
-    let origin = Origin::ok("127.0.0.1").await;
-    let courtesy = Courtesy::start(&format!(
-        "{}\n[defaults]\nrate = 4.0\nburst = 1\nconcurrency = 4\nadaptive = false\n",
-        redis.shared_section("")
-    ))
+    let courtesy = instance(
+        &redis,
+        "",
+        "[defaults]\nrate = 4.0\nburst = 1\nconcurrency = 4\nadaptive = false\n",
+    )
     .await;
     let client = courtesy.client();
     let mut tasks = Vec::new();

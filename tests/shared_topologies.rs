@@ -348,16 +348,13 @@ async fn the_minimum_acl_is_enough_and_a_user_without_time_fails_loudly() {
     assert_eq!(redis.cli(&args), "OK");
     let dir = temp_dir("acl");
     let ports = Ports::free();
-    let config = dir.join("courtesy.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "{}[shared]\nredis_url = \"redis://notime:pw-notime@127.0.0.1:{}/0\"\ninstances = 2\n",
-            ports.proxy_section(&dir.join("state")),
+    let config = ports.config_in(
+        &dir,
+        &format!(
+            "[shared]\nredis_url = \"redis://notime:pw-notime@127.0.0.1:{}/0\"\ninstances = 2\n",
             redis.port
         ),
-    )
-    .unwrap();
+    );
     let log = dir.join("stderr.log");
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
         .args(["run", "--config"])

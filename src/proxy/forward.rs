@@ -5,25 +5,26 @@
 //! same path.
 
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 
 use http::header::{HeaderValue, HOST, VIA};
-use http::{Method, Request, Response, Version};
-use http_body::Body as _;
+use http::{HeaderMap, Request, Response, Version};
 use hyper::body::Incoming;
 use tracing::{info, info_span, Instrument};
 
+use super::attempts::{replayable, Attempts, Outcome};
 use super::cached::CacheUse;
+use super::exchange::Exchanged;
 use super::failure::Failure;
 use super::headers::{own_cooldown_choice, strip_hop_by_hop, via_for};
 use super::skip::skipped_resource;
 use super::target::Target;
 use super::unread::BodyOnEntry;
-use super::upstream::{Replay, UpstreamBody};
 use super::Proxy;
 use crate::blocks::is_block_redirect;
 use crate::body::ProxyBody;
-use crate::config::OnCooldown;
-use crate::limiter::Admission;
+use crate::config::{HostPolicy, OnCooldown};
+use crate::limiter::{BudgetKey, Permit, ShadowVerdict};
 use crate::response;
 
 impl Proxy {
@@ -98,41 +99,78 @@ impl Proxy {
         req: Request<Incoming>,
         target: Target,
         connect_choice: Option<OnCooldown>,
-    ) -> (Response<ProxyBody>, Option<Incoming>) {
+    ) -> Outcome {
         let host_policy = self.config.get().policy_for(&target.host, target.port);
         let budget = match self.budget_key(&target, &host_policy).await {
             Ok(budget) => budget,
             Err(failure) => return (failure.into_response(), Some(req.into_body())),
         };
+        let refused = self.refuse_before_turn(&req, &target, &budget, &host_policy);
+        let shadow_refused = match refused.await {
+            Ok(shadow_refused) => shadow_refused,
+            Err(refused) => return (refused, Some(req.into_body())),
+        };
+        let (mut parts, body) = req.into_parts();
+        let asked = match self.rewrite_request_head(&mut parts, &target) {
+            Ok(asked) => asked.or(connect_choice),
+            Err(failure) => return (failure.into_response(), Some(body)),
+        };
+        let replayable = replayable(&parts.method, &body);
+        let mut cache_use = CacheUse::plan(&host_policy, &parts, replayable);
+        if let Some(answer) = self
+            .answer_from_store(cache_use.as_mut(), &mut parts.headers)
+            .await
+        {
+            return (answer, Some(body));
+        }
+        let attempts = Attempts::new(parts, body, replayable, asked, shadow_refused);
+        self.send_until_answered(&budget, attempts, cache_use.as_ref())
+            .await
+    }
+
+    /// The refusals that come before the host's turn (`skip_resources`, then robots.txt), so that
+    /// a refused request spends none of the budget. `Err` is the local answer; `Ok` is, for a
+    /// report-only host, what would have refused the request, to be reported with its turn.
+    async fn refuse_before_turn(
+        &self,
+        req: &Request<Incoming>,
+        target: &Target,
+        budget: &BudgetKey,
+        host_policy: &HostPolicy,
+    ) -> Result<Option<&'static str>, Response<ProxyBody>> {
         // A report-only host (`enforce = false`) is told what would have refused the request, and
         // the request goes on.
         let mut shadow_refused = None;
-        if let Some(kind) = skipped_resource(&req, &host_policy.blocks.skip_resources) {
+        if let Some(kind) = skipped_resource(req, &host_policy.blocks.skip_resources) {
             let reason = format!("skip_resources: {kind} ({})", req.uri().path());
             if host_policy.scope.enforce {
                 info!(%reason, "skipped locally");
-                return (
-                    Failure::denied(reason).into_response(),
-                    Some(req.into_body()),
-                );
+                return Err(Failure::denied(reason).into_response());
             }
             shadow_refused = Some("skip_resources");
         }
         if host_policy.robots.obey && req.uri().path() != "/robots.txt" && shadow_refused.is_none()
         {
-            let robots = self.obey_robots(&req, &target, &budget, &host_policy).await;
+            let robots = self.obey_robots(req, target, budget, host_policy).await;
             if let Some(refused) = robots {
                 if host_policy.scope.enforce {
-                    return (refused, Some(req.into_body()));
+                    return Err(refused);
                 }
                 shadow_refused = Some("robots");
             }
         }
-        let (mut parts, body) = req.into_parts();
-        let asked = match own_cooldown_choice(&mut parts.headers) {
-            Ok(asked) => asked.or(connect_choice),
-            Err(failure) => return (failure.into_response(), Some(body)),
-        };
+        Ok(shadow_refused)
+    }
+
+    /// The request's head as it goes upstream: the client's `Courtesy-On-Cooldown` taken out (and
+    /// returned: it is courtesy's to act on, not the origin's), hop-by-hop headers replaced by
+    /// courtesy's `Via`, the target's `Host`, and HTTP/1.1 (the version courtesy speaks upstream).
+    fn rewrite_request_head(
+        &self,
+        parts: &mut http::request::Parts,
+        target: &Target,
+    ) -> Result<Option<OnCooldown>, Failure> {
+        let asked = own_cooldown_choice(&mut parts.headers)?;
         strip_hop_by_hop(&mut parts.headers);
         parts
             .headers
@@ -141,133 +179,176 @@ impl Proxy {
             parts.headers.insert(HOST, host);
         }
         parts.version = Version::HTTP_11;
-        // Only a bodiless GET/HEAD/OPTIONS can be sent again: keep what is needed to rebuild it.
-        let replayable = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
-            && body.is_end_stream();
-        let mut cache_use = CacheUse::plan(&host_policy, &parts, replayable);
-        if let Some(plan) = cache_use.as_mut() {
-            if let Some(answer) = self.answer_or_revalidate(plan, &mut parts.headers).await {
-                return (answer, Some(body));
+        Ok(asked)
+    }
+
+    /// Before the request goes, for a request that uses the response store: a stored response
+    /// that is the answer (`dev` mode), or else the stored validators added to `headers`
+    /// (`revalidate` mode), so that the origin can answer a 304 instead of the whole body.
+    async fn answer_from_store(
+        &self,
+        cache_use: Option<&mut CacheUse>,
+        headers: &mut HeaderMap,
+    ) -> Option<Response<ProxyBody>> {
+        let plan = cache_use?;
+        self.answer_or_revalidate(plan, headers).await
+    }
+
+    /// Takes the host's turn and sends, again and again while courtesy resends or retries, until
+    /// there is an answer for the client.
+    async fn send_until_answered(
+        &self,
+        budget: &BudgetKey,
+        mut attempts: Attempts,
+        cache_use: Option<&CacheUse>,
+    ) -> Outcome {
+        loop {
+            let attempted = self.attempt(budget, &mut attempts, cache_use);
+            if let ControlFlow::Break(outcome) = attempted.await {
+                return outcome;
             }
         }
-        let replay = replayable.then(|| Replay::of(&parts));
-        let mut first = Some(Request::from_parts(parts, UpstreamBody::Client(body)));
-        let mut attempt = 0u32;
-        let mut fresh_retry = false;
-        loop {
-            let admitted = self
-                .limiter
-                .admit(
-                    Admission::of(&budget)
-                        .on_cooldown(if attempt > 0 || fresh_retry {
-                            Some(OnCooldown::Hold)
-                        } else {
-                            asked
-                        })
-                        .refused(shadow_refused.take()),
-                )
-                .await;
-            let permit = match admitted {
-                Ok(p) => {
-                    if let Some(verdict) = p.shadow() {
-                        self.metrics.shadow(&budget.key, &verdict);
-                        if verdict.waits || verdict.would_refuse.is_some() || verdict.inside_window
-                        {
-                            info!(
-                                would_wait_ms = verdict.would_wait.as_millis() as u64,
-                                would_refuse = verdict.would_refuse,
-                                inside_window = verdict.inside_window,
-                                "report-only: forwarded at once"
-                            );
-                        }
-                    }
-                    p
-                }
-                Err(refusal) => {
-                    info!(reason = ?refusal, "refused locally");
-                    self.metrics.refusal(&budget.key, &refusal);
-                    let unread = first.take().and_then(|r| r.into_body().into_client_body());
-                    return (response::refusal(&refusal, &budget.key), unread);
-                }
-            };
-            let request = match (first.take(), &replay) {
-                (Some(request), _) => request,
-                (None, Some(replay)) => replay.request(),
-                (None, None) => {
-                    let failure = Failure::new(
-                        http::StatusCode::INTERNAL_SERVER_ERROR,
-                        crate::response::ProxyError::ProxyInternalError,
-                        "a request with a body cannot be sent twice",
-                    );
-                    return (failure.into_response(), None);
-                }
-            };
-            let exchanged = match self.exchange(permit, request).await {
-                Ok(exchanged) => exchanged,
-                Err(unanswered) if unanswered.stale && replay.is_some() && !fresh_retry => {
-                    // Sent once more, through the budget; the dead connection has left the pool.
-                    fresh_retry = true;
-                    info!("sending once more on a fresh connection");
-                    continue;
-                }
-                Err(unanswered) => return (unanswered.failure.into_response(), None),
-            };
-            let status = exchanged.response.status().as_u16();
-            let (permit, policy, latency) = (exchanged.permit, exchanged.policy, exchanged.latency);
-            let revalidated = match cache_use.as_ref() {
-                Some(plan) => self.revalidated(plan, status).await,
-                None => None,
-            };
-            if let Some(answer) = revalidated {
-                info!(
-                    status,
-                    latency_ms = latency.as_millis() as u64,
-                    "revalidated: answered from the cache"
-                );
-                return (answer, None);
+    }
+
+    /// One turn and one send: the host's turn, the request (the client's, or a rebuilt one), the
+    /// exchange, and what its answer becomes. `Break` is the client's answer; `Continue` takes
+    /// another turn: once for a request sent on a pooled connection the origin had closed, when it
+    /// can be rebuilt, and for courtesy's own retries.
+    async fn attempt(
+        &self,
+        budget: &BudgetKey,
+        attempts: &mut Attempts,
+        cache_use: Option<&CacheUse>,
+    ) -> ControlFlow<Outcome> {
+        let permit = match self.take_turn(budget, attempts).await {
+            Ok(permit) => permit,
+            Err(refused) => return ControlFlow::Break((refused, attempts.unread())),
+        };
+        let request = match attempts.next_request() {
+            Ok(request) => request,
+            Err(failure) => return ControlFlow::Break((failure.into_response(), None)),
+        };
+        let exchanged = match self.exchange(permit, request).await {
+            Ok(exchanged) => exchanged,
+            Err(unanswered) if attempts.may_resend_fresh(&unanswered) => {
+                // Sent once more, through the budget; the dead connection has left the pool.
+                attempts.fresh_retry = true;
+                info!("sending once more on a fresh connection");
+                return ControlFlow::Continue(());
             }
+            Err(unanswered) => {
+                return ControlFlow::Break((unanswered.failure.into_response(), None))
+            }
+        };
+        self.judge_answer(exchanged, attempts, cache_use).await
+    }
+
+    /// Waits for the host's turn. A refusal (a cooldown in reject mode, a full queue, shutting
+    /// down) is logged and counted here and comes back as the client's answer.
+    async fn take_turn(
+        &self,
+        budget: &BudgetKey,
+        attempts: &mut Attempts,
+    ) -> Result<Permit, Response<ProxyBody>> {
+        match self.limiter.admit(attempts.admission(budget)).await {
+            Ok(permit) => {
+                if let Some(verdict) = permit.shadow() {
+                    self.report_shadow(&budget.key, &verdict);
+                }
+                Ok(permit)
+            }
+            Err(refusal) => {
+                info!(reason = ?refusal, "refused locally");
+                self.metrics.refusal(&budget.key, &refusal);
+                Err(response::refusal(&refusal, &budget.key))
+            }
+        }
+    }
+
+    /// A report-only host's turn is always at once: what enforcing would have done is counted,
+    /// and logged when it would have made a difference.
+    fn report_shadow(&self, key: &str, verdict: &ShadowVerdict) {
+        self.metrics.shadow(key, verdict);
+        if verdict.waits || verdict.would_refuse.is_some() || verdict.inside_window {
+            info!(
+                would_wait_ms = verdict.would_wait.as_millis() as u64,
+                would_refuse = verdict.would_refuse,
+                inside_window = verdict.inside_window,
+                "report-only: forwarded at once"
+            );
+        }
+    }
+
+    /// What the origin's answer becomes: the stored 200 for a 304 to a revalidation, courtesy's own
+    /// retry of a 429/503 (`Continue`), or else the response streamed back.
+    async fn judge_answer(
+        &self,
+        exchanged: Exchanged,
+        attempts: &mut Attempts,
+        cache_use: Option<&CacheUse>,
+    ) -> ControlFlow<Outcome> {
+        let status = exchanged.response.status().as_u16();
+        let (permit, policy, latency) = (exchanged.permit, exchanged.policy, exchanged.latency);
+        let revalidated = match cache_use {
+            Some(plan) => self.revalidated(plan, status).await,
+            None => None,
+        };
+        if let Some(answer) = revalidated {
             info!(
                 status,
                 latency_ms = latency.as_millis() as u64,
-                wait_ms = permit.waited().as_millis() as u64,
-                rate = permit.host_rate(),
-                attempt,
-                "upstream response"
+                "revalidated: answered from the cache"
             );
-            // A report-only host gets no retries of courtesy's own: they could not wait out the
-            // cooldown, and report-only never adds a request.
-            let retry = replay.is_some()
-                && policy.scope.enforce
-                && attempt < policy.cooldown.retry_idempotent
-                && matches!(status, 429 | 503);
-            if retry {
-                attempt += 1;
-                info!(attempt, "retrying after the cooldown (retry_idempotent)");
-                continue;
-            }
-            let (mut parts, body) = exchanged.response.into_parts();
-            strip_hop_by_hop(&mut parts.headers);
-            parts
-                .headers
-                .append(VIA, via_for(parts.version, self.loops.via()));
-            parts.version = Version::HTTP_11;
-            if is_block_redirect(&parts, &policy.blocks.markers) {
-                self.blocks.soft(&permit, "a redirect to a block page");
-            }
-            let scan = self.blocks.scan_for(&parts.headers, &policy);
-            let store = cache_use
-                .as_ref()
-                .and_then(|plan| self.store_for(plan, &parts, &policy));
-            let response = Response::from_parts(
-                parts,
-                ProxyBody::Upstream {
-                    body,
-                    permit: Some(permit),
-                    scan,
-                    store,
-                },
-            );
-            return (response, None);
+            return ControlFlow::Break((answer, None));
         }
+        info!(
+            status,
+            latency_ms = latency.as_millis() as u64,
+            wait_ms = permit.waited().as_millis() as u64,
+            rate = permit.host_rate(),
+            attempt = attempts.attempt,
+            "upstream response"
+        );
+        if attempts.retry_after(status, &policy) {
+            info!(
+                attempt = attempts.attempt,
+                "retrying after the cooldown (retry_idempotent)"
+            );
+            return ControlFlow::Continue(());
+        }
+        let response = self.finish_response(exchanged.response, permit, &policy, cache_use);
+        ControlFlow::Break((response, None))
+    }
+
+    /// The origin's response as the client gets it: hop-by-hop headers replaced by courtesy's
+    /// `Via`, a redirect to a block page reported to the host's pacing, and a body that holds the
+    /// permit while it streams, scanned for block markers and stored when the cache may keep it.
+    fn finish_response(
+        &self,
+        response: Response<Incoming>,
+        permit: Permit,
+        policy: &HostPolicy,
+        cache_use: Option<&CacheUse>,
+    ) -> Response<ProxyBody> {
+        let (mut parts, body) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        parts
+            .headers
+            .append(VIA, via_for(parts.version, self.loops.via()));
+        parts.version = Version::HTTP_11;
+        if is_block_redirect(&parts, &policy.blocks.markers) {
+            self.blocks.soft(&permit, "a redirect to a block page");
+        }
+        let scan = self.blocks.scan_for(&parts.headers, policy);
+        let store = cache_use.and_then(|plan| self.store_for(plan, &parts, policy));
+        Response::from_parts(
+            parts,
+            ProxyBody::Upstream {
+                body,
+                permit: Some(permit),
+                scan,
+                store,
+            },
+        )
     }
 }

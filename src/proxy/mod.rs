@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `mod.rs` | the service: client check, CONNECT or forward |
 //! | `forward.rs` | one forwarded request, top to bottom, with courtesy's own retries |
+//! | `attempts.rs` | a forwarded request's sends: the client's, then rebuilt ones for resends and retries |
 //! | `exchange.rs` | the one paced send: send under a permit, report the answer, count, log |
 //! | `connect.rs` | CONNECT: interception, plain HTTP inside, blind tunnels, dialing |
 //! | `sniff.rs` | telling TLS from HTTP by a tunnel's first bytes, and replaying them |
@@ -26,6 +27,7 @@
 //! respond. This module does not accept connections (`crate::server`) and does not decide when a
 //! request may leave (`crate::limiter`).
 
+mod attempts;
 mod blocked;
 mod cached;
 mod connect;

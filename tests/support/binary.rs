@@ -3,7 +3,7 @@
 //! until it listens.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -39,6 +39,22 @@ impl Ports {
             self.admin,
             state_dir.display()
         )
+    }
+
+    /// Writes the config file `file`: the `[proxy]` section of these ports with the state in
+    /// `state_dir`, then `rest` (more `[proxy]` keys, then the other sections). The tests that run
+    /// courtesy as its own process all start from such a file.
+    pub fn write_config(&self, file: &Path, state_dir: &Path, rest: &str) {
+        std::fs::write(file, format!("{}{rest}", self.proxy_section(state_dir)))
+            .expect("write the test config");
+    }
+
+    /// [`Ports::write_config`] the way most tests lay it out: `dir/courtesy.toml`, with the state
+    /// in `dir/state`. Returns the file's path, for `courtesy run --config`.
+    pub fn config_in(&self, dir: &Path, rest: &str) -> PathBuf {
+        let file = dir.join("courtesy.toml");
+        self.write_config(&file, &dir.join("state"), rest);
+        file
     }
 
     /// The proxy listener's address.

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::direct::admin_call;
 use super::proxy_client::ProxyClient;
 use super::temp::temp_dir;
 
@@ -100,6 +101,12 @@ impl Courtesy {
     /// `http://` + the admin listener + `path`: where the host API, metrics and dashboard are.
     pub fn admin_url(&self, path: &str) -> String {
         format!("http://{}{}", self.admin, path)
+    }
+
+    /// `GET /hosts/{key}` of the admin listener, without a token: its status and body (the host's
+    /// JSON view, or why there is none). The tests look a host up this way more than any other.
+    pub async fn host_page(&self, key: &str) -> (http::StatusCode, String) {
+        admin_call("GET", &self.admin_url(&format!("/hosts/{key}")), None, "").await
     }
 
     /// Signals shutdown and returns the run's result.

@@ -13,9 +13,15 @@ use super::origin::Origin;
 pub async fn instances_on(n: usize, shared: &str, config: &str) -> Vec<Courtesy> {
     let mut all = Vec::new();
     for _ in 0..n {
-        all.push(Courtesy::start(&format!("{shared}\n{config}")).await);
+        all.push(instance_on(shared, config).await);
     }
     all
+}
+
+/// One in-process instance with the `[shared]` section `shared` followed by `config`: an instance
+/// that joins the others later, or one with a store of its own.
+pub async fn instance_on(shared: &str, config: &str) -> Courtesy {
+    Courtesy::start(&format!("{shared}\n{config}")).await
 }
 
 /// `/readyz` of `courtesy`: its status and the budget it keeps (`local`, `shared`, `fallback`).

@@ -46,7 +46,7 @@ pub use self::{
     crowd::{assert_each_ok, hammer_until},
     direct::{admin_call, direct_client, fetch_direct},
     in_process::Courtesy,
-    instances::{assert_within_budget, budget_mode, instances_on, readiness},
+    instances::{assert_within_budget, budget_mode, instance_on, instances_on, readiness},
     origin::{come_back_later, Arrival, Origin},
     parent::{free_port, ParentProxy},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},

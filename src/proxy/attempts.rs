@@ -1,0 +1,114 @@
+//! One forwarded request's sends: the client's own request the first time, a rebuilt copy of a
+//! bodiless one for courtesy's resends (on a fresh connection after a stale pooled one, and
+//! `retry_idempotent` after a 429/503), and how each turn is asked of the limiter. `forward.rs`
+//! runs the loop; this is the state it carries from one attempt to the next.
+
+use http::{Method, Request, Response, StatusCode};
+use http_body::Body as _;
+use hyper::body::Incoming;
+
+use super::exchange::Unanswered;
+use super::failure::Failure;
+use super::upstream::{Replay, UpstreamBody};
+use crate::body::ProxyBody;
+use crate::config::{HostPolicy, OnCooldown};
+use crate::limiter::{Admission, BudgetKey};
+use crate::response::ProxyError;
+
+/// What a forwarded request ends as: the client's answer, and the client's body when it was never
+/// sent (for `BodyOnEntry::settle`).
+pub(super) type Outcome = (Response<ProxyBody>, Option<Incoming>);
+
+/// The state carried across a request's attempts.
+pub(super) struct Attempts {
+    /// The client's request, until it is first sent (or refused: then its body goes back unread).
+    first: Option<Request<UpstreamBody>>,
+    /// What rebuilds the request for a resend; only a bodiless GET/HEAD/OPTIONS has one.
+    replay: Option<Replay>,
+    /// courtesy's own retries after a 429/503 so far (`retry_idempotent`).
+    pub(super) attempt: u32,
+    /// The request was already sent again after a stale pooled connection: that is done once.
+    pub(super) fresh_retry: bool,
+    /// The client's (or the CONNECT's) `Courtesy-On-Cooldown`, for the client's own send.
+    asked: Option<OnCooldown>,
+    /// What would have refused a report-only host's request, reported with its first turn.
+    shadow_refused: Option<&'static str>,
+}
+
+impl Attempts {
+    /// The attempts of the request with this head and body; `replayable` says it may be rebuilt.
+    pub(super) fn new(
+        parts: http::request::Parts,
+        body: Incoming,
+        replayable: bool,
+        asked: Option<OnCooldown>,
+        shadow_refused: Option<&'static str>,
+    ) -> Self {
+        let replay = replayable.then(|| Replay::of(&parts));
+        Attempts {
+            first: Some(Request::from_parts(parts, UpstreamBody::Client(body))),
+            replay,
+            attempt: 0,
+            fresh_retry: false,
+            asked,
+            shadow_refused,
+        }
+    }
+
+    /// How the next turn is asked for. The client's cooldown choice is for its own send; courtesy's
+    /// resends hold through a cooldown (a retry after a 429/503 is there to wait it out).
+    pub(super) fn admission<'a>(&mut self, budget: &'a BudgetKey) -> Admission<'a> {
+        Admission::of(budget)
+            .on_cooldown(if self.attempt > 0 || self.fresh_retry {
+                Some(OnCooldown::Hold)
+            } else {
+                self.asked
+            })
+            .refused(self.shadow_refused.take())
+    }
+
+    /// The client's body when its request was never sent, so that it can be settled.
+    pub(super) fn unread(&mut self) -> Option<Incoming> {
+        self.first
+            .take()
+            .and_then(|r| r.into_body().into_client_body())
+    }
+
+    /// The request to send now: the client's the first time, a rebuilt one after that.
+    pub(super) fn next_request(&mut self) -> Result<Request<UpstreamBody>, Failure> {
+        match (self.first.take(), &self.replay) {
+            (Some(request), _) => Ok(request),
+            (None, Some(replay)) => Ok(replay.request()),
+            (None, None) => Err(Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ProxyError::ProxyInternalError,
+                "a request with a body cannot be sent twice",
+            )),
+        }
+    }
+
+    /// Whether a request that went out on a dead pooled connection may be sent once more.
+    pub(super) fn may_resend_fresh(&self, unanswered: &Unanswered) -> bool {
+        unanswered.stale && self.replay.is_some() && !self.fresh_retry
+    }
+
+    /// Whether courtesy retries after the origin answered `status` (counting the retry if so).
+    pub(super) fn retry_after(&mut self, status: u16, policy: &HostPolicy) -> bool {
+        // A report-only host gets no retries of courtesy's own: they could not wait out the
+        // cooldown, and report-only never adds a request.
+        let retry = self.replay.is_some()
+            && policy.scope.enforce
+            && self.attempt < policy.cooldown.retry_idempotent
+            && matches!(status, 429 | 503);
+        if retry {
+            self.attempt += 1;
+        }
+        retry
+    }
+}
+
+/// Whether a request with this method and body may be rebuilt and sent again.
+pub(super) fn replayable(method: &Method, body: &Incoming) -> bool {
+    // Only a bodiless GET/HEAD/OPTIONS can be sent again: keep what is needed to rebuild it.
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) && body.is_end_stream()
+}
