@@ -14,7 +14,8 @@
 //! | [`config`] | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; the config in force |
 //! | [`proxy`] | the proxy service: forwarding, the paced send, CONNECT, robots.txt, the response store's use |
 //! | [`keys`] | which budget a request spends: `host:port`, its registrable domain or its address (`key`) |
-//! | [`limiter`] | the host table, per-host FIFO, the dispatcher, the budget seam (local or shared), the global ceiling, report-only hosts: the only place requests wait |
+//! | [`jobs`] | who is asking: the job named by the proxy URL's username, its token, its quota window and counts |
+//! | [`limiter`] | the host table, per-host queue fair between jobs (`lanes`), the dispatcher, the budget seam (local or shared), the global ceiling, report-only hosts: the only place requests wait |
 //! | `shared` | the shared budget's store (Redis): the scripts, the hints, the heartbeat, fallback |
 //! | [`policy`] | pure per-host pacing state: token bucket, adaptive rate (AIMD or the learned limit), cooldowns, blocks; takes `now` |
 //! | `feedback` | upstream answer → `Feedback`; Retry-After and RateLimit header parsing |
@@ -54,6 +55,7 @@ mod feedback;
 mod files;
 mod gate;
 mod heap;
+pub mod jobs;
 pub mod keys;
 pub mod limiter;
 mod locks;

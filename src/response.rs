@@ -131,6 +131,33 @@ pub fn client_not_allowed(ip: std::net::IpAddr) -> Response<ProxyBody> {
     )
 }
 
+/// The answer for proxy credentials courtesy does not accept (`client_auth`): 407 with
+/// `Proxy-Authenticate: Basic realm="courtesy"`, so that a client asks again with them.
+pub fn proxy_auth_required(why: &str) -> Response<ProxyBody> {
+    let mut response = local(
+        StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+        ProxyError::HttpRequestDenied,
+        why,
+        None,
+    );
+    response.headers_mut().insert(
+        http::header::PROXY_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"courtesy\""),
+    );
+    response
+}
+
+/// The answer for a job past its quota (`max_requests` per `per_seconds`): a local 429 until
+/// its window frees.
+pub fn quota_reached(job: &str, retry_after: Duration) -> Response<ProxyBody> {
+    local(
+        StatusCode::TOO_MANY_REQUESTS,
+        ProxyError::ConnectionLimitReached,
+        &format!("job {job:?} has used its quota ([[job]] max_requests per per_seconds)"),
+        Some(retry_after),
+    )
+}
+
 /// The local answer for a pacing refusal.
 pub fn refusal(refusal: &Refusal, host: &str) -> Response<ProxyBody> {
     match refusal {

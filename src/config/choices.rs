@@ -133,3 +133,53 @@ pub enum Controller {
 }
 
 word_enum!(Controller { Aimd, Cubic });
+
+/// What courtesy does with the credentials a client puts in its proxy URL (`client_auth`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientAuth {
+    /// Credentials are ignored: every request is job "anonymous".
+    None,
+    /// A username names the job (its token is checked when the job has one); no credentials:
+    /// job "anonymous" (the default).
+    #[default]
+    Optional,
+    /// Every request names a configured `[[job]]` with its token; otherwise 407.
+    Required,
+}
+
+word_enum!(ClientAuth {
+    None,
+    Optional,
+    Required
+});
+
+/// Which class of a job's requests goes first (`priority`, `Courtesy-Priority`): high before
+/// normal before low, a lower class waiting never starved.
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    /// The interactive lane: ahead of the job's other requests.
+    High,
+    /// The default.
+    #[default]
+    Normal,
+    /// Bulk work: after the job's other requests, but never starved.
+    Low,
+}
+
+word_enum!(Priority { High, Normal, Low });
+
+impl Priority {
+    /// The class a `Courtesy-Priority` header names (`high`, `normal`, `low`; any case, spaces
+    /// around ignored), or `None` for anything else: the caller answers a bad value.
+    pub fn from_header(value: &str) -> Option<Priority> {
+        let value = value.trim();
+        Priority::ALL
+            .iter()
+            .copied()
+            .find(|p| value.eq_ignore_ascii_case(p.word()))
+    }
+}

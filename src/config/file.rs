@@ -42,6 +42,8 @@ pub(super) struct FileConfig<'t> {
     pub(super) defaults: Section<'t>,
     /// Every `[[host]]` rule, in file order.
     pub(super) host: Vec<Section<'t>>,
+    /// Every `[[job]]`, in file order.
+    pub(super) job: Vec<Section<'t>>,
     /// `[admin]`.
     pub(super) admin: Section<'t>,
     /// `[alerts]`.

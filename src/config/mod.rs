@@ -27,6 +27,7 @@
 
 mod choices;
 mod file;
+mod job;
 pub mod keys;
 mod live;
 mod parent;
@@ -49,7 +50,10 @@ use std::sync::Arc;
 
 pub use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 pub(crate) use crate::resolve::canonical_ip;
-pub use choices::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind};
+pub use choices::{
+    CacheMode, ClientAuth, Controller, HttpsMode, KeyMode, OnCooldown, Priority, ResourceKind,
+};
+pub use job::JobSettings;
 pub use live::LiveConfig;
 pub use parent::{ParentCredentials, ParentScheme, Route, UpstreamProxy, SOCKS_DEFAULT_PORT};
 pub use pattern::{HostPattern, HostRule};
@@ -72,6 +76,8 @@ pub struct Config {
     pub defaults: Arc<HostPolicy>,
     /// `[[host]]` rules in file order.
     pub hosts: Vec<HostRule>,
+    /// `[[job]]`s in file order.
+    pub jobs: Vec<Arc<JobSettings>>,
     /// `[admin]`.
     pub admin: AdminSettings,
     /// `[alerts]`.
@@ -87,6 +93,7 @@ impl Default for Config {
             proxy: ProxySettings::default(),
             defaults: Arc::new(HostPolicy::default()),
             hosts: Vec::new(),
+            jobs: Vec::new(),
             admin: AdminSettings::default(),
             alerts: AlertSettings::default(),
             shared: None,
@@ -123,12 +130,14 @@ impl Config {
         }
         let defaults = v.policy(&base, &file.defaults, "[defaults]", "[defaults] ");
         let hosts = v.host_rules(&mut file.host, &defaults, proxy.listen);
+        let jobs = v.jobs(&file.job, proxy.client_auth);
         v.finish()?;
         Ok(Config {
             source: name.to_string(),
             proxy,
             defaults: Arc::new(defaults),
             hosts,
+            jobs,
             admin,
             alerts,
             shared,

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::keys::host::{Agent, FileOffPeak, Markers, OffPeakWindow, Parent, Resources, Statuses};
 use super::keys::kinds::Kind as _;
-use super::keys::kinds::{between, Count, Flag, Millis, Rate, Seconds, Word};
+use super::keys::kinds::{between, Count, Flag, Maybe, Millis, Rate, Seconds, Word};
+use super::keys::process::HeaderText;
 use super::keys::{keys, Group, Key};
 use super::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind, Route};
 use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
@@ -33,12 +34,14 @@ pub struct HostPolicy {
     pub blocks: Blocks,
     /// How a request leaves: what a CONNECT becomes, the response store, a parent proxy.
     pub forward: Forward,
+    /// What courtesy stamps on the requests to the host: User-Agent, From.
+    pub identity: Identity,
 }
 
 impl HostPolicy {
     /// Every key of `[defaults]` (and of `[[host]]`, which also takes `match` and
     /// `upstream_proxy`), group by group with each group's doc, in the order the docs list them.
-    pub const GROUPS: [Group<HostPolicy>; 7] = [
+    pub const GROUPS: [Group<HostPolicy>; 8] = [
         (BudgetScope::DOC, BudgetScope::KEYS),
         (Pacing::DOC, Pacing::KEYS),
         (Adaptive::DOC, Adaptive::KEYS),
@@ -46,6 +49,7 @@ impl HostPolicy {
         (Robots::DOC, Robots::KEYS),
         (Blocks::DOC, Blocks::KEYS),
         (Forward::DOC, Forward::KEYS),
+        (Identity::DOC, Identity::KEYS),
     ];
 
     /// `upstream_proxy` in a `[[host]]` rule: where the hosts it matches leave (`[defaults]` takes
@@ -71,7 +75,7 @@ impl HostPolicy {
     };
 
     /// The key tables of [`HostPolicy::GROUPS`], for reading a section.
-    pub fn keys() -> [&'static [Key<HostPolicy>]; 7] {
+    pub fn keys() -> [&'static [Key<HostPolicy>]; 8] {
         HostPolicy::GROUPS.map(|(_, keys)| keys)
     }
 }
@@ -286,6 +290,21 @@ keys! {
         /// (`upstream_proxy`, from the host's rule, else `[proxy]`). Pacing is the target's
         /// either way.
         upstream: Route = Route::Direct;
+    }
+}
+
+keys! {
+    /// What courtesy stamps on the requests to a host, so that the site knows who crawls it
+    /// (the SEC, Nominatim and Wikimedia turn away tools that do not say).
+    pub struct Identity in HostPolicy.identity as KEYS {
+        /// The User-Agent of every request to the host, over the client's and its job's; unset:
+        /// the job's, else the client's. robots.txt is obeyed for the group it names.
+        user_agent: Option<String> = None, from user_agent: String, Maybe(HeaderText),
+            example "\"shop-monitor/2.1 (+https://example.org/bot)\"";
+        /// The From header of every request to the host (RFC 9110 10.1.2: a mailbox to write to
+        /// about the crawl), over the client's and its job's.
+        from: Option<String> = None, from from: String, Maybe(HeaderText),
+            example "\"ops@example.org\"";
     }
 }
 

@@ -10,7 +10,9 @@ use super::validate::Validator;
 use super::{line_of, ConfigErrors};
 
 /// The sections a file may have, in the order messages list them.
-const SECTIONS: [&str; 6] = ["proxy", "defaults", "host", "admin", "alerts", "shared"];
+const SECTIONS: [&str; 7] = [
+    "proxy", "defaults", "host", "job", "admin", "alerts", "shared",
+];
 
 /// The file's sections; a syntax error ends reading at once, every other problem goes to `v`.
 pub(super) fn read<'t>(
@@ -34,21 +36,22 @@ pub(super) fn read<'t>(
         let key: &str = key.get_ref();
         let at = value.span().start;
         match key {
-            "host" => match value.get_ref() {
+            "host" | "job" => match value.get_ref() {
                 DeValue::Array(items) => {
                     for (i, item) in items.iter().enumerate() {
                         match section_of(item) {
-                            Some(rule) => file.host.push(rule),
+                            Some(rule) if key == "host" => file.host.push(rule),
+                            Some(job) => file.job.push(job),
                             None => v.error(
                                 item.span().start,
-                                &format!("[[host]] {}: invalid type: expected a table", i + 1),
+                                &format!("[[{key}]] {}: invalid type: expected a table", i + 1),
                             ),
                         }
                     }
                 }
                 _ => v.error(
                     at,
-                    "host: invalid type: expected an array of tables ([[host]])",
+                    &format!("{key}: invalid type: expected an array of tables ([[{key}]])"),
                 ),
             },
             "proxy" | "defaults" | "admin" | "alerts" | "shared" => {

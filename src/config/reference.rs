@@ -4,7 +4,7 @@
 //! is made here (and rewrites them with `COURTESY_WRITE_DOCS=1`).
 
 use super::keys::{Group, Key};
-use super::{AdminSettings, AlertSettings, HostPolicy, ProxySettings, SharedSettings};
+use super::{AdminSettings, AlertSettings, HostPolicy, JobSettings, ProxySettings, SharedSettings};
 
 /// The line before the generated part of `docs/configuration.md`.
 pub const BEGIN: &str =
@@ -24,6 +24,8 @@ pub fn markdown() -> String {
     section_table(&mut out, "[alerts]", &one(AlertSettings::DOC), &alerts);
     let shared = [(SharedSettings::DOC, SharedSettings::KEYS)];
     section_table(&mut out, "[shared]", &one(SharedSettings::DOC), &shared);
+    let jobs = [(JobSettings::DOC, JobSettings::KEYS)];
+    section_table(&mut out, "[[job]]", &one(JobSettings::DOC), &jobs);
     section_table(
         &mut out,
         "[defaults] and [[host]]",
@@ -80,31 +82,17 @@ pub fn config_file() -> String {
          # not change. Validate with: courtesy check config/courtesy.toml\n\
          # (Made from the key tables in courtesy's source: docs/configuration.md lists the same keys.)\n",
     );
-    file_section(
-        &mut out,
-        "proxy",
-        &[(ProxySettings::DOC, ProxySettings::KEYS)],
-        false,
-    );
-    file_section(
-        &mut out,
-        "admin",
-        &[(AdminSettings::DOC, AdminSettings::KEYS)],
-        false,
-    );
-    file_section(
-        &mut out,
-        "alerts",
-        &[(AlertSettings::DOC, AlertSettings::KEYS)],
-        false,
-    );
-    file_section(
-        &mut out,
-        "shared",
-        &[(SharedSettings::DOC, SharedSettings::KEYS)],
-        true,
-    );
-    file_section(&mut out, "defaults", &HostPolicy::GROUPS, false);
+    let proxy = [(ProxySettings::DOC, ProxySettings::KEYS)];
+    file_section(&mut out, "[proxy]", &proxy, false);
+    let admin = [(AdminSettings::DOC, AdminSettings::KEYS)];
+    file_section(&mut out, "[admin]", &admin, false);
+    let alerts = [(AlertSettings::DOC, AlertSettings::KEYS)];
+    file_section(&mut out, "[alerts]", &alerts, false);
+    let shared = [(SharedSettings::DOC, SharedSettings::KEYS)];
+    file_section(&mut out, "[shared]", &shared, true);
+    let jobs = [(JobSettings::DOC, JobSettings::KEYS)];
+    file_section(&mut out, "[[job]]", &jobs, true);
+    file_section(&mut out, "[defaults]", &HostPolicy::GROUPS, false);
     out.push_str(HOST_RULES);
     comment(&mut out, HostPolicy::RULE_UPSTREAM.doc);
     out.push_str("# upstream_proxy = \"direct\"\n");
@@ -128,14 +116,14 @@ const HOST_RULES: &str = "
 # match = \"*.intranet.corp\"
 ";
 
-/// One section: its doc, its header, then every key. A section that is off by default
-/// (`[shared]`) is written commented out.
+/// One section: its doc, its header (`name`), then every key. A section that is off by default
+/// (`[shared]`, `[[job]]`) is written commented out.
 fn file_section<T: Default>(out: &mut String, name: &str, groups: &[Group<T>], off: bool) {
     let defaults = T::default();
     out.push('\n');
     comment(out, groups[0].0);
     out.push_str(if off { "# " } else { "" });
-    out.push_str(&format!("[{name}]\n"));
+    out.push_str(&format!("{name}\n"));
     for (i, (doc, keys)) in groups.iter().enumerate() {
         if groups.len() > 1 && i > 0 {
             out.push_str(&format!("\n# --- {} ---\n", paragraph(doc)));

@@ -12,11 +12,11 @@ use toml::Spanned;
 
 use super::keys::host::Parent;
 use super::keys::keys;
-use super::keys::kinds::{Count, Flag, Maybe, Mebibytes, Millis, Number, Seconds};
+use super::keys::kinds::{Count, Flag, Maybe, Mebibytes, Millis, Number, Seconds, Word};
 use super::keys::process::{
     Address, ExistingFile, KeyPrefix, Networks, Path, Ports, StoreUrl, Token, Webhook,
 };
-use super::Route;
+use super::{ClientAuth, Route};
 use crate::resolve::StaticHosts;
 
 keys! {
@@ -35,6 +35,16 @@ keys! {
         /// default, so list "127.0.0.0/8" too if local clients should keep access. A client
         /// outside it is closed at accept, before a byte is read (no answer at all).
         allow_clients: Vec<IpNet> = Vec::new(), from allow_clients: Vec<Spanned<String>>, Networks;
+        /// What courtesy does with the credentials of a client's proxy URL: `"none"` (ignored),
+        /// `"optional"` (a username names the job) or `"required"` (407 without a job's).
+        ///
+        ///   "none"     - every request is job "anonymous"
+        ///   "optional" - a username names the job, its token checked when the [[job]] has one;
+        ///                no credentials: job "anonymous"
+        ///   "required" - every request names a [[job]] with its token, else 407
+        /// (Proxy-Authenticate: Basic realm="courtesy"). Credentials never reach the origin nor a
+        /// parent proxy. See docs/teams.md.
+        client_auth: ClientAuth = ClientAuth::Optional, from client_auth: String, Word;
         /// Client connections open at once on the proxy listener; beyond it a new connection gets
         /// a short 503 (connection_limit_reached) and is closed.
         ///

@@ -1,6 +1,6 @@
 //! One request asking for its turn ([`Limiter::admit`]): first tried at once under the host's
-//! lock (`try_now`: a report-only host's permit, a refusal, a free turn, or a place at the back of
-//! the host's FIFO), then, if queued, the wait for the dispatcher's hand-over or the deadline
+//! lock (`try_now`: a report-only host's permit, a refusal, a free turn, or a place in the host's
+//! queue, fair between jobs: `lanes.rs`), then, if queued, the wait for the dispatcher's hand-over or the deadline
 //! (`wait_in_line`). This module decides nothing about pacing (the budget seam does) and sends
 //! nothing (`crate::proxy`).
 
@@ -14,6 +14,7 @@ use tokio::time::{timeout_at, Instant};
 
 use super::budget::{Kept, Turn};
 use super::host::{Host, Waiter};
+use super::lanes::{JobTag, Priority};
 use super::{dispatch, shadow, Limiter, Permit, Refusal};
 use crate::config::OnCooldown;
 use crate::keys::BudgetKey;
@@ -25,6 +26,8 @@ pub struct Admission<'a> {
     key: Cow<'a, BudgetKey>,
     on_cooldown: Option<OnCooldown>,
     refused: Option<&'static str>,
+    job: Option<JobTag>,
+    priority: Priority,
 }
 
 impl<'a> Admission<'a> {
@@ -35,7 +38,18 @@ impl<'a> Admission<'a> {
             key: Cow::Borrowed(key),
             on_cooldown: None,
             refused: None,
+            job: None,
+            priority: Priority::Normal,
         }
+    }
+
+    /// The job the request belongs to and its class within the job: while it waits, the host's
+    /// turns are shared between the jobs waiting by weight, and within a job by class. Without
+    /// it, the request is job "anonymous"'s, normal.
+    pub fn job(mut self, job: JobTag, priority: Priority) -> Self {
+        self.job = Some(job);
+        self.priority = priority;
+        self
     }
 
     /// This request's own answer to a cooldown instead of the host's `on_cooldown` (`None`: the
@@ -62,9 +76,15 @@ impl<S: AsRef<str>> From<(S, u16)> for Admission<'static> {
             key: Cow::Owned(BudgetKey::of_host(host.as_ref(), port)),
             on_cooldown: None,
             refused: None,
+            job: None,
+            priority: Priority::Normal,
         }
     }
 }
+
+/// The job of requests that name none.
+static ANONYMOUS: std::sync::LazyLock<JobTag> =
+    std::sync::LazyLock::new(|| JobTag::new(crate::jobs::ANONYMOUS, 1.0));
 
 /// What trying a request at once came to.
 enum TryNow {
@@ -171,12 +191,14 @@ impl Limiter {
             let (tx, turn) = oneshot::channel();
             let id = state.next_id;
             state.next_id += 1;
-            state.queue.push_back(Waiter {
+            let waiter = Waiter {
                 id,
                 arrived: now,
                 on_cooldown: request.on_cooldown,
                 reply: tx,
-            });
+            };
+            let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
+            state.queue.push(job, request.priority, waiter);
             let deadline = now + state.policy.pacing.max_wait;
             if !state.dispatcher_running {
                 state.dispatcher_running = true;
@@ -247,8 +269,8 @@ impl Drop for QueuedTurn {
             return;
         }
         let mut state = self.host.lock();
-        if let Some(pos) = state.queue.iter().position(|w| w.id == self.id) {
-            let removed = state.queue.remove(pos);
+        {
+            let removed = state.queue.remove_first(|w| w.id == self.id);
             drop(state);
             drop(removed);
             self.host.wake.notify_one();

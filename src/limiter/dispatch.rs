@@ -2,7 +2,6 @@
 //! It looks at the head of the queue, asks the budget for a turn, and otherwise sleeps until the
 //! token's instant, a free host slot or a free global slot; never a poll.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -81,14 +80,12 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
             let mut state = host.lock();
             let now = Instant::now();
             while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
-                state.queue.pop_front();
+                state.queue.discard_front();
             }
             if state.queue.is_empty() {
                 state.dispatcher_running = false;
                 // An idle host keeps no queue buffer: there may be a million of them.
-                if state.queue.capacity() > 0 {
-                    state.queue = VecDeque::new();
-                }
+                state.queue.shrink();
                 Next::Exit(
                     state
                         .shared

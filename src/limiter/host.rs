@@ -3,12 +3,12 @@
 //! keeps them together. The lock is held for a few lines at a time and
 //! never across an `.await`.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
+use super::lanes::Lanes;
 use super::names::Names;
 use super::permit::Permit;
 use super::refusal::Refusal;
@@ -39,7 +39,8 @@ pub(crate) struct HostState {
     pub(crate) policy: Arc<HostPolicy>,
     pub(crate) pacing: Pacing,
     pub(crate) in_flight: InFlight,
-    pub(crate) queue: VecDeque<Waiter>,
+    /// The requests waiting for a turn, fair between jobs (`lanes.rs`).
+    pub(crate) queue: Lanes<Waiter>,
     pub(crate) next_id: u64,
     pub(crate) dispatcher_running: bool,
     /// Set by the sweeper when it drops the host from the table: whoever still holds the `Arc` must
@@ -100,7 +101,7 @@ impl Host {
                 pacing: Pacing::new(&policy, now, std::time::SystemTime::now()),
                 policy,
                 in_flight: InFlight::default(),
-                queue: VecDeque::new(),
+                queue: Lanes::new(),
                 next_id: 0,
                 dispatcher_running: false,
                 retired: false,

@@ -31,6 +31,8 @@ mod budget;
 mod dispatch;
 mod egress;
 mod host;
+#[doc(hidden)]
+pub mod lanes;
 mod names;
 mod permit;
 mod refusal;
@@ -157,7 +159,7 @@ impl Limiter {
         for host in hosts {
             let drained: Vec<Waiter> = {
                 let mut state = host.lock();
-                let drained: Vec<Waiter> = state.queue.drain(..).collect();
+                let drained: Vec<Waiter> = state.queue.drain();
                 for _ in &drained {
                     state.stats.refused(&Refusal::ShuttingDown);
                 }

@@ -182,6 +182,10 @@ pub(super) fn hand_to_head(
     mut permit: Permit,
     now: Instant,
 ) -> Option<Permit> {
+    while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
+        // Gone before its turn: it used none of its job's share.
+        state.queue.discard_front();
+    }
     while let Some(waiter) = state.queue.pop_front() {
         permit.waited = now.saturating_duration_since(waiter.arrived);
         match waiter.reply.send(Ok(permit)) {

@@ -2,7 +2,6 @@
 //! down in `on_cooldown = "reject"` mode. Each refusal becomes a locally made response
 //! (`crate::response::refusal`).
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -70,10 +69,7 @@ pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, 
         cause: c.cause,
     };
     // Those that asked to be held (or whose host holds) keep their places.
-    let (refused, kept): (VecDeque<Waiter>, VecDeque<Waiter>) = std::mem::take(&mut state.queue)
-        .into_iter()
-        .partition(rejects);
-    state.queue = kept;
+    let refused = state.queue.take_where(rejects);
     let refused: Vec<(Waiter, Refusal)> =
         refused.into_iter().map(|w| (w, refusal.clone())).collect();
     for _ in &refused {

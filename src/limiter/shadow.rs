@@ -14,13 +14,14 @@ use crate::config::OnCooldown;
 use crate::policy::CooldownCause;
 
 /// Why a request would have been refused; the words of `courtesy_shadow_would_refuse_total`.
-pub const SHADOW_REASONS: [&str; 6] = [
+pub const SHADOW_REASONS: [&str; 7] = [
     "cooling_down",
     "paused",
     "queue_full",
     "waited_too_long",
     "robots",
     "skip_resources",
+    "quota",
 ];
 
 /// What courtesy would have done with one request, had it enforced.

@@ -11,7 +11,9 @@ use super::exchange::Unanswered;
 use super::failure::Failure;
 use super::upstream::{Replay, UpstreamBody};
 use crate::body::ProxyBody;
-use crate::config::{HostPolicy, OnCooldown};
+use crate::config::{HostPolicy, OnCooldown, Priority};
+use crate::jobs::QuotaTicket;
+use crate::limiter::lanes::JobTag;
 use crate::limiter::{Admission, BudgetKey};
 use crate::response::ProxyError;
 
@@ -33,6 +35,22 @@ pub(super) struct Attempts {
     asked: Option<OnCooldown>,
     /// What would have refused a report-only host's request, reported with its first turn.
     shadow_refused: Option<&'static str>,
+    /// The request's job, as the host's queue sees it (`None`: "anonymous").
+    job: Option<JobTag>,
+    /// The request's class within its job.
+    priority: Priority,
+    /// Its place in the job's quota: spent at its first turn.
+    ticket: Option<QuotaTicket>,
+}
+
+/// What the request asked of courtesy itself: its own (or its CONNECT's) answer to a cooldown and
+/// its class within its job.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Asked {
+    /// `Courtesy-On-Cooldown`.
+    pub(super) on_cooldown: Option<OnCooldown>,
+    /// `Courtesy-Priority`, else the job's.
+    pub(super) priority: Priority,
 }
 
 impl Attempts {
@@ -41,7 +59,7 @@ impl Attempts {
         parts: http::request::Parts,
         body: Incoming,
         replayable: bool,
-        asked: Option<OnCooldown>,
+        asked: Asked,
         shadow_refused: Option<&'static str>,
     ) -> Self {
         let replay = replayable.then(|| Replay::of(&parts));
@@ -50,15 +68,37 @@ impl Attempts {
             replay,
             attempt: 0,
             fresh_retry: false,
-            asked,
+            asked: asked.on_cooldown,
             shadow_refused,
+            job: None,
+            priority: asked.priority,
+            ticket: None,
+        }
+    }
+
+    /// The attempts of a request of `job`, holding its place in the job's quota.
+    pub(super) fn of_job(mut self, job: JobTag, ticket: QuotaTicket) -> Self {
+        self.job = Some(job);
+        self.ticket = Some(ticket);
+        self
+    }
+
+    /// The request has its turn: its place in the job's quota is used (once, whatever courtesy
+    /// resends).
+    pub(super) fn spend_quota(&mut self) {
+        if let Some(mut ticket) = self.ticket.take() {
+            ticket.spend();
         }
     }
 
     /// How the next turn is asked for. The client's cooldown choice is for its own send; courtesy's
     /// resends hold through a cooldown (a retry after a 429/503 is there to wait it out).
     pub(super) fn admission<'a>(&mut self, budget: &'a BudgetKey) -> Admission<'a> {
-        Admission::of(budget)
+        let admission = match &self.job {
+            Some(job) => Admission::of(budget).job(job.clone(), self.priority),
+            None => Admission::of(budget),
+        };
+        admission
             .on_cooldown(if self.attempt > 0 || self.fresh_retry {
                 Some(OnCooldown::Hold)
             } else {

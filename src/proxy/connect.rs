@@ -34,10 +34,12 @@ use super::failure::Failure;
 use super::headers::own_cooldown_choice;
 use super::sniff::{classify_opening, Opening, Prefixed};
 use super::target::Target;
+use super::Asking;
 use super::Proxy;
 use crate::body::ProxyBody;
-use crate::config::{HttpsMode, OnCooldown, Route};
+use crate::config::{HttpsMode, Route};
 use crate::connections::Connections;
+use crate::jobs::{priority_of, Caller};
 use crate::limiter::Admission;
 use crate::parent::tcp::{self, TcpFault};
 use crate::parent::{self, OpenError};
@@ -52,6 +54,7 @@ impl Proxy {
         self: Arc<Self>,
         mut req: Request<Incoming>,
         client: SocketAddr,
+        caller: Caller,
     ) -> Response<ProxyBody> {
         let target = match Target::of_connect(req.uri()) {
             Ok(t) => t,
@@ -62,6 +65,16 @@ impl Proxy {
         let choice = match own_cooldown_choice(req.headers_mut()) {
             Ok(choice) => choice,
             Err(failure) => return failure.into_response(),
+        };
+        // So does a priority (the credentials of the CONNECT name the job of every request).
+        let priority = match priority_of(req.headers_mut(), caller.priority()) {
+            Ok(priority) => priority,
+            Err(why) => return Failure::bad_request(why).into_response(),
+        };
+        let asking = Asking {
+            caller,
+            on_cooldown: choice,
+            priority,
         };
         let config = self.config.get();
         let mode = config.policy_for(&target.host, target.port).forward.https;
@@ -81,7 +94,7 @@ impl Proxy {
         if let Some(failure) = self.refuse_destination(&target).await {
             return failure.into_response();
         }
-        let span = info_span!("connect", client = %client, host = %target, ?mode);
+        let span = info_span!("connect", client = %client, job = asking.caller.name(), host = %target, ?mode);
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
             HttpsMode::Intercept => match self.interceptor.server_config(&target.host) {
@@ -94,7 +107,7 @@ impl Proxy {
         let slot = req.extensions().get::<Arc<crate::gate::Slot>>().cloned();
         let connections = self.connections.clone();
         let served = self
-            .serve_connect(req, target, leaf, client, choice)
+            .serve_connect(req, target, leaf, client, asking)
             .instrument(span);
         connections.spawn(async move {
             let _slot = slot;
@@ -111,7 +124,7 @@ impl Proxy {
         target: Target,
         leaf: Option<Arc<ServerConfig>>,
         client: SocketAddr,
-        choice: Option<OnCooldown>,
+        asking: Asking,
     ) {
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(u) => u,
@@ -146,14 +159,14 @@ impl Proxy {
         let stream = Prefixed::new(Bytes::from(first), io);
         match (opening, leaf) {
             (Opening::PlainHttp, _) => {
-                self.serve_inside(stream, target, "http", client, choice)
+                self.serve_inside(stream, target, "http", client, asking)
                     .await
             }
             (Opening::Tls, Some(leaf)) => {
-                self.intercept_tls(stream, target, leaf, client, choice)
+                self.intercept_tls(stream, target, leaf, client, asking)
                     .await
             }
-            (_, None) => self.tunnel(stream, target, choice).await,
+            (_, None) => self.tunnel(stream, target, &asking).await,
             (_, Some(_)) => {
                 warn!("refused a CONNECT tunnel that carries neither TLS nor HTTP (no blind tunnels in intercept mode)");
             }
@@ -168,7 +181,7 @@ impl Proxy {
         target: Target,
         leaf: Arc<ServerConfig>,
         client: SocketAddr,
-        choice: Option<OnCooldown>,
+        asking: Asking,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -197,7 +210,7 @@ impl Proxy {
         };
         match start.into_stream(config).await {
             Ok(tls) => {
-                self.serve_inside(tls, target, "https", client, choice)
+                self.serve_inside(tls, target, "https", client, asking)
                     .await
             }
             Err(e) => debug!("TLS handshake with the client failed: {e}"),
@@ -211,17 +224,17 @@ impl Proxy {
         target: Target,
         scheme: &'static str,
         client: SocketAddr,
-        choice: Option<OnCooldown>,
+        asking: Asking,
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let connections = self.connections.clone();
         let service = service_fn(move |req: Request<Incoming>| {
-            let (proxy, target) = (self.clone(), target.clone());
+            let (proxy, target, asking) = (self.clone(), target.clone(), asking.clone());
             async move {
                 Ok::<_, Infallible>(
                     proxy
-                        .forward_inside(req, target, scheme, client, choice)
+                        .forward_inside(req, target, scheme, client, &asking)
                         .await,
                 )
             }
@@ -236,7 +249,7 @@ impl Proxy {
     }
 
     /// Admits and dials a blind tunnel, then copies `client` bytes both ways.
-    async fn tunnel<S>(&self, mut client: S, target: Target, choice: Option<OnCooldown>)
+    async fn tunnel<S>(&self, mut client: S, target: Target, asking: &Asking)
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
@@ -253,7 +266,11 @@ impl Proxy {
         };
         let admitted = self
             .limiter
-            .admit(Admission::of(&budget).on_cooldown(choice))
+            .admit(
+                Admission::of(&budget)
+                    .on_cooldown(asking.on_cooldown)
+                    .job(asking.caller.tag(), asking.priority),
+            )
             .await;
         let mut permit = match admitted {
             Ok(p) => p,

@@ -12,7 +12,7 @@ use http::{HeaderMap, Request, Response, Version};
 use hyper::body::Incoming;
 use tracing::{info, info_span, Instrument};
 
-use super::attempts::{replayable, Attempts, Outcome};
+use super::attempts::{replayable, Asked, Attempts, Outcome};
 use super::cached::CacheUse;
 use super::exchange::Exchanged;
 use super::failure::Failure;
@@ -20,10 +20,11 @@ use super::headers::{own_cooldown_choice, strip_hop_by_hop, via_for};
 use super::skip::skipped_resource;
 use super::target::Target;
 use super::unread::BodyOnEntry;
-use super::Proxy;
+use super::{Asking, Proxy};
 use crate::blocks::is_block_redirect;
 use crate::body::ProxyBody;
-use crate::config::{HostPolicy, OnCooldown};
+use crate::config::HostPolicy;
+use crate::jobs::{priority_of, Caller, QuotaTicket};
 use crate::limiter::{BudgetKey, Permit, ShadowVerdict};
 use crate::response;
 
@@ -33,6 +34,7 @@ impl Proxy {
         &self,
         req: Request<Incoming>,
         client: SocketAddr,
+        caller: Caller,
     ) -> Response<ProxyBody> {
         let entry = BodyOnEntry::of(req.version(), req.headers(), req.body());
         let target = match Target::of_request(req.uri()) {
@@ -53,21 +55,23 @@ impl Proxy {
                 .settle(failure.into_response(), Some(req.into_body()))
                 .await;
         }
-        let span = info_span!("request", client = %client, method = %req.method(), host = %target);
-        let (response, unread) = self.forward_to(req, target, None).instrument(span).await;
+        let asking = Asking::plain(caller);
+        let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target);
+        let (response, unread) = self.forward_to(req, target, &asking).instrument(span).await;
         entry.settle(response, unread).await
     }
 
     /// A request that came out of a CONNECT (decrypted, or plain HTTP inside the tunnel): it goes to
     /// the CONNECT's target with `scheme`, through exactly the same path as plain http.
-    /// `connect_choice` is the CONNECT's own `Courtesy-On-Cooldown`, for requests without one.
+    /// `asking` is the CONNECT's job, and its own `Courtesy-On-Cooldown` and priority for
+    /// requests without their own.
     pub(super) async fn forward_inside(
         &self,
         mut req: Request<Incoming>,
         target: Target,
         scheme: &'static str,
         client: SocketAddr,
-        connect_choice: Option<OnCooldown>,
+        asking: &Asking,
     ) -> Response<ProxyBody> {
         let entry = BodyOnEntry::of(req.version(), req.headers(), req.body());
         let path = req
@@ -84,23 +88,20 @@ impl Proxy {
                     .await;
             }
         }
-        let span =
-            info_span!("request", client = %client, method = %req.method(), host = %target, scheme);
-        let (response, unread) = self
-            .forward_to(req, target, connect_choice)
-            .instrument(span)
-            .await;
+        let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target, scheme);
+        let (response, unread) = self.forward_to(req, target, asking).instrument(span).await;
         entry.settle(response, unread).await
     }
 
     /// The response to `req`, and its body when it was never sent (for [`BodyOnEntry::settle`]).
     async fn forward_to(
         &self,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         target: Target,
-        connect_choice: Option<OnCooldown>,
+        asking: &Asking,
     ) -> Outcome {
         let host_policy = self.config.get().policy_for(&target.host, target.port);
+        stamp(req.headers_mut(), &host_policy, &asking.caller);
         let budget = match self.budget_key(&target, &host_policy).await {
             Ok(budget) => budget,
             Err(failure) => return (failure.into_response(), Some(req.into_body())),
@@ -111,8 +112,8 @@ impl Proxy {
             Err(refused) => return (refused, Some(req.into_body())),
         };
         let (mut parts, body) = req.into_parts();
-        let asked = match self.rewrite_request_head(&mut parts, &target) {
-            Ok(asked) => asked.or(connect_choice),
+        let asked = match self.rewrite_request_head(&mut parts, &target, asking) {
+            Ok(asked) => asked,
             Err(failure) => return (failure.into_response(), Some(body)),
         };
         let replayable = replayable(&parts.method, &body);
@@ -123,9 +124,20 @@ impl Proxy {
         {
             return (answer, Some(body));
         }
-        let attempts = Attempts::new(parts, body, replayable, asked, shadow_refused);
-        self.send_until_answered(&budget, attempts, cache_use.as_ref())
-            .await
+        let (ticket, shadow_refused) = match quota(asking, &host_policy, shadow_refused) {
+            Ok(ticket) => ticket,
+            Err(retry_after) => {
+                info!("refused locally: the job's quota");
+                let refused = response::quota_reached(asking.caller.name(), retry_after);
+                return with_quota_headers((refused, Some(body)), &asking.caller);
+            }
+        };
+        let attempts = Attempts::new(parts, body, replayable, asked, shadow_refused)
+            .of_job(asking.caller.tag(), ticket);
+        let outcome = self
+            .send_until_answered(&budget, attempts, cache_use.as_ref())
+            .await;
+        with_quota_headers(outcome, &asking.caller)
     }
 
     /// The refusals that come before the host's turn (`skip_resources`, then robots.txt), so that
@@ -162,15 +174,19 @@ impl Proxy {
         Ok(shadow_refused)
     }
 
-    /// The request's head as it goes upstream: the client's `Courtesy-On-Cooldown` taken out (and
-    /// returned: it is courtesy's to act on, not the origin's), hop-by-hop headers replaced by
+    /// The request's head as it goes upstream: the client's `Courtesy-On-Cooldown` and
+    /// `Courtesy-Priority` taken out (and returned, over the CONNECT's: they are courtesy's to act
+    /// on, not the origin's), hop-by-hop headers replaced by
     /// courtesy's `Via`, the target's `Host`, and HTTP/1.1 (the version courtesy speaks upstream).
     fn rewrite_request_head(
         &self,
         parts: &mut http::request::Parts,
         target: &Target,
-    ) -> Result<Option<OnCooldown>, Failure> {
-        let asked = own_cooldown_choice(&mut parts.headers)?;
+        asking: &Asking,
+    ) -> Result<Asked, Failure> {
+        let on_cooldown = own_cooldown_choice(&mut parts.headers)?.or(asking.on_cooldown);
+        let priority =
+            priority_of(&mut parts.headers, asking.priority).map_err(Failure::bad_request)?;
         strip_hop_by_hop(&mut parts.headers);
         parts
             .headers
@@ -179,7 +195,10 @@ impl Proxy {
             parts.headers.insert(HOST, host);
         }
         parts.version = Version::HTTP_11;
-        Ok(asked)
+        Ok(Asked {
+            on_cooldown,
+            priority,
+        })
     }
 
     /// Before the request goes, for a request that uses the response store: a stored response
@@ -224,6 +243,7 @@ impl Proxy {
             Ok(permit) => permit,
             Err(refused) => return ControlFlow::Break((refused, attempts.unread())),
         };
+        attempts.spend_quota();
         let request = match attempts.next_request() {
             Ok(request) => request,
             Err(failure) => return ControlFlow::Break((failure.into_response(), None)),
@@ -350,5 +370,51 @@ impl Proxy {
                 store,
             },
         )
+    }
+}
+
+/// Stamps the host's (else the job's) `User-Agent` and `From` on the request, before robots.txt
+/// picks its group from the User-Agent.
+fn stamp(headers: &mut HeaderMap, policy: &HostPolicy, caller: &Caller) {
+    let (job_agent, job_from) = caller.stamps();
+    let agent = policy.identity.user_agent.as_deref().or(job_agent);
+    let from = policy.identity.from.as_deref().or(job_from);
+    for (name, value) in [
+        (http::header::USER_AGENT, agent),
+        (http::header::FROM, from),
+    ] {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+/// The answer with the job's `RateLimit-Policy` and `RateLimit` headers, when it has a quota.
+fn with_quota_headers(mut outcome: Outcome, caller: &Caller) -> Outcome {
+    if let Some(left) = caller.quota_left(std::time::Instant::now()) {
+        let (policy, limit) = left.headers();
+        let headers = outcome.0.headers_mut();
+        for (name, value) in [("ratelimit-policy", policy), ("ratelimit", limit)] {
+            if let Ok(value) = HeaderValue::from_str(&value) {
+                headers.append(name, value);
+            }
+        }
+    }
+    outcome
+}
+
+/// The request's place in its job's quota, or how long until a job past it may send again (for
+/// a report-only host, the request goes on and the refusal is reported with its turn).
+fn quota(
+    asking: &Asking,
+    host_policy: &HostPolicy,
+    shadow_refused: Option<&'static str>,
+) -> Result<(QuotaTicket, Option<&'static str>), std::time::Duration> {
+    match asking.caller.reserve(std::time::Instant::now()) {
+        Ok(ticket) => Ok((ticket, shadow_refused)),
+        Err(_) if !host_policy.scope.enforce => {
+            Ok((QuotaTicket::none(), shadow_refused.or(Some("quota"))))
+        }
+        Err(retry_after) => Err(retry_after),
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! | file | step |
 //! |---|---|
-//! | `mod.rs` | the service: client check, CONNECT or forward |
+//! | `mod.rs` | the service: client check, the job its credentials name, CONNECT or forward |
 //! | `forward.rs` | one forwarded request, top to bottom, with courtesy's own retries |
 //! | `attempts.rs` | a forwarded request's sends: the client's, then rebuilt ones for resends and retries |
 //! | `exchange.rs` | the one paced send: send under a permit, report the answer, count, log |
@@ -81,6 +81,7 @@ use crate::body::ProxyBody;
 use crate::cache;
 use crate::config::{HostPolicy, LiveConfig};
 use crate::connections::Connections;
+use crate::jobs::{Caller, Jobs};
 use crate::keys::{BudgetKey, Keyer};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -115,6 +116,32 @@ pub struct Proxy {
     cache: Arc<cache::Store>,
     loops: loops::LoopGuard,
     connections: Connections,
+    jobs: Arc<Jobs>,
+}
+
+/// Who asks, and what they asked of courtesy itself on the request's CONNECT: the job the
+/// credentials named, the CONNECT's `Courtesy-On-Cooldown` and its (or the job's) priority, for
+/// every request inside that does not say its own.
+#[derive(Debug, Clone)]
+pub(crate) struct Asking {
+    /// The request's job.
+    pub(crate) caller: Caller,
+    /// The CONNECT's own answer to a cooldown.
+    pub(crate) on_cooldown: Option<crate::config::OnCooldown>,
+    /// The class of the request within its job, unless it says its own.
+    pub(crate) priority: crate::config::Priority,
+}
+
+impl Asking {
+    /// A plain request of `caller`'s: nothing asked beyond what the request itself says.
+    fn plain(caller: Caller) -> Self {
+        let priority = caller.priority();
+        Asking {
+            caller,
+            on_cooldown: None,
+            priority,
+        }
+    }
 }
 
 impl Proxy {
@@ -160,6 +187,7 @@ impl Proxy {
             )),
             loops: loops::LoopGuard::new(own_addrs),
             connections,
+            jobs: Arc::new(Jobs::new()),
         }
     }
 
@@ -195,6 +223,11 @@ impl Proxy {
             .await
     }
 
+    /// The table of jobs seen (for the admin API).
+    pub fn jobs(&self) -> &Arc<Jobs> {
+        &self.jobs
+    }
+
     /// Forgets expired robots.txt answers (called by the idle-host sweeper).
     pub fn sweep_robots(&self) -> usize {
         self.robots.sweep()
@@ -206,12 +239,18 @@ impl Proxy {
         req: Request<Incoming>,
         client: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
-        if !self.config.get().client_allowed(client.ip()) {
+        let config = self.config.get();
+        if !config.client_allowed(client.ip()) {
             return Ok(response::client_not_allowed(client.ip()));
         }
+        let caller = match self.jobs.identify(&config, req.headers()) {
+            Ok(caller) => caller,
+            Err(why) => return Ok(response::proxy_auth_required(&why.0)),
+        };
+        drop(config);
         if req.method() == Method::CONNECT {
-            return Ok(self.connect(req, client).await);
+            return Ok(self.connect(req, client, caller).await);
         }
-        Ok(self.forward(req, client).await)
+        Ok(self.forward(req, client, caller).await)
     }
 }

@@ -307,3 +307,103 @@ pub(crate) fn expand_home(path: &str) -> PathBuf {
         _ => PathBuf::from(path),
     }
 }
+
+/// A job's name, as a client puts it in its proxy URL's username: 1 to 64 letters, digits or
+/// `-_.`; `anonymous` and `other` are courtesy's own.
+pub struct JobName;
+
+impl Kind<String, String> for JobName {
+    fn check(&self, name: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
+        let fits = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        let label = say.label;
+        if !fits {
+            say.error(
+                at,
+                &format!("{label}: {key} must be 1 to 64 letters, digits or -_. , got {name:?}"),
+            );
+            return None;
+        }
+        if matches!(name.as_str(), "anonymous" | "other") {
+            say.error(
+                at,
+                &format!("{label}: {key} {name:?} is courtesy's own (requests without credentials, and names past the bound); choose another"),
+            );
+            return None;
+        }
+        Some(name)
+    }
+
+    fn show(&self, name: &String) -> Option<toml::Value> {
+        (!name.is_empty()).then(|| toml::Value::String(name.clone()))
+    }
+
+    fn takes(&self) -> String {
+        "1 to 64 of A-Z a-z 0-9 - _ .".into()
+    }
+}
+
+/// The SHA-256 of a token, as 64 hex digits (a token the file need not hold).
+pub struct Sha256Hex;
+
+impl Kind<String, [u8; 32]> for Sha256Hex {
+    fn check(&self, hex: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<[u8; 32]> {
+        let hex = hex.trim();
+        let mut out = [0u8; 32];
+        let ok = hex.len() == 64
+            && out.iter_mut().enumerate().all(|(i, byte)| {
+                let pair = hex.get(2 * i..2 * i + 2).unwrap_or("");
+                u8::from_str_radix(pair, 16).map(|b| *byte = b).is_ok()
+            });
+        if !ok {
+            let label = say.label;
+            say.error(
+                at,
+                &format!("{label}: {key} must be 64 hex digits (the SHA-256 of the token: printf %s TOKEN | sha256sum)"),
+            );
+            return None;
+        }
+        Some(out)
+    }
+
+    fn show(&self, _: &[u8; 32]) -> Option<toml::Value> {
+        None
+    }
+
+    fn takes(&self) -> String {
+        "64 hex digits".into()
+    }
+
+    fn secret(&self) -> bool {
+        true
+    }
+}
+
+/// Text courtesy puts in a request header (`User-Agent`, `From`): printable, one line.
+pub struct HeaderText;
+
+impl Kind<String, String> for HeaderText {
+    fn check(&self, text: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
+        let text = text.trim();
+        if text.is_empty() || http::HeaderValue::from_str(text).is_err() || text.len() > 512 {
+            let label = say.label;
+            say.error(
+                at,
+                &format!("{label}: {key} must be 1 to 512 printable characters on one line, got {text:?}"),
+            );
+            return None;
+        }
+        Some(text.to_string())
+    }
+
+    fn show(&self, text: &String) -> Option<toml::Value> {
+        Some(toml::Value::String(text.clone()))
+    }
+
+    fn takes(&self) -> String {
+        "header text".into()
+    }
+}

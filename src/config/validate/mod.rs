@@ -6,6 +6,7 @@
 //! `settings` validates `[proxy]`, `[admin]`, `[alerts]` and `[shared]`; `policy` validates
 //! `[defaults]` and `[[host]]` rules.
 
+mod jobs;
 mod policy;
 mod settings;
 

@@ -1,0 +1,62 @@
+//! A job's settings (`[[job]]`): who a job is (its name, the username of the proxy URL, and its
+//! token), its share of each host's turns, its default priority, its quota, and what courtesy
+//! stamps on its requests. Keeping per-job state is `crate::jobs`'s job.
+
+use std::time::Duration;
+
+use super::keys::keys;
+use super::keys::kinds::{between, Count, Maybe, Seconds, Word};
+use super::keys::process::{HeaderText, JobName, Sha256Hex, Token};
+use super::Priority;
+
+keys! {
+    /// One job (`[[job]]`): a crawler, a person or a pipeline, named by the username of its proxy
+    /// URL (`http://crawl-a:TOKEN@127.0.0.1:3128`).
+    pub struct JobSettings in JobSettings as KEYS {
+        /// The job's name: the username of its proxy URL.
+        name: String = String::new(), from name: String, JobName,
+            example "\"crawl-a\"";
+        /// Its password, checked when a client gives it (and needed with client_auth =
+        /// "required"); at least 16 printable characters.
+        ///
+        /// Never logged or shown. Give `token_sha256` instead to keep the token out of the file.
+        token: Option<String> = None, from token: String, Maybe(Token),
+            example "\"a-long-random-token-for-crawl-a\"";
+        /// The SHA-256 of its token, as 64 hex digits (`printf %s TOKEN | sha256sum`), instead
+        /// of the token itself.
+        ///
+        /// A token is random, not a password a person chose: a fast hash is enough to keep it
+        /// out of a config file that leaks (nobody can search 2^96 tokens), and a slow one
+        /// (bcrypt, argon2) would cost CPU on every request.
+        token_sha256: Option<[u8; 32]> = None, from token_sha256: String, Maybe(Sha256Hex),
+            example "\"<64 hex digits>\"";
+        /// Its share of each host's turns while it has requests waiting, against the other jobs
+        /// waiting for that host (a job alone gets every turn).
+        weight: f64 = 1.0, from weight: f64, between(0.01, 1000.0);
+        /// The priority of its requests that do not say theirs in Courtesy-Priority.
+        priority: Priority = Priority::Normal, from priority: String, Word;
+        /// Requests it may send to all hosts together per `per_seconds`; past it, local 429s
+        /// until the window frees. Unset: no quota.
+        max_requests: Option<u64> = None,
+            from max_requests: i64, Maybe(Count { min: 1, max: 1_000_000_000_000 }),
+            example "10000";
+        /// The length of the quota's window.
+        per_seconds: Duration = Duration::from_secs(3600),
+            from per_seconds: f64, Seconds { min: 1.0, max: 31.0 * 86400.0 };
+        /// The User-Agent stamped on its requests (a host's own `user_agent` wins); unset: the
+        /// client's.
+        user_agent: Option<String> = None, from user_agent: String, Maybe(HeaderText),
+            example "\"crawl-a/1.0 (+https://example.org/bot)\"";
+        /// The From header stamped on its requests (RFC 9110 10.1.2: a mailbox to write to about
+        /// the crawl; a host's own `from` wins); unset: the client's.
+        from: Option<String> = None, from from: String, Maybe(HeaderText),
+            example "\"ops@example.org\"";
+    }
+}
+
+impl JobSettings {
+    /// Whether the job has a token to check (itself, or its hash).
+    pub fn has_token(&self) -> bool {
+        self.token.is_some() || self.token_sha256.is_some()
+    }
+}

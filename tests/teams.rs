@@ -1,0 +1,349 @@
+//! Teams: jobs named by the proxy URL's username, a fair share of each host's turns per job,
+//! priorities within a job, quotas, and what courtesy stamps on a job's requests. Over real
+//! sockets, with tolerances; the scheduler's exact shares are the unit tests of `lanes`.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use http::Request;
+use support::*;
+use tokio::io::AsyncWriteExt;
+
+/// `Proxy-Authorization: Basic` for `user:token`, as a client makes it from its proxy URL.
+fn basic(user: &str, token: &str) -> String {
+    let pair = format!("{user}:{token}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// A GET of `url` as job `user`.
+fn get_as(url: &str, user: &str, token: &str) -> Request<TestBody> {
+    Request::get(url)
+        .header("proxy-authorization", basic(user, token))
+        .body(empty())
+        .unwrap()
+}
+
+/// Sends `req` through courtesy in a task of its own.
+fn spawn_send(client: ProxyClient, req: Request<TestBody>) -> tokio::task::JoinHandle<Got> {
+    tokio::spawn(async move { client.send(req).await })
+}
+
+const TOKEN_A: &str = "token-of-crawl-a-0123456789";
+const TOKEN_B: &str = "token-of-crawl-b-0123456789";
+
+fn jobs_section(extra_a: &str, extra_b: &str) -> String {
+    format!(
+        "[[job]]\nname = \"crawl-a\"\ntoken = \"{TOKEN_A}\"\n{extra_a}\n\
+         [[job]]\nname = \"crawl-b\"\ntoken = \"{TOKEN_B}\"\n{extra_b}\n"
+    )
+}
+
+/// The reproduction of the issue: job A queues 100 requests for a host at 5/s, then job B asks
+/// for one page. With one FIFO per host B waited 19 s; with a fair share per job its answer
+/// comes within two turns (0.4 s at 5/s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_asking_once_is_not_stuck_behind_another_jobs_queue() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[defaults]\nrate = 5.0\nburst = 1\nconcurrency = 1\n{}",
+        jobs_section("", "")
+    ))
+    .await;
+    let client = courtesy.client();
+    let bulk: Vec<_> = (0..100)
+        .map(|i| {
+            spawn_send(
+                client,
+                get_as(&origin.url(&format!("/a/{i}")), "crawl-a", TOKEN_A),
+            )
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(5), || origin.count() >= 3).await,
+        "job A's requests are flowing"
+    );
+    let asked = Instant::now();
+    let b = client
+        .send(get_as(&origin.url("/b/0"), "crawl-b", TOKEN_B))
+        .await;
+    let waited = asked.elapsed();
+    eprintln!("job B's one request waited {waited:?} behind job A's 100");
+    assert_eq!(b.status, 200);
+    // Two turns at 5/s are 0.4 s; a busy 2-core machine gets room to 1 s (the FIFO took 19 s).
+    assert!(
+        waited < Duration::from_millis(1000),
+        "job B waited {waited:?} behind job A's queue"
+    );
+    let before_b = origin
+        .paths()
+        .iter()
+        .position(|p| p == "/b/0")
+        .expect("B's request reached the origin");
+    assert!(before_b <= origin.count(), "B arrived");
+    // The host's budget holds: at most burst + rate x T in any window.
+    assert!(origin.most_within_any(Duration::from_secs(1)) <= 6);
+    for task in bulk {
+        task.abort();
+    }
+}
+
+/// Weights 3:1, both jobs always waiting: the turns go 3:1 (± 15 %), and the host sees no more
+/// than its rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_three_to_one_share_the_turns_three_to_one() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[defaults]\nrate = 10.0\nburst = 1\nconcurrency = 1\n{}",
+        jobs_section("weight = 3.0", "weight = 1.0")
+    ))
+    .await;
+    let client = courtesy.client();
+    let mut tasks = Vec::new();
+    for i in 0..120 {
+        tasks.push(spawn_send(
+            client,
+            get_as(&origin.url(&format!("/a/{i}")), "crawl-a", TOKEN_A),
+        ));
+        tasks.push(spawn_send(
+            client,
+            get_as(&origin.url(&format!("/b/{i}")), "crawl-b", TOKEN_B),
+        ));
+    }
+    // Let both queues fill before counting, then count 8 s of turns (80 at 10/s).
+    assert!(eventually(Duration::from_secs(10), || origin.count() >= 5).await);
+    let start = origin.count();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let paths = origin.paths();
+    let window = &paths[start..];
+    let a = window.iter().filter(|p| p.starts_with("/a/")).count() as f64;
+    let b = window.iter().filter(|p| p.starts_with("/b/")).count() as f64;
+    assert!(a + b >= 40.0, "turns were handed out: {a} + {b}");
+    let ratio = a / b.max(1.0);
+    eprintln!("weights 3:1 gave {a}:{b} = {ratio:.2} over 8 s");
+    assert!(
+        (3.0 * 0.85..=3.0 * 1.15).contains(&ratio),
+        "A:B = {a}:{b} = {ratio:.2}, want 3 ± 15 %"
+    );
+    assert!(origin.most_within_any(Duration::from_secs(1)) <= 11);
+    for task in tasks {
+        task.abort();
+    }
+}
+
+/// Within one job, high goes before low, and a waiting low still gets a turn in four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn within_a_job_high_goes_first_and_low_is_not_starved() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[defaults]\nrate = 8.0\nburst = 1\nconcurrency = 1\n{}",
+        jobs_section("", "")
+    ))
+    .await;
+    let client = courtesy.client();
+    let with = |path: String, priority: &str| {
+        Request::get(origin.url(&path))
+            .header("proxy-authorization", basic("crawl-a", TOKEN_A))
+            .header("courtesy-priority", priority)
+            .body(empty())
+            .unwrap()
+    };
+    let mut tasks: Vec<_> = (0..12)
+        .map(|i| spawn_send(client, with(format!("/low/{i}"), "low")))
+        .collect();
+    assert!(eventually(Duration::from_secs(5), || origin.count() >= 2).await);
+    let highs_at = origin.count();
+    tasks.extend((0..6).map(|i| spawn_send(client, with(format!("/high/{i}"), "high"))));
+    assert!(eventually(Duration::from_secs(10), || origin.count() >= highs_at + 9).await);
+    let paths = origin.paths();
+    // Give the highs a moment to be queued (they were spawned just after `highs_at`).
+    let after: Vec<&String> = paths[highs_at + 1..highs_at + 9].iter().collect();
+    let highs = after.iter().filter(|p| p.starts_with("/high/")).count();
+    let lows = after.iter().filter(|p| p.starts_with("/low/")).count();
+    assert!(highs >= 5, "high goes first: {after:?}");
+    assert!(lows >= 2, "a waiting low gets a turn in four: {after:?}");
+    assert!(
+        origin
+            .arrivals()
+            .iter()
+            .all(|a| !a.headers.contains_key("courtesy-priority")),
+        "Courtesy-Priority is courtesy's, never the origin's"
+    );
+    for task in tasks {
+        task.abort();
+    }
+}
+
+/// client_auth = "required": the right credentials name the job and never reach the origin; a
+/// wrong token, no credentials, or an unknown job get 407 with `Proxy-Authenticate`, on plain
+/// requests and on CONNECT alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_name_the_job_never_reach_the_origin_and_bad_ones_get_407() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nclient_auth = \"required\"\n[defaults]\nrate = 100.0\nburst = 10\n{}",
+        jobs_section("", "")
+    ))
+    .await;
+    let client = courtesy.client();
+    let ok = client
+        .send(get_as(&origin.url("/ok"), "crawl-a", TOKEN_A))
+        .await;
+    assert_eq!(ok.status, 200);
+    let seen = origin.arrivals();
+    assert!(
+        !seen[0].headers.contains_key("proxy-authorization"),
+        "the credentials stay with courtesy"
+    );
+    for (req, why) in [
+        (
+            get_as(&origin.url("/x"), "crawl-a", "wrong-token-wrong-token"),
+            "is wrong",
+        ),
+        (
+            get_as(&origin.url("/x"), "nobody", "whatever-whatever-12"),
+            "no [[job]]",
+        ),
+        (
+            Request::get(origin.url("/x")).body(empty()).unwrap(),
+            "are required",
+        ),
+    ] {
+        let got = client.send(req).await;
+        assert_eq!(got.status, 407, "{why}");
+        assert_eq!(got.header("proxy-authenticate"), "Basic realm=\"courtesy\"");
+        assert!(got.header("proxy-status").contains("courtesy"), "{why}");
+        assert!(String::from_utf8_lossy(&got.body).contains(why), "{why}");
+        assert!(!String::from_utf8_lossy(&got.body).contains("wrong-token"));
+    }
+    assert_eq!(origin.count(), 1, "nothing refused reached the origin");
+
+    // CONNECT: without credentials 407, with them the tunnel opens.
+    let (_stream, head) = open_tunnel(courtesy.addr, origin.addr).await;
+    assert!(head.starts_with("HTTP/1.1 407"), "{head}");
+    let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
+    let target = origin.addr;
+    stream
+        .write_all(
+            format!(
+                "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nProxy-Authorization: {}\r\n\r\n",
+                basic("crawl-b", TOKEN_B)
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 256];
+    let n = tokio::io::AsyncReadExt::read(&mut stream, &mut buf)
+        .await
+        .unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+/// A job past its quota gets local 429s with Retry-After until its window frees; nothing of them
+/// reaches the origin; every answer says what is left in `RateLimit` headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_quota_gets_local_429s_and_ratelimit_headers() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[defaults]\nrate = 100.0\nburst = 10\n{}",
+        jobs_section("max_requests = 3\nper_seconds = 60", "")
+    ))
+    .await;
+    let client = courtesy.client();
+    for left in [2, 1, 0] {
+        let got = client
+            .send(get_as(&origin.url("/q"), "crawl-a", TOKEN_A))
+            .await;
+        assert_eq!(got.status, 200);
+        assert_eq!(got.header("ratelimit-policy"), "\"courtesy\";q=3;w=60");
+        assert!(
+            got.header("ratelimit")
+                .starts_with(&format!("\"courtesy\";r={left};t=")),
+            "{}",
+            got.header("ratelimit")
+        );
+    }
+    let refused = client
+        .send(get_as(&origin.url("/q"), "crawl-a", TOKEN_A))
+        .await;
+    assert_eq!(refused.status, 429);
+    let retry: u64 = refused.header("retry-after").parse().unwrap();
+    assert!((1..=60).contains(&retry), "Retry-After {retry}");
+    assert!(refused
+        .header("proxy-status")
+        .contains("connection_limit_reached"));
+    assert!(refused.header("ratelimit").starts_with("\"courtesy\";r=0;"));
+    assert_eq!(
+        origin.count(),
+        3,
+        "the refused request never reached the origin"
+    );
+    // Another job is not held by A's quota, and has no RateLimit headers of its own.
+    let b = client
+        .send(get_as(&origin.url("/q"), "crawl-b", TOKEN_B))
+        .await;
+    assert_eq!(b.status, 200);
+    assert_eq!(b.header("ratelimit-policy"), "");
+}
+
+/// A job's User-Agent and From are stamped on its requests; a host rule's win over the job's;
+/// robots.txt is obeyed for the stamped User-Agent's group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_identity_is_stamped_and_a_host_rule_wins() {
+    let origin = Origin::start("127.0.0.1", |req| async move {
+        if req.uri().path() == "/robots.txt" {
+            return http::Response::new(full(
+                "User-agent: crawl-a-bot\nDisallow: /private\n\nUser-agent: *\nDisallow:\n",
+            ));
+        }
+        http::Response::new(full("ok"))
+    })
+    .await;
+    let other = Origin::ok("127.0.0.2").await;
+    let courtesy = Courtesy::start(&format!(
+        "[defaults]\nrate = 100.0\nburst = 10\nobey_robots = true\n\
+         [[host]]\nmatch = \"127.0.0.2\"\nobey_robots = false\nuser_agent = \"site-rule/1.0\"\n{}",
+        jobs_section(
+            "user_agent = \"crawl-a-bot/2.0 (+https://example.org/bot)\"\nfrom = \"ops@example.org\"",
+            ""
+        )
+    ))
+    .await;
+    let client = courtesy.client();
+    let got = client
+        .send(get_as(&origin.url("/page"), "crawl-a", TOKEN_A))
+        .await;
+    assert_eq!(got.status, 200);
+    let page = origin
+        .arrivals()
+        .into_iter()
+        .find(|a| a.path == "/page")
+        .unwrap();
+    assert_eq!(
+        page.headers["user-agent"],
+        "crawl-a-bot/2.0 (+https://example.org/bot)"
+    );
+    assert_eq!(page.headers["from"], "ops@example.org");
+    // The robots group is the stamped agent's: /private is disallowed for crawl-a-bot only.
+    let private = client
+        .send(get_as(&origin.url("/private"), "crawl-a", TOKEN_A))
+        .await;
+    assert_eq!(private.status, 403);
+    let b_private = client
+        .send(get_as(&origin.url("/private"), "crawl-b", TOKEN_B))
+        .await;
+    assert_eq!(b_private.status, 200, "job B's agent falls under *");
+    // A host rule's user_agent wins over the job's; the job's From still goes.
+    client
+        .send(get_as(&other.url("/x"), "crawl-a", TOKEN_A))
+        .await;
+    let seen = &other.arrivals()[0];
+    assert_eq!(seen.headers["user-agent"], "site-rule/1.0");
+    assert_eq!(seen.headers["from"], "ops@example.org");
+}
