@@ -19,12 +19,13 @@ use serde_json::json;
 
 use crate::body::ProxyBody;
 use crate::config::LiveConfig;
+use crate::jobs::Jobs;
 use crate::keys::{BudgetKey, Keyer};
 use crate::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::metrics::Metrics;
 use crate::response::{self, local, ProxyError};
 use crate::tls::Interceptor;
-use crate::views::{unix_ms, BudgetView, HostView, HostsPage, Totals};
+use crate::views::{unix_ms, BudgetView, HostView, HostsPage, JobsPage, Totals};
 
 /// The dashboard: one self-contained page that polls `/hosts`.
 const DASHBOARD: &str = include_str!("dashboard.html");
@@ -40,6 +41,8 @@ pub struct Admin {
     /// The admin listener's own address: the only `Host` a mutating request without a token may
     /// name (DNS rebinding sends another).
     own: Option<SocketAddr>,
+    /// The proxy's table of jobs, for `/jobs` and the job metrics.
+    jobs: Arc<Jobs>,
 }
 
 impl Admin {
@@ -59,7 +62,14 @@ impl Admin {
             metrics,
             interceptor,
             own: None,
+            jobs: Arc::new(Jobs::new()),
         }
+    }
+
+    /// This service, showing the proxy's table of jobs (`Proxy::jobs`).
+    pub fn with_jobs(mut self, jobs: Arc<Jobs>) -> Self {
+        self.jobs = jobs;
+        self
     }
 
     /// This service, answering on the admin listener at `addr`.
@@ -161,7 +171,15 @@ impl Admin {
             }
             (&Method::GET | &Method::HEAD, ["healthz"]) => with_type("ok\n".into(), TEXT),
             (&Method::GET | &Method::HEAD, ["readyz"]) => self.readiness(),
+            (&Method::GET | &Method::HEAD, ["jobs"]) => {
+                let waiting = self.limiter.waiting_by_job();
+                let page = JobsPage::of(&self.config.get(), &self.jobs, &waiting);
+                json_response(StatusCode::OK, &page)
+            }
             (&Method::GET | &Method::HEAD, ["metrics"]) => {
+                let waiting = self.limiter.waiting_by_job();
+                let callers = self.jobs.callers(&self.config.get());
+                self.metrics.count_jobs(&callers, &waiting);
                 let text = self
                     .metrics
                     .render(&self.limiter, self.interceptor.cache_stats());

@@ -42,6 +42,9 @@ enum Command {
         /// Bearer token [default: $COURTESY_ADMIN_TOKEN, else [admin] token].
         #[arg(long)]
         token: Option<String>,
+        /// Print the jobs (who waits, who was served, quotas) instead of the hosts.
+        #[arg(long)]
+        jobs: bool,
     },
     /// Print the shell lines that point a crawler's environment at courtesy:
     /// eval "$(courtesy env)".
@@ -102,7 +105,8 @@ fn main() -> ExitCode {
             config,
             admin,
             token,
-        }) => status(config.as_deref(), admin, token),
+            jobs,
+        }) => status(config.as_deref(), admin, token, jobs),
         Some(Command::Run(args)) => run(args),
         None => run(cli.run),
     };
@@ -197,6 +201,7 @@ fn status(
     config: Option<&Path>,
     admin: Option<std::net::SocketAddr>,
     token: Option<String>,
+    jobs: bool,
 ) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
     let config = load(config)?;
@@ -208,6 +213,11 @@ fn status(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    if jobs {
+        let page = runtime.block_on(courtesy::status::fetch_jobs(admin, token.as_deref()))?;
+        print!("{}", courtesy::status::render_jobs(&page));
+        return Ok(());
+    }
     let hosts = runtime.block_on(courtesy::status::fetch_hosts(admin, token.as_deref()))?;
     print!(
         "{}",

@@ -158,6 +158,7 @@ pub async fn run(
             metrics.clone(),
             interceptor,
         )
+        .with_jobs(proxy.jobs().clone())
         .listening_on(admin_addr),
     );
     let background = Background::start(

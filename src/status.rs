@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::views::{HostView, HostsPage};
+use crate::views::{HostView, HostsPage, JobsPage};
 
 /// `GET /hosts` as `courtesy status` reads it.
 pub type Page = HostsPage<Vec<HostView>>;
@@ -36,16 +36,40 @@ pub async fn fetch_hosts(admin: SocketAddr, token: Option<&str>) -> anyhow::Resu
     Ok(page)
 }
 
+/// The admin client `courtesy status` reads with.
+type AdminClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<bytes::Bytes>>;
+
 /// One page of `/hosts` after the cursor `after`.
 async fn fetch_page(
-    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<bytes::Bytes>>,
+    client: &AdminClient,
     admin: SocketAddr,
     token: Option<&str>,
     after: &str,
 ) -> anyhow::Result<Page> {
     let after = percent_encoding::utf8_percent_encode(after, percent_encoding::NON_ALPHANUMERIC);
-    let mut request =
-        http::Request::get(format!("http://{admin}/hosts?limit={PAGE}&after={after}"));
+    fetch_json(
+        client,
+        admin,
+        token,
+        &format!("/hosts?limit={PAGE}&after={after}"),
+    )
+    .await
+}
+
+/// `/jobs` of the admin listener at `admin`: every job, what it waits for and what it used.
+pub async fn fetch_jobs(admin: SocketAddr, token: Option<&str>) -> anyhow::Result<JobsPage> {
+    let client: AdminClient = Client::builder(TokioExecutor::new()).build_http();
+    fetch_json(&client, admin, token, "/jobs").await
+}
+
+/// The JSON answer of the admin API at `path`, within 10 s.
+async fn fetch_json<T: serde::de::DeserializeOwned>(
+    client: &AdminClient,
+    admin: SocketAddr,
+    token: Option<&str>,
+    path: &str,
+) -> anyhow::Result<T> {
+    let mut request = http::Request::get(format!("http://{admin}{path}"));
     if let Some(token) = token {
         request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
     }
@@ -76,6 +100,67 @@ async fn fetch_page(
         );
     }
     serde_json::from_slice(&body).context("the admin API did not answer JSON")
+}
+
+/// The jobs as a table: name, weight, priority, waiting, served, quota left.
+pub fn render_jobs(page: &JobsPage) -> String {
+    let mut out = format!("client_auth = {}\n", page.client_auth);
+    let header = [
+        "JOB",
+        "WEIGHT",
+        "PRIORITY",
+        "WAITING",
+        "SERVED",
+        "REFUSED(QUOTA)",
+        "QUOTA LEFT",
+    ];
+    let rows: Vec<[String; 7]> = page
+        .jobs
+        .iter()
+        .map(|j| {
+            let name = if j.configured {
+                j.job.clone()
+            } else {
+                format!("{} (no [[job]])", j.job)
+            };
+            let quota = j.quota.as_ref().map_or("-".to_string(), |q| {
+                format!(
+                    "{}/{} ({}s left)",
+                    q.remaining,
+                    q.max_requests,
+                    q.reset_seconds.ceil()
+                )
+            });
+            [
+                name,
+                format!("{}", j.weight),
+                j.priority.clone(),
+                j.waiting.to_string(),
+                j.served.to_string(),
+                j.refused_quota.to_string(),
+                quota,
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        padded.join("  ").trim_end().to_string() + "\n"
+    };
+    out.push_str(&line(header.to_vec()));
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
 }
 
 /// The line above the table for a shared budget (nothing for a local one): the mode, the store and

@@ -131,6 +131,9 @@ pub struct HostView {
     pub configured_rate: f64,
     /// Requests waiting.
     pub queued: usize,
+    /// The jobs with requests waiting for this host, and how many each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waiting_by_job: Vec<JobWaiting>,
     /// Requests in flight.
     pub in_flight: u32,
     /// The cooldown or pause in force, if any.
@@ -302,6 +305,14 @@ impl HostView {
             own_rate: round3(s.own_rate),
             configured_rate: s.policy.pacing.rate,
             queued: s.queued,
+            waiting_by_job: s
+                .waiting_by_job
+                .iter()
+                .map(|(job, waiting)| JobWaiting {
+                    job: job.clone(),
+                    waiting: *waiting,
+                })
+                .collect(),
             in_flight: s.in_flight,
             cooldown,
             operator: OperatorView {
@@ -351,4 +362,99 @@ pub fn unix_ms(at: SystemTime) -> u64 {
 
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
+}
+
+/// A job with requests waiting for one host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobWaiting {
+    /// The job's name.
+    pub job: String,
+    /// Its requests waiting for the host.
+    pub waiting: usize,
+}
+
+/// `/jobs`: every job seen since start, what it waits for, and what it used.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobsPage {
+    /// `[proxy] client_auth`.
+    pub client_auth: String,
+    /// One entry per job, by name.
+    pub jobs: Vec<JobView>,
+}
+
+/// One job as `/jobs` and `courtesy status --jobs` show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    /// The job's name (`anonymous`, `other`, or the username of its proxy URL).
+    pub job: String,
+    /// Whether a `[[job]]` names it.
+    pub configured: bool,
+    /// Its share of each host's turns against the other jobs waiting.
+    pub weight: f64,
+    /// The priority of its requests that do not say theirs.
+    pub priority: String,
+    /// Its requests waiting for a turn, all hosts together.
+    pub waiting: usize,
+    /// Its requests that went upstream.
+    pub served: u64,
+    /// Its requests refused for its quota.
+    pub refused_quota: u64,
+    /// Its quota, and what is left of it, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaView>,
+}
+
+/// A job's quota and what is left of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaView {
+    /// Requests per window.
+    pub max_requests: u64,
+    /// The window's length, in seconds.
+    pub per_seconds: f64,
+    /// Requests left in this window.
+    pub remaining: u64,
+    /// Seconds until the window ends.
+    pub reset_seconds: f64,
+}
+
+impl JobsPage {
+    /// The page for the jobs in `jobs` (states) under `config`, with `waiting` from the host
+    /// table. Configured jobs not seen yet are listed too.
+    pub fn of(
+        config: &crate::config::Config,
+        jobs: &crate::jobs::Jobs,
+        waiting: &std::collections::HashMap<String, usize>,
+    ) -> Self {
+        use crate::config::ConfigWord as _;
+        let now = std::time::Instant::now();
+        let mut views: Vec<JobView> = Vec::new();
+        for caller in jobs.callers(config) {
+            let settings = caller.settings.as_deref();
+            views.push(JobView {
+                job: caller.name().to_string(),
+                configured: settings.is_some(),
+                weight: settings.map_or(1.0, |s| s.weight),
+                priority: caller.priority().word().to_string(),
+                waiting: waiting.get(caller.name()).copied().unwrap_or(0),
+                served: caller
+                    .state
+                    .served
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                refused_quota: caller
+                    .state
+                    .refused_quota
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                quota: caller.quota_left(now).map(|q| QuotaView {
+                    max_requests: q.max,
+                    per_seconds: q.per.as_secs_f64(),
+                    remaining: q.remaining,
+                    reset_seconds: q.reset.as_secs_f64(),
+                }),
+            });
+        }
+        JobsPage {
+            client_auth: config.proxy.client_auth.word().to_string(),
+            jobs: views,
+        }
+    }
 }

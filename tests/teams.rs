@@ -347,3 +347,106 @@ async fn a_jobs_identity_is_stamped_and_a_host_rule_wins() {
     assert_eq!(seen.headers["user-agent"], "site-rule/1.0");
     assert_eq!(seen.headers["from"], "ops@example.org");
 }
+
+/// What each job waits for and used, seen three ways: `/jobs`, `/metrics` with a bounded `job`
+/// label (configured jobs, `anonymous`, `other`), and `courtesy status --jobs`; the host view
+/// says which jobs wait for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_seen_in_the_admin_api_metrics_and_status() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[defaults]\nrate = 2.0\nburst = 1\nconcurrency = 1\n{}",
+        jobs_section(
+            "max_requests = 100\nper_seconds = 600\nweight = 2.0",
+            "priority = \"low\""
+        )
+    ))
+    .await;
+    let client = courtesy.client();
+    for _ in 0..2 {
+        client
+            .send(get_as(&origin.url("/seen"), "crawl-a", TOKEN_A))
+            .await;
+    }
+    // A name no [[job]] gives, and no credentials at all.
+    client
+        .send(get_as(&origin.url("/seen"), "someone-else", "whatever"))
+        .await;
+    client.get(&origin.url("/seen")).await;
+    // Requests of B left waiting, for the waiting counts.
+    let waiting: Vec<_> = (0..4)
+        .map(|i| {
+            spawn_send(
+                client,
+                get_as(&origin.url(&format!("/w/{i}")), "crawl-b", TOKEN_B),
+            )
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(5), || origin.count() >= 5).await,
+        "B started"
+    );
+
+    let (status, body) = admin_call("GET", &courtesy.admin_url("/jobs"), None, "").await;
+    assert_eq!(status, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(page["client_auth"], "optional");
+    let job = |name: &str| {
+        page["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no job {name} in {page}"))
+    };
+    let a = job("crawl-a");
+    assert_eq!(a["served"], 2);
+    assert_eq!(a["weight"], 2.0);
+    assert_eq!(a["quota"]["max_requests"], 100);
+    assert_eq!(a["quota"]["remaining"], 98);
+    let b = job("crawl-b");
+    assert_eq!(b["priority"], "low");
+    assert!(b["waiting"].as_u64().unwrap() >= 1, "{b}");
+    assert_eq!(job("someone-else")["configured"], false);
+    assert_eq!(job("anonymous")["served"], 1);
+
+    let (_, host) = courtesy.host_page(&origin.addr.to_string()).await;
+    assert!(
+        host.contains("\"waiting_by_job\"") && host.contains("crawl-b"),
+        "{host}"
+    );
+
+    let metrics = fetch_direct(&courtesy.admin_url("/metrics")).await;
+    assert!(
+        metrics.contains("courtesy_job_requests_total{job=\"crawl-a\",outcome=\"served\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("courtesy_job_requests_total{job=\"other\",outcome=\"served\"} 1"));
+    assert!(metrics.contains("courtesy_job_quota_remaining{job=\"crawl-a\"} 98"));
+    assert!(
+        !metrics.contains("someone-else"),
+        "the job label is bounded"
+    );
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["status", "--jobs", "--admin"])
+        .arg(courtesy.admin.to_string())
+        .output()
+        .await
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(
+        table.lines().nth(1).unwrap_or("").starts_with("JOB"),
+        "{table}"
+    );
+    let a_row = table
+        .lines()
+        .find(|l| l.starts_with("crawl-a"))
+        .unwrap_or("");
+    assert!(a_row.contains("98/100"), "{table}");
+    for task in waiting {
+        task.abort();
+    }
+}

@@ -95,10 +95,10 @@ impl Caller {
     }
 
     /// Reserves one request of the job's quota, or says how long until the window frees. A job
-    /// without a quota always gets a ticket (that reserves nothing).
+    /// without a quota always gets a ticket (that reserves nothing and counts the request served).
     pub fn reserve(&self, now: std::time::Instant) -> Result<QuotaTicket, std::time::Duration> {
         let Some((max, per)) = self.quota_limits() else {
-            return Ok(QuotaTicket::none());
+            return Ok(QuotaTicket::unlimited(&self.state));
         };
         let reserved = quota::reserve(&self.state, max, per, now);
         if reserved.is_err() {
@@ -216,10 +216,26 @@ impl Jobs {
             .clone()
     }
 
-    /// Every job seen, for the admin page.
-    pub fn all(&self) -> Vec<Arc<JobState>> {
-        let mut all: Vec<Arc<JobState>> = self.states.iter().map(|e| e.value().clone()).collect();
-        all.sort_by(|a, b| a.name.cmp(&b.name));
+    /// Every configured job (seen or not) and every other job seen, with its settings under
+    /// `config`, by name: what the admin page and the job metrics list.
+    pub fn callers(&self, config: &Config) -> Vec<Caller> {
+        let mut all: Vec<Caller> = config
+            .jobs
+            .iter()
+            .map(|settings| Caller {
+                state: self.state_of(&settings.name, true),
+                settings: Some(settings.clone()),
+            })
+            .collect();
+        for entry in self.states.iter() {
+            if !config.jobs.iter().any(|j| *j.name == **entry.key()) {
+                all.push(Caller {
+                    state: entry.value().clone(),
+                    settings: None,
+                });
+            }
+        }
+        all.sort_by(|a, b| a.name().cmp(b.name()));
         all
     }
 }

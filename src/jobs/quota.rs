@@ -64,26 +64,40 @@ impl QuotaLeft {
     }
 }
 
-/// A request's place in its job's quota: spent when it goes upstream, given back when dropped
-/// unspent.
+/// A request's place in its job's quota (if the job has one): spent when it goes upstream, given
+/// back when dropped unspent. It also counts the job's requests served.
 #[derive(Debug)]
 pub struct QuotaTicket {
     job: Option<Arc<JobState>>,
+    /// A place of the quota is held (the job has a quota).
+    reserved: bool,
 }
 
 impl QuotaTicket {
-    /// A ticket of a job without a quota.
+    /// A ticket that counts nothing (a report-only host's request past its job's quota).
     pub fn none() -> Self {
-        QuotaTicket { job: None }
+        QuotaTicket {
+            job: None,
+            reserved: false,
+        }
     }
 
-    /// The request goes upstream: its place is used.
+    /// A ticket of `job`, which has no quota: it only counts the request when served.
+    pub(super) fn unlimited(job: &Arc<JobState>) -> Self {
+        QuotaTicket {
+            job: Some(job.clone()),
+            reserved: false,
+        }
+    }
+
+    /// The request goes upstream: its place is used, and it counts as served.
     pub fn spend(&mut self) {
         if let Some(job) = self.job.take() {
-            let mut w = lock(&job.quota);
-            w.reserved = w.reserved.saturating_sub(1);
-            w.used += 1;
-            drop(w);
+            if std::mem::take(&mut self.reserved) {
+                let mut w = lock(&job.quota);
+                w.reserved = w.reserved.saturating_sub(1);
+                w.used += 1;
+            }
             job.served.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -91,7 +105,7 @@ impl QuotaTicket {
 
 impl Drop for QuotaTicket {
     fn drop(&mut self) {
-        if let Some(job) = self.job.take() {
+        if let (Some(job), true) = (self.job.take(), self.reserved) {
             let mut w = lock(&job.quota);
             w.reserved = w.reserved.saturating_sub(1);
         }
@@ -113,6 +127,7 @@ pub(super) fn reserve(
     w.reserved += 1;
     Ok(QuotaTicket {
         job: Some(job.clone()),
+        reserved: true,
     })
 }
 

@@ -40,6 +40,8 @@ pub struct HostSnapshot {
     pub own_rate: f64,
     /// Requests waiting.
     pub queued: usize,
+    /// The jobs with requests waiting, and how many each (empty while nothing waits).
+    pub waiting_by_job: Vec<(String, usize)>,
     /// Requests in flight.
     pub in_flight: u32,
     /// What keeps requests from leaving: a cooldown or an operator's pause.
@@ -128,6 +130,19 @@ impl Limiter {
         let mut out: Vec<HostSnapshot> = hosts.iter().map(|h| snapshot_of(h)).collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
+    }
+
+    /// Requests waiting for a turn, by job, all hosts together (for `/jobs` and the job metrics).
+    pub fn waiting_by_job(&self) -> std::collections::HashMap<String, usize> {
+        let mut waiting = std::collections::HashMap::new();
+        let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
+        for host in hosts {
+            let state = host.lock();
+            for (job, n) in state.queue.waiting_by_job() {
+                *waiting.entry(job.to_string()).or_insert(0) += n;
+            }
+        }
+        waiting
     }
 
     /// One host, if known.
@@ -363,6 +378,11 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
         rate: state.pacing.effective_rate(now),
         own_rate: state.pacing.rate(),
         queued: state.queue.len(),
+        waiting_by_job: state
+            .queue
+            .waiting_by_job()
+            .map(|(job, n)| (job.to_string(), n))
+            .collect(),
         in_flight: state.in_flight.current,
         block_remaining: block.map(|b| b.until.saturating_duration_since(now)),
         block,

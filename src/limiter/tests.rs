@@ -633,3 +633,80 @@ async fn names_sharing_a_key_spend_one_budget_and_restore_under_it() {
         Err(Refusal::CoolingDown { .. })
     ));
 }
+
+/// Jobs on one host at 1/s: job A queues ten, then job B one; B's turn is the next but one (not
+/// the eleventh); a cancelled request of A costs A nothing; weights 2:1 hand out 2:1; the host's
+/// rate is unchanged throughout.
+#[tokio::test(start_paused = true)]
+async fn a_hosts_turns_are_shared_between_the_jobs_waiting() {
+    use super::lanes::JobTag;
+    use crate::config::Priority;
+    use crate::locks::lock;
+    let limiter = limiter_with(policy(1.0, 1, 1), 100);
+    let key = BudgetKey::of_host("jobs.test", 80);
+    let turns: Arc<Mutex<Vec<(String, f64)>>> = Arc::default();
+    let start = Instant::now();
+    let ask = |job: &'static str, weight: f64, i: usize| {
+        let (limiter, key, turns) = (limiter.clone(), key.clone(), turns.clone());
+        tokio::spawn(async move {
+            let admission = Admission::of(&key).job(JobTag::new(job, weight), Priority::Normal);
+            let mut permit = limiter.admit(admission).await.unwrap();
+            permit.mark_sent();
+            let at = start.elapsed().as_secs_f64();
+            lock(&turns).push((format!("{job}{i}"), at));
+        })
+    };
+    let mut a: Vec<_> = (0..10).map(|i| ask("a", 1.0, i)).collect();
+    for _ in 0..5 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A's third request gives up while waiting: no turn is spent on it.
+    a.remove(3).abort();
+    let b = ask("b", 1.0, 0);
+    b.await.unwrap();
+    let order: Vec<String> = lock(&turns).iter().map(|(n, _)| n.clone()).collect();
+    let b_at = order.iter().position(|n| n == "b0").unwrap();
+    assert!(b_at <= 3, "B's one request came {b_at}th: {order:?}");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let turns = lock(&turns).clone();
+    assert_eq!(turns.len(), 10, "nine of A and B's one: {turns:?}");
+    assert!(
+        !turns.iter().any(|(n, _)| n == "a3"),
+        "the cancelled one took no turn"
+    );
+    // The host's rate: one turn per second, whoever asks.
+    for pair in turns.windows(2) {
+        assert!(pair[1].1 - pair[0].1 >= 0.999, "{turns:?}");
+    }
+    drop(a);
+
+    // Weights 2:1, both backlogged: 2:1 exactly (stride scheduling).
+    let limiter = limiter_with(policy(10.0, 1, 1), 100);
+    let key = BudgetKey::of_host("weights.test", 80);
+    let served: Arc<Mutex<Vec<&'static str>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for _ in 0..30 {
+        for (job, weight) in [("heavy", 2.0), ("light", 1.0)] {
+            let (limiter, key, served) = (limiter.clone(), key.clone(), served.clone());
+            tasks.push(tokio::spawn(async move {
+                let admission = Admission::of(&key).job(JobTag::new(job, weight), Priority::Normal);
+                let mut permit = limiter.admit(admission).await.unwrap();
+                permit.mark_sent();
+                lock(&served).push(job);
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(3050)).await;
+    let served = crate::locks::lock(&served).clone();
+    let heavy = served.iter().filter(|j| **j == "heavy").count();
+    let light = served.len() - heavy;
+    assert!((30..=32).contains(&served.len()), "{}", served.len());
+    assert!(
+        heavy.abs_diff(2 * light) <= 2,
+        "heavy {heavy} : light {light}"
+    );
+    for task in tasks {
+        task.abort();
+    }
+}

@@ -103,6 +103,52 @@ pub struct Metrics {
     shared: Option<(Family<ModeLabel, Gauge>, Gauge)>,
     shadow: ShadowFamilies,
     parent_errors: Family<ParentLabels, Counter>,
+    jobs: JobFamilies,
+}
+
+/// The series per job: the `job` label is a configured job's name, `anonymous`, or `other` (every
+/// name no `[[job]]` gives), so clients inventing usernames cannot grow the scrape.
+struct JobFamilies {
+    requests: Family<JobOutcome, Counter>,
+    waiting: Family<JobLabel, Gauge>,
+    quota_remaining: Family<JobLabel, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabel {
+    job: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobOutcome {
+    job: String,
+    outcome: &'static str,
+}
+
+impl JobFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let families = JobFamilies {
+            requests: Family::default(),
+            waiting: Family::default(),
+            quota_remaining: Family::default(),
+        };
+        registry.register(
+            "job_requests",
+            "Requests by job and outcome: served (went upstream), refused_quota (the job's quota)",
+            families.requests.clone(),
+        );
+        registry.register(
+            "job_waiting",
+            "Requests of each job waiting for a turn, all hosts together",
+            families.waiting.clone(),
+        );
+        registry.register(
+            "job_quota_remaining",
+            "Requests left in the current window of each job with a quota",
+            families.quota_remaining.clone(),
+        );
+        families
+    }
 }
 
 /// What report-only hosts (`enforce = false`) would have seen: every series has `shadow` in its name.
@@ -227,7 +273,7 @@ impl Metrics {
         );
         registry.register(
             "shadow_would_refuse",
-            "Requests to report-only hosts that would have been refused, by reason: cooling_down, paused, queue_full, waited_too_long, robots, skip_resources",
+            "Requests to report-only hosts that would have been refused, by reason: cooling_down, paused, queue_full, waited_too_long, robots, skip_resources, quota",
             shadow.would_refuse.clone(),
         );
         registry.register(
@@ -241,8 +287,10 @@ impl Metrics {
             "Requests and tunnels a parent proxy (upstream_proxy) failed, by parent (host:port) and kind: unreachable, timeout, auth_failed, refused, protocol_error; none of them counts against the target",
             parent_errors.clone(),
         );
+        let jobs = JobFamilies::register(&mut registry);
         Metrics {
             registry,
+            jobs,
             shadow,
             parent_errors,
             requests,
@@ -481,6 +529,49 @@ impl Metrics {
         );
         self.shared = Some((mode, instances));
         self
+    }
+
+    /// Brings the per-job series up to date with `callers` (every job, see `Jobs::callers`) and
+    /// `waiting` (requests waiting per job, from the host table); called before a scrape.
+    pub fn count_jobs(&self, callers: &[crate::jobs::Caller], waiting: &HashMap<String, usize>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = std::time::Instant::now();
+        let mut per_label: HashMap<String, (u64, u64, i64, Option<i64>)> = HashMap::new();
+        for caller in callers {
+            let name = caller.name();
+            let label = if caller.settings.is_some() || name == crate::jobs::ANONYMOUS {
+                name.to_string()
+            } else {
+                crate::jobs::OTHER.to_string()
+            };
+            let entry = per_label.entry(label).or_default();
+            entry.0 += caller.state.served.load(Relaxed);
+            entry.1 += caller.state.refused_quota.load(Relaxed);
+            entry.2 += waiting.get(name).copied().unwrap_or(0) as i64;
+            if let Some(left) = caller.quota_left(now) {
+                entry.3 = Some(entry.3.unwrap_or(0) + left.remaining as i64);
+            }
+        }
+        self.jobs.waiting.clear();
+        self.jobs.quota_remaining.clear();
+        for (job, (served, refused, waiting, remaining)) in per_label {
+            for (outcome, total) in [("served", served), ("refused_quota", refused)] {
+                let labels = JobOutcome {
+                    job: job.clone(),
+                    outcome,
+                };
+                let counter = self.jobs.requests.get_or_create(&labels);
+                counter.inc_by(total.saturating_sub(counter.get()));
+            }
+            let label = JobLabel { job };
+            self.jobs.waiting.get_or_create(&label).set(waiting);
+            if let Some(remaining) = remaining {
+                self.jobs
+                    .quota_remaining
+                    .get_or_create(&label)
+                    .set(remaining);
+            }
+        }
     }
 
     /// Renders the Prometheus text format, filling the gauges from the host table first.
