@@ -100,7 +100,7 @@ fn main() -> ExitCode {
         Some(Command::Ca { config, regenerate }) => ca(config.as_deref(), regenerate),
         Some(Command::Env { config }) => load(config.as_deref())
             .and_then(|config| courtesy::client_env::shell_lines(&config))
-            .map(|lines| print!("{lines}")),
+            .and_then(|lines| emit(&lines)),
         Some(Command::Status {
             config,
             admin,
@@ -215,15 +215,13 @@ fn status(
         .context("cannot start the async runtime")?;
     if jobs {
         let page = runtime.block_on(courtesy::status::fetch_jobs(admin, token.as_deref()))?;
-        print!("{}", courtesy::status::render_jobs(&page));
-        return Ok(());
+        return emit(&courtesy::status::render_jobs(&page));
     }
     let hosts = runtime.block_on(courtesy::status::fetch_hosts(admin, token.as_deref()))?;
-    print!(
-        "{}",
-        courtesy::status::render(&hosts, std::io::stdout().is_terminal())
-    );
-    Ok(())
+    emit(&courtesy::status::render(
+        &hosts,
+        std::io::stdout().is_terminal(),
+    ))
 }
 
 fn ca(config: Option<&Path>, regenerate: bool) -> anyhow::Result<()> {
@@ -285,12 +283,13 @@ host is intercepted; if some use https = "tunnel", trust both:
 
 fn check(file: &Path) -> anyhow::Result<()> {
     let config = Config::load(file)?;
-    println!("{}: ok", config.source);
+    let mut out = String::new();
+    outln!(out, "{}: ok", config.source);
     for warning in config.warnings() {
-        println!("warning: {warning}");
+        outln!(out, "warning: {warning}");
     }
     let p = &config.proxy;
-    println!(
+    outln!(out, 
         "[proxy] listen={} admin_listen={} max_in_flight={} connect_timeout={}s response_timeout={}s",
         p.listen,
         p.admin_listen,
@@ -299,9 +298,10 @@ fn check(file: &Path) -> anyhow::Result<()> {
         p.response_timeout.as_secs_f64()
     );
     // Parents are shown without their passwords (`user:***`).
-    println!("[proxy] upstream_proxy={}", p.upstream_proxy);
+    outln!(out, "[proxy] upstream_proxy={}", p.upstream_proxy);
     if let Some(s) = &config.shared {
-        println!(
+        outln!(
+            out,
             "[shared] redis_url={} key_prefix={} instances={} timeout={}ms lease={}s",
             s.redacted_url(),
             s.key_prefix,
@@ -311,12 +311,40 @@ fn check(file: &Path) -> anyhow::Result<()> {
             s.lease.as_secs_f64()
         );
     }
-    println!("{:<32} {}", "[defaults]", describe(&config.defaults));
+    outln!(out, "{:<32} {}", "[defaults]", describe(&config.defaults));
     for rule in &config.hosts {
         let label = format!("host rule {} ({})", rule.number, rule.pattern);
-        println!("{label:<32} {}", describe(&rule.policy));
+        outln!(out, "{label:<32} {}", describe(&rule.policy));
     }
-    Ok(())
+    if !config.jobs.is_empty() {
+        use courtesy::config::ConfigWord as _;
+        outln!(
+            out,
+            "[proxy] client_auth={}",
+            config.proxy.client_auth.word()
+        );
+    }
+    for job in &config.jobs {
+        // The token is never printed: only whether there is one, and how it is kept.
+        let token = match (&job.token, &job.token_sha256) {
+            (Some(_), _) => "token",
+            (None, Some(_)) => "token_sha256",
+            (None, None) => "no token",
+        };
+        let mut line = format!(
+            "weight={} priority={} {token}",
+            job.weight,
+            courtesy::config::ConfigWord::word(job.priority)
+        );
+        if let Some(max) = job.max_requests {
+            line.push_str(&format!(" quota={max}/{}s", job.per_seconds.as_secs_f64()));
+        }
+        if let Some(agent) = &job.user_agent {
+            line.push_str(&format!(" user_agent={agent:?}"));
+        }
+        outln!(out, "{:<32} {line}", format!("job {}", job.name));
+    }
+    emit(&out)
 }
 
 fn describe(p: &courtesy::config::HostPolicy) -> String {
@@ -358,4 +386,29 @@ fn describe(p: &courtesy::config::HostPolicy) -> String {
         out.push_str(&format!(" upstream_proxy={}", p.forward.upstream));
     }
     out
+}
+
+/// Appends a line to a `String` (what `check` prints, written at once by [`emit`]).
+macro_rules! outln {
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+use outln;
+
+/// Writes `text` to stdout; a reader that went away (`courtesy check F | head`) is not an
+/// error, and never a panic.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("cannot write to stdout"))
+        }
+        _ => Ok(()),
+    }
 }
