@@ -289,7 +289,7 @@ fn check(file: &Path) -> anyhow::Result<()> {
         outln!(out, "warning: {warning}");
     }
     let p = &config.proxy;
-    outln!(out, 
+    outln!(out,
         "[proxy] listen={} admin_listen={} max_in_flight={} connect_timeout={}s response_timeout={}s",
         p.listen,
         p.admin_listen,
