@@ -301,6 +301,19 @@ rerun_while_noisy() {
     done
 }
 
+# The `done` function of a wrk Lua script: one line `RESULT requests duration_us p50_us p99_us
+# socket_errors http_errors` that the scripts read their runs from.
+wrk_result_lua() {
+    cat <<'EOF'
+done = function(summary, latency, requests)
+    local e = summary.errors
+    io.write(string.format("RESULT %d %d %d %d %d %d\n", summary.requests, summary.duration,
+        latency:percentile(50), latency:percentile(99),
+        e.connect + e.read + e.write + e.timeout, e.status))
+end
+EOF
+}
+
 # The report's date and machine lines (CPUs, model, RAM, kernel).
 report_machine() {
     local cpu_model

@@ -253,13 +253,8 @@ if target and target ~= "" then
     wrk.headers["Host"] = os.getenv("LOAD_HOST")
 end
 
-done = function(summary, latency, requests)
-    local e = summary.errors
-    io.write(string.format("RESULT %d %d %d %d %d %d\n", summary.requests, summary.duration,
-        latency:percentile(50), latency:percentile(99),
-        e.connect + e.read + e.write + e.timeout, e.status))
-end
 EOF
+wrk_result_lua >>"$TMP/proxy.lua"
 
 RUNS="$TMP/runs.tsv"
 : >"$RUNS"

@@ -100,6 +100,9 @@ const MAX_PASSED_OVER: u8 = 3;
 struct Lane<T> {
     /// The job's virtual time: the lowest pass gets the next turn.
     pass: f64,
+    /// When the job last got a turn of this host while waiting (`None`: not since its lane
+    /// began): how long the job has waited for its next turn, for the store's waiting list.
+    served_at: Option<tokio::time::Instant>,
     /// Order of arrival among the lanes waiting: breaks ties of `pass`.
     seq: u64,
     /// `1 / weight`: what a turn adds to `pass`.
@@ -209,6 +212,7 @@ impl<T> Lanes<T> {
             None => {
                 self.lanes.push(Lane {
                     pass: self.vtime,
+                    served_at: None,
                     seq: next_seq,
                     stride,
                     name: job.name.clone(),
@@ -244,6 +248,15 @@ impl<T> Lanes<T> {
         self.lanes[lane].classes[class].front()
     }
 
+    /// When the job whose turn is next last got a turn while waiting, if it did: its front item
+    /// has waited for the job's turn since the later of that and its own arrival. (Across
+    /// instances on a shared store, an instance is placed by that wait, so that a job flooding
+    /// one instance does not hold back another job's request on another one.)
+    pub fn front_served_at(&self) -> Option<tokio::time::Instant> {
+        let (lane, _) = self.pick()?;
+        self.lanes[lane].served_at
+    }
+
     /// Takes the item whose turn it is, charging its job one turn.
     pub fn pop_front(&mut self) -> Option<T> {
         let (i, class) = self.pick()?;
@@ -251,6 +264,7 @@ impl<T> Lanes<T> {
         let item = lane.classes[class].pop_front()?;
         self.vtime = self.vtime.max(lane.pass);
         lane.pass += lane.stride;
+        lane.served_at = Some(tokio::time::Instant::now());
         lane.count_turn(class);
         self.took(i);
         Some(item)
@@ -751,6 +765,26 @@ mod tests {
         assert_eq!(q.discard_front(), Some("high"));
         assert_eq!(q.pop_front(), Some("high"));
         assert_eq!(q.pop_front(), Some("low"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_next_jobs_last_turn_is_known() {
+        let mut q = Lanes::new();
+        q.push(&job("a", 1.0), Priority::Normal, 1);
+        q.push(&job("a", 1.0), Priority::Normal, 2);
+        assert_eq!(
+            q.front_served_at(),
+            None,
+            "not served since it began waiting"
+        );
+        tokio::time::advance(std::time::Duration::from_secs(3)).await;
+        let served = tokio::time::Instant::now();
+        q.pop_front();
+        assert_eq!(q.front_served_at(), Some(served));
+        // B starts waiting at the virtual time A has passed: its turn is next, and it has had none.
+        q.push(&job("b", 1.0), Priority::Normal, 3);
+        assert_eq!(q.front(), Some(&3));
+        assert_eq!(q.front_served_at(), None, "b has not been served yet");
     }
 
     #[test]

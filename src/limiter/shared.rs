@@ -46,10 +46,17 @@ pub(super) async fn take_shared_turn(
         let state = host.lock();
         let room = limits.concurrency.saturating_sub(state.in_flight.current) as usize;
         let want = state.queue.len().min(room).min(MAX_TURNS_PER_CALL);
-        let waited = state
-            .queue
-            .front()
-            .map_or(Duration::ZERO, |w| w.arrived.elapsed());
+        // How long the next request has waited for its job's turn: since it arrived, or since
+        // its job last got a turn here, whichever is later. The store places instances by it, so
+        // that a job flooding this instance does not hold back another job's request on another
+        // instance (and instances with equal demand take turns).
+        let waited = state.queue.front().map_or(Duration::ZERO, |w| {
+            let since = state
+                .queue
+                .front_served_at()
+                .map_or(w.arrived, |served| served.max(w.arrived));
+            since.elapsed()
+        });
         (want, waited)
     };
     // With a ceiling on all hosts (an egress token per turn), one turn at a time.

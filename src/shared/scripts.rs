@@ -41,8 +41,8 @@ end
 /// the rate this instance would use (its caps), the configured rate (the learned rate's start),
 /// burst, concurrency, lease µs, lease member, horizon µs, rejoin (`1`: the bucket starts empty),
 /// idle TTL µs, hint channel, host key, the most turns wanted (`n`: as many as wait in the
-/// instance's queue, within its slots), this instance's id, how long (µs) its oldest waiting
-/// request has waited, the deadline (µs on the store's clock, `''` or `0`: none), how long (µs) a
+/// instance's queue, within its slots), this instance's id, how long (µs) its next request has
+/// waited for its turn (since it arrived, or since its job's last turn there if later), the deadline (µs on the store's clock, `''` or `0`: none), how long (µs) a
 /// place in the waiting list lasts unless renewed; then four for each turn of this host that
 /// ended since this instance's last call: member, refund, the `tat` its reservation wrote, its
 /// interval (what `RELEASE` takes), the latest turn first. Those are released first, as `RELEASE`
@@ -54,12 +54,12 @@ end
 /// no instance knows it holds.
 ///
 /// **Fair across instances.** The waiting list holds, for each instance refused a turn of this
-/// host, when its oldest waiting request arrived (the store's clock minus the age it sent).
-/// A caller whose oldest request is younger than `k > 0` listed instances gets a turn only if
+/// host, when its next request began to wait (the store's clock minus the wait it sent).
+/// A caller whose wait began after that of `k > 0` listed instances gets a turn only if
 /// more than `k` slots are free and the turn is due now; otherwise it is answered `behind` and
 /// listed itself. So a slot that comes free goes to the instance that has waited longest (not
 /// to the one that freed it and asks again at once), and a paced host's turns go round the
-/// instances in the order their requests arrived. A place lasts a quarter of its TTL between
+/// instances in the order their waits began. A place lasts a quarter of its TTL between
 /// renewals at most (every refusal's wait is capped at that), and places whose instance stopped
 /// asking are forgotten after the TTL. A slot freed while instances are listed wakes only the
 /// one listed first (`free <host> <instance>`): the others would only be refused again.
