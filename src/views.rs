@@ -402,6 +402,11 @@ pub struct JobView {
     /// Its quota, and what is left of it, if it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quota: Option<QuotaView>,
+    /// Its requests to report-only hosts (`enforce = false`) that its fair share of the host
+    /// would have held, and how long in all (seconds).
+    pub shadow_would_wait: u64,
+    /// See `shadow_would_wait`.
+    pub shadow_would_wait_seconds: f64,
 }
 
 /// A job's quota and what is left of it.
@@ -444,6 +449,16 @@ impl JobsPage {
                     .state
                     .refused_quota
                     .load(std::sync::atomic::Ordering::Relaxed),
+                shadow_would_wait: caller
+                    .state
+                    .shadow_would_wait
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                shadow_would_wait_seconds: caller
+                    .state
+                    .shadow_would_wait_ms
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    as f64
+                    / 1000.0,
                 quota: caller.quota_left(now).map(|q| QuotaView {
                     max_requests: q.max,
                     per_seconds: q.per.as_secs_f64(),

@@ -450,3 +450,54 @@ async fn jobs_are_seen_in_the_admin_api_metrics_and_status() {
         task.abort();
     }
 }
+
+/// A report-only host forwards every job's requests at once, and says what each job's fair
+/// share would have made it wait: the job that floods it, a lot; the job asking once, nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn report_only_hosts_say_what_fairness_would_have_done_per_job() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[defaults]\nrate = 2.0\nburst = 1\nconcurrency = 100\nenforce = false\n{}",
+        jobs_section("", "")
+    ))
+    .await;
+    let client = courtesy.client();
+    let flood: Vec<_> = (0..10)
+        .map(|i| {
+            spawn_send(
+                client,
+                get_as(&origin.url(&format!("/a/{i}")), "crawl-a", TOKEN_A),
+            )
+        })
+        .collect();
+    for task in flood {
+        assert_eq!(task.await.unwrap().status, 200, "report-only: nothing held");
+    }
+    let b = client
+        .send(get_as(&origin.url("/b"), "crawl-b", TOKEN_B))
+        .await;
+    assert_eq!(b.status, 200);
+    let (_, body) = admin_call("GET", &courtesy.admin_url("/jobs"), None, "").await;
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let job = |name: &str| {
+        page["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["job"] == name)
+            .cloned()
+            .unwrap()
+    };
+    let a = job("crawl-a");
+    // Ten at once at 2/s: nine would have waited, 0.5 s to 4.5 s (22.5 s in all).
+    assert_eq!(a["shadow_would_wait"], 9, "{a}");
+    let a_seconds = a["shadow_would_wait_seconds"].as_f64().unwrap();
+    assert!((20.0..=23.0).contains(&a_seconds), "{a}");
+    // B's one request: its own share, not the end of A's line.
+    let b = job("crawl-b");
+    assert!(
+        b["shadow_would_wait_seconds"].as_f64().unwrap() <= 1.0,
+        "{b}"
+    );
+    assert_eq!(origin.count(), 11);
+}

@@ -48,6 +48,10 @@ pub struct JobState {
     pub served: AtomicU64,
     /// Requests refused for its quota.
     pub refused_quota: AtomicU64,
+    /// Requests to report-only hosts that its fair share of the host would have held.
+    pub shadow_would_wait: AtomicU64,
+    /// How long they would have waited, in all, in milliseconds.
+    pub shadow_would_wait_ms: AtomicU64,
 }
 
 impl JobState {
@@ -58,6 +62,17 @@ impl JobState {
             quota: Mutex::new(quota::Window::default()),
             served: AtomicU64::new(0),
             refused_quota: AtomicU64::new(0),
+            shadow_would_wait: AtomicU64::new(0),
+            shadow_would_wait_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts what its fair share would have made a request to a report-only host wait.
+    pub fn count_shadow(&self, would_wait: std::time::Duration) {
+        if !would_wait.is_zero() {
+            self.shadow_would_wait.fetch_add(1, Ordering::Relaxed);
+            let ms = u64::try_from(would_wait.as_millis()).unwrap_or(u64::MAX);
+            self.shadow_would_wait_ms.fetch_add(ms, Ordering::Relaxed);
         }
     }
 }

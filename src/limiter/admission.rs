@@ -137,7 +137,7 @@ impl Limiter {
             let now = Instant::now();
             state.last_active = now;
             if !state.policy.scope.enforce {
-                let verdict = shadow::judge(&mut state, request.refused, now);
+                let verdict = shadow::judge(&mut state, request.refused, request.job.as_ref(), now);
                 state.in_flight.start();
                 drop(state);
                 let permit = Permit::new(entry, self.budget.clone(), None, Duration::ZERO, false);

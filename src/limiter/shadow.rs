@@ -5,11 +5,13 @@
 //! for a crawl that never waited. Feedback (cooldowns, the adaptive rate, blocks) moves the host's
 //! pacing as usual; it only never holds anything back.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::host::HostState;
+use super::lanes::JobTag;
 use crate::config::OnCooldown;
 use crate::policy::CooldownCause;
 
@@ -36,6 +38,9 @@ pub struct ShadowVerdict {
     pub would_refuse: Option<&'static str>,
     /// Whether it arrived inside a window the server announced (Retry-After, RateLimit reset).
     pub inside_window: bool,
+    /// How long it would have waited with its job's fair share of the host's turns (the jobs
+    /// seen lately sharing them by weight), for the job's own counts.
+    pub job_would_wait: Duration,
 }
 
 /// A report-only host's counts since courtesy met it.
@@ -73,13 +78,28 @@ impl ShadowCounts {
 pub(crate) struct Shadow {
     tat: Option<Instant>,
     pub(crate) counts: ShadowCounts,
+    /// Each job's would-be schedule of its share of the turns, while it has turns ahead.
+    jobs: Vec<ShadowJob>,
 }
+
+/// One job's would-be schedule on a report-only host: turns at the host's pace divided by the
+/// job's share of the weights of the jobs with turns ahead (the fluid model of the fair queue).
+#[derive(Debug)]
+struct ShadowJob {
+    name: Arc<str>,
+    tat: Instant,
+    weight: f64,
+}
+
+/// Jobs followed per report-only host; past it, a job is judged as if alone.
+const MAX_SHADOW_JOBS: usize = 64;
 
 /// Judges one request to a report-only host at `now` and counts the verdict; `refused` is a
 /// refusal already decided before the budget (robots.txt, `skip_resources`).
 pub(super) fn judge(
     state: &mut HostState,
     refused: Option<&'static str>,
+    job: Option<&JobTag>,
     now: Instant,
 ) -> ShadowVerdict {
     let block = state.pacing.block(now);
@@ -95,6 +115,9 @@ pub(super) fn judge(
     };
     if verdict.would_refuse.is_none() {
         schedule(state, block, &mut verdict, now);
+    }
+    if verdict.would_refuse.is_none() {
+        verdict.job_would_wait = fair_wait(state, job, block, now);
     }
     state
         .shadow
@@ -145,6 +168,52 @@ fn schedule(
     verdict.waits = !wait.is_zero() || !slot_free;
 }
 
+/// How long a request of `job` would have waited for its job's share of the host's turns: each
+/// job with turns ahead keeps its own schedule, spaced by the host's interval over its share of
+/// the weights of those jobs (a job alone: the host's own pace).
+fn fair_wait(
+    state: &mut HostState,
+    job: Option<&JobTag>,
+    block: Option<crate::policy::Cooldown>,
+    now: Instant,
+) -> Duration {
+    let rate = state.pacing.effective_rate(now).max(1e-9);
+    let interval = (1.0 / rate).min(86_400.0);
+    let tolerance =
+        Duration::from_secs_f64(interval * f64::from(state.policy.pacing.burst.saturating_sub(1)));
+    let shadow = state.shadow.get_or_insert_with(Box::default);
+    shadow.jobs.retain(|j| j.tat > now);
+    let (name, weight) = job.map_or(("anonymous", 1.0), |j| (&*j.name, j.weight.max(1e-3)));
+    let others: f64 = shadow
+        .jobs
+        .iter()
+        .filter(|j| &*j.name != name)
+        .map(|j| j.weight)
+        .sum();
+    let step = Duration::from_secs_f64((interval * (weight + others) / weight).min(86_400.0));
+    let index = match shadow.jobs.iter().position(|j| &*j.name == name) {
+        Some(i) => i,
+        None if shadow.jobs.len() < MAX_SHADOW_JOBS => {
+            shadow.jobs.push(ShadowJob {
+                name: Arc::from(name),
+                tat: now,
+                weight,
+            });
+            shadow.jobs.len() - 1
+        }
+        None => return Duration::ZERO,
+    };
+    let entry = &mut shadow.jobs[index];
+    entry.weight = weight;
+    let tat = entry.tat.max(now);
+    let mut start = tat.checked_sub(tolerance).unwrap_or(now).max(now);
+    if let Some(c) = block {
+        start = start.max(c.until);
+    }
+    entry.tat = tat.max(start) + step;
+    start.saturating_duration_since(now)
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -175,7 +244,7 @@ mod tests {
         let now = Instant::now();
         let mut state = host.lock();
         let waits: Vec<f64> = (0..5)
-            .map(|_| judge(&mut state, None, now).would_wait.as_secs_f64())
+            .map(|_| judge(&mut state, None, None, now).would_wait.as_secs_f64())
             .collect();
         // Burst 2 at once, then one every 0.5 s.
         assert_eq!(waits, vec![0.0, 0.0, 0.5, 1.0, 1.5]);
@@ -194,14 +263,37 @@ mod tests {
             CooldownCause::Status(429),
             now,
         );
-        let v = judge(&mut state, None, now);
+        let v = judge(&mut state, None, None, now);
         assert_eq!(v.would_refuse, Some("cooling_down"));
         assert!(v.inside_window);
-        let v = judge(&mut state, Some("robots"), now);
+        let v = judge(&mut state, Some("robots"), None, now);
         assert_eq!(v.would_refuse, Some("robots"));
         let counts = state.shadow.as_ref().unwrap().counts;
         assert_eq!(counts.would_refuse[0], 1);
         assert_eq!(counts.would_refuse[4], 1);
         assert_eq!(counts.inside_window, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_report_only_host_says_what_each_jobs_fair_share_would_have_made_it_wait() {
+        let host = host(4.0, 1);
+        let now = Instant::now();
+        let mut state = host.lock();
+        let (a, b) = (JobTag::new("a", 1.0), JobTag::new("b", 1.0));
+        // Job A alone: its turns at the host's pace, 0.25 s apart.
+        let alone: Vec<f64> = (0..4)
+            .map(|_| {
+                judge(&mut state, None, Some(&a), now)
+                    .job_would_wait
+                    .as_secs_f64()
+            })
+            .collect();
+        assert_eq!(alone, vec![0.0, 0.25, 0.5, 0.75]);
+        // Job B arrives: half the turns are its own, so its first is at once, not behind A's.
+        let b_first = judge(&mut state, None, Some(&b), now).job_would_wait;
+        assert_eq!(b_first, Duration::ZERO);
+        // With two jobs, each one's turns are twice as far apart.
+        let b_second = judge(&mut state, None, Some(&b), now).job_would_wait;
+        assert_eq!(b_second, Duration::from_millis(500));
     }
 }

@@ -134,7 +134,7 @@ impl JobFamilies {
         };
         registry.register(
             "job_requests",
-            "Requests by job and outcome: served (went upstream), refused_quota (the job's quota)",
+            "Requests by job and outcome: served (went upstream), refused_quota (the job's quota), shadow_would_wait (to a report-only host, held by the job's fair share had it enforced)",
             families.requests.clone(),
         );
         registry.register(
@@ -536,7 +536,7 @@ impl Metrics {
     pub fn count_jobs(&self, callers: &[crate::jobs::Caller], waiting: &HashMap<String, usize>) {
         use std::sync::atomic::Ordering::Relaxed;
         let now = std::time::Instant::now();
-        let mut per_label: HashMap<String, (u64, u64, i64, Option<i64>)> = HashMap::new();
+        let mut per_label: HashMap<String, (u64, u64, i64, Option<i64>, u64)> = HashMap::new();
         for caller in callers {
             let name = caller.name();
             let label = if caller.settings.is_some() || name == crate::jobs::ANONYMOUS {
@@ -551,11 +551,17 @@ impl Metrics {
             if let Some(left) = caller.quota_left(now) {
                 entry.3 = Some(entry.3.unwrap_or(0) + left.remaining as i64);
             }
+            entry.4 += caller.state.shadow_would_wait.load(Relaxed);
         }
         self.jobs.waiting.clear();
         self.jobs.quota_remaining.clear();
-        for (job, (served, refused, waiting, remaining)) in per_label {
-            for (outcome, total) in [("served", served), ("refused_quota", refused)] {
+        for (job, (served, refused, waiting, remaining, shadow)) in per_label {
+            let outcomes = [
+                ("served", served),
+                ("refused_quota", refused),
+                ("shadow_would_wait", shadow),
+            ];
+            for (outcome, total) in outcomes {
                 let labels = JobOutcome {
                     job: job.clone(),
                     outcome,

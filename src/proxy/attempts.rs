@@ -12,7 +12,9 @@ use super::failure::Failure;
 use super::upstream::{Replay, UpstreamBody};
 use crate::body::ProxyBody;
 use crate::config::{HostPolicy, OnCooldown, Priority};
-use crate::jobs::QuotaTicket;
+use std::sync::Arc;
+
+use crate::jobs::{Caller, JobState, QuotaTicket};
 use crate::limiter::lanes::JobTag;
 use crate::limiter::{Admission, BudgetKey};
 use crate::response::ProxyError;
@@ -37,6 +39,8 @@ pub(super) struct Attempts {
     shadow_refused: Option<&'static str>,
     /// The request's job, as the host's queue sees it (`None`: "anonymous").
     job: Option<JobTag>,
+    /// What courtesy keeps for the job (its report-only counts).
+    job_state: Option<Arc<JobState>>,
     /// The request's class within its job.
     priority: Priority,
     /// Its place in the job's quota: spent at its first turn.
@@ -71,16 +75,23 @@ impl Attempts {
             asked: asked.on_cooldown,
             shadow_refused,
             job: None,
+            job_state: None,
             priority: asked.priority,
             ticket: None,
         }
     }
 
-    /// The attempts of a request of `job`, holding its place in the job's quota.
-    pub(super) fn of_job(mut self, job: JobTag, ticket: QuotaTicket) -> Self {
-        self.job = Some(job);
+    /// The attempts of a request of `caller`'s job, holding its place in the job's quota.
+    pub(super) fn of_job(mut self, caller: &Caller, ticket: QuotaTicket) -> Self {
+        self.job = Some(caller.tag());
+        self.job_state = Some(caller.state.clone());
         self.ticket = Some(ticket);
         self
+    }
+
+    /// What courtesy keeps for the request's job.
+    pub(super) fn job_state(&self) -> Option<&Arc<JobState>> {
+        self.job_state.as_ref()
     }
 
     /// The request has its turn: its place in the job's quota is used (once, whatever courtesy

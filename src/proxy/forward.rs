@@ -133,7 +133,7 @@ impl Proxy {
             }
         };
         let attempts = Attempts::new(parts, body, replayable, asked, shadow_refused)
-            .of_job(asking.caller.tag(), ticket);
+            .of_job(&asking.caller, ticket);
         let outcome = self
             .send_until_answered(&budget, attempts, cache_use.as_ref())
             .await;
@@ -274,6 +274,9 @@ impl Proxy {
             Ok(permit) => {
                 if let Some(verdict) = permit.shadow() {
                     self.report_shadow(&budget.key, &verdict);
+                    if let Some(job) = attempts.job_state() {
+                        job.count_shadow(verdict.job_would_wait);
+                    }
                 }
                 Ok(permit)
             }
