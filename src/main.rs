@@ -30,6 +30,10 @@ enum Command {
     Check {
         /// The config file to check [default: --config].
         file: Option<PathBuf>,
+        /// Print which rule, from which file, governs this host (`sec.gov`, `shop.test:8080`;
+        /// port 443 unless given) and the policy it gets.
+        #[arg(long)]
+        host: Option<String>,
     },
     /// Print the host table of a running courtesy (from its admin API).
     Status {
@@ -91,8 +95,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         // `--config` is global, so `check --config FILE` (as a unit's ExecStartPre= writes it)
         // lands in `cli.run.config`.
-        Some(Command::Check { file }) => match file.or(cli.run.config) {
-            Some(file) => check(&file),
+        Some(Command::Check { file, host }) => match file.or(cli.run.config) {
+            Some(file) => match host {
+                Some(host) => check_host(&file, &host),
+                None => check(&file),
+            },
             None => Err(anyhow::anyhow!(
                 "check needs a file: courtesy check FILE (or --config FILE)"
             )),
@@ -313,7 +320,16 @@ fn check(file: &Path) -> anyhow::Result<()> {
     }
     outln!(out, "{:<32} {}", "[defaults]", describe(&config.defaults));
     for rule in &config.hosts {
-        let label = format!("host rule {} ({})", rule.number, rule.pattern);
+        let label = if *rule.source == *config.source {
+            format!("host rule {} ({})", rule.number, rule.pattern)
+        } else {
+            let file = std::path::Path::new(&*rule.source)
+                .file_name()
+                .map_or(rule.source.to_string(), |f| {
+                    f.to_string_lossy().into_owned()
+                });
+            format!("host rule {} of {file} ({})", rule.number, rule.pattern)
+        };
         outln!(out, "{label:<32} {}", describe(&rule.policy));
     }
     if !config.jobs.is_empty() {
@@ -344,6 +360,40 @@ fn check(file: &Path) -> anyhow::Result<()> {
         }
         outln!(out, "{:<32} {line}", format!("job {}", job.name));
     }
+    emit(&out)
+}
+
+/// `courtesy check FILE --host NAME[:PORT]`: the rule that governs the host, its file, and the
+/// policy it gets.
+fn check_host(file: &Path, host: &str) -> anyhow::Result<()> {
+    let config = Config::load(file)?;
+    let (name, port) = match host.rsplit_once(':') {
+        Some((name, port)) if !name.ends_with(':') && port.parse::<u16>().is_ok() => {
+            (name, port.parse::<u16>().unwrap_or(443))
+        }
+        _ => (host, 443),
+    };
+    let name = name
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    let mut out = String::new();
+    match config.rule_for(&name, port) {
+        Some(rule) => outln!(
+            out,
+            "{name}:{port}: host rule {} ({}) of {}",
+            rule.number,
+            rule.pattern,
+            rule.source
+        ),
+        None => outln!(
+            out,
+            "{name}:{port}: [defaults] of {} (no rule matches)",
+            config.source
+        ),
+    }
+    let policy = config.policy_for(&name, port);
+    outln!(out, "{}", describe(&policy));
     emit(&out)
 }
 
@@ -381,6 +431,12 @@ fn describe(p: &courtesy::config::HostPolicy) -> String {
     }
     if !p.scope.enforce {
         out.push_str(" enforce=false (report-only)");
+    }
+    if let Some(agent) = &p.identity.user_agent {
+        out.push_str(&format!(" user_agent={agent:?}"));
+    }
+    if let Some(from) = &p.identity.from {
+        out.push_str(&format!(" from={from:?}"));
     }
     if p.forward.upstream != courtesy::config::Route::Direct {
         out.push_str(&format!(" upstream_proxy={}", p.forward.upstream));

@@ -94,3 +94,113 @@ fn check_takes_the_file_from_config_too() {
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("check needs a file"));
 }
+
+/// `include`: an included file's `[[host]]` rules come before the file's own, so that the file's
+/// own rule for the same `match` wins; `check --host` names the rule and its file; a file that
+/// cannot be read, holds more than rules and jobs, or includes again is a clear error.
+#[test]
+fn included_rules_come_first_and_a_files_own_rule_wins() {
+    let dir = std::env::temp_dir().join(format!("courtesy-include-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("presets")).unwrap();
+    std::fs::write(
+        dir.join("presets/sites.toml"),
+        "[[host]]\nmatch = \"slow.test\"\nrate = 0.5\n[[host]]\nmatch = \"api.test\"\nrate = 3.0\n\
+         [[job]]\nname = \"preset-job\"\nweight = 2.0\n",
+    )
+    .unwrap();
+    let main = dir.join("courtesy.toml");
+    std::fs::write(
+        &main,
+        "include = [\"presets/sites.toml\"]\n[[host]]\nmatch = \"api.test\"\nrate = 7.0\n",
+    )
+    .unwrap();
+    let config = courtesy::config::Config::load(&main).unwrap();
+    assert_eq!(config.policy_for("slow.test", 443).pacing.rate, 0.5);
+    assert_eq!(
+        config.policy_for("api.test", 443).pacing.rate,
+        7.0,
+        "the file's own rule wins"
+    );
+    assert_eq!(config.jobs[0].name, "preset-job");
+    let rule = config.rule_for("slow.test", 443).unwrap();
+    assert!(
+        rule.source.ends_with("presets/sites.toml"),
+        "{}",
+        rule.source
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["check", main.to_str().unwrap(), "--host", "slow.test"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.starts_with("slow.test:443: host rule 1 (slow.test) of ")
+            && said.contains("presets/sites.toml")
+            && said.contains("rate=0.5/s"),
+        "{said}"
+    );
+
+    // Problems, each with its file and line.
+    std::fs::write(&main, "include = [\"presets/none.toml\"]\n").unwrap();
+    let err = courtesy::config::Config::load(&main)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("courtesy.toml:1: include \"presets/none.toml\": cannot read"),
+        "{err}"
+    );
+    std::fs::write(
+        dir.join("presets/bad.toml"),
+        "[proxy]\nlisten = \"127.0.0.1:1\"\n[[host]]\nmatch = \"x.test\"\nrate = 0\ninclude = 3\n",
+    )
+    .unwrap();
+    std::fs::write(&main, "include = [\"presets/bad.toml\"]\n").unwrap();
+    let err = courtesy::config::Config::load(&main)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bad.toml:1: [proxy] cannot come from an included file"),
+        "{err}"
+    );
+    assert!(
+        err.contains("bad.toml:5: host rule 1 (match = \"x.test\"): rate must be > 0"),
+        "{err}"
+    );
+    std::fs::write(
+        dir.join("presets/nested.toml"),
+        "include = [\"sites.toml\"]\n",
+    )
+    .unwrap();
+    std::fs::write(&main, "include = [\"presets/nested.toml\"]\n").unwrap();
+    let err = courtesy::config::Config::load(&main)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("nested.toml:1: an included file cannot include others"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The default config reads the published limits, and they govern their sites.
+#[test]
+fn the_default_config_reads_the_published_limits() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/courtesy.toml");
+    let config = courtesy::config::Config::load(&path).unwrap();
+    let sec = config.policy_for("www.sec.gov", 443);
+    assert!(
+        sec.pacing.rate < 10.0 && sec.pacing.rate >= 5.0,
+        "{}",
+        sec.pacing.rate
+    );
+    assert_eq!(
+        sec.scope.key,
+        courtesy::config::KeyMode::Domain,
+        "one budget for all of sec.gov"
+    );
+    let nominatim = config.policy_for("nominatim.openstreetmap.org", 443);
+    assert!(nominatim.pacing.rate <= 1.0 && nominatim.pacing.concurrency == 1);
+    assert!(config.policy_for("crates.io", 443).pacing.rate <= 1.0);
+}

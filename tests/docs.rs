@@ -317,7 +317,8 @@ fn matches_or_write(path: &Path, made: &str) {
 fn the_default_config_file_is_made_from_the_key_tables() {
     let made = courtesy::config::reference::config_file();
     matches_or_write(&root().join("config/courtesy.toml"), &made);
-    courtesy::config::Config::parse(&made, "courtesy.toml").expect("the made file is valid");
+    courtesy::config::Config::parse_in(&made, "courtesy.toml", &root().join("config"))
+        .expect("the made file is valid");
 }
 
 /// The reference tables of `docs/configuration.md` (between its markers) are made from the key

@@ -50,4 +50,10 @@ pub(super) struct FileConfig<'t> {
     pub(super) alerts: Section<'t>,
     /// `[shared]`, when the file has it (its presence turns the shared budget on).
     pub(super) shared: Option<Section<'t>>,
+    /// `include = [...]`: the files whose `[[host]]` and `[[job]]` tables come before this
+    /// file's, each with where it is written.
+    pub(super) include: Vec<(usize, String)>,
+    /// The tables the file has (`proxy`, `host`, …), each with where it starts: an included
+    /// file may hold `[[host]]` and `[[job]]` only.
+    pub(super) tables: Vec<(String, usize)>,
 }

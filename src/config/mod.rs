@@ -14,6 +14,7 @@
 //! | `mod.rs` | [`Config`]: load, parse, the policy of a host, who may connect; [`ConfigErrors`] |
 //! | `file.rs` | the file's sections as written, each entry with its place (stage one) |
 //! | `read.rs` | reading the TOML into sections; syntax errors, unknown sections |
+//! | `include.rs` | `include = [...]`: the `[[host]]` and `[[job]]` tables of other files (presets) |
 //! | `keys/` | the key tables: every key once, with its doc, default, range and kind |
 //! | `reference.rs` | the reference page and `config/courtesy.toml`, made from the key tables |
 //! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
@@ -27,6 +28,7 @@
 
 mod choices;
 mod file;
+mod include;
 mod job;
 pub mod keys;
 mod live;
@@ -108,11 +110,18 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
             errors: vec![format!("{name}: cannot read the config file: {e}")],
         })?;
-        Config::parse(&text, &name)
+        let dir = path.parent().unwrap_or(Path::new("."));
+        Config::parse_in(&text, &name, dir)
     }
 
     /// Validates config text; `name` is used in messages.
     pub fn parse(text: &str, name: &str) -> Result<Config, ConfigErrors> {
+        let dir = Path::new(name).parent().unwrap_or(Path::new("."));
+        Config::parse_in(text, name, dir)
+    }
+
+    /// Validates config text whose `include`s are relative to `dir` (the config file's folder).
+    pub fn parse_in(text: &str, name: &str, dir: &Path) -> Result<Config, ConfigErrors> {
         let mut v = Validator::new(name, text);
         let mut file = read::read(text, name, &mut v)?;
         let proxy = v.proxy(&file.proxy);
@@ -129,8 +138,25 @@ impl Config {
             );
         }
         let defaults = v.policy(&base, &file.defaults, "[defaults]", "[defaults] ");
-        let hosts = v.host_rules(&mut file.host, &defaults, proxy.listen);
-        let jobs = v.jobs(&file.job, proxy.client_auth);
+        let own_hosts = v.host_rules(&mut file.host, &defaults, proxy.listen);
+        let own_jobs = v.jobs(&file.job, proxy.client_auth);
+        // What the included files hold comes first: this file's own rules, later, win ties.
+        let (mut hosts, mut jobs) = (Vec::new(), Vec::new());
+        for (at, rel) in &file.include {
+            let included = include::read(dir, rel, &defaults, &proxy);
+            match included {
+                Ok((more_hosts, more_jobs)) => {
+                    hosts.extend(more_hosts);
+                    jobs.extend(more_jobs);
+                }
+                Err(include::Failed::Unread(why)) => {
+                    v.error(*at, &format!("include {rel:?}: {why}"));
+                }
+                Err(include::Failed::Invalid(errors)) => v.absorb(errors),
+            }
+        }
+        hosts.extend(own_hosts);
+        jobs.extend(own_jobs);
         v.finish()?;
         Ok(Config {
             source: name.to_string(),
@@ -145,18 +171,26 @@ impl Config {
     }
 
     /// The policy for `host` (lowercase, no brackets) on `port`: the most specific matching rule, or
-    /// the defaults. Ties go to the rule that comes first in the file.
+    /// the defaults.
     pub fn policy_for(&self, host: &str, port: u16) -> Arc<HostPolicy> {
+        self.rule_for(host, port)
+            .map(|rule| rule.policy.clone())
+            .unwrap_or_else(|| self.defaults.clone())
+    }
+
+    /// The rule that governs `host` on `port`: the most specific match; of equally specific ones
+    /// the later (a file's own rules come after those it includes, so they win). `None`: the
+    /// defaults govern.
+    pub fn rule_for(&self, host: &str, port: u16) -> Option<&HostRule> {
         let mut best: Option<(usize, &HostRule)> = None;
         for rule in &self.hosts {
             if let Some(score) = rule.pattern.specificity(host, port) {
-                if best.is_none_or(|(s, _)| score > s) {
+                if best.is_none_or(|(s, _)| score >= s) {
                     best = Some((score, rule));
                 }
             }
         }
-        best.map(|(_, rule)| rule.policy.clone())
-            .unwrap_or_else(|| self.defaults.clone())
+        best.map(|(_, rule)| rule)
     }
 
     /// Checks that listening on `addr` is safe with this config: beyond loopback, only with

@@ -99,8 +99,10 @@ fn split_host_port(text: &str) -> Result<(&str, Option<u16>), String> {
 /// One `[[host]]` rule after validation.
 #[derive(Debug, Clone)]
 pub struct HostRule {
-    /// 1-based position in the file, as users count them.
+    /// 1-based position in its file, as users count them.
     pub number: usize,
+    /// The file that holds it: the config file, or a file it includes.
+    pub source: Arc<str>,
     /// What the rule matches.
     pub pattern: HostPattern,
     /// The policy a matching host gets.

@@ -10,8 +10,8 @@ use super::validate::Validator;
 use super::{line_of, ConfigErrors};
 
 /// The sections a file may have, in the order messages list them.
-const SECTIONS: [&str; 7] = [
-    "proxy", "defaults", "host", "job", "admin", "alerts", "shared",
+const SECTIONS: [&str; 8] = [
+    "include", "proxy", "defaults", "host", "job", "admin", "alerts", "shared",
 ];
 
 /// The file's sections; a syntax error ends reading at once, every other problem goes to `v`.
@@ -35,7 +35,17 @@ pub(super) fn read<'t>(
     for (key, value) in root.get_ref().iter() {
         let key: &str = key.get_ref();
         let at = value.span().start;
+        if key != "include" {
+            file.tables.push((key.to_string(), at));
+        }
         match key {
+            "include" => match paths_of(value) {
+                Some(paths) => file.include = paths,
+                None => v.error(
+                    at,
+                    "include: expected a list of paths such as [\"presets/published.toml\"]",
+                ),
+            },
             "host" | "job" => match value.get_ref() {
                 DeValue::Array(items) => {
                     for (i, item) in items.iter().enumerate() {
@@ -77,6 +87,21 @@ pub(super) fn read<'t>(
         }
     }
     Ok(file)
+}
+
+/// The strings of an array, each with where it is written; `None` when it is not an array of
+/// strings.
+fn paths_of(value: &Spanned<DeValue<'_>>) -> Option<Vec<(usize, String)>> {
+    let DeValue::Array(items) = value.get_ref() else {
+        return None;
+    };
+    items
+        .iter()
+        .map(|item| match item.get_ref() {
+            DeValue::String(s) => Some((item.span().start, s.to_string())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The table `value` holds, as a section; `None` when it is not a table.

@@ -36,8 +36,22 @@ pub fn markdown() -> String {
         "{HOST_RULE_KEYS}`upstream_proxy`: {}\n",
         cell(&HostPolicy::RULE_UPSTREAM.summary())
     ));
+    out.push_str(INCLUDE_DOC);
     out
 }
+
+/// What the reference says of `include`.
+const INCLUDE_DOC: &str = "
+### `include`
+
+`include = [\"presets/published.toml\"]`, before any table: files whose `[[host]]` and `[[job]]` \
+tables join this file's, before its own (a path is relative to the including file; an included \
+file holds only those tables and includes nothing itself). Of two equally specific rules the later \
+governs, so a file's own rule wins over an included one with the same `match`. \
+`courtesy check FILE --host sec.gov` prints which rule, from which file, governs a host. \
+`config/presets/published.toml` holds the limits sites publish for crawlers (the SEC, Nominatim, \
+crates.io, the Wayback Machine, Wikimedia), each with its source; `config/courtesy.toml` includes it.
+";
 
 /// What the reference says of `[defaults]` and `[[host]]` before their keys.
 const DEFAULTS: &str = "The policy of every host no `[[host]]` rule matches, in groups by \
@@ -82,6 +96,7 @@ pub fn config_file() -> String {
          # not change. Validate with: courtesy check config/courtesy.toml\n\
          # (Made from the key tables in courtesy's source: docs/configuration.md lists the same keys.)\n",
     );
+    out.push_str(INCLUDE);
     let proxy = [(ProxySettings::DOC, ProxySettings::KEYS)];
     file_section(&mut out, "[proxy]", &proxy, false);
     let admin = [(AdminSettings::DOC, AdminSettings::KEYS)];
@@ -98,6 +113,14 @@ pub fn config_file() -> String {
     out.push_str("# upstream_proxy = \"direct\"\n");
     out
 }
+
+/// The default file's `include`: the limits sites publish.
+const INCLUDE: &str = "
+# Files whose [[host]] and [[job]] tables come before this file's own (paths relative to this
+# file): the limits sites publish for crawlers, one rule per site, each a little under the published
+# number. A rule of your own with the same `match` wins. Delete the line to do without them.
+include = [\"presets/published.toml\"]
+";
 
 /// What the file says of `[[host]]` rules, with two examples.
 const HOST_RULES: &str = "

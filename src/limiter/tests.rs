@@ -360,6 +360,7 @@ async fn fine_waits_give_turns_within_a_fraction_of_a_millisecond() {
 async fn host_rules_pick_the_policy() {
     let mut config = Config::default();
     config.hosts.push(HostRule {
+        source: Arc::from("test.toml"),
         number: 1,
         pattern: HostPattern::parse("*.fast.test").unwrap(),
         policy: Arc::new(policy(50.0, 1, 1)),

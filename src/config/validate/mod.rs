@@ -43,6 +43,19 @@ impl<'a> Validator<'a> {
         })
     }
 
+    /// The name messages give the text (its file).
+    pub(in crate::config) fn name(&self) -> &str {
+        self.name
+    }
+
+    /// Takes on the problems of another text (a file this one includes), after this text's own.
+    pub(in crate::config) fn absorb(&mut self, errors: ConfigErrors) {
+        let last = self.errors.iter().map(|(line, _)| *line).max().unwrap_or(0);
+        for (i, e) in errors.errors.into_iter().enumerate() {
+            self.errors.push((last + 1 + i, e));
+        }
+    }
+
     /// Reports `message` at byte `offset` of the text, as `name:line: message`.
     pub(crate) fn error(&mut self, offset: usize, message: &str) {
         let line = line_of(self.text, offset);

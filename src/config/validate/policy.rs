@@ -62,6 +62,7 @@ impl Validator<'_> {
             }
             hosts.push(HostRule {
                 number,
+                source: Arc::from(self.name()),
                 pattern,
                 policy: Arc::new(policy),
             });
