@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A small origin for scripts/test-deploy, on 127.0.0.1 only: a site of linked pages for the
-example crawlers, /slow for the SIGTERM drain check, and a log of every arrival (time, path, the
+example crawlers, /slow for the SIGTERM drain check, /throttled (429, Retry-After: 900) and /wall (403) for the
+monitoring check, and a log of every arrival (time, path, the
 courtesy instance from its Via header) that the checks count.
 
     origin.py --port-file F --log F [--cert C --key K] [--pages N] [--lifetime S]
@@ -51,6 +52,16 @@ def main():
                 # Held long enough that a SIGTERM lands while it is in flight.
                 time.sleep(float(self.path.partition("s=")[2] or 3))
                 self.reply(200, "text/plain", "slow done\n")
+            elif path.startswith("/throttled"):
+                # A server that throttles: 429 with a long Retry-After (the monitoring check's
+                # storm: the host cools down, and the alert on a long cooldown fires).
+                self.send_response(429)
+                self.send_header("Retry-After", "900")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif path.startswith("/wall"):
+                # A 403 wall: five in a row are a hard block (the monitoring check's blocks).
+                self.reply(403, "text/plain", "forbidden\n")
             elif path == "/" or path.startswith("/page/"):
                 n = int(path.rsplit("/", 1)[1]) if path.startswith("/page/") else 0
                 # Each page links to the next two, so a crawler reaches all of them.
