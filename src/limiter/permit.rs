@@ -35,7 +35,9 @@ pub struct Permit {
     /// Whether the request had to queue for its turn: only then may a healthy answer raise the rate.
     limited: bool,
     /// The turn's slot in the shared store, for a shared turn.
-    lease: Option<Lease>,
+    /// (Boxed: a lease is large, and a local turn, the usual kind, has none; the response body
+    /// carries the permit.)
+    lease: Option<Box<Lease>>,
     /// What courtesy would have done, for a report-only host's request (which took no token).
     shadow: Option<Box<ShadowVerdict>>,
     /// The ceiling on response bytes of all hosts together, if set (`None` for a report-only
@@ -99,12 +101,12 @@ impl Permit {
 
     /// Makes this a shared turn that holds `lease` in the store.
     pub(super) fn with_lease(mut self, lease: Lease) -> Self {
-        self.lease = Some(lease);
+        self.lease = Some(Box::new(lease));
         self
     }
 
     fn lease_start(&self) -> Option<i64> {
-        self.lease.as_ref().map(crate::shared::Lease::starts_us)
+        self.lease.as_deref().map(crate::shared::Lease::starts_us)
     }
 
     /// Records that the request is about to go out: from here on its token is spent for good.
@@ -238,7 +240,7 @@ pub(super) fn hand_to_head(
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let lease = self.lease.take();
+        let lease = self.lease.take().map(|lease| *lease);
         let now = Instant::now();
         let bytes = std::mem::take(&mut self.unbilled);
         let mut state = self.host.lock();

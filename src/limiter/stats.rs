@@ -83,7 +83,10 @@ impl HostStats {
 
     /// Counts `bytes` more of response body (saturating at 2^48 - 1, 256 TiB).
     pub fn add_response_bytes(&mut self, bytes: u64) {
-        let total = self.response_bytes().saturating_add(bytes).min((1 << 48) - 1);
+        let total = self
+            .response_bytes()
+            .saturating_add(bytes)
+            .min((1 << 48) - 1);
         self.bytes_high = (total >> 32) as u16;
         self.bytes_low = total as u32;
     }
