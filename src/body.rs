@@ -60,6 +60,10 @@ impl Body for ProxyBody {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
+                        if let (Some(data), Some(permit)) = (frame.data_ref(), permit.as_mut()) {
+                            // Charged as it streams: a byte budget holds the host's next turn.
+                            permit.count_bytes(data.len());
+                        }
                         if let (Some(data), Some(writer)) = (frame.data_ref(), store.as_mut()) {
                             writer.write_bytes(data);
                         }

@@ -12,7 +12,7 @@ use crate::limiter::Limiter;
 
 /// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
 /// directory, upstream TLS settings, `hosts_file`, `deny_destinations` and `allow_destinations`, the shared store (`[shared]`) and setting or lifting
-/// `global_rate` need a restart; a change to them is reported and ignored.
+/// `global_rate` (and `global_bytes_per_second`) need a restart; a change to them is reported and ignored.
 /// On errors the old config stays.
 pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     let old = limiter.config();
@@ -57,6 +57,10 @@ pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
         kept.push("global_rate (set or unset)");
         new.proxy.global_rate = old.proxy.global_rate;
         new.proxy.global_burst = old.proxy.global_burst;
+    }
+    if new.proxy.global_bytes_per_second.is_some() != old.proxy.global_bytes_per_second.is_some() {
+        kept.push("global_bytes_per_second (set or unset)");
+        new.proxy.global_bytes_per_second = old.proxy.global_bytes_per_second;
     }
     if new.shared != old.shared {
         kept.push("[shared]");

@@ -46,6 +46,19 @@ pub struct BudgetView {
     pub instances_seen: Option<u32>,
     /// The share of each budget this instance keeps in fallback.
     pub fallback_share: Option<f64>,
+    /// With `[proxy] global_bytes_per_second`: the ceiling and the debt of all hosts together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global_bytes: Option<GlobalBytesView>,
+}
+
+/// The ceiling on response bytes from all hosts together, as it stands.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GlobalBytesView {
+    /// `global_bytes_per_second`.
+    pub bytes_per_second: u64,
+    /// Bytes charged beyond it and not yet paid back: every host's next turn waits meanwhile.
+    pub debt_bytes: u64,
 }
 
 impl BudgetView {
@@ -61,6 +74,12 @@ impl BudgetView {
             view.instances_seen = Some(store.instances_seen());
             view.fallback_share = Some(store.share());
         }
+        view.global_bytes = limiter
+            .downlink_debt()
+            .map(|(debt_bytes, bytes_per_second)| GlobalBytesView {
+                bytes_per_second,
+                debt_bytes,
+            });
         view
     }
 }
@@ -73,6 +92,7 @@ impl Default for BudgetView {
             key_prefix: None,
             instances_seen: None,
             fallback_share: None,
+            global_bytes: None,
         }
     }
 }
@@ -91,6 +111,8 @@ pub struct Totals {
     pub cooling_down: usize,
     /// Hosts an operator paused.
     pub paused: usize,
+    /// Response body bytes received from the known hosts, in all.
+    pub response_bytes: u64,
 }
 
 impl Totals {
@@ -103,6 +125,7 @@ impl Totals {
             queued: snapshots.iter().map(|s| s.queued).sum(),
             cooling_down: count("cooling_down"),
             paused: count("paused"),
+            response_bytes: snapshots.iter().map(|s| s.stats.response_bytes()).sum(),
         }
     }
 }
@@ -148,6 +171,19 @@ pub struct HostView {
     pub counters: Counters,
     /// For a report-only host (`enforce = false`): what courtesy would have done so far.
     pub shadow: Option<ShadowView>,
+    /// With `max_bytes_per_second`: the byte budget's debt now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub byte_debt: Option<ByteDebtView>,
+}
+
+/// A host's byte budget (`max_bytes_per_second`) as it stands.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ByteDebtView {
+    /// Response bytes charged beyond the budget and not yet paid back (0: none).
+    pub bytes: u64,
+    /// How long until it is paid back: the host's next turn waits at least this long.
+    pub seconds: f64,
 }
 
 /// What a report-only host's requests would have met, had courtesy enforced.
@@ -220,6 +256,12 @@ pub struct PolicyView {
     /// `upstream_proxy`: `direct`, or the parent as `scheme://host:port`, never its credentials.
     #[serde(default = "direct")]
     pub upstream_proxy: String,
+    /// `max_bytes_per_second` (unset: no byte budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes_per_second: Option<u64>,
+    /// `max_bytes_burst` as in force (one second's worth when the file gives none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes_burst: Option<u64>,
 }
 
 fn aimd() -> Controller {
@@ -256,6 +298,10 @@ impl PolicyView {
             enforce: p.scope.enforce,
             controller: p.adaptive.controller,
             upstream_proxy: p.forward.upstream.without_credentials(),
+            max_bytes_per_second: p.pacing.max_bytes_per_second,
+            max_bytes_burst: p.pacing.max_bytes_per_second.map(|rate| {
+                crate::policy::ByteBudget::default_burst(rate, p.pacing.max_bytes_burst)
+            }),
         }
     }
 }
@@ -282,6 +328,8 @@ pub struct Counters {
     pub failed: u32,
     /// Local refusals, by reason.
     pub refused: BTreeMap<String, u32>,
+    /// Response body bytes received from the host and passed on (upstream responses only).
+    pub response_bytes: u64,
 }
 
 impl HostView {
@@ -337,6 +385,7 @@ impl HostView {
                     .iter()
                     .map(|(name, n)| (name.to_string(), *n))
                     .collect(),
+                response_bytes: s.stats.response_bytes(),
             },
             shadow: s.shadow.map(|c| ShadowView {
                 would_wait: c.would_wait,
@@ -348,6 +397,10 @@ impl HostView {
                     .map(|(r, n)| (r.to_string(), n))
                     .collect(),
                 inside_window: c.inside_window,
+            }),
+            byte_debt: s.byte_debt.map(|(bytes, left)| ByteDebtView {
+                bytes,
+                seconds: round3(left.as_secs_f64()),
             }),
         }
     }

@@ -68,13 +68,15 @@ async fn metrics_and_the_host_api_show_known_traffic() {
     assert_eq!(one["counters"]["2xx"], 3);
     assert_eq!(one["last_statuses"], serde_json::json!([200, 200, 200]));
     assert_eq!(one["policy"]["rate"], 100.0);
+    // Three bodies of "ok"; the 429's "no" makes 8 in all.
+    assert_eq!(one["counters"]["response_bytes"], 6);
     let other = list.iter().find(|h| h["host"] == slow.as_str()).unwrap();
     assert_eq!(other["state"], "cooling_down");
     assert_eq!(other["counters"]["refused"]["cooling_down"], 1);
     assert!(other["cooldown"]["cause"].as_str().unwrap().contains("429"));
     assert_eq!(
         all["total"],
-        serde_json::json!({ "hosts": 2, "in_flight": 0, "queued": 0, "cooling_down": 1, "paused": 0 })
+        serde_json::json!({ "hosts": 2, "in_flight": 0, "queued": 0, "cooling_down": 1, "paused": 0, "response_bytes": 8 })
     );
 
     // `limit` keeps the hosts that most need an operator's eye; the totals still count them all.

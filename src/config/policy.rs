@@ -135,6 +135,21 @@ keys! {
         /// off-peak).
         off_peak: Option<OffPeak> = None, from off_peak: FileOffPeak, OffPeakWindow,
             example "{ hours = \"01:00-06:00\", timezone = \"Europe/Berlin\", rate = 5.0 }";
+        /// Response bytes per second the host may send back; unset: no byte budget.
+        ///
+        /// Bytes are charged as each response streams (never slowed: the client reads at its
+        /// own speed); once they exceed the budget, the host's NEXT turn waits until the debt
+        /// is paid back at this rate (1 MiB at 262144 waits 4 s). With `rate`, the stricter
+        /// wins. Per instance, also with [shared]. Blind tunnels (https = "tunnel") and
+        /// responses served from the store are not counted.
+        max_bytes_per_second: Option<u64> = None,
+            from max_bytes_per_second: i64, Maybe(Count { min: 1, max: 1 << 40 }),
+            example "262144";
+        /// The bytes an idle host saves up under max_bytes_per_second (a response up to this
+        /// size makes nobody wait); unset: one second's worth (= max_bytes_per_second).
+        max_bytes_burst: Option<u64> = None,
+            from max_bytes_burst: i64, Maybe(Count { min: 0, max: 1 << 40 }),
+            example "1048576";
     }
 }
 

@@ -93,6 +93,16 @@ keys! {
             example "50.0";
         /// Requests that may leave back to back under global_rate after a quiet spell.
         global_burst: u32 = 1, from global_burst: i64, Count { min: 1, max: 1_000_000 };
+        /// A ceiling on response bytes per second from all hosts together (this crawler's own
+        /// downlink), on top of every host's max_bytes_per_second; unset: no ceiling.
+        ///
+        /// Like a host's byte budget: bytes are charged as responses stream, and while all
+        /// hosts together are in debt, no host's next turn starts until it is paid back (one
+        /// second's worth may be saved up). Per instance, also with [shared]. A new value
+        /// applies at a reload; setting or lifting it needs a restart.
+        global_bytes_per_second: Option<u64> = None,
+            from global_bytes_per_second: i64, Maybe(Count { min: 1, max: 1 << 40 }),
+            example "10485760";
         /// At SIGINT/SIGTERM, queued requests get 503 at once; requests in flight get this long
         /// to finish.
         shutdown_grace: Duration = Duration::from_secs(10),

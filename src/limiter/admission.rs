@@ -140,7 +140,7 @@ impl Limiter {
                 let verdict = shadow::judge(&mut state, request.refused, request.job.as_ref(), now);
                 state.in_flight.start();
                 drop(state);
-                let permit = Permit::new(entry, self.budget.clone(), None, Duration::ZERO, false);
+                let permit = Permit::new(entry, self, None, Duration::ZERO, false);
                 return TryNow::Now(permit.with_shadow(verdict));
             }
             let answer = request
@@ -162,7 +162,7 @@ impl Limiter {
                 let turn = self.budget.take_turn(
                     &mut state,
                     &self.global,
-                    self.egress.as_ref(),
+                    (self.egress.as_ref(), self.downlink.as_ref()),
                     Kept::default(),
                     now,
                 );
@@ -170,7 +170,7 @@ impl Limiter {
                     drop(state);
                     return TryNow::Now(Permit::new(
                         entry,
-                        self.budget.clone(),
+                        self,
                         Some(global),
                         Duration::ZERO,
                         false,

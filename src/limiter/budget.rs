@@ -16,7 +16,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::egress::{Egress, EgressToken};
+use super::egress::{Downlink, Egress, EgressToken};
 use super::host::{Host, HostState};
 use crate::policy::{CooldownCause, Observation, Reaction};
 use crate::shared::{Lease, Lesson, Limits, RateBounds, Store, StoreAction};
@@ -77,17 +77,21 @@ pub(crate) struct Kept {
 }
 
 impl Budget {
-    /// Takes a turn now if the host has a slot and a token, the global ceiling (`egress`) a
-    /// token and the global cap room (`kept`: what an earlier look already holds). Called under
-    /// the host's lock.
+    /// Takes a turn now if the host has a slot and a token (and no byte debt), the global
+    /// ceilings a token (`egress`) and no byte debt (`downlink`), and the global cap room
+    /// (`kept`: what an earlier look already holds). Called under the host's lock.
     pub(crate) fn take_turn(
         &self,
         state: &mut HostState,
         global: &Arc<Semaphore>,
-        egress: Option<&Arc<Egress>>,
+        (egress, downlink): (Option<&Arc<Egress>>, Option<&Arc<Downlink>>),
         kept: Kept,
         now: Instant,
     ) -> Turn {
+        // A byte debt of all hosts together holds every host's next turn.
+        if let Some(at) = downlink.map(|d| d.ready_at(now)).filter(|at| *at > now) {
+            return Turn::NotBefore(at, false);
+        }
         match self {
             Budget::Local { .. } => {
                 let cap = state.policy.pacing.concurrency;
@@ -123,6 +127,10 @@ impl Budget {
                 // here, or kept from before the store went away).
                 if let Some(block) = state.pacing.block(now) {
                     return Turn::NotBefore(block.until, false);
+                }
+                // This instance's own byte debt with the host (byte budgets are per instance).
+                if let Some((_, at)) = state.pacing.byte_debt(now).filter(|(_, at)| *at > now) {
+                    return Turn::NotBefore(at, false);
                 }
                 let (token, slot) = match egress_and_slot(global, egress, kept, now) {
                     Ok(both) => both,

@@ -93,11 +93,11 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                         .is_some_and(|t| std::mem::take(&mut t.listed)),
                 )
             } else {
-                let egress = limiter.egress.as_ref();
+                let ceilings = (limiter.egress.as_ref(), limiter.downlink.as_ref());
                 match limiter.budget.take_turn(
                     &mut state,
                     &limiter.global,
-                    egress,
+                    ceilings,
                     std::mem::take(&mut kept),
                     now,
                 ) {
@@ -117,13 +117,8 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                     }
                     Turn::AskStore(slot, token, limits) => Next::AskStore(slot, token, limits),
                     Turn::Go(slot) => {
-                        let permit = Permit::new(
-                            host.clone(),
-                            limiter.budget.clone(),
-                            Some(slot),
-                            Duration::ZERO,
-                            true,
-                        );
+                        let permit =
+                            Permit::new(host.clone(), &limiter, Some(slot), Duration::ZERO, true);
                         unsent = hand_to_head(&mut state, permit, now);
                         Next::Again
                     }

@@ -3,6 +3,9 @@
 //! tokens, served by one pacer task that sleeps until each token (never a poll) and ends when no
 //! host waits.
 //!
+//! The byte ceiling (`[proxy] global_bytes_per_second`) is [`Downlink`]: a byte budget that
+//! every response is charged to, whose debt holds every host's next turn.
+//!
 //! A host asks for a token only when it could otherwise send at once, so a token is never held by
 //! a host that waits for something else; a token that was not used after all goes back.
 
@@ -13,7 +16,7 @@ use tokio::sync::oneshot;
 use tokio::time::{sleep_until, Instant};
 
 use crate::locks::lock;
-use crate::policy::Bucket;
+use crate::policy::{Bucket, ByteBudget};
 
 /// The global ceiling's bucket and the hosts waiting for it.
 #[derive(Debug)]
@@ -124,6 +127,45 @@ async fn pace(egress: Arc<Egress>) {
         if let Some(at) = wake_at {
             sleep_until(at).await;
         }
+    }
+}
+
+/// The ceiling on response bytes from all hosts together (`[proxy] global_bytes_per_second`):
+/// one byte budget every response is charged to as it streams. While it is in debt, no host's
+/// next turn starts (each dispatcher sleeps until the debt is paid, then looks again); nothing is
+/// slowed while it streams.
+#[derive(Debug)]
+pub(crate) struct Downlink {
+    budget: Mutex<ByteBudget>,
+}
+
+impl Downlink {
+    /// A ceiling of `rate` bytes per second, saving up one second's worth.
+    pub(crate) fn new(rate: u64) -> Arc<Downlink> {
+        Arc::new(Downlink {
+            budget: Mutex::new(ByteBudget::new(rate, rate, Instant::now())),
+        })
+    }
+
+    /// Changes the ceiling (a reload); a debt is kept.
+    pub(crate) fn set(&self, rate: u64) {
+        lock(&self.budget).set(rate, rate, Instant::now());
+    }
+
+    /// Charges `bytes` that went by at `now`.
+    pub(crate) fn charge(&self, bytes: u64, now: Instant) {
+        lock(&self.budget).charge(bytes, now);
+    }
+
+    /// When the next turn of any host may start: `now` without a debt.
+    pub(crate) fn ready_at(&self, now: Instant) -> Instant {
+        lock(&self.budget).ready_at(now)
+    }
+
+    /// The debt at `now` in bytes, and the ceiling in bytes per second.
+    pub(crate) fn debt(&self, now: Instant) -> (u64, u64) {
+        let mut budget = lock(&self.budget);
+        (budget.debt(now), budget.rate())
     }
 }
 

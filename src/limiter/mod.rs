@@ -15,7 +15,7 @@
 //! | `budget.rs` | the seam: a turn asked, an answer reported |
 //! | `permit.rs` | a request's turn while it is in flight |
 //! | `dispatch.rs` | handing out queued turns in order, the fine-grained wait |
-//! | `egress.rs` | the ceiling on all hosts together (`global_rate`), FIFO across hosts |
+//! | `egress.rs` | the ceilings on all hosts together (`global_rate`, FIFO across hosts; `global_bytes_per_second`) |
 //! | `refusal.rs` | why a request gets no turn |
 //! | `shared.rs` | turns from a shared store, and its hints |
 //! | `shadow.rs` | report-only hosts (`enforce = false`): what would have happened |
@@ -61,7 +61,7 @@ pub use sweep::Swept;
 use crate::config::{Config, LiveConfig};
 pub use crate::keys::{host_key, BudgetKey};
 use budget::Budget;
-use egress::Egress;
+use egress::{Downlink, Egress};
 use host::Waiter;
 
 /// The table of hosts and the global in-flight cap, shared by every connection.
@@ -74,6 +74,9 @@ pub struct Limiter {
     global: Arc<Semaphore>,
     /// The ceiling on all hosts together (`[proxy] global_rate`), if set.
     egress: Option<Arc<Egress>>,
+    /// The ceiling on response bytes from all hosts together (`[proxy]
+    /// global_bytes_per_second`), if set.
+    downlink: Option<Arc<Downlink>>,
     shutting_down: AtomicBool,
     /// The most hosts known at a sweep since memory was last handed back to the OS.
     peak_hosts: AtomicUsize,
@@ -125,6 +128,11 @@ impl Limiter {
                     .global_rate
                     .map(|r| Egress::new(r, proxy.global_burst))
             },
+            downlink: config
+                .get()
+                .proxy
+                .global_bytes_per_second
+                .map(Downlink::new),
             config,
             shutting_down: AtomicBool::new(false),
             peak_hosts: AtomicUsize::new(0),
@@ -199,6 +207,12 @@ impl Limiter {
     /// The shared store, if the budget is kept in one.
     pub(crate) fn store(&self) -> Option<&Arc<crate::shared::Store>> {
         self.budget.store()
+    }
+
+    /// The debt of the ceiling on response bytes from all hosts together and that ceiling (bytes
+    /// per second), if `[proxy] global_bytes_per_second` is set.
+    pub fn downlink_debt(&self) -> Option<(u64, u64)> {
+        self.downlink.as_ref().map(|d| d.debt(Instant::now()))
     }
 
     /// How many hosts are in the table.

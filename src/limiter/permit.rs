@@ -9,12 +9,18 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::budget::Budget;
+use super::egress::Downlink;
 use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
 use super::shadow::ShadowVerdict;
 use crate::config::HostPolicy;
 use crate::policy::{Answer, CooldownCause, Observation, Reaction};
 use crate::shared::Lease;
+
+/// Response bytes a permit counts before it charges them to its host (and to the byte ceiling of
+/// all hosts): one lock per this many bytes, not one per frame. The rest is charged when the
+/// turn ends, before its slot comes free.
+const BILL_EVERY: u64 = 64 * 1024;
 
 /// The right to send one request to a host now: holds one of the host's concurrency slots and one
 /// global slot until dropped. Dropped without [`Permit::mark_sent`], it also gives its token back,
@@ -29,28 +35,54 @@ pub struct Permit {
     /// Whether the request had to queue for its turn: only then may a healthy answer raise the rate.
     limited: bool,
     /// The turn's slot in the shared store, for a shared turn.
-    lease: Option<Lease>,
+    /// (Boxed: a lease is large, and a local turn, the usual kind, has none; the response body
+    /// carries the permit.)
+    lease: Option<Box<Lease>>,
     /// What courtesy would have done, for a report-only host's request (which took no token).
     shadow: Option<Box<ShadowVerdict>>,
+    /// The ceiling on response bytes of all hosts together, if set (`None` for a report-only
+    /// host's request: it holds nobody back).
+    downlink: Option<Arc<Downlink>>,
+    /// Response bytes counted and not yet charged.
+    unbilled: u64,
 }
 
 impl Permit {
     pub(super) fn new(
         host: Arc<Host>,
-        budget: Budget,
+        limiter: &super::Limiter,
         global: Option<OwnedSemaphorePermit>,
         waited: Duration,
         limited: bool,
     ) -> Self {
         Permit {
             host,
-            budget,
+            budget: limiter.budget.clone(),
             _global: global,
             sent_at: None,
             waited,
             limited,
             lease: None,
             shadow: None,
+            downlink: limiter.downlink.clone(),
+            unbilled: 0,
+        }
+    }
+
+    /// Counts `bytes` of the response body that just went by to the client: they are charged to
+    /// the host's byte budget (and the ceiling of all hosts) every [`BILL_EVERY`] bytes and when
+    /// the turn ends. Counting never slows the body; a debt holds the host's next turn.
+    pub fn count_bytes(&mut self, bytes: usize) {
+        self.unbilled = self.unbilled.saturating_add(bytes as u64);
+        if self.unbilled >= BILL_EVERY {
+            let now = Instant::now();
+            let bytes = std::mem::take(&mut self.unbilled);
+            let mut state = self.host.lock();
+            charge(&mut state, bytes, now);
+            drop(state);
+            if let Some(downlink) = &self.downlink {
+                downlink.charge(bytes, now);
+            }
         }
     }
 
@@ -58,6 +90,7 @@ impl Permit {
     /// courtesy would have done.
     pub(super) fn with_shadow(mut self, verdict: ShadowVerdict) -> Self {
         self.shadow = Some(Box::new(verdict));
+        self.downlink = None;
         self
     }
 
@@ -68,12 +101,12 @@ impl Permit {
 
     /// Makes this a shared turn that holds `lease` in the store.
     pub(super) fn with_lease(mut self, lease: Lease) -> Self {
-        self.lease = Some(lease);
+        self.lease = Some(Box::new(lease));
         self
     }
 
     fn lease_start(&self) -> Option<i64> {
-        self.lease.as_ref().map(crate::shared::Lease::starts_us)
+        self.lease.as_deref().map(crate::shared::Lease::starts_us)
     }
 
     /// Records that the request is about to go out: from here on its token is spent for good.
@@ -174,6 +207,12 @@ impl Permit {
     }
 }
 
+/// Charges `bytes` of response body to the host: its byte budget and its counter.
+fn charge(state: &mut HostState, bytes: u64, now: Instant) {
+    state.pacing.charge_bytes(bytes, now);
+    state.stats.add_response_bytes(bytes);
+}
+
 /// Gives `permit` to the first request in the host's queue that still waits, with the time it
 /// waited; gives it back (`Some`) when none does. Called under the host's lock: a permit that comes back is
 /// dropped after the lock is released (its drop locks too), which ends the turn unused.
@@ -201,12 +240,20 @@ pub(super) fn hand_to_head(
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let lease = self.lease.take();
+        let lease = self.lease.take().map(|lease| *lease);
+        let now = Instant::now();
+        let bytes = std::mem::take(&mut self.unbilled);
         let mut state = self.host.lock();
+        // The last bytes are charged before the slot comes free: the next turn sees them.
+        if bytes > 0 {
+            charge(&mut state, bytes, now);
+            if let Some(downlink) = &self.downlink {
+                downlink.charge(bytes, now);
+            }
+        }
         // A report-only request took no token: there is none to give back.
         let spent = self.sent_at.is_some() || self.shadow.is_some();
-        self.budget
-            .end_turn(&mut state, spent, lease, Instant::now());
+        self.budget.end_turn(&mut state, spent, lease, now);
         let wake = !state.queue.is_empty();
         drop(state);
         if wake {

@@ -191,14 +191,8 @@ fn hand_over(
     // Only a request that had to wait for its turn may raise the rate when the answer is healthy.
     let limited = !wait.is_zero() || state.queue.len() > 1;
     state.in_flight.start();
-    let permit = Permit::new(
-        host.clone(),
-        limiter.budget.clone(),
-        Some(slot),
-        Duration::ZERO,
-        limited,
-    )
-    .with_lease(lease);
+    let permit =
+        Permit::new(host.clone(), limiter, Some(slot), Duration::ZERO, limited).with_lease(lease);
     let unsent = hand_to_head(&mut state, permit, now);
     drop(state);
     // A turn nobody took ends unused: its drop frees the slot and gives the turn to the store.

@@ -30,6 +30,13 @@ pub struct HostStats {
     pub refused_paused: u32,
     /// Local refusals: courtesy was shutting down.
     pub refused_shutting_down: u32,
+    /// Response body bytes received from the host and passed on to clients (upstream responses
+    /// only, not blind tunnels): the low 32 bits. A 48-bit count in two fields fills what was
+    /// padding, where a `u64` would align the counters to 8 bytes and grow every host (see
+    /// [`HostStats::response_bytes`]).
+    bytes_low: u32,
+    /// The high 16 bits of the response byte count.
+    bytes_high: u16,
     /// The last statuses in a ring (see [`HostStats::last_statuses`]).
     last: [u16; LAST_STATUSES],
     /// How many of `last` are filled.
@@ -67,6 +74,21 @@ impl HostStats {
         (0..len)
             .map(|i| self.last[(start + i) % LAST_STATUSES])
             .collect()
+    }
+
+    /// Response body bytes received from the host and passed on to clients.
+    pub fn response_bytes(&self) -> u64 {
+        (u64::from(self.bytes_high) << 32) | u64::from(self.bytes_low)
+    }
+
+    /// Counts `bytes` more of response body (saturating at 2^48 - 1, 256 TiB).
+    pub fn add_response_bytes(&mut self, bytes: u64) {
+        let total = self
+            .response_bytes()
+            .saturating_add(bytes)
+            .min((1 << 48) - 1);
+        self.bytes_high = (total >> 32) as u16;
+        self.bytes_low = total as u32;
     }
 
     /// Counts a local refusal.
@@ -133,5 +155,15 @@ mod tests {
             s.answered(Some(200 + i));
         }
         assert_eq!(s.last_statuses(), (210..220).collect::<Vec<u16>>());
+    }
+
+    #[test]
+    fn response_bytes_count_past_32_bits_and_saturate_at_48() {
+        let mut s = HostStats::default();
+        s.add_response_bytes(u64::from(u32::MAX));
+        s.add_response_bytes(2);
+        assert_eq!(s.response_bytes(), (1 << 32) + 1);
+        s.add_response_bytes(u64::MAX);
+        assert_eq!(s.response_bytes(), (1 << 48) - 1);
     }
 }

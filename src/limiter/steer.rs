@@ -58,6 +58,9 @@ pub struct HostSnapshot {
     pub stats: HostStats,
     /// For a report-only host (`enforce = false`), what would have happened so far.
     pub shadow: Option<ShadowCounts>,
+    /// With `max_bytes_per_second`: the byte debt (bytes) and the time until it is paid back
+    /// (when the host's next turn may start, as far as bytes go).
+    pub byte_debt: Option<(u64, Duration)>,
 }
 
 impl HostSnapshot {
@@ -282,6 +285,10 @@ impl Limiter {
         if let (Some(egress), Some(rate)) = (&self.egress, config.proxy.global_rate) {
             egress.set(rate, config.proxy.global_burst);
         }
+        if let (Some(downlink), Some(rate)) = (&self.downlink, config.proxy.global_bytes_per_second)
+        {
+            downlink.set(rate);
+        }
         let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
         let now = Instant::now();
         for host in &hosts {
@@ -364,8 +371,12 @@ fn ceiling(policy: &HostPolicy) -> f64 {
 
 fn snapshot_of(host: &Host) -> HostSnapshot {
     let now = Instant::now();
-    let state = host.lock();
+    let mut state = host.lock();
     let block = state.pacing.block(now);
+    let byte_debt = state
+        .pacing
+        .byte_debt(now)
+        .map(|(debt, at)| (debt, at.saturating_duration_since(now)));
     let (name, port) = host.policy_name(&state);
     HostSnapshot {
         key: host.key.to_string(),
@@ -395,6 +406,7 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
         stats: state.stats.clone(),
         shadow: (!state.policy.scope.enforce)
             .then(|| state.shadow.as_ref().map(|s| s.counts).unwrap_or_default()),
+        byte_debt,
     }
 }
 

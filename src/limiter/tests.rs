@@ -711,3 +711,74 @@ async fn a_hosts_turns_are_shared_between_the_jobs_waiting() {
         task.abort();
     }
 }
+
+/// `max_bytes_per_second`: a body's bytes, charged as it streams, hold the host's next turn until
+/// the debt is paid (1 MiB at 256 KiB/s: 4 s); bytes counted and not yet charged are charged when
+/// the turn ends, before its slot comes free.
+#[tokio::test(start_paused = true)]
+async fn a_byte_debt_holds_the_next_turn_until_it_is_paid() {
+    let mut p = policy(100.0, 1, 4);
+    p.pacing.max_bytes_per_second = Some(256 * 1024);
+    p.pacing.max_bytes_burst = Some(0);
+    let limiter = limiter_with(p, 64);
+    let start = Instant::now();
+    let mut at = Vec::new();
+    for _ in 0..3 {
+        let mut permit = limiter.admit(("big.test", 80)).await.unwrap();
+        permit.mark_sent();
+        at.push(start.elapsed().as_secs_f64());
+        // 1 MiB in frames of 10 000 bytes (the last ones below the billing step), at once.
+        for _ in 0..104 {
+            permit.count_bytes(10_000);
+        }
+        permit.count_bytes(1024 * 1024 - 1_040_000);
+    }
+    assert_eq!(rounded(&at), vec![0.0, 4.0, 8.0]);
+    let snap = limiter.snapshot("big.test", 80).unwrap();
+    assert_eq!(snap.stats.response_bytes(), 3 * 1024 * 1024);
+    assert_eq!(snap.byte_debt.map(|(debt, _)| debt), Some(1024 * 1024));
+}
+
+/// With a request rate and a byte rate, the stricter wins: small bodies keep to the rate, large
+/// ones to the bytes.
+#[tokio::test(start_paused = true)]
+async fn with_a_rate_and_a_byte_rate_the_stricter_wins() {
+    // 1 kB bodies owe nothing: 2/s holds. 200 kB bodies under 100 kB/s, with one second (100 kB)
+    // saved up: the first owes 100 kB (1 s), each later one 200 kB (2 s).
+    for (body, expected) in [(1_000usize, [0.0, 0.5, 1.0]), (200_000, [0.0, 1.0, 3.0])] {
+        let mut p = policy(2.0, 1, 1);
+        p.pacing.max_bytes_per_second = Some(100_000);
+        let limiter = limiter_with(p, 64);
+        let start = Instant::now();
+        let mut at = Vec::new();
+        for _ in 0..3 {
+            let mut permit = limiter.admit(("both.test", 80)).await.unwrap();
+            permit.mark_sent();
+            at.push(start.elapsed().as_secs_f64());
+            permit.count_bytes(body);
+        }
+        assert_eq!(rounded(&at), expected, "bodies of {body} bytes");
+    }
+}
+
+/// `[proxy] global_bytes_per_second`: the bytes of all hosts together hold every host's next turn.
+#[tokio::test(start_paused = true)]
+async fn the_global_byte_ceiling_holds_every_host() {
+    let mut config = Config {
+        defaults: Arc::new(policy(100.0, 1, 10)),
+        ..Config::default()
+    };
+    config.proxy.global_bytes_per_second = Some(100_000);
+    let limiter = Limiter::coarse(Arc::new(config));
+    let start = Instant::now();
+    let mut at = Vec::new();
+    for host in ["a.test", "b.test", "c.test"] {
+        let mut permit = limiter.admit((host, 80)).await.unwrap();
+        permit.mark_sent();
+        at.push(start.elapsed().as_secs_f64());
+        permit.count_bytes(300_000);
+    }
+    // 100 kB saved up; each 300 kB body then owes 3 s, whichever host is next.
+    assert_eq!(rounded(&at), vec![0.0, 2.0, 5.0]);
+    assert_eq!(limiter.downlink_debt(), Some((300_000, 100_000)));
+}

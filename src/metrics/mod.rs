@@ -104,6 +104,44 @@ pub struct Metrics {
     shadow: ShadowFamilies,
     parent_errors: Family<ParentLabels, Counter>,
     jobs: JobFamilies,
+    bytes: ByteFamilies,
+}
+
+/// The byte series: what each host sent back and what the byte budgets owe. Gauges set from the
+/// host table at each scrape (a host's count starts again when it is forgotten).
+struct ByteFamilies {
+    /// `courtesy_host_response_bytes`.
+    response: Family<HostLabel, Gauge>,
+    /// `courtesy_host_byte_debt_seconds`.
+    debt_seconds: Family<HostLabel, Gauge<f64, AtomicU64>>,
+    /// `courtesy_global_byte_debt_bytes`.
+    global_debt: Gauge,
+}
+
+impl ByteFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let families = ByteFamilies {
+            response: Family::default(),
+            debt_seconds: Family::default(),
+            global_debt: Gauge::default(),
+        };
+        registry.register(
+            "host_response_bytes",
+            "Response body bytes received per host since it became known (upstream responses, not blind tunnels)",
+            families.response.clone(),
+        );
+        registry.register(
+            "host_byte_debt_seconds",
+            "Seconds until a host's byte debt (max_bytes_per_second) is paid back: its next turn waits at least this long (0 when none)",
+            families.debt_seconds.clone(),
+        );
+        registry.register(
+            "global_byte_debt_bytes",
+            "Response bytes of all hosts together beyond global_bytes_per_second not yet paid back (0 when none or unset)",
+            families.global_debt.clone(),
+        );
+        families
+    }
 }
 
 /// The series per job: the `job` label is a configured job's name, `anonymous`, or `other` (every
@@ -288,7 +326,9 @@ impl Metrics {
             parent_errors.clone(),
         );
         let jobs = JobFamilies::register(&mut registry);
+        let bytes = ByteFamilies::register(&mut registry);
         Metrics {
+            bytes,
             registry,
             jobs,
             shadow,
@@ -584,8 +624,14 @@ impl Metrics {
     pub fn render(&self, limiter: &Limiter, leaf: (u64, u64)) -> String {
         let snapshots = limiter.snapshots();
         let mut per_label: HashMap<String, (f64, i64, i64, f64)> = HashMap::new();
+        let mut bytes: HashMap<String, (u64, f64)> = HashMap::new();
         for s in &snapshots {
-            let entry = per_label.entry(self.label(&s.key)).or_default();
+            let label = self.label(&s.key);
+            let b = bytes.entry(label.clone()).or_default();
+            b.0 = b.0.saturating_add(s.stats.response_bytes());
+            b.1 =
+                b.1.max(s.byte_debt.map_or(0.0, |(_, left)| left.as_secs_f64()));
+            let entry = per_label.entry(label).or_default();
             entry.0 += s.rate;
             entry.1 += s.queued as i64;
             entry.2 += i64::from(s.in_flight);
@@ -603,6 +649,18 @@ impl Metrics {
             self.in_flight.get_or_create(&label).set(in_flight);
             self.cooldown.get_or_create(&label).set(cooldown);
         }
+        self.bytes.response.clear();
+        self.bytes.debt_seconds.clear();
+        for (host, (response, debt)) in bytes {
+            let label = HostLabel { host };
+            let response = i64::try_from(response).unwrap_or(i64::MAX);
+            self.bytes.response.get_or_create(&label).set(response);
+            self.bytes.debt_seconds.get_or_create(&label).set(debt);
+        }
+        let global = limiter.downlink_debt().map_or(0, |(debt, _)| debt);
+        self.bytes
+            .global_debt
+            .set(i64::try_from(global).unwrap_or(i64::MAX));
         self.hosts_known.set(snapshots.len() as i64);
         if let Some((mode, instances)) = &self.shared {
             let now = limiter.budget_mode();

@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `mod.rs` | [`Pacing`]: the rules that move a host's rate, cooldowns and caps |
 //! | `bucket.rs` | the token bucket and the in-flight count |
+//! | `bytes.rs` | the byte budget (`max_bytes_per_second`): response bytes charged into debt |
 //! | `controller/` | how the adaptive rate moves: AIMD, or the learned limit (`controller`) |
 //! | `observation.rs` | what goes in ([`Answer`], [`Observation`]) and what comes out ([`Reaction`]) |
 //! | `cooldown.rs` | [`Cooldown`] and its [`CooldownCause`] |
@@ -18,6 +19,7 @@
 //! | `sim/` | (tests) simulated servers and the runner that holds every controller against them |
 
 mod bucket;
+mod bytes;
 mod controller;
 mod cooldown;
 mod episode;
@@ -29,6 +31,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use bucket::{Bucket, InFlight};
+pub use bytes::ByteBudget;
 pub use cooldown::{Cooldown, CooldownCause};
 pub use observation::{Answer, Observation, Reaction};
 
@@ -47,8 +50,9 @@ pub struct Pacing {
     /// overrides, a Crawl-delay), boxed so that a host without it costs one pointer: with a
     /// million known hosts, every byte here is a megabyte.
     rare: Option<Box<Rare>>,
-    /// The off-peak window, if the policy has one (boxed: most hosts have none).
-    off_peak: Option<Box<OffPeakClock>>,
+    /// What only some policies ask for: an off-peak window, a byte budget (boxed together: most
+    /// hosts have neither).
+    extra: Option<Box<Extra>>,
     /// The part of the host's budget this instance may use on its own: 1, or `1/instances` while
     /// a shared budget's store cannot be reached. Rates are for all instances; the bucket runs at
     /// this share of them.
@@ -79,7 +83,10 @@ impl Pacing {
             bucket: Bucket::new(rate, policy.pacing.burst, now),
             rate,
             rare: None,
-            off_peak: OffPeakClock::new(policy, (now, wall)),
+            extra: Extra::boxed(
+                OffPeakClock::new(policy, (now, wall)),
+                byte_budget(policy, now),
+            ),
             share: 1.0,
             latency: 0.0,
         }
@@ -143,8 +150,7 @@ impl Pacing {
 
     /// Whether the off-peak window is open at `now`.
     pub fn in_off_peak(&self, now: Instant) -> bool {
-        self.off_peak
-            .as_ref()
+        self.off_peak()
             .is_some_and(|o| o.window.contains(o.wall(now)))
     }
 
@@ -240,8 +246,19 @@ impl Pacing {
     ) {
         self.bucket.set_burst(self.share_of(new.pacing.burst), now);
         let anchor = (now, wall);
-        let anchor = self.off_peak.as_ref().map_or(anchor, |o| o.anchor);
-        self.off_peak = OffPeakClock::new(new, anchor);
+        let anchor = self.off_peak().map_or(anchor, |o| o.anchor);
+        let off_peak = OffPeakClock::new(new, anchor);
+        // A debt is kept (paid at the new rate); a byte budget set anew starts full.
+        let bytes = match (new.pacing.max_bytes_per_second, self.bytes_mut().cloned()) {
+            (Some(rate), Some(mut bytes)) => {
+                let burst = ByteBudget::default_burst(rate, new.pacing.max_bytes_burst);
+                bytes.set(rate, burst, now);
+                Some(bytes)
+            }
+            (Some(_), None) => byte_budget(new, now),
+            (None, _) => None,
+        };
+        self.extra = Extra::boxed(off_peak, bytes);
         self.rate = if new.adaptive.enabled {
             self.rate
                 .clamp(new.adaptive.min_rate, new.adaptive.max_rate)
@@ -293,6 +310,14 @@ impl Pacing {
         }
     }
 
+    fn off_peak(&self) -> Option<&OffPeakClock> {
+        self.extra.as_ref()?.off_peak.as_ref()
+    }
+
+    fn bytes_mut(&mut self) -> Option<&mut ByteBudget> {
+        self.extra.as_mut()?.bytes.as_mut()
+    }
+
     fn rare(&self) -> &Rare {
         self.rare.as_deref().unwrap_or(&Rare::NONE)
     }
@@ -316,7 +341,7 @@ impl Pacing {
     /// The rate in effect: the operator's or our own (the off-peak rate inside its window, scaled
     /// by any cut feedback made), capped by robots.txt and by what the server announced.
     pub fn effective_rate(&self, now: Instant) -> f64 {
-        let own = match &self.off_peak {
+        let own = match self.off_peak() {
             Some(o) if o.window.contains(o.wall(now)) => {
                 o.window.rate * (self.rate / o.configured_rate).min(1.0)
             }
@@ -361,7 +386,24 @@ impl Pacing {
             announced: None,
             ..*self.rare()
         };
-        settled.is_empty() && self.rate >= fresh_rate && self.bucket.is_full(now)
+        settled.is_empty()
+            && self.rate >= fresh_rate
+            && self.bucket.is_full(now)
+            && self.bytes_mut().is_none_or(|b| b.is_full(now))
+    }
+
+    /// Charges `bytes` of response body that went by at `now` to the byte budget, if the host
+    /// has one: a debt holds the host's next turn (see [`ByteBudget`]).
+    pub fn charge_bytes(&mut self, bytes: u64, now: Instant) {
+        if let Some(budget) = self.bytes_mut() {
+            budget.charge(bytes, now);
+        }
+    }
+
+    /// The byte budget's debt at `now` and when it is paid back, if the host has a byte budget.
+    pub fn byte_debt(&mut self, now: Instant) -> Option<(u64, Instant)> {
+        let budget = self.bytes_mut()?;
+        Some((budget.debt(now), budget.ready_at(now)))
     }
 
     /// Expires what has run out and puts the effective rate into the bucket.
@@ -382,6 +424,10 @@ impl Pacing {
     pub fn ready_at(&mut self, now: Instant) -> Instant {
         self.sync(now);
         let mut at = self.bucket.ready_at(now);
+        // With a request rate and a byte rate, the stricter wins: the later of the two.
+        if let Some(bytes) = self.bytes_mut() {
+            at = at.max(bytes.ready_at(now));
+        }
         if let Some(c) = self.block(now) {
             at = at.max(c.until);
         }
@@ -398,7 +444,7 @@ impl Pacing {
     }
 
     fn off_peak_edge(&self, now: Instant) -> Option<Instant> {
-        let clock = self.off_peak.as_ref()?;
+        let clock = self.off_peak()?;
         let wall = clock.wall(now);
         let edge = clock.window.next_edge(wall)?;
         Some(now + edge.duration_since(wall).ok()?)
@@ -575,6 +621,29 @@ impl Pacing {
         });
         None
     }
+}
+
+/// What only some policies ask for, boxed together in [`Pacing`].
+#[derive(Debug, Clone)]
+struct Extra {
+    /// The off-peak window, if the policy has one.
+    off_peak: Option<OffPeakClock>,
+    /// The byte budget, if the policy has `max_bytes_per_second`.
+    bytes: Option<ByteBudget>,
+}
+
+impl Extra {
+    /// The box, if there is anything to put in it.
+    fn boxed(off_peak: Option<OffPeakClock>, bytes: Option<ByteBudget>) -> Option<Box<Extra>> {
+        (off_peak.is_some() || bytes.is_some()).then(|| Box::new(Extra { off_peak, bytes }))
+    }
+}
+
+/// The byte budget `policy` asks for, full at `now`.
+fn byte_budget(policy: &HostPolicy, now: Instant) -> Option<ByteBudget> {
+    let rate = policy.pacing.max_bytes_per_second?;
+    let burst = ByteBudget::default_burst(rate, policy.pacing.max_bytes_burst);
+    Some(ByteBudget::new(rate, burst, now))
 }
 
 /// `rate × factor`, but not below `floor` unless the rate already was.

@@ -19,13 +19,11 @@ impl OffPeakClock {
     pub(super) fn new(
         policy: &HostPolicy,
         anchor: (Instant, std::time::SystemTime),
-    ) -> Option<Box<Self>> {
-        policy.pacing.off_peak.as_ref().map(|window| {
-            Box::new(OffPeakClock {
-                window: window.clone(),
-                configured_rate: policy.pacing.rate,
-                anchor,
-            })
+    ) -> Option<Self> {
+        policy.pacing.off_peak.as_ref().map(|window| OffPeakClock {
+            window: window.clone(),
+            configured_rate: policy.pacing.rate,
+            anchor,
         })
     }
 

@@ -804,3 +804,39 @@ fn a_counted_quota_raises_the_learned_limit_and_zero_remaining_still_pauses() {
     p.observe(&announcing(t0, 5, Some(1.0), None), &aimd, t0, 0.0);
     assert_eq!(p.rate(), 10.0);
 }
+
+/// `max_bytes_per_second`: a body's bytes push the next turn past the token bucket's (the
+/// stricter wins), a reload keeps the debt at the new rate, and unsetting the key drops it.
+#[test]
+fn a_byte_debt_outlasts_the_token_and_a_reload_keeps_it() {
+    let t0 = Instant::now();
+    let mut policy = HostPolicy::default();
+    policy.pacing.rate = 1.0;
+    policy.pacing.max_bytes_per_second = Some(1000);
+    policy.pacing.max_bytes_burst = Some(0);
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
+    assert!(p.try_take(t0, 0.0, 0.0));
+    p.charge_bytes(3000, t0);
+    assert_eq!(
+        p.ready_at(t0),
+        t0 + secs(3.0),
+        "3 kB at 1 kB/s outlast the 1 s token"
+    );
+    assert!(
+        !p.is_fresh(&policy, t0 + secs(0.5)),
+        "a host that owes bytes is kept"
+    );
+    let mut faster = policy.clone();
+    faster.pacing.max_bytes_per_second = Some(2000);
+    p.apply_policy(&policy, &faster, t0 + secs(1.0), UNIX_EPOCH);
+    assert_eq!(p.byte_debt(t0 + secs(1.0)), Some((2000, t0 + secs(2.0))));
+    let mut none = faster.clone();
+    none.pacing.max_bytes_per_second = None;
+    p.apply_policy(&faster, &none, t0 + secs(1.0), UNIX_EPOCH);
+    assert_eq!(p.byte_debt(t0 + secs(1.0)), None);
+    assert_eq!(
+        p.ready_at(t0 + secs(1.0)),
+        t0 + secs(1.0),
+        "only the token is left"
+    );
+}

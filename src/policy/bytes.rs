@@ -1,0 +1,178 @@
+//! The byte budget (`max_bytes_per_second`, `[proxy] global_bytes_per_second`): a bucket of
+//! bytes that response bodies are charged to as they stream, and that may go into debt.
+//!
+//! A response is never slowed: its bytes are charged after they went by, however many they are,
+//! and the balance may fall below zero. While it is below zero the budget's next turn waits, until
+//! the refill at `rate` bytes per second has paid the debt back. So a 1 MiB body at 256 KiB/s
+//! puts the next turn about 4 s after it. An idle budget saves up at most `burst` bytes of credit.
+//!
+//! Pure: every method takes `now`, so the arithmetic is a unit test on explicit instants.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A byte bucket that starts full with `burst` bytes, refills at `rate` bytes per second up to
+/// `burst`, and is charged every byte a response brought, down into debt if need be.
+#[derive(Debug, Clone)]
+pub struct ByteBudget {
+    /// Bytes per second.
+    rate: f64,
+    /// The most credit an idle budget saves up, in bytes.
+    burst: f64,
+    /// Credit in bytes at `updated`; negative is a debt.
+    balance: f64,
+    updated: Instant,
+}
+
+impl ByteBudget {
+    /// A full budget of `rate` bytes per second (at least 1) saving up to `burst` bytes.
+    pub fn new(rate: u64, burst: u64, now: Instant) -> Self {
+        let burst = burst as f64;
+        ByteBudget {
+            rate: (rate.max(1)) as f64,
+            burst,
+            balance: burst,
+            updated: now,
+        }
+    }
+
+    /// The burst of a budget whose file gave none: one second's worth.
+    pub fn default_burst(rate: u64, burst: Option<u64>) -> u64 {
+        burst.unwrap_or(rate)
+    }
+
+    /// Bytes per second.
+    pub fn rate(&self) -> u64 {
+        self.rate as u64
+    }
+
+    /// Changes rate and burst from `now` on (a reload); credit above the new burst is dropped, a
+    /// debt is kept.
+    pub fn set(&mut self, rate: u64, burst: u64, now: Instant) {
+        self.refill(now);
+        self.rate = rate.max(1) as f64;
+        self.burst = burst as f64;
+        self.balance = self.balance.min(self.burst);
+    }
+
+    fn refill(&mut self, now: Instant) {
+        if now > self.updated {
+            let earned = now.duration_since(self.updated).as_secs_f64() * self.rate;
+            self.balance = (self.balance + earned).min(self.burst);
+            self.updated = now;
+        }
+    }
+
+    /// Charges `bytes` that went by at `now` (never refused: the balance may go into debt).
+    pub fn charge(&mut self, bytes: u64, now: Instant) {
+        self.refill(now);
+        self.balance -= bytes as f64;
+    }
+
+    /// The debt at `now` in bytes (0: none).
+    pub fn debt(&mut self, now: Instant) -> u64 {
+        self.refill(now);
+        (-self.balance).max(0.0).ceil() as u64
+    }
+
+    /// The earliest instant the next turn may start: `now` without a debt, else when the refill
+    /// has paid it back (rounded up to whole microseconds, so that waking then finds it paid).
+    pub fn ready_at(&mut self, now: Instant) -> Instant {
+        self.refill(now);
+        if self.balance >= 0.0 {
+            return now;
+        }
+        let secs = -self.balance / self.rate;
+        now + Duration::from_micros((secs * 1e6).ceil().min(1e15) as u64)
+    }
+
+    /// Whether the budget is full at `now` (indistinguishable from a fresh one).
+    pub fn is_full(&mut self, now: Instant) -> bool {
+        self.refill(now);
+        self.balance >= self.burst
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB: u64 = 1024;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// `a` and `b` within a millisecond (floating-point refills round to whole microseconds).
+    fn near(a: Instant, b: Instant) -> bool {
+        let gap = if a > b { a - b } else { b - a };
+        gap <= ms(1)
+    }
+
+    #[test]
+    fn a_mebibyte_at_256_kib_per_second_is_paid_back_in_four_seconds() {
+        let t0 = Instant::now();
+        let mut b = ByteBudget::new(256 * KIB, 0, t0);
+        assert_eq!(b.ready_at(t0), t0, "a fresh budget has no debt");
+        b.charge(1024 * KIB, t0);
+        assert_eq!(b.debt(t0), 1024 * KIB);
+        assert_eq!(b.ready_at(t0), t0 + ms(4000));
+        // Half-way, half the debt is paid; the instant it is paid does not move.
+        assert_eq!(b.debt(t0 + ms(2000)), 512 * KIB);
+        assert_eq!(b.ready_at(t0 + ms(2000)), t0 + ms(4000));
+        assert_eq!(b.ready_at(t0 + ms(4000)), t0 + ms(4000));
+        assert_eq!(b.debt(t0 + ms(4000)), 0);
+    }
+
+    #[test]
+    fn bytes_charged_as_they_stream_add_up_to_the_same_debt() {
+        let t0 = Instant::now();
+        let mut b = ByteBudget::new(256 * KIB, 0, t0);
+        // 1 MiB in 16 charges of 64 KiB over one second: the refill meanwhile pays 256 KiB.
+        for i in 0..16 {
+            b.charge(64 * KIB, t0 + ms(i * 1000 / 15));
+        }
+        let end = t0 + ms(1000);
+        assert!(b.debt(end).abs_diff(768 * KIB) <= 1);
+        assert!(
+            near(b.ready_at(end), t0 + ms(4000)),
+            "4 s after the first byte"
+        );
+    }
+
+    #[test]
+    fn an_idle_budget_saves_up_its_burst_and_no_more() {
+        let t0 = Instant::now();
+        let mut b = ByteBudget::new(100 * KIB, 200 * KIB, t0);
+        assert!(b.is_full(t0));
+        b.charge(150 * KIB, t0);
+        assert_eq!(b.ready_at(t0), t0, "within the burst: no debt");
+        b.charge(150 * KIB, t0);
+        assert_eq!(b.debt(t0), 100 * KIB);
+        assert_eq!(b.ready_at(t0), t0 + ms(1000));
+        // A long idle spell saves up the burst, not more.
+        let later = t0 + ms(60_000);
+        assert!(b.is_full(later));
+        b.charge(300 * KIB, later);
+        assert_eq!(b.ready_at(later), later + ms(1000));
+    }
+
+    #[test]
+    fn a_reload_keeps_the_debt_and_pays_it_at_the_new_rate() {
+        let t0 = Instant::now();
+        let mut b = ByteBudget::new(100 * KIB, 0, t0);
+        b.charge(400 * KIB, t0);
+        assert_eq!(b.ready_at(t0), t0 + ms(4000));
+        b.set(200 * KIB, 50 * KIB, t0 + ms(1000));
+        assert_eq!(b.debt(t0 + ms(1000)), 300 * KIB);
+        assert_eq!(b.ready_at(t0 + ms(1000)), t0 + ms(2500));
+        assert_eq!(b.rate(), 200 * KIB);
+    }
+
+    #[test]
+    fn the_default_burst_is_one_second_of_the_rate() {
+        assert_eq!(ByteBudget::default_burst(1000, None), 1000);
+        assert_eq!(ByteBudget::default_burst(1000, Some(0)), 0);
+    }
+}
