@@ -399,6 +399,22 @@ tls_origin_server() {
 CONF
 }
 
+# An nginx server block for a config begun with nginx_conf_start: plain HTTP on `port` of HOST,
+# serving the files in `root`, with its own stub_status (origin_counts reads it), kept-alive
+# connections that a load run never runs out of.
+static_origin_server() {
+    local port=$1 root=$2
+    cat <<CONF
+    keepalive_timeout 300s;
+    keepalive_requests 100000000;
+    server {
+        listen $HOST:$port;
+        root $root;
+        location = /nginx_status { stub_status; }
+    }
+CONF
+}
+
 # A test CA and an origin certificate it signed (ECDSA P-256, like courtesy's leaves), made with
 # the openssl CLI in `dir`: ca.pem, origin.pem, origin.key. `subject` is the origin's CN, `san`
 # its subjectAltName (`IP:127.0.0.1`, `DNS:*.leaf.test`).

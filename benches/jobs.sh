@@ -54,13 +54,7 @@ head -c 1024 /dev/urandom >"$TMP/nginx/www/1k"
 chmod -R a+rX "$TMP/nginx"
 cat >"$TMP/nginx/nginx.conf" <<EOF
 $(nginx_conf_start "$TMP/nginx")
-    keepalive_timeout 300s;
-    keepalive_requests 100000000;
-    server {
-        listen $HOST:$ORIGIN_PORT;
-        root $TMP/nginx/www;
-        location = /nginx_status { stub_status; }
-    }
+$(static_origin_server "$ORIGIN_PORT" "$TMP/nginx/www")
 }
 EOF
 start_nginx "$TMP/nginx" "$ORIGIN_PORT"

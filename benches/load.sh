@@ -113,13 +113,7 @@ $(nginx_conf_start "$TMP/nginx")
     default_type $BODY_TYPE;
     sendfile on;
     tcp_nodelay on;
-    keepalive_timeout 300s;
-    keepalive_requests 100000000;
-    server {
-        listen $HOST:$ORIGIN_PORT;
-        root $TMP/nginx/www;
-        location = /nginx_status { stub_status; }
-    }
+$(static_origin_server "$ORIGIN_PORT" "$TMP/nginx/www")
 }
 EOF
 start_nginx "$TMP/nginx" "$ORIGIN_PORT"

@@ -33,6 +33,17 @@ fn spawn_send(client: ProxyClient, req: Request<TestBody>) -> tokio::task::JoinH
     tokio::spawn(async move { client.send(req).await })
 }
 
+/// The entry of job `name` in a `/jobs` page.
+fn job_in(page: &serde_json::Value, name: &str) -> serde_json::Value {
+    page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no job {name} in {page}"))
+}
+
 const TOKEN_A: &str = "token-of-crawl-a-0123456789";
 const TOKEN_B: &str = "token-of-crawl-b-0123456789";
 
@@ -391,15 +402,7 @@ async fn jobs_are_seen_in_the_admin_api_metrics_and_status() {
     assert_eq!(status, 200, "{body}");
     let page: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(page["client_auth"], "optional");
-    let job = |name: &str| {
-        page["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["job"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no job {name} in {page}"))
-    };
+    let job = |name: &str| job_in(&page, name);
     let a = job("crawl-a");
     assert_eq!(a["served"], 2);
     assert_eq!(a["weight"], 2.0);
@@ -479,15 +482,7 @@ async fn report_only_hosts_say_what_fairness_would_have_done_per_job() {
     assert_eq!(b.status, 200);
     let (_, body) = admin_call("GET", &courtesy.admin_url("/jobs"), None, "").await;
     let page: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let job = |name: &str| {
-        page["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["job"] == name)
-            .cloned()
-            .unwrap()
-    };
+    let job = |name: &str| job_in(&page, name);
     let a = job("crawl-a");
     // Ten at once at 2/s: nine would have waited, 0.5 s to 4.5 s (22.5 s in all).
     assert_eq!(a["shadow_would_wait"], 9, "{a}");

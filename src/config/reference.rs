@@ -15,17 +15,26 @@ pub const END: &str = "<!-- /keys -->";
 /// The reference tables, one per section, in Markdown.
 pub fn markdown() -> String {
     let mut out = String::new();
-    let one = |doc| paragraph(doc);
     let proxy = [(ProxySettings::DOC, ProxySettings::KEYS)];
-    section_table(&mut out, "[proxy]", &one(ProxySettings::DOC), &proxy);
+    section_table(&mut out, "[proxy]", &paragraph(ProxySettings::DOC), &proxy);
     let admin = [(AdminSettings::DOC, AdminSettings::KEYS)];
-    section_table(&mut out, "[admin]", &one(AdminSettings::DOC), &admin);
+    section_table(&mut out, "[admin]", &paragraph(AdminSettings::DOC), &admin);
     let alerts = [(AlertSettings::DOC, AlertSettings::KEYS)];
-    section_table(&mut out, "[alerts]", &one(AlertSettings::DOC), &alerts);
+    section_table(
+        &mut out,
+        "[alerts]",
+        &paragraph(AlertSettings::DOC),
+        &alerts,
+    );
     let shared = [(SharedSettings::DOC, SharedSettings::KEYS)];
-    section_table(&mut out, "[shared]", &one(SharedSettings::DOC), &shared);
+    section_table(
+        &mut out,
+        "[shared]",
+        &paragraph(SharedSettings::DOC),
+        &shared,
+    );
     let jobs = [(JobSettings::DOC, JobSettings::KEYS)];
-    section_table(&mut out, "[[job]]", &one(JobSettings::DOC), &jobs);
+    section_table(&mut out, "[[job]]", &paragraph(JobSettings::DOC), &jobs);
     section_table(
         &mut out,
         "[defaults] and [[host]]",

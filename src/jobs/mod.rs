@@ -216,12 +216,9 @@ impl Jobs {
         if let Some(state) = self.states.get(name) {
             return state.clone();
         }
-        let name = if configured || self.states.len() < MAX_UNNAMED_JOBS || !fits_a_name(name) {
-            if fits_a_name(name) {
-                name
-            } else {
-                OTHER
-            }
+        let kept_apart = configured || self.states.len() < MAX_UNNAMED_JOBS;
+        let name = if kept_apart && fits_a_name(name) {
+            name
         } else {
             OTHER
         };

@@ -248,13 +248,14 @@ impl<T> Lanes<T> {
         self.lanes[lane].classes[class].front()
     }
 
-    /// When the job whose turn is next last got a turn while waiting, if it did: its front item
-    /// has waited for the job's turn since the later of that and its own arrival. (Across
-    /// instances on a shared store, an instance is placed by that wait, so that a job flooding
-    /// one instance does not hold back another job's request on another one.)
-    pub fn front_served_at(&self) -> Option<tokio::time::Instant> {
-        let (lane, _) = self.pick()?;
-        self.lanes[lane].served_at
+    /// The item whose turn is next, with when its job last got a turn while waiting (`None`:
+    /// not since its lane began). The item has waited for its job's turn since the later of that
+    /// and its own arrival; across instances on a shared store an instance is placed by that wait,
+    /// so that a job flooding one instance does not hold back another job's request on another.
+    pub fn front_with_served_at(&self) -> Option<(&T, Option<tokio::time::Instant>)> {
+        let (lane, class) = self.pick()?;
+        let lane = &self.lanes[lane];
+        Some((lane.classes[class].front()?, lane.served_at))
     }
 
     /// Takes the item whose turn it is, charging its job one turn.
@@ -767,24 +768,24 @@ mod tests {
         assert_eq!(q.pop_front(), Some("low"));
     }
 
+    fn served_at<T>(q: &Lanes<T>) -> Option<tokio::time::Instant> {
+        q.front_with_served_at().and_then(|(_, at)| at)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_next_jobs_last_turn_is_known() {
         let mut q = Lanes::new();
         q.push(&job("a", 1.0), Priority::Normal, 1);
         q.push(&job("a", 1.0), Priority::Normal, 2);
-        assert_eq!(
-            q.front_served_at(),
-            None,
-            "not served since it began waiting"
-        );
+        assert_eq!(served_at(&q), None, "not served since it began waiting");
         tokio::time::advance(std::time::Duration::from_secs(3)).await;
         let served = tokio::time::Instant::now();
         q.pop_front();
-        assert_eq!(q.front_served_at(), Some(served));
+        assert_eq!(served_at(&q), Some(served));
         // B starts waiting at the virtual time A has passed: its turn is next, and it has had none.
         q.push(&job("b", 1.0), Priority::Normal, 3);
         assert_eq!(q.front(), Some(&3));
-        assert_eq!(q.front_served_at(), None, "b has not been served yet");
+        assert_eq!(served_at(&q), None, "b has not been served yet");
     }
 
     #[test]

@@ -50,13 +50,12 @@ pub(super) async fn take_shared_turn(
         // its job last got a turn here, whichever is later. The store places instances by it, so
         // that a job flooding this instance does not hold back another job's request on another
         // instance (and instances with equal demand take turns).
-        let waited = state.queue.front().map_or(Duration::ZERO, |w| {
-            let since = state
-                .queue
-                .front_served_at()
-                .map_or(w.arrived, |served| served.max(w.arrived));
-            since.elapsed()
-        });
+        let waited = state
+            .queue
+            .front_with_served_at()
+            .map_or(Duration::ZERO, |(w, served)| {
+                served.map_or(w.arrived, |at| at.max(w.arrived)).elapsed()
+            });
         (want, waited)
     };
     // With a ceiling on all hosts (an egress token per turn), one turn at a time.

@@ -20,6 +20,8 @@ pub(crate) struct Validator<'a> {
     text: &'a str,
     /// Each problem with its line, in the order found.
     errors: Vec<(usize, String)>,
+    /// The problems of the files this text includes, each message whole (with its own file).
+    included: Vec<String>,
 }
 
 impl<'a> Validator<'a> {
@@ -29,17 +31,21 @@ impl<'a> Validator<'a> {
             name,
             text,
             errors: Vec::new(),
+            included: Vec::new(),
         }
     }
 
     /// The problems found, in the order of the file's lines, or nothing.
+    /// The problems found, in the order of the file's lines (then those of included files), or
+    /// nothing.
     pub(in crate::config) fn finish(mut self) -> Result<(), ConfigErrors> {
-        if self.errors.is_empty() {
+        if self.errors.is_empty() && self.included.is_empty() {
             return Ok(());
         }
         self.errors.sort_by_key(|(line, _)| *line);
+        let own = self.errors.into_iter().map(|(_, e)| e);
         Err(ConfigErrors {
-            errors: self.errors.into_iter().map(|(_, e)| e).collect(),
+            errors: own.chain(self.included).collect(),
         })
     }
 
@@ -50,10 +56,7 @@ impl<'a> Validator<'a> {
 
     /// Takes on the problems of another text (a file this one includes), after this text's own.
     pub(in crate::config) fn absorb(&mut self, errors: ConfigErrors) {
-        let last = self.errors.iter().map(|(line, _)| *line).max().unwrap_or(0);
-        for (i, e) in errors.errors.into_iter().enumerate() {
-            self.errors.push((last + 1 + i, e));
-        }
+        self.included.extend(errors.errors);
     }
 
     /// Reports `message` at byte `offset` of the text, as `name:line: message`.
