@@ -22,8 +22,7 @@ use crate::config::{ClientAuth, Config, JobSettings, Priority};
 use crate::limiter::lanes::JobTag;
 pub use quota::{QuotaLeft, QuotaTicket};
 
-/// The job of requests that name none.
-pub const ANONYMOUS: &str = "anonymous";
+pub use crate::limiter::lanes::ANONYMOUS;
 
 /// Where the names of jobs no `[[job]]` names go past [`MAX_UNNAMED_JOBS`] (and the label
 /// metrics give every job not configured).

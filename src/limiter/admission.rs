@@ -84,7 +84,7 @@ impl<S: AsRef<str>> From<(S, u16)> for Admission<'static> {
 
 /// The job of requests that name none.
 static ANONYMOUS: std::sync::LazyLock<JobTag> =
-    std::sync::LazyLock::new(|| JobTag::new(crate::jobs::ANONYMOUS, 1.0));
+    std::sync::LazyLock::new(|| JobTag::new(super::lanes::ANONYMOUS, 1.0));
 
 /// What trying a request at once came to.
 enum TryNow {

@@ -47,6 +47,9 @@ use std::sync::Arc;
 
 pub use crate::config::Priority;
 
+/// The job of requests that name none (`crate::jobs` names jobs; the queue needs only this one).
+pub const ANONYMOUS: &str = "anonymous";
+
 /// The slot of a priority class in a lane (0 is served first).
 fn index(priority: Priority) -> usize {
     match priority {
