@@ -6,7 +6,10 @@
 # (nothing lost, hung, corrupted or duplicated; no POST resent; no arrival inside a Retry-After
 # window) are the gate.
 #
-# Usage: benches/soak_shared.sh [soak.sh's arguments]   (report: benches/SOAK_SHARED_RESULTS.md)
+# Usage: benches/soak_shared.sh [--roomy] [soak.sh's arguments]
+#   (report: benches/SOAK_SHARED_RESULTS.md; with --roomy, benches/SOAK_SHARED_ROOMY_RESULTS.md)
+#   --roomy: a deep burst and a wide concurrency cap (rate 200, burst 100, concurrency 32), so
+#   that the hosts are served from allowances (turns leased ahead) between the storms.
 #
 # Loopback only; the processes started (redis-server x2, redis-sentinel x3) are stopped by
 # their own PIDs on exit.
@@ -61,4 +64,10 @@ log "store: master :$master (pid $master_pid), replica :$replica (pid $replica_p
 export SOAK_EXTRA_CONFIG=$'[shared]\nredis_url = "redis+sentinel://'"$urls"$'/courtesy-soak"\ninstances = 1\n'
 export SOAK_STALL_PID="$master_pid,$replica_pid"
 export SOAK_FAILOVER_CMD="redis-cli -p ${sentinels[0]##*:} SENTINEL FAILOVER courtesy-soak"
-bash benches/soak.sh --out benches/SOAK_SHARED_RESULTS.md "$@"
+out=benches/SOAK_SHARED_RESULTS.md
+if [[ ${1:-} == --roomy ]]; then
+    shift
+    export SOAK_PACING=$'rate = 200.0\nburst = 100\nconcurrency = 32'
+    out=benches/SOAK_SHARED_ROOMY_RESULTS.md
+fi
+bash benches/soak.sh --out "$out" "$@"

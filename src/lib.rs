@@ -28,10 +28,12 @@
 //! | `robots` | robots.txt rules, cache and verdicts (the fetch itself is the proxy's) |
 //! | `cache` | the on-disk response store (`cache = "revalidate" \| "dev"`) |
 //! | `alerts` | the block webhook |
+//! | `telemetry` | traces of every request over OpenTelemetry (OTLP/HTTP), off unless `[telemetry] otlp_endpoint` is set |
 //! | `metrics` | Prometheus metrics, host label bounded |
 //! | `state` | what survives a restart: cooldowns, pauses, overrides, learned rates |
 //! | `admin` | the admin listener: metrics, host API, overrides, reload, dashboard, CA |
 //! | `views` | the typed JSON of the host table, shared by the admin API, the dashboard and `status` |
+//! | `explain` | a host's state in words (`explain` in `/hosts`): what its next request waits for, until when |
 //! | [`client_env`] | `courtesy env`: the shell lines that point a crawler at courtesy |
 //! | [`status`] | `courtesy status`: the host table of a running instance |
 //! | [`log_writer`] | log lines to stderr in batches, off the request path |
@@ -51,6 +53,7 @@ mod cache;
 pub mod client_env;
 pub mod config;
 mod connections;
+mod explain;
 mod feedback;
 mod files;
 mod gate;
@@ -75,6 +78,7 @@ mod shared;
 mod state;
 pub mod status;
 mod tasks;
+mod telemetry;
 pub mod tls;
 #[cfg(test)]
 mod untrusted_input;

@@ -49,6 +49,8 @@ enum Command {
         /// Print the jobs (who waits, who was served, quotas) instead of the hosts.
         #[arg(long)]
         jobs: bool,
+        /// Print one host (`shop.test:443`, or a name) and what it waits for, in words.
+        host: Option<String>,
     },
     /// Print the shell lines that point a crawler's environment at courtesy:
     /// eval "$(courtesy env)".
@@ -113,7 +115,8 @@ fn main() -> ExitCode {
             admin,
             token,
             jobs,
-        }) => status(config.as_deref(), admin, token, jobs),
+            host,
+        }) => status(config.as_deref(), admin, token, jobs, host.as_deref()),
         Some(Command::Run(args)) => run(args),
         None => run(cli.run),
     };
@@ -209,6 +212,7 @@ fn status(
     admin: Option<std::net::SocketAddr>,
     token: Option<String>,
     jobs: bool,
+    host: Option<&str>,
 ) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
     let config = load(config)?;
@@ -223,6 +227,10 @@ fn status(
     if jobs {
         let page = runtime.block_on(courtesy::status::fetch_jobs(admin, token.as_deref()))?;
         return emit(&courtesy::status::render_jobs(&page));
+    }
+    if let Some(host) = host {
+        let view = runtime.block_on(courtesy::status::fetch_host(admin, token.as_deref(), host))?;
+        return emit(&courtesy::status::render_host(&view));
     }
     let hosts = runtime.block_on(courtesy::status::fetch_hosts(admin, token.as_deref()))?;
     emit(&courtesy::status::render(

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::limiter::Limiter;
 
 /// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
-/// directory, upstream TLS settings, `hosts_file`, `deny_destinations` and `allow_destinations`, the shared store (`[shared]`) and setting or lifting
+/// directory, upstream TLS settings, `hosts_file`, `deny_destinations` and `allow_destinations`, the shared store (`[shared]`), traces (`[telemetry]`) and setting or lifting
 /// `global_rate` (and `global_bytes_per_second`) need a restart; a change to them is reported and ignored.
 /// On errors the old config stays.
 pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
@@ -66,6 +66,10 @@ pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
         kept.push("[shared]");
     }
     new.shared = old.shared.clone();
+    if new.telemetry != old.telemetry {
+        kept.push("[telemetry]");
+    }
+    new.telemetry = old.telemetry.clone();
     new.proxy.listen = old.proxy.listen;
     new.proxy.admin_listen = old.proxy.admin_listen;
     new.proxy.state_dir = old.proxy.state_dir.clone();

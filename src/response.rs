@@ -170,7 +170,7 @@ pub fn refusal(refusal: &Refusal, host: &str) -> Response<ProxyBody> {
             &format!("queue for {host} is full ({max_queue} requests waiting)"),
             Some(*retry_after),
         ),
-        Refusal::WaitedTooLong { waited } => local(
+        Refusal::WaitedTooLong { waited, .. } => local(
             StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectionLimitReached,
             &format!(

@@ -138,18 +138,22 @@ pub async fn run(
             config.proxy.allow_destinations.clone(),
         )),
     );
-    let proxy = Arc::new(Proxy::new(
-        live.clone(),
-        limiter.clone(),
-        vec![proxy_addr, admin_addr],
-        interceptor.clone(),
-        UpstreamSetup {
-            keyer: keyer.clone(),
-            tls: upstream_tls,
-        },
-        metrics.clone(),
-        connections.clone(),
-    ));
+    let telemetry = crate::telemetry::Telemetry::start(&config.telemetry, upstream_tls.clone())?;
+    let proxy = Arc::new(
+        Proxy::new(
+            live.clone(),
+            limiter.clone(),
+            vec![proxy_addr, admin_addr],
+            interceptor.clone(),
+            UpstreamSetup {
+                keyer: keyer.clone(),
+                tls: upstream_tls,
+            },
+            metrics.clone(),
+            connections.clone(),
+        )
+        .with_telemetry(telemetry.clone()),
+    );
     let admin = Arc::new(
         Admin::new(
             live.clone(),
@@ -267,6 +271,9 @@ pub async fn run(
         );
     }
     background.finish().await;
+    if let Some(telemetry) = telemetry {
+        telemetry.shut_down().await;
+    }
     info!("courtesy stopped");
     Ok(())
 }

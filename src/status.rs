@@ -62,6 +62,26 @@ pub async fn fetch_jobs(admin: SocketAddr, token: Option<&str>) -> anyhow::Resul
     fetch_json(&client, admin, token, "/jobs").await
 }
 
+/// `/hosts/<host>` of the admin listener at `admin`: one host (`host:port`, a host name, or a
+/// shared key), with its state in words.
+pub async fn fetch_host(
+    admin: SocketAddr,
+    token: Option<&str>,
+    host: &str,
+) -> anyhow::Result<HostView> {
+    let client: AdminClient = Client::builder(TokioExecutor::new()).build_http();
+    let host = percent_encoding::utf8_percent_encode(host, percent_encoding::NON_ALPHANUMERIC);
+    fetch_json(&client, admin, token, &format!("/hosts/{host}")).await
+}
+
+/// One host: its key, state, rate, queue and in flight, and what it waits for, in words.
+pub fn render_host(h: &HostView) -> String {
+    format!(
+        "{}: {} at {:.3}/s, {} queued, {} in flight\n{}\n",
+        h.host, h.state, h.rate, h.queued, h.in_flight, h.explain
+    )
+}
+
 /// The JSON answer of the admin API at `path`, within 10 s.
 async fn fetch_json<T: serde::de::DeserializeOwned>(
     client: &AdminClient,

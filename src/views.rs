@@ -146,6 +146,8 @@ pub struct HostView {
     pub names_truncated: bool,
     /// `paused`, `cooling_down`, `queued`, `active` or `idle`.
     pub state: String,
+    /// The host's state in words: what its next request waits for, and until when.
+    pub explain: String,
     /// The rate in effect (after the operator's rate and the server's caps), per second.
     pub rate: f64,
     /// courtesy's own (adaptive) rate.
@@ -174,6 +176,22 @@ pub struct HostView {
     /// With `max_bytes_per_second`: the byte budget's debt now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub byte_debt: Option<ByteDebtView>,
+    /// With a shared budget: the turns this instance holds leased ahead from the store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ahead: Option<AheadView>,
+}
+
+/// An allowance: a shared host's turns leased ahead from the store and spent by this instance
+/// without a round trip each (docs/several-instances.md, "Allowances").
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AheadView {
+    /// Turns left to spend.
+    pub turns: u32,
+    /// Concurrency slots the store holds for them.
+    pub slots: u32,
+    /// Of those, slots carrying a request now.
+    pub in_use: u32,
 }
 
 /// A host's byte budget (`max_bytes_per_second`) as it stands.
@@ -250,7 +268,7 @@ pub struct PolicyView {
     /// `enforce` (`false`: report-only).
     #[serde(default = "enforcing")]
     pub enforce: bool,
-    /// `controller` (how an adaptive rate moves).
+    /// `controller` (how an adaptive rate moves); a courtesy too old to say ran AIMD.
     #[serde(default = "aimd")]
     pub controller: Controller,
     /// `upstream_proxy`: `direct`, or the parent as `scheme://host:port`, never its credentials.
@@ -349,6 +367,7 @@ impl HostView {
             names: s.names.clone(),
             names_truncated: s.names_truncated,
             state: s.state().to_string(),
+            explain: crate::explain::explain(s, now_wall),
             rate: round3(s.rate),
             own_rate: round3(s.own_rate),
             configured_rate: s.policy.pacing.rate,
@@ -401,6 +420,11 @@ impl HostView {
             byte_debt: s.byte_debt.map(|(bytes, left)| ByteDebtView {
                 bytes,
                 seconds: round3(left.as_secs_f64()),
+            }),
+            ahead: s.ahead.map(|(turns, slots, in_use)| AheadView {
+                turns,
+                slots,
+                in_use,
             }),
         }
     }

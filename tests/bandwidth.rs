@@ -147,3 +147,31 @@ async fn the_global_byte_ceiling_holds_all_hosts_together() {
     );
     assert_eq!(page["total"]["response_bytes"], 6 * 256 * 1024, "{body}");
 }
+
+/// Two instances on one Redis keep one byte budget: a mebibyte fetched through one puts the next
+/// turn through the other about four seconds later, and turns alternating between them stay four
+/// seconds apart at the origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_on_one_store_keep_one_byte_budget() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = serving("127.0.0.2", 1024 * KIB).await;
+    let all = instances_on(
+        2,
+        &redis.shared_section("instances = 2"),
+        "[defaults]\nrate = 100\nburst = 1\nmax_wait_seconds = 30\n\
+         [[host]]\nmatch = \"127.0.0.2\"\nmax_bytes_per_second = 262144\nmax_bytes_burst = 0\n",
+    )
+    .await;
+    all_seen(&all).await;
+    for i in 0..3 {
+        fetch_in_turn(&all[i % 2], &origin, 1, 1024 * KIB).await;
+    }
+    let gaps = gaps(&origin);
+    eprintln!("gaps between turns across two instances, 1 MiB at 256 KiB/s: {gaps:?}");
+    assert_eq!(gaps.len(), 2);
+    for gap in &gaps {
+        assert!((3.8..=5.5).contains(gap), "gaps {gaps:?}");
+    }
+}

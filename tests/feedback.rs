@@ -148,17 +148,19 @@ async fn practice(ip: &str, config: &str, rates: (f64, f64), share_429: f64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_seed_practice_exercise_converges_below_the_servers_limit() {
-    let config = "[defaults]\nrate = 10\nburst = 1\nadaptive = true\nmax_rate = 10\n";
-    practice("127.0.0.2", config, (2.0, 5.0), 0.05).await;
+async fn the_seed_practice_exercise_on_defaults_uses_nearly_all_the_server_allows() {
+    // The exercise's own settings (10/s, adaptive), everything else as shipped: the default
+    // controller, the learned limit. Ten seconds touch eleven of the origin's whole seconds: at
+    // most 55 arrivals.
+    let config = "[defaults]\nrate = 10\nadaptive = true\nmax_rate = 10\n";
+    practice("127.0.0.2", config, (4.3, 5.5), 0.02).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_learned_limit_uses_nearly_all_the_practice_exercise_allows() {
+async fn aimd_stays_selectable_and_converges_below_the_servers_limit() {
     let config = "[defaults]\nrate = 10\nburst = 1\nadaptive = true\nmax_rate = 10\n\
-                  controller = \"cubic\"\n";
-    // Ten seconds touch eleven of the origin's whole seconds: at most 55 arrivals.
-    practice("127.0.0.15", config, (4.3, 5.5), 0.02).await;
+                  controller = \"aimd\"\n";
+    practice("127.0.0.15", config, (2.0, 5.0), 0.05).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -256,32 +256,10 @@ async fn a_turn_reserved_for_a_host_that_closes_meanwhile_gives_its_slot_back() 
 /// Two instances of a 10/s budget (burst 1, so 5/s each in fallback) and 3 clients on each.
 const TWO_OF_TEN: &str = "[defaults]\nrate = 10.0\nburst = 1\nconcurrency = 8\nadaptive = false\nmax_wait_seconds = 20\n";
 
-/// Hammers both instances until `end`; every request must be answered 200 by then plus 5 s.
+/// Hammers both instances (3 clients each) until `end`; every request must be answered 200 by
+/// then plus 5 s.
 async fn hammer_both(all: &[Courtesy], origin: &Origin, end: Instant) {
-    let mut tasks = Vec::new();
-    for c in all {
-        for i in 0..3 {
-            let client = c.client();
-            let url = origin.url(&format!("/p{i}"));
-            tasks.push(tokio::spawn(async move {
-                let mut conn = client.connect().await;
-                while Instant::now() < end {
-                    assert_eq!(conn.get(&url).await.status, StatusCode::OK);
-                }
-            }));
-        }
-    }
-    let all_done = async {
-        for t in tasks {
-            t.await.unwrap();
-        }
-    };
-    tokio::time::timeout(
-        end.saturating_duration_since(Instant::now()) + Duration::from_secs(5),
-        all_done,
-    )
-    .await
-    .expect("no client hangs");
+    hammer_instances(all, &origin.url("/p"), 3, end, Duration::from_secs(5)).await;
 }
 
 /// Arrivals at `origin` between `from` and `to`.

@@ -23,9 +23,11 @@
 //!
 //! and, run apart (`benches/adaptive.sh`, `--only 7`):
 //!
-//! 7. **Adaptive rate** (`adaptive.rs`): courtesy's controllers (`cubic`, `aimd`) and an
-//!    AutoThrottle-style delay against rate-limited origins (constant 5/s, 5 → 2 → 8, latency
-//!    under load), 8 polite clients, `--adaptive-seconds` per run (default 300).
+//! 7. **Adaptive rate** (`adaptive/`): issue 27's table end to end: courtesy's default
+//!    controller (no `controller` key), `aimd` and an AutoThrottle-style delay against
+//!    rate-limited origins (constant 5/s and 5 → 2 → 8 kept three ways, announced in RateLimit
+//!    headers, one-second windows with whole-second resets, latency under load with fixed rates
+//!    for the best one), 8 polite clients, `--adaptive-seconds` per run (default 300).
 //!
 //! Timing is sensitive to other load on the machine: scenarios 1 and 6 are run again (at most 3
 //! runs) while other processes used more than 20 % of a core, and the quietest run is reported.
@@ -224,7 +226,7 @@ async fn run(args: Args) -> anyhow::Result<String> {
     }
     let heading = if args.only == [ADAPTIVE] {
         Heading {
-            title: "courtesy adaptive rate benchmark (issue 16)",
+            title: "courtesy adaptive rate benchmark (issue 27)",
             script: "benches/adaptive.sh",
         }
     } else if args.only.iter().all(|n| SHARED.contains(n)) {

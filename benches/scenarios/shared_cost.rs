@@ -6,9 +6,11 @@
 //! commands Redis executed per request and, from a 0.5 s sample that logs every command,
 //! courtesy's round trips per request by script.
 //!
-//! With a shared budget one reservation is in flight per host and instance, and it reserves a
-//! turn for each request waiting (at most 16), so one host's throughput is bounded by the store's
-//! round trip times the turns per call; on 16 hosts the reservations overlap.
+//! With a shared budget one reservation is in flight per host and instance. A host with room to
+//! spare (as here) is served from allowances: turns and slots leased ahead from the store and
+//! spent without a round trip each, coming back about four times a second or when they run out;
+//! a host without (paced, or contended) gets one round trip per turn, or one for the turns of
+//! up to 16 waiting requests.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -137,7 +139,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
             section.rows.push(
                 row(
                     format!("{on}: round trips to Redis before a request is sent (reserve)"),
-                    "at most 1 per request (fewer when one call reserves the turns of several waiting requests)",
+                    "at most 1 per request (fewer when one call reserves the turns of several waiting requests, or leases them ahead)",
                     format!("{reserve:.3}{full}"),
                 )
                 .judged(reserve > 0.0 && reserve <= 1.05 && !sample.full),

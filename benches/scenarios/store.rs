@@ -203,8 +203,9 @@ pub fn parse_command_stats(text: &str) -> BTreeMap<String, CommandStat> {
 }
 
 /// What one logged command was: a courtesy script by its name, told apart by its keys (see
-/// `src/shared/scripts.rs`): a reservation takes four keys per host (budget, leases, waiting
-/// list and its expiries; a multiple of four when one call carries several hosts); release takes
+/// `src/shared/scripts.rs`): a reservation takes five keys (budget, leases, waiting list and its
+/// expiries, allowances), and one that wants no turn (its thirteenth argument `0`) only settles
+/// an allowance ("settle"); release takes
 /// the budget, lease and waiting-list keys, withdraw the waiting list, its expiries and the
 /// budget (its first key ends in `:q`); report and operator take the budget key, the operator's
 /// first argument being its action; heartbeat takes the instance set, renew the lease key. Any
@@ -221,7 +222,8 @@ fn classify(args: &[String], _channel: &str) -> String {
     let key = args.get(3).map(String::as_str).unwrap_or("");
     let keys = numkeys.and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
     let kind = match numkeys {
-        _ if keys >= 4 && keys % 4 == 0 => "reserve",
+        _ if keys == 5 && args.get(3 + keys + 12).is_some_and(|want| want == "0") => "settle",
+        _ if keys == 5 => "reserve",
         Some("3") if key.ends_with(":q") => "withdraw",
         Some("3") => "release",
         Some("1") if key.ends_with(":instances") => "heartbeat",

@@ -22,7 +22,7 @@
 //! | `policy.rs` | [`HostPolicy`], its groups of keys and their defaults, the [`OffPeak`] window |
 //! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`], [`Controller`] |
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
-//! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`], [`SharedSettings`]: their keys and defaults |
+//! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`], [`TelemetrySettings`], [`SharedSettings`]: their keys and defaults |
 //! | `parent.rs` | [`UpstreamProxy`] and [`Route`]: parent proxy URLs, parsed and redacted |
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
 
@@ -62,7 +62,9 @@ pub use pattern::{HostPattern, HostRule};
 pub use policy::{
     Adaptive, Blocks, BudgetScope, Cooldown, Forward, HostPolicy, OffPeak, Pacing, Robots,
 };
-pub use settings::{AdminSettings, AlertSettings, ProxySettings, SharedSettings};
+pub use settings::{
+    AdminSettings, AlertSettings, ProxySettings, SharedSettings, TelemetrySettings,
+};
 pub use word::ConfigWord;
 
 use validate::Validator;
@@ -84,6 +86,8 @@ pub struct Config {
     pub admin: AdminSettings,
     /// `[alerts]`.
     pub alerts: AlertSettings,
+    /// `[telemetry]`.
+    pub telemetry: TelemetrySettings,
     /// `[shared]`: the store several instances keep one budget in; `None`, this instance's own.
     pub shared: Option<SharedSettings>,
 }
@@ -98,6 +102,7 @@ impl Default for Config {
             jobs: Vec::new(),
             admin: AdminSettings::default(),
             alerts: AlertSettings::default(),
+            telemetry: TelemetrySettings::default(),
             shared: None,
         }
     }
@@ -127,6 +132,7 @@ impl Config {
         let proxy = v.proxy(&file.proxy);
         let admin = v.admin(&file.admin, &proxy);
         let alerts = v.alerts(&file.alerts);
+        let telemetry = v.telemetry(&file.telemetry);
         let shared = v.shared(file.shared.as_ref());
         let mut base = HostPolicy::default();
         base.forward.upstream = proxy.upstream_proxy.clone();
@@ -166,6 +172,7 @@ impl Config {
             jobs,
             admin,
             alerts,
+            telemetry,
             shared,
         })
     }

@@ -140,7 +140,7 @@ keys! {
         /// Bytes are charged as each response streams (never slowed: the client reads at its
         /// own speed); once they exceed the budget, the host's NEXT turn waits until the debt
         /// is paid back at this rate (1 MiB at 262144 waits 4 s). With `rate`, the stricter
-        /// wins. Per instance, also with [shared]. Blind tunnels (https = "tunnel") and
+        /// wins. With [shared], one budget for all instances. Blind tunnels (https = "tunnel") and
         /// responses served from the store are not counted.
         max_bytes_per_second: Option<u64> = None,
             from max_bytes_per_second: i64, Maybe(Count { min: 1, max: 1 << 40 }),
@@ -159,30 +159,33 @@ keys! {
         /// Adapt the rate to feedback between `min_rate` and `max_rate`; `rate` is where it
         /// starts.
         enabled: bool = false, from adaptive: bool, Flag;
-        /// How the adaptive rate moves: `"aimd"`, or `"cubic"` (the learned limit).
+        /// How the adaptive rate moves: `"cubic"` (the learned limit, the default) or `"aimd"`.
         ///
-        ///   "aimd": 429/overload -> x decrease_factor, slow -> x slow_factor, healthy while the
-        ///           budget was the bottleneck -> + increase_step; after a cooldown,
-        ///           resume_factor x the rate.
         ///   "cubic": the learned limit. A 429 teaches the rate the server allows (what it served
         ///           lately, and at least learned_margin below the rate that met it; a long
         ///           Retry-After lowers it); the rate resumes just below it, comes back to it on a
-        ///           cubic curve over probe_after_seconds, then probes past it slowly, faster the
-        ///           longer the server says yes. A limit met again at the same rate is probed less
-        ///           often (up to 2 x probe_after_seconds). Latency (smoothed) above
-        ///           slow_response_ms cuts the rate in proportion; from 80 % of it the rate holds.
-        ///           The first 429 cuts by decrease_factor; increase_step applies until then. A
-        ///           quota the server announces (RateLimit-Policy, RateLimit-Limit,
-        ///           X-RateLimit-Limit) is the learned limit at once, up or down, without a 429.
-        /// aimd stays the default: where a server does not announce its quota, aimd still finds
-        /// a raised limit sooner (docs/reacting.md, "The adaptive rate: two controllers").
-        controller: Controller = Controller::Aimd, from controller: String, Word;
-        /// cubic: how long after a cut the rate takes to come back to the learned limit, and as
-        /// long again before it probes past it.
-        probe_after: Duration = Duration::from_secs(30),
+        ///           cubic curve over probe_after_seconds, then probes past it (slowly, then
+        ///           doubling once 30 % past it: a limit that rose is found within seconds). A
+        ///           limit that holds creeps up by at most learned_margin per probe, to where it
+        ///           holds. Latency (smoothed) above slow_response_ms cuts the rate in
+        ///           proportion; from 80 % of it the rate holds. The first 429 cuts by
+        ///           decrease_factor; increase_step applies until then. A quota the server
+        ///           announces (RateLimit-Policy, RateLimit-Limit, X-RateLimit-Limit) is the
+        ///           learned limit at once, up or down, without a 429.
+        ///   "aimd": 429/overload -> x decrease_factor, slow -> x slow_factor, healthy while the
+        ///           budget was the bottleneck -> + increase_step; after a cooldown,
+        ///           resume_factor x the rate.
+        /// cubic is the default: it meets the adaptive targets where aimd does not
+        /// (docs/reacting.md, "The adaptive rate: two controllers"; benches/ADAPTIVE_RESULTS.md).
+        controller: Controller = Controller::Cubic, from controller: String, Word;
+        /// cubic: how long after a cut the rate takes to come back to the learned limit before it
+        /// probes past it: a limit that rose is found about this long (plus ~7 s) after it rose;
+        /// each probe of a limit that held costs one 429.
+        probe_after: Duration = Duration::from_secs(20),
             from probe_after_seconds: f64, Seconds { min: 0.1, max: 3600.0 };
         /// cubic: the learned limit is at least this far below the rate that met a 429 (0.03:
-        /// 3 % below), and this far under a quota the server announces.
+        /// 3 % below), this far under a quota the server announces, and a limit that held
+        /// rises by at most this share per probe.
         learned_margin: f64 = 0.03, from learned_margin: f64, between(0.0, 0.5);
         /// The lowest rate adaptation or a cooldown may bring the host to.
         min_rate: f64 = 0.2, from min_rate: f64, between(1e-6, 1e6);

@@ -10,8 +10,16 @@ use super::validate::Validator;
 use super::{line_of, ConfigErrors};
 
 /// The sections a file may have, in the order messages list them.
-const SECTIONS: [&str; 8] = [
-    "include", "proxy", "defaults", "host", "job", "admin", "alerts", "shared",
+const SECTIONS: [&str; 9] = [
+    "include",
+    "proxy",
+    "defaults",
+    "host",
+    "job",
+    "admin",
+    "alerts",
+    "telemetry",
+    "shared",
 ];
 
 /// The file's sections; a syntax error ends reading at once, every other problem goes to `v`.
@@ -64,7 +72,7 @@ pub(super) fn read<'t>(
                     &format!("{key}: invalid type: expected an array of tables ([[{key}]])"),
                 ),
             },
-            "proxy" | "defaults" | "admin" | "alerts" | "shared" => {
+            "proxy" | "defaults" | "admin" | "alerts" | "telemetry" | "shared" => {
                 let Some(section) = section_of(value) else {
                     v.error(
                         at,
@@ -77,6 +85,7 @@ pub(super) fn read<'t>(
                     "defaults" => file.defaults = section,
                     "admin" => file.admin = section,
                     "alerts" => file.alerts = section,
+                    "telemetry" => file.telemetry = section,
                     _ => file.shared = Some(section),
                 }
             }

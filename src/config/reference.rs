@@ -4,7 +4,10 @@
 //! is made here (and rewrites them with `COURTESY_WRITE_DOCS=1`).
 
 use super::keys::{Group, Key};
-use super::{AdminSettings, AlertSettings, HostPolicy, JobSettings, ProxySettings, SharedSettings};
+use super::{
+    AdminSettings, AlertSettings, HostPolicy, JobSettings, ProxySettings, SharedSettings,
+    TelemetrySettings,
+};
 
 /// The line before the generated part of `docs/configuration.md`.
 pub const BEGIN: &str =
@@ -25,6 +28,13 @@ pub fn markdown() -> String {
         "[alerts]",
         &paragraph(AlertSettings::DOC),
         &alerts,
+    );
+    let telemetry = [(TelemetrySettings::DOC, TelemetrySettings::KEYS)];
+    section_table(
+        &mut out,
+        "[telemetry]",
+        &paragraph(TelemetrySettings::DOC),
+        &telemetry,
     );
     let shared = [(SharedSettings::DOC, SharedSettings::KEYS)];
     section_table(
@@ -112,6 +122,8 @@ pub fn config_file() -> String {
     file_section(&mut out, "[admin]", &admin, false);
     let alerts = [(AlertSettings::DOC, AlertSettings::KEYS)];
     file_section(&mut out, "[alerts]", &alerts, false);
+    let telemetry = [(TelemetrySettings::DOC, TelemetrySettings::KEYS)];
+    file_section(&mut out, "[telemetry]", &telemetry, false);
     let shared = [(SharedSettings::DOC, SharedSettings::KEYS)];
     file_section(&mut out, "[shared]", &shared, true);
     let jobs = [(JobSettings::DOC, JobSettings::KEYS)];

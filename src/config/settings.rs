@@ -1,5 +1,5 @@
-//! Settings of the process rather than of a host: `[proxy]`, `[admin]`, `[alerts]` and
-//! `[shared]`, each key written once with its doc, default and range (see `keys`).
+//! Settings of the process rather than of a host: `[proxy]`, `[admin]`, `[alerts]`,
+//! `[telemetry]` and `[shared]`, each key written once with its doc, default and range (see `keys`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -80,6 +80,15 @@ keys! {
         /// (http_response_timeout).
         response_timeout: Duration = Duration::from_secs(60),
             from response_timeout_seconds: f64, Seconds { min: 0.001, max: 86400.0 };
+        /// Whether every answer to a client carries a Server-Timing header with how long
+        /// courtesy held the request and why (and how long the origin took).
+        ///
+        /// Server-Timing: courtesy-wait;dur=812.4;desc="rate", courtesy-upstream;dur=95.0
+        /// (milliseconds). The reason is one word: none, rate, concurrency, cooldown, block,
+        /// paused, crawl_delay, global_cap, byte_budget, shared_store, job_share or queue; see
+        /// docs/why-did-it-wait.md. Added after an origin's own Server-Timing, never sent
+        /// upstream; local answers (429, 503, 502...) carry courtesy-wait too.
+        server_timing: bool = true, from server_timing: bool, Flag;
         /// Requests in flight to all hosts together (a global cap on top of each host's
         /// concurrency).
         max_in_flight: usize = 512, from max_in_flight: i64, Count { min: 1, max: 1_000_000 };
@@ -195,6 +204,27 @@ keys! {
         /// How long one POST may take; it is never retried in a loop.
         webhook_timeout: Duration = Duration::from_secs(5),
             from webhook_timeout_seconds: f64, Seconds { min: 0.1, max: 60.0 };
+    }
+}
+
+keys! {
+    /// Traces of every request over OpenTelemetry (`[telemetry]`): off unless otlp_endpoint is
+    /// set; see docs/why-did-it-wait.md.
+    pub struct TelemetrySettings in TelemetrySettings as KEYS {
+        /// An OTLP/HTTP receiver (the OpenTelemetry Collector, Jaeger, Tempo...): spans go there as
+        /// protobuf, POST <this>/v1/traces; unset: no traces.
+        ///
+        /// One span per request (courtesy.request) with children for its waits (with the
+        /// reason), the robots.txt check, each upstream exchange and the shared store's round
+        /// trip; a client's W3C traceparent is continued, and passed to the origin only when the
+        /// client sent one. Spans are batched and sent off the request path; a collector that is
+        /// down costs a log line now and then, never a wait (spans beyond 2048 queued are
+        /// dropped). A reload does not turn traces on or off (restart).
+        otlp_endpoint: Option<http::Uri> = None, from otlp_endpoint: String, Maybe(Webhook),
+            example "\"http://127.0.0.1:4318\"";
+        /// How long one export to the receiver may take, retries included.
+        timeout: Duration = Duration::from_secs(10),
+            from timeout_seconds: f64, Seconds { min: 0.1, max: 300.0 };
     }
 }
 

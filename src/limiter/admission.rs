@@ -15,9 +15,11 @@ use tokio::time::{timeout_at, Instant};
 use super::budget::{Kept, Turn};
 use super::host::{Host, Waiter};
 use super::lanes::{JobTag, Priority};
+use super::waits::Asker;
 use super::{dispatch, shadow, Limiter, Permit, Refusal};
 use crate::config::OnCooldown;
 use crate::keys::BudgetKey;
+use crate::policy::WaitReason;
 
 /// What the limiter needs to know of one request asking for its turn: the budget it spends, its
 /// own answer to a cooldown, and a refusal already decided before the budget.
@@ -101,7 +103,7 @@ struct InLine {
     place: QueuedTurn,
     turn: oneshot::Receiver<Result<Permit, Refusal>>,
     deadline: Instant,
-    arrived: Instant,
+    asker: Asker,
 }
 
 impl Limiter {
@@ -158,6 +160,8 @@ impl Limiter {
                 state.stats.refused(&refusal);
                 return TryNow::Refused(refusal);
             }
+            // What the request waits for if it is the first in line (else: those ahead of it).
+            let mut first_waits = None;
             if state.queue.is_empty() {
                 let turn = self.budget.take_turn(
                     &mut state,
@@ -166,16 +170,20 @@ impl Limiter {
                     Kept::default(),
                     now,
                 );
-                if let Turn::Go(global) = turn {
-                    drop(state);
-                    return TryNow::Now(Permit::new(
-                        entry,
-                        self,
-                        Some(global),
-                        Duration::ZERO,
-                        false,
-                    ));
+                match turn {
+                    Turn::Go(global) => {
+                        drop(state);
+                        let permit = Permit::new(entry, self, Some(global), Duration::ZERO, false);
+                        return TryNow::Now(permit);
+                    }
+                    Turn::GoAhead(global, generation) => {
+                        drop(state);
+                        let permit = Permit::new(entry, self, Some(global), Duration::ZERO, false);
+                        return TryNow::Now(permit.with_ahead(generation));
+                    }
+                    _ => {}
                 }
+                first_waits = Some(turn.reason());
             }
             if state.queue.len() >= state.policy.pacing.max_queue {
                 let rate = state.pacing.effective_rate(now);
@@ -191,25 +199,37 @@ impl Limiter {
             let (tx, turn) = oneshot::channel();
             let id = state.next_id;
             state.next_id += 1;
+            let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
+            let behind_own = state.queue.waiting_for(job);
             let waiter = Waiter {
                 id,
                 arrived: now,
                 on_cooldown: request.on_cooldown,
+                behind_own,
                 reply: tx,
             };
-            let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
             state.queue.push(job, request.priority, waiter);
+            if let Some(reason) = first_waits {
+                state.front_waits(id, reason, now);
+            }
             let deadline = now + state.policy.pacing.max_wait;
             if !state.dispatcher_running {
                 state.dispatcher_running = true;
                 tokio::spawn(dispatch::dispatch(self.clone(), entry.clone()));
+            } else if state.queue.len() == 1 {
+                // A dispatcher that keeps an allowance while the queue is empty waits to be told.
+                entry.wake.notify_one();
             }
             drop(state);
             return TryNow::InLine(InLine {
                 place: QueuedTurn { host: entry, id },
                 turn,
                 deadline,
-                arrived: now,
+                asker: Asker {
+                    id,
+                    arrived: now,
+                    behind_own,
+                },
             });
         }
     }
@@ -224,7 +244,7 @@ impl InLine {
             place,
             turn,
             deadline,
-            arrived,
+            asker,
         } = self;
         match timeout_at(deadline, turn).await {
             Ok(Ok(outcome)) => {
@@ -241,7 +261,11 @@ impl InLine {
                         cause: c.cause,
                     },
                     None => Refusal::WaitedTooLong {
-                        waited: now.saturating_duration_since(arrived),
+                        waited: now.saturating_duration_since(asker.arrived),
+                        reason: state
+                            .waits
+                            .as_ref()
+                            .map_or(WaitReason::Queue, |w| w.reason_for(asker, now)),
                     },
                 };
                 state.stats.refused(&refusal);

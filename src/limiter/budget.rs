@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::egress::{Downlink, Egress, EgressToken};
 use super::host::{Host, HostState};
-use crate::policy::{CooldownCause, Observation, Reaction};
+use crate::policy::{CooldownCause, Observation, Reaction, WaitReason};
 use crate::shared::{Lease, Lesson, Limits, RateBounds, Store, StoreAction};
 
 /// The rate from which a host's turns are timed to the sub-millisecond. Below one turn a second,
@@ -50,9 +50,9 @@ pub(crate) enum Budget {
 pub(crate) enum Turn {
     /// Yes: a token is spent and a host slot taken; here is the global slot.
     Go(OwnedSemaphorePermit),
-    /// Not before this instant (a token arrives then); with `true`, worth timing to the
-    /// sub-millisecond.
-    NotBefore(Instant, bool),
+    /// Not before this instant (a token arrives then, a cooldown ends...: the reason says
+    /// which); with `true`, worth timing to the sub-millisecond.
+    NotBefore(Instant, bool, WaitReason),
     /// Every host slot is taken: wait until one comes free.
     NoHostSlot,
     /// The ceiling on all hosts together (`global_rate`) has no token: wait in its line.
@@ -64,6 +64,24 @@ pub(crate) enum Turn {
     /// The shared store keeps the budget: ask it (outside the lock) for a turn within `Limits`,
     /// holding this global slot (and egress token) meanwhile.
     AskStore(OwnedSemaphorePermit, Option<EgressToken>, Limits),
+    /// Yes, from this instance's allowance of a shared host (`ahead.rs`), of this generation:
+    /// a turn and a host slot are spent; here is the global slot.
+    GoAhead(OwnedSemaphorePermit, u32),
+}
+
+impl Turn {
+    /// What the next request waits for after this answer ([`WaitReason::None`] for `Go`).
+    pub(crate) fn reason(&self) -> WaitReason {
+        match self {
+            Turn::Go(_) | Turn::GoAhead(..) => WaitReason::None,
+            Turn::NotBefore(_, _, why) => *why,
+            Turn::NoHostSlot => WaitReason::Concurrency,
+            Turn::NoEgressToken | Turn::NoGlobalSlot(_) => WaitReason::GlobalCap,
+            // Jitter is part of the host's pacing.
+            Turn::Held(..) => WaitReason::Rate,
+            Turn::AskStore(..) => WaitReason::SharedStore,
+        }
+    }
 }
 
 /// What a dispatcher keeps from one look at its host to the next: a global slot and a token of
@@ -90,7 +108,7 @@ impl Budget {
     ) -> Turn {
         // A byte debt of all hosts together holds every host's next turn.
         if let Some(at) = downlink.map(|d| d.ready_at(now)).filter(|at| *at > now) {
-            return Turn::NotBefore(at, false);
+            return Turn::NotBefore(at, false, WaitReason::GlobalCap);
         }
         match self {
             Budget::Local { .. } => {
@@ -126,28 +144,32 @@ impl Budget {
                 // What this instance knows closes the host without asking (a cooldown learned
                 // here, or kept from before the store went away).
                 if let Some(block) = state.pacing.block(now) {
-                    return Turn::NotBefore(block.until, false);
+                    return Turn::NotBefore(
+                        block.until,
+                        false,
+                        WaitReason::of_cooldown(block.cause),
+                    );
                 }
                 // This instance's own byte debt with the host (byte budgets are per instance).
                 if let Some((_, at)) = state.pacing.byte_debt(now).filter(|(_, at)| *at > now) {
-                    return Turn::NotBefore(at, false);
+                    return Turn::NotBefore(at, false, WaitReason::ByteBudget);
                 }
                 let (token, slot) = match egress_and_slot(global, egress, kept, now) {
                     Ok(both) => both,
                     Err(turn) => return turn,
                 };
-                // While some instances are away from the store (each keeping its share locally),
-                // those on it keep to the rest of the budget.
-                let part = store.live_part();
-                let scaled = |whole: u32| (f64::from(whole) * part).floor().max(1.0) as u32;
-                let limits = Limits {
-                    rate: state.pacing.effective_rate(now) * part,
-                    configured_rate: state.policy.pacing.rate,
-                    burst: scaled(state.policy.pacing.burst),
-                    concurrency: scaled(state.policy.pacing.concurrency),
-                    rejoin: state.shared.as_ref().map_or(0, |t| t.epoch) != store.epoch(),
-                };
-                Turn::AskStore(slot, token, limits)
+                // A turn leased ahead, spent without a round trip.
+                if let Some(turns) = state.shared.as_mut() {
+                    if let Some(generation) = turns.ahead.try_spend(now) {
+                        turns.last_turn_at = Some(now);
+                        state.in_flight.start();
+                        if let Some(token) = token {
+                            token.spend();
+                        }
+                        return Turn::GoAhead(slot, generation);
+                    }
+                }
+                Turn::AskStore(slot, token, shared_limits(state, store, now))
             }
         }
     }
@@ -263,15 +285,24 @@ impl Budget {
     }
 
     /// Ends a turn: frees the host slot and, for a request that never left, gives its token back
-    /// (to the store, for a shared turn, after the lock is released). Called under the host's lock.
+    /// (to the store, for a shared turn, after the lock is released; to the allowance, for a turn
+    /// spent from one, of generation `ahead`). Called under the host's lock. `true` when the
+    /// host's dispatcher should look (an allowance has only free slots left to give back).
     pub(crate) fn end_turn(
         &self,
         state: &mut HostState,
         sent: bool,
         lease: Option<Lease>,
+        ahead: Option<u32>,
         now: Instant,
-    ) {
+    ) -> bool {
         state.in_flight.finish();
+        if let Some(generation) = ahead {
+            return state
+                .shared
+                .as_mut()
+                .is_some_and(|turns| turns.ahead.end(generation, sent));
+        }
         match (self, lease) {
             (Budget::Shared { store, .. }, Some(lease)) => store.release(lease, sent),
             _ => {
@@ -280,6 +311,27 @@ impl Budget {
                 }
             }
         }
+        false
+    }
+}
+
+/// The limits of a host's next reservation from this instance. While some instances are away
+/// from the store (each keeping its share locally), those on it keep to the rest of the budget.
+pub(super) fn shared_limits(state: &HostState, store: &Store, now: Instant) -> Limits {
+    let part = store.live_part();
+    let scaled = |whole: u32| (f64::from(whole) * part).floor().max(1.0) as u32;
+    Limits {
+        rate: state.pacing.effective_rate(now) * part,
+        configured_rate: state.policy.pacing.rate,
+        burst: scaled(state.policy.pacing.burst),
+        concurrency: scaled(state.policy.pacing.concurrency),
+        rejoin: state.shared.as_ref().map_or(0, |t| t.epoch) != store.epoch(),
+        bytes: state.policy.pacing.max_bytes_per_second.map(|rate| {
+            let burst =
+                crate::policy::ByteBudget::default_burst(rate, state.policy.pacing.max_bytes_burst);
+            let part = |whole: u64| ((whole as f64) * part).floor() as u64;
+            (part(rate).max(1), part(burst))
+        }),
     }
 }
 
@@ -320,9 +372,10 @@ fn local_turn(
     if !state.in_flight.has_room(cap) {
         return Turn::NoHostSlot;
     }
-    let ready = state.pacing.ready_at(now);
+    let (ready, why) = state.pacing.next_turn(now);
     if ready > now {
-        return Turn::NotBefore(ready, state.pacing.pacing_rate() >= FINE_MIN_RATE);
+        let fine = state.pacing.pacing_rate() >= FINE_MIN_RATE;
+        return Turn::NotBefore(ready, fine, why);
     }
     let (token, slot) = match egress_and_slot(global, egress, kept, now) {
         Ok(both) => both,

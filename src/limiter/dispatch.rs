@@ -2,17 +2,19 @@
 //! It looks at the head of the queue, asks the budget for a turn, and otherwise sleeps until the
 //! token's instant, a free host slot or a free global slot; never a poll.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep_until, Instant};
 
+use super::ahead::Keep;
 use super::budget::{Kept, Turn};
 use super::egress::EgressToken;
 use super::host::Host;
 use super::permit::{hand_to_head, Permit};
-use super::shared::take_shared_turn;
+use super::shared::{settle_ahead, take_shared_turn};
 use super::Limiter;
 use crate::shared::Limits;
 
@@ -69,6 +71,10 @@ enum Next {
     Again,
     /// Ask the shared store for a turn, with this global slot (and egress token).
     AskStore(OwnedSemaphorePermit, Option<EgressToken>, Limits),
+    /// The queue is empty but an allowance is held: wait until this instant or a wake-up.
+    KeepAhead(Instant),
+    /// The queue is empty: give the allowance back to the store (or refresh the slots kept).
+    SettleAhead,
 }
 
 /// Hands out turns for one host in FIFO order while its queue is not empty.
@@ -82,10 +88,25 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
             while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
                 state.queue.discard_front();
             }
-            if state.queue.is_empty() {
+            let keep = match limiter.budget.store() {
+                Some(store) if state.queue.is_empty() && !store.in_fallback() => {
+                    state.shared.as_ref().map_or(Keep::Nothing, |t| {
+                        let closing = limiter.shutting_down.load(Ordering::Acquire);
+                        t.ahead.keep(now, store.settings().lease, closing)
+                    })
+                }
+                _ => Keep::Nothing,
+            };
+            if keep != Keep::Nothing {
+                match keep {
+                    Keep::Until(at) => Next::KeepAhead(at),
+                    _ => Next::SettleAhead,
+                }
+            } else if state.queue.is_empty() {
                 state.dispatcher_running = false;
                 // An idle host keeps no queue buffer: there may be a million of them.
                 state.queue.shrink();
+                state.waits = None;
                 Next::Exit(
                     state
                         .shared
@@ -94,15 +115,21 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                 )
             } else {
                 let ceilings = (limiter.egress.as_ref(), limiter.downlink.as_ref());
-                match limiter.budget.take_turn(
+                let turn = limiter.budget.take_turn(
                     &mut state,
                     &limiter.global,
                     ceilings,
                     std::mem::take(&mut kept),
                     now,
-                ) {
+                );
+                // What the front waits for from now on (`waits.rs`); a turn given needs no note.
+                let waiting = !matches!(turn, Turn::Go(_) | Turn::GoAhead(..));
+                if let Some(front) = state.queue.front().map(|w| w.id).filter(|_| waiting) {
+                    state.front_waits(front, turn.reason(), now);
+                }
+                match turn {
                     Turn::NoHostSlot => Next::WaitForSlot,
-                    Turn::NotBefore(at, fine) => Next::SleepUntil(at, fine),
+                    Turn::NotBefore(at, fine, _) => Next::SleepUntil(at, fine),
                     Turn::NoEgressToken => Next::WaitForEgress,
                     Turn::NoGlobalSlot(token) => {
                         kept.egress = token;
@@ -119,6 +146,13 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                     Turn::Go(slot) => {
                         let permit =
                             Permit::new(host.clone(), &limiter, Some(slot), Duration::ZERO, true);
+                        unsent = hand_to_head(&mut state, permit, now);
+                        Next::Again
+                    }
+                    Turn::GoAhead(slot, generation) => {
+                        let permit =
+                            Permit::new(host.clone(), &limiter, Some(slot), Duration::ZERO, true)
+                                .with_ahead(generation);
                         unsent = hand_to_head(&mut state, permit, now);
                         Next::Again
                     }
@@ -140,6 +174,17 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                 if let Some(store) = limiter.budget.store() {
                     let store = store.clone();
                     take_shared_turn(&limiter, &host, &store, slot, token, limits).await;
+                }
+            }
+            Next::KeepAhead(at) => {
+                tokio::select! {
+                    _ = sleep_until(at) => {}
+                    _ = host.wake.notified() => {}
+                }
+            }
+            Next::SettleAhead => {
+                if let Some(store) = limiter.budget.store() {
+                    settle_ahead(&host, store).await;
                 }
             }
             Next::SleepUntil(at, fine) => {

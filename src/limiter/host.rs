@@ -14,9 +14,10 @@ use super::permit::Permit;
 use super::refusal::Refusal;
 use super::shadow::Shadow;
 use super::stats::HostStats;
+use super::waits::{Asker, HeadWait};
 use crate::config::{HostPolicy, KeyMode, OnCooldown};
 use crate::keys::BudgetKey;
-use crate::policy::{InFlight, Pacing};
+use crate::policy::{InFlight, Pacing, WaitReason};
 
 /// The pacing state of one budget: a target host (`host:port`), or the names sharing a key.
 #[derive(Debug)]
@@ -57,6 +58,9 @@ pub(crate) struct HostState {
     pub(crate) shadow: Option<Box<Shadow>>,
     /// The names sharing a key other than `host:port` (boxed: most budgets have one name).
     pub(crate) names: Option<Box<Names>>,
+    /// What the front of the queue has waited for (boxed, and only while a queue exists:
+    /// `waits.rs`).
+    pub(crate) waits: Option<Box<HeadWait>>,
 }
 
 /// What a host of a shared budget keeps of its turns from the store.
@@ -72,9 +76,28 @@ pub(crate) struct SharedTurns {
     pub(crate) listed: bool,
     /// When this instance last handed out a shared turn of the host.
     pub(crate) last_turn_at: Option<Instant>,
+    /// This instance's allowance of the host: turns leased ahead (`ahead.rs`).
+    pub(crate) ahead: super::ahead::Ahead,
+    /// Response bytes charged here and not yet billed to the store's byte budget.
+    pub(crate) unbilled: u64,
 }
 
 impl HostState {
+    /// Notes that the front of the queue, `front`, waits for `reason` from `now` on.
+    pub(crate) fn front_waits(&mut self, front: u64, reason: WaitReason, now: Instant) {
+        match &mut self.waits {
+            Some(waits) => waits.look(front, reason, now),
+            None => self.waits = Some(Box::new(HeadWait::new(front, reason, now))),
+        }
+    }
+
+    /// Notes that the shared store answered the front's request for a turn at `answered`.
+    pub(crate) fn store_answered(&mut self, answered: Instant) {
+        if let Some(waits) = &mut self.waits {
+            waits.store_answered(answered);
+        }
+    }
+
     /// The host's shared turns, made on first use.
     pub(crate) fn shared_turns(&mut self) -> &mut SharedTurns {
         self.shared.get_or_insert_with(Box::default)
@@ -88,7 +111,20 @@ pub(super) struct Waiter {
     pub(super) arrived: Instant,
     /// The request's own answer to a cooldown; `None`, the host's `on_cooldown`.
     pub(super) on_cooldown: Option<OnCooldown>,
+    /// Requests of its own job were waiting for the host when it arrived.
+    pub(super) behind_own: bool,
     pub(super) reply: oneshot::Sender<Result<Permit, Refusal>>,
+}
+
+impl Waiter {
+    /// The waiter as the wait accounting sees it.
+    pub(super) fn asker(&self) -> Asker {
+        Asker {
+            id: self.id,
+            arrived: self.arrived,
+            behind_own: self.behind_own,
+        }
+    }
 }
 
 impl Host {
@@ -111,6 +147,7 @@ impl Host {
                 shared: None,
                 shadow: None,
                 names: key.is_shared().then(|| Box::new(Names::new(key))),
+                waits: None,
             }),
             wake: Notify::new(),
         }

@@ -230,6 +230,13 @@ impl<T> Lanes<T> {
         lane.classes[index(priority)].push_back(item);
     }
 
+    /// Whether `job` has items waiting (a lane exists only while it has).
+    pub fn waiting_for(&self, job: &JobTag) -> bool {
+        self.lanes
+            .iter()
+            .any(|lane| Arc::ptr_eq(&lane.name, &job.name) || *lane.name == *job.name)
+    }
+
     /// Where the next turn goes: (lane, class).
     fn pick(&self) -> Option<(usize, usize)> {
         let mut best = 0;

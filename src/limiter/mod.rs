@@ -22,11 +22,13 @@
 //! | `sweep.rs` | forgetting idle hosts |
 //! | `steer.rs` | snapshots, operator actions, reloads, restart records |
 //! | `stats.rs` | per-host counters |
+//! | `waits.rs` | why and how long each request waited for its turn |
 //!
 //! This module decides *when* a request may leave; it does not send it (`crate::proxy`) and does
 //! not judge responses (`crate::feedback`).
 
 mod admission;
+mod ahead;
 mod budget;
 mod dispatch;
 mod egress;
@@ -41,6 +43,7 @@ mod shared;
 mod stats;
 mod steer;
 mod sweep;
+mod waits;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -57,6 +60,9 @@ pub use shadow::{ShadowCounts, ShadowVerdict, SHADOW_REASONS};
 pub use stats::HostStats;
 pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
 pub use sweep::Swept;
+pub use waits::StoreTrip;
+
+pub use crate::policy::WaitReason;
 
 use crate::config::{Config, LiveConfig};
 pub use crate::keys::{host_key, BudgetKey};
@@ -223,3 +229,5 @@ impl Limiter {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod wait_tests;

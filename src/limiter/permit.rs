@@ -13,14 +13,19 @@ use super::egress::Downlink;
 use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
 use super::shadow::ShadowVerdict;
+use super::waits::{StoreTrip, Verdict};
 use crate::config::HostPolicy;
-use crate::policy::{Answer, CooldownCause, Observation, Reaction};
+use crate::policy::{Answer, CooldownCause, Observation, Reaction, WaitReason};
 use crate::shared::Lease;
 
 /// Response bytes a permit counts before it charges them to its host (and to the byte ceiling of
 /// all hosts): one lock per this many bytes, not one per frame. The rest is charged when the
 /// turn ends, before its slot comes free.
 const BILL_EVERY: u64 = 64 * 1024;
+
+/// Response bytes of a host with a byte budget that go to the shared store's byte budget at
+/// once, in one round trip off the body's path; the rest goes when the turn ends.
+const STORE_BILL_EVERY: u64 = 1024 * 1024;
 
 /// The right to send one request to a host now: holds one of the host's concurrency slots and one
 /// global slot until dropped. Dropped without [`Permit::mark_sent`], it also gives its token back,
@@ -34,10 +39,17 @@ pub struct Permit {
     waited: Duration,
     /// Whether the request had to queue for its turn: only then may a healthy answer raise the rate.
     limited: bool,
+    /// What held it longest while it waited (`waits.rs`).
+    reason: WaitReason,
+    /// The shared store's round trip for this turn, if any.
+    trip: StoreTrip,
     /// The turn's slot in the shared store, for a shared turn.
     /// (Boxed: a lease is large, and a local turn, the usual kind, has none; the response body
     /// carries the permit.)
     lease: Option<Box<Lease>>,
+    /// The generation of the allowance this turn was spent from (`ahead.rs`), for a shared
+    /// host's turn leased ahead.
+    ahead: Option<u32>,
     /// What courtesy would have done, for a report-only host's request (which took no token).
     shadow: Option<Box<ShadowVerdict>>,
     /// The ceiling on response bytes of all hosts together, if set (`None` for a report-only
@@ -62,7 +74,10 @@ impl Permit {
             sent_at: None,
             waited,
             limited,
+            reason: WaitReason::None,
+            trip: StoreTrip::default(),
             lease: None,
+            ahead: None,
             shadow: None,
             downlink: limiter.downlink.clone(),
             unbilled: 0,
@@ -79,11 +94,37 @@ impl Permit {
             let bytes = std::mem::take(&mut self.unbilled);
             let mut state = self.host.lock();
             charge(&mut state, bytes, now);
+            self.bill_store(&mut state, bytes, false, now);
             drop(state);
             if let Some(downlink) = &self.downlink {
                 downlink.charge(bytes, now);
             }
         }
+    }
+
+    /// With a shared budget and a byte budget: counts `bytes` for the store's byte budget and
+    /// bills them (off the body's path) every [`STORE_BILL_EVERY`] and at the end of the turn,
+    /// so that every instance's next turn of the host waits for the debt. Under the host's lock.
+    fn bill_store(&self, state: &mut HostState, bytes: u64, end: bool, now: Instant) {
+        if self.shadow.is_some() || state.policy.pacing.max_bytes_per_second.is_none() {
+            return;
+        }
+        let Some(store) = self.budget.store().filter(|s| !s.in_fallback()) else {
+            return;
+        };
+        let limits = super::budget::shared_limits(state, store, now);
+        let turns = state.shared_turns();
+        turns.unbilled = turns.unbilled.saturating_add(bytes);
+        if turns.unbilled == 0 || (!end && turns.unbilled < STORE_BILL_EVERY) {
+            return;
+        }
+        let Some((rate, _)) = limits.bytes else {
+            return;
+        };
+        let bytes = std::mem::take(&mut turns.unbilled);
+        let store = store.clone();
+        let host = self.host.clone();
+        tokio::spawn(async move { store.bill(&host.key, bytes, rate).await });
     }
 
     /// Makes this the permit of a report-only host's request: forwarded at once, with what
@@ -105,8 +146,20 @@ impl Permit {
         self
     }
 
+    /// Makes this a shared turn spent from the allowance of generation `generation`.
+    pub(super) fn with_ahead(mut self, generation: u32) -> Self {
+        self.ahead = Some(generation);
+        self
+    }
+
+    /// When a shared turn started on the store's clock, for the wave rule: its lease's start, or
+    /// for a turn spent from an allowance, when it was sent.
     fn lease_start(&self) -> Option<i64> {
-        self.lease.as_deref().map(crate::shared::Lease::starts_us)
+        if let Some(lease) = self.lease.as_deref() {
+            return Some(lease.starts_us());
+        }
+        let store = self.budget.store().filter(|_| self.ahead.is_some())?;
+        Some(store.clock_at(self.sent_at.unwrap_or_else(Instant::now)))
     }
 
     /// Records that the request is about to go out: from here on its token is spent for good.
@@ -191,6 +244,23 @@ impl Permit {
         self.waited
     }
 
+    /// What held the request longest while it waited for this permit
+    /// ([`WaitReason::None`]: it did not wait).
+    pub fn wait_reason(&self) -> WaitReason {
+        self.reason
+    }
+
+    /// The shared store's round trip that gave this turn: how long before the turn it began and
+    /// how long it lasted.
+    pub fn store_trip(&self) -> Option<(Duration, Duration)> {
+        self.trip.is_some().then(|| {
+            (
+                Duration::from_micros(u64::from(self.trip.began_before_us)),
+                Duration::from_micros(u64::from(self.trip.lasted_us)),
+            )
+        })
+    }
+
     /// The host's rate in effect now, for log lines.
     pub fn host_rate(&self) -> f64 {
         self.host.lock().pacing.effective_rate(Instant::now())
@@ -227,6 +297,11 @@ pub(super) fn hand_to_head(
     }
     while let Some(waiter) = state.queue.pop_front() {
         permit.waited = now.saturating_duration_since(waiter.arrived);
+        let verdict = match &mut state.waits {
+            Some(waits) => waits.verdict(waiter.asker(), now),
+            None => Verdict::default(),
+        };
+        (permit.reason, permit.trip) = (verdict.reason, verdict.trip);
         match waiter.reply.send(Ok(permit)) {
             Ok(()) => return None,
             // The request went away: the next in line gets the turn.
@@ -251,10 +326,13 @@ impl Drop for Permit {
                 downlink.charge(bytes, now);
             }
         }
+        self.bill_store(&mut state, bytes, true, now);
         // A report-only request took no token: there is none to give back.
         let spent = self.sent_at.is_some() || self.shadow.is_some();
-        self.budget.end_turn(&mut state, spent, lease, now);
-        let wake = !state.queue.is_empty();
+        let settle = self
+            .budget
+            .end_turn(&mut state, spent, lease, self.ahead, now);
+        let wake = settle || !state.queue.is_empty();
         drop(state);
         if wake {
             self.host.wake.notify_one();

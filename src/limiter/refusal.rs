@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::host::{HostState, Waiter};
 use crate::config::OnCooldown;
-use crate::policy::CooldownCause;
+use crate::policy::{CooldownCause, WaitReason};
 
 /// Why a request was not given a turn. Each becomes a locally made response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +24,8 @@ pub enum Refusal {
     WaitedTooLong {
         /// How long it waited.
         waited: Duration,
+        /// What held it longest.
+        reason: WaitReason,
     },
     /// courtesy is shutting down.
     ShuttingDown,
@@ -48,6 +50,16 @@ impl Refusal {
                 ..
             } => "paused",
             Refusal::CoolingDown { .. } => "cooling_down",
+        }
+    }
+
+    /// What held the refused request back (or would have: a cooldown refused at once).
+    pub fn wait_reason(&self) -> WaitReason {
+        match self {
+            Refusal::QueueFull { .. } => WaitReason::Queue,
+            Refusal::WaitedTooLong { reason, .. } => *reason,
+            Refusal::ShuttingDown => WaitReason::None,
+            Refusal::CoolingDown { cause, .. } => WaitReason::of_cooldown(*cause),
         }
     }
 }

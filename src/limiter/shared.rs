@@ -22,7 +22,7 @@ use super::permit::{hand_to_head, Permit};
 use super::refusal::refuse_queue;
 use super::Limiter;
 use crate::policy::CooldownCause;
-use crate::shared::{Hint, Limits, Reservation, Store};
+use crate::shared::{AheadAsk, Hint, Limits, Reservation, Store};
 
 /// The most turns one reservation asks for: a queue that waits gets up to this many turns per
 /// round trip.
@@ -42,10 +42,11 @@ pub(super) async fn take_shared_turn(
     limits: Limits,
 ) {
     let mut slots = vec![slot];
-    let (want, waited) = {
-        let state = host.lock();
+    let (want, waited, ahead) = {
+        let mut state = host.lock();
         let room = limits.concurrency.saturating_sub(state.in_flight.current) as usize;
         let want = state.queue.len().min(room).min(MAX_TURNS_PER_CALL);
+        let ahead = settle_with_reservation(&mut state, store, &limits);
         // How long the next request has waited for its job's turn: since it arrived, or since
         // its job last got a turn here, whichever is later. The store places instances by it, so
         // that a job flooding this instance does not hold back another job's request on another
@@ -56,7 +57,7 @@ pub(super) async fn take_shared_turn(
             .map_or(Duration::ZERO, |(w, served)| {
                 served.map_or(w.arrived, |at| at.max(w.arrived)).elapsed()
             });
-        (want, waited)
+        (want, waited, ahead)
     };
     // With a ceiling on all hosts (an egress token per turn), one turn at a time.
     if token.is_none() {
@@ -69,11 +70,30 @@ pub(super) async fn take_shared_turn(
     }
     let want = u32::try_from(slots.len()).unwrap_or(1);
     // Never dropped half-way: a reservation the store made must be known here to be given back.
-    let Ok(reservation) = store.reserve(&host.key, limits, want, waited).await else {
+    let reserved = store.reserve(&host.key, limits, want, waited, ahead).await;
+    if let Some(sent) = &ahead {
+        let mut state = host.lock();
+        let turns = state.shared_turns();
+        match &reserved {
+            Ok(Reservation::Ahead { tokens, slots, .. }) => {
+                turns
+                    .ahead
+                    .answered(Some((*tokens, *slots)), sent, Instant::now());
+            }
+            Ok(_) => turns.ahead.answered(None, sent, Instant::now()),
+            Err(_) => turns.ahead.unanswered(sent),
+        }
+    }
+    let Ok(reservation) = reserved else {
         // The store is away: the next look takes this instance's share locally.
         return;
     };
     match reservation {
+        Reservation::Ahead { view, .. } => {
+            // The dispatcher's next look spends it.
+            granted(host, store, view, Instant::now());
+        }
+        Reservation::Settled => {}
         Reservation::Go {
             wait,
             lease,
@@ -81,16 +101,7 @@ pub(super) async fn take_shared_turn(
             view,
         } => {
             let answered = Instant::now();
-            {
-                let mut state = host.lock();
-                state
-                    .pacing
-                    .adopt_shared(view.rate, view.rate_override, answered);
-                let turns = state.shared_turns();
-                turns.epoch = store.epoch();
-                turns.falls = store.falls() + 1;
-                turns.listed = false;
-            }
+            granted(host, store, view, answered);
             let fine = limits.rate >= FINE_MIN_RATE;
             let mut token = token;
             let mut turns = std::iter::once((wait, lease)).chain(more);
@@ -159,6 +170,66 @@ pub(super) async fn take_shared_turn(
     }
 }
 
+/// Takes on what the store said with a grant (turns reserved, or an allowance) `at`: its
+/// learned and operator's rates, this instance's standing with the store (its epoch and falls,
+/// no place in the waiting list), and that the wait for the store is over.
+fn granted(host: &Host, store: &Store, view: crate::shared::SharedView, at: Instant) {
+    let mut state = host.lock();
+    state.store_answered(at);
+    state.pacing.adopt_shared(view.rate, view.rate_override, at);
+    let turns = state.shared_turns();
+    turns.epoch = store.epoch();
+    turns.falls = store.falls() + 1;
+    turns.listed = false;
+}
+
+/// What this instance says of its allowance of the host with a reservation: the settlement of
+/// the one it holds, and a new one wanted if the host looks roomy (no jitter to apply per turn,
+/// a burst and a cap with room to lease from). Under the host's lock.
+fn settle_with_reservation(
+    state: &mut super::host::HostState,
+    store: &Store,
+    limits: &Limits,
+) -> Option<AheadAsk> {
+    let demand = state.in_flight.current + state.queue.len() as u32;
+    let jitter = state.policy.pacing.jitter > 0.0;
+    let wanted = match state.shared.as_ref() {
+        _ if jitter => None,
+        Some(turns) => turns.ahead.wanted(limits, demand),
+        None => super::ahead::Ahead::default().wanted(limits, demand),
+    };
+    if wanted.is_none() && state.shared.is_none() {
+        return None;
+    }
+    state.shared_turns().ahead.settle(wanted, store.next_seq())
+}
+
+/// Gives this instance's allowance of an idle host back to the store (the span ended, another
+/// instance waits, or only slots that came free are left), or tells the store again of the slots
+/// still in use: one round trip that reserves nothing.
+pub(super) async fn settle_ahead(host: &Arc<Host>, store: &Arc<Store>) {
+    let (sent, limits) = {
+        let mut state = host.lock();
+        let limits = super::budget::shared_limits(&state, store, Instant::now());
+        match state.shared.as_mut() {
+            Some(turns) => (turns.ahead.settle(None, store.next_seq()), limits),
+            None => return,
+        }
+    };
+    let Some(sent) = sent else {
+        return;
+    };
+    let settled = store
+        .reserve(&host.key, limits, 0, Duration::ZERO, Some(sent))
+        .await;
+    let mut state = host.lock();
+    let turns = state.shared_turns();
+    match settled {
+        Ok(_) => turns.ahead.answered(None, &sent, Instant::now()),
+        Err(_) => turns.ahead.unanswered(&sent),
+    }
+}
+
 /// Sleeps until `at` unless the host closes first (a hint): `true` when the turn came, `false`
 /// when the host closed.
 async fn until_turn(limiter: &Arc<Limiter>, host: &Arc<Host>, at: Instant, fine: bool) -> bool {
@@ -215,22 +286,21 @@ impl Limiter {
     /// Applies a hint from the store to a host this instance knows; others learn the store's
     /// state with their first reservation.
     pub(crate) fn apply_hint(&self, hint: Hint) {
-        // A slot freed for the instance that waited longest wakes only that one.
-        if let Hint::Free(_, Some(target)) = &hint {
-            if self
-                .budget
-                .store()
-                .is_some_and(|store| store.instance() != target)
-            {
-                return;
-            }
+        // A slot freed for the instance that waited longest wakes only that one; an instance's
+        // own call to yield is not for it.
+        let me = self.budget.store().map(|store| store.instance());
+        match &hint {
+            Hint::Free(_, Some(target)) if me.is_some_and(|me| me != target) => return,
+            Hint::Yield(_, from) if me.is_some_and(|me| me == from) => return,
+            _ => {}
         }
         let key = match &hint {
             Hint::Free(k, _)
             | Hint::Cool(k, ..)
             | Hint::Pause(k, _)
             | Hint::Resume(k)
-            | Hint::Rate(k, _) => k,
+            | Hint::Rate(k, _)
+            | Hint::Yield(k, _) => k,
         };
         let Some(host) = self.hosts.get(key.as_str()).map(|e| e.value().clone()) else {
             return;
@@ -254,6 +324,12 @@ impl Limiter {
                 }
                 Hint::Rate(_, rate) => {
                     state.pacing.set_rate_override(rate, now);
+                    Vec::new()
+                }
+                Hint::Yield(..) => {
+                    if let Some(turns) = state.shared.as_mut() {
+                        turns.ahead.yield_now();
+                    }
                     Vec::new()
                 }
             }

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::host::{Host, Waiter};
 use super::refusal::refuse_queue;
-use super::{host_key, BudgetKey, HostStats, Limiter, Refusal, ShadowCounts};
+use super::{host_key, BudgetKey, HostStats, Limiter, Refusal, ShadowCounts, WaitReason};
 use crate::config::{Config, HostPolicy, KeyMode};
 use crate::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
 use crate::shared::StoreAction;
@@ -61,6 +61,15 @@ pub struct HostSnapshot {
     /// With `max_bytes_per_second`: the byte debt (bytes) and the time until it is paid back
     /// (when the host's next turn may start, as far as bytes go).
     pub byte_debt: Option<(u64, Duration)>,
+    /// With a shared budget: this instance's allowance of the host (turns leased ahead): turns
+    /// left, slots held, slots in use; `None` when it holds none.
+    pub ahead: Option<(u32, u32, u32)>,
+    /// What the host's own pacing makes its next request wait for, and how long from now
+    /// (`None`: a token is free now): the rate, Crawl-delay, a byte debt, a cooldown or pause.
+    pub next_turn: Option<(Duration, WaitReason)>,
+    /// While requests wait: what the first in line waits for now (the dispatcher's last look:
+    /// also a slot, a global cap, the shared store).
+    pub front_waits: Option<WaitReason>,
 }
 
 impl HostSnapshot {
@@ -378,6 +387,12 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
         .byte_debt(now)
         .map(|(debt, at)| (debt, at.saturating_duration_since(now)));
     let (name, port) = host.policy_name(&state);
+    let (at, why) = state.pacing.next_turn(now);
+    let next_turn = (at > now).then(|| (at.saturating_duration_since(now), why));
+    let front_waits = match &state.waits {
+        Some(waits) if !state.queue.is_empty() => Some(waits.waiting_for()),
+        _ => None,
+    };
     HostSnapshot {
         key: host.key.to_string(),
         kind: host.kind,
@@ -407,6 +422,13 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
         shadow: (!state.policy.scope.enforce)
             .then(|| state.shadow.as_ref().map(|s| s.counts).unwrap_or_default()),
         byte_debt,
+        ahead: state
+            .shared
+            .as_ref()
+            .map(|t| t.ahead.view())
+            .filter(|&(turns, slots, _)| turns > 0 || slots > 0),
+        next_turn,
+        front_waits,
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::*;
 use crate::config::{HostPattern, HostPolicy, HostRule};
 
-fn limiter_with(policy: HostPolicy, max_in_flight: usize) -> Arc<Limiter> {
+pub(super) fn limiter_with(policy: HostPolicy, max_in_flight: usize) -> Arc<Limiter> {
     let mut config = Config {
         defaults: Arc::new(policy),
         ..Config::default()
@@ -249,7 +249,8 @@ async fn a_request_that_waits_too_long_is_refused() {
     assert_eq!(
         refused,
         Refusal::WaitedTooLong {
-            waited: Duration::from_secs(3)
+            waited: Duration::from_secs(3),
+            reason: WaitReason::Concurrency,
         }
     );
     assert_eq!(start.elapsed(), Duration::from_secs(3));
@@ -486,9 +487,10 @@ async fn a_crawl_in_steady_state_does_not_trim_at_every_sweep() {
 #[test]
 fn a_known_host_stays_small() {
     // Issue 7: at most 500 bytes per known host, table and key included. `Host` is the bulk;
-    // state only unhealthy hosts need is boxed (see `Pacing`). 64-bit targets.
+    // state only unhealthy hosts need is boxed (see `Pacing`). 64-bit targets. (320 until the
+    // wait accounting's pointer, `waits.rs`; a known host measured 417-436 B before it.)
     let size = std::mem::size_of::<Host>();
-    assert!(size <= 320, "Host is {size} bytes");
+    assert!(size <= 328, "Host is {size} bytes");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Prometheus metrics: per-host rate, queue, in-flight, cooldown; requests by outcome; histograms
-//! of queue wait and upstream latency; process totals.
+//! of queue wait and upstream latency; what held requests back (`waits.rs`); process totals.
 //!
 //! Counters and histograms are updated where the events happen; gauges are filled from the host
 //! table when `/metrics` is scraped. The `host` label is bounded by `[admin] metrics_max_hosts`:
@@ -8,6 +8,7 @@
 //! series go too and its label slot is free for a host in use.
 
 mod format;
+mod waits;
 
 pub(crate) use format::negotiate;
 
@@ -105,6 +106,8 @@ pub struct Metrics {
     parent_errors: Family<ParentLabels, Counter>,
     jobs: JobFamilies,
     bytes: ByteFamilies,
+    /// What held requests back (`waits.rs`).
+    waits: waits::WaitCounters,
 }
 
 /// The byte series: what each host sent back and what the byte budgets owe. Gauges set from the
@@ -327,7 +330,9 @@ impl Metrics {
         );
         let jobs = JobFamilies::register(&mut registry);
         let bytes = ByteFamilies::register(&mut registry);
+        let waits = waits::WaitCounters::register(&mut registry);
         Metrics {
+            waits,
             bytes,
             registry,
             jobs,
@@ -436,6 +441,11 @@ impl Metrics {
             }
         }
         gone.len()
+    }
+
+    /// Counts a turn given or refused after `wait`, held longest by `reason`.
+    pub fn turn(&self, reason: crate::limiter::WaitReason, wait: Duration) {
+        self.waits.count(reason, wait);
     }
 
     /// Counts an upstream response and records its timings.
@@ -699,6 +709,7 @@ mod tests {
             },
             Refusal::WaitedTooLong {
                 waited: Duration::ZERO,
+                reason: crate::policy::WaitReason::None,
             },
             Refusal::ShuttingDown,
             Refusal::CoolingDown {

@@ -20,6 +20,8 @@ pub struct ByteBudget {
     rate: f64,
     /// The most credit an idle budget saves up, in bytes.
     burst: f64,
+    /// Rate and burst as configured, before this instance's share of a shared budget.
+    whole: (u64, u64),
     /// Credit in bytes at `updated`; negative is a debt.
     balance: f64,
     updated: Instant,
@@ -28,10 +30,12 @@ pub struct ByteBudget {
 impl ByteBudget {
     /// A full budget of `rate` bytes per second (at least 1) saving up to `burst` bytes.
     pub fn new(rate: u64, burst: u64, now: Instant) -> Self {
+        let whole = (rate, burst);
         let burst = burst as f64;
         ByteBudget {
             rate: (rate.max(1)) as f64,
             burst,
+            whole,
             balance: burst,
             updated: now,
         }
@@ -50,6 +54,19 @@ impl ByteBudget {
     /// Changes rate and burst from `now` on (a reload); credit above the new burst is dropped, a
     /// debt is kept.
     pub fn set(&mut self, rate: u64, burst: u64, now: Instant) {
+        self.whole = (rate, burst);
+        self.set_in_force(rate, burst, now);
+    }
+
+    /// Keeps `share` of the configured rate and burst from `now` on (a shared budget's
+    /// instance in fallback; `1.0`: all of it), a debt kept.
+    pub fn share(&mut self, share: f64, now: Instant) {
+        let (rate, burst) = self.whole;
+        let part = |whole: u64| ((whole as f64) * share).floor() as u64;
+        self.set_in_force(part(rate).max(1), part(burst), now);
+    }
+
+    fn set_in_force(&mut self, rate: u64, burst: u64, now: Instant) {
         self.refill(now);
         self.rate = rate.max(1) as f64;
         self.burst = burst as f64;
@@ -108,6 +125,24 @@ mod tests {
     fn near(a: Instant, b: Instant) -> bool {
         let gap = if a > b { a - b } else { b - a };
         gap <= ms(1)
+    }
+
+    #[test]
+    fn an_instance_in_fallback_keeps_its_share_of_the_bytes() {
+        let t0 = Instant::now();
+        let mut b = ByteBudget::new(256 * KIB, 64 * KIB, t0);
+        b.share(0.25, t0);
+        assert_eq!(b.rate(), 64 * KIB);
+        assert!(b.is_full(t0), "credit within the new burst of 16 KiB");
+        b.charge(64 * KIB + 16 * KIB, t0);
+        assert_eq!(b.ready_at(t0), t0 + ms(1000), "64 KiB of debt at 64 KiB/s");
+        b.share(1.0, t0);
+        assert_eq!(b.rate(), 256 * KIB);
+        assert_eq!(
+            b.ready_at(t0),
+            t0 + ms(250),
+            "the debt kept, paid at the whole rate"
+        );
     }
 
     #[test]

@@ -9,13 +9,7 @@ use tokio::time::Instant;
 
 use super::controller::{Announced, Learned};
 use super::cooldown::Cooldown;
-
-/// The server's announced budget: what is left until its window resets.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ServerWindow {
-    pub(super) remaining: u64,
-    pub(super) reset_at: Instant,
-}
+use super::window::{ServerWindow, WindowClock};
 
 /// How long the instant of the last rate cut is remembered. An answer to a request sent before the
 /// cut belongs to the same wave and must not cut again; such answers come within the response
@@ -39,6 +33,8 @@ pub(super) struct Rare {
     /// 1 / Crawl-delay from robots.txt: a cap on the rate and on adaptation.
     pub(super) robots_cap: Option<f64>,
     pub(super) server_window: Option<ServerWindow>,
+    /// The length, quota and phase of the server's counted window, learned from its answers.
+    pub(super) window_clock: Option<WindowClock>,
     pub(super) server_policy_rate: Option<f64>,
     /// An operator's pause: ends only by time or by the operator's resume.
     pub(super) operator_pause: Option<Instant>,
@@ -59,6 +55,7 @@ impl Rare {
         consecutive_403: 0,
         robots_cap: None,
         server_window: None,
+        window_clock: None,
         server_policy_rate: None,
         operator_pause: None,
         rate_override: None,
@@ -74,6 +71,7 @@ impl Rare {
             && self.consecutive_403 == 0
             && self.robots_cap.is_none()
             && self.server_window.is_none()
+            && self.window_clock.is_none()
             && self.server_policy_rate.is_none()
             && self.operator_pause.is_none()
             && self.rate_override.is_none()
@@ -92,7 +90,7 @@ impl Rare {
         {
             self.last_cut = None;
         }
-        if self.server_window.is_some_and(|w| w.reset_at <= now) {
+        if self.server_window.is_some_and(|w| w.expired(now)) {
             self.server_window = None;
         }
         if self.operator_pause.is_some_and(|p| p <= now) {

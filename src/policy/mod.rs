@@ -16,6 +16,8 @@
 //! | `cooldown.rs` | [`Cooldown`] and its [`CooldownCause`] |
 //! | `episode.rs` | the boxed state only a host in trouble (or steered) has |
 //! | `off_peak.rs` | the off-peak window on monotonic instants |
+//! | `wait.rs` | [`WaitReason`]: why a request waited, as one closed set |
+//! | `window.rs` | the server's counted window: what is left, its phase learned from resets, where turns go |
 //! | `sim/` | (tests) simulated servers and the runner that holds every controller against them |
 
 mod bucket;
@@ -25,6 +27,8 @@ mod cooldown;
 mod episode;
 mod observation;
 mod off_peak;
+mod wait;
+mod window;
 
 use std::time::Duration;
 
@@ -34,10 +38,11 @@ pub use bucket::{Bucket, InFlight};
 pub use bytes::ByteBudget;
 pub use cooldown::{Cooldown, CooldownCause};
 pub use observation::{Answer, Observation, Reaction};
+pub use wait::WaitReason;
 
 use crate::config::HostPolicy;
-use crate::feedback::{Feedback, ServerBudget};
-use episode::{Rare, ServerWindow};
+use crate::feedback::Feedback;
+use episode::Rare;
 use off_peak::OffPeakClock;
 
 /// The whole pacing state of one host.
@@ -101,6 +106,9 @@ impl Pacing {
         }
         self.share = share;
         self.bucket.set_burst(self.share_of(burst), now);
+        if let Some(bytes) = self.bytes_mut() {
+            bytes.share(f64::from(share), now);
+        }
         self.sync(now);
     }
 
@@ -258,6 +266,10 @@ impl Pacing {
             (Some(_), None) => byte_budget(new, now),
             (None, _) => None,
         };
+        let bytes = bytes.map(|mut b| {
+            b.share(f64::from(self.share), now);
+            b
+        });
         self.extra = Extra::boxed(off_peak, bytes);
         self.rate = if new.adaptive.enabled {
             self.rate
@@ -341,6 +353,20 @@ impl Pacing {
     /// The rate in effect: the operator's or our own (the off-peak rate inside its window, scaled
     /// by any cut feedback made), capped by robots.txt and by what the server announced.
     pub fn effective_rate(&self, now: Instant) -> f64 {
+        let window = self.rare().server_window.filter(|w| !w.expired(now));
+        // Where the server counts its window and its phase is known, what is left of the
+        // window paces its turns; the quota is per window, not per second.
+        let planned = self.rare().window_clock.is_some_and(|c| c.known());
+        let rate = self.rate_before_window(now, !planned);
+        match window.and_then(|w| w.spend_rate(now)) {
+            Some(cap) => rate.min(cap),
+            None => rate,
+        }
+    }
+
+    /// [`Pacing::effective_rate`] before what is left of the server's window, with or without
+    /// the rate of the server's RateLimit policy.
+    fn rate_before_window(&self, now: Instant, policy_rate: bool) -> f64 {
         let own = match self.off_peak() {
             Some(o) if o.window.contains(o.wall(now)) => {
                 o.window.rate * (self.rate / o.configured_rate).min(1.0)
@@ -352,14 +378,8 @@ impl Pacing {
         if let Some(cap) = rare.robots_cap {
             rate = rate.min(cap);
         }
-        if let Some(cap) = rare.server_policy_rate {
+        if let Some(cap) = rare.server_policy_rate.filter(|_| policy_rate) {
             rate = rate.min(cap);
-        }
-        if let Some(w) = rare.server_window.filter(|w| w.reset_at > now) {
-            let left = w.reset_at.duration_since(now).as_secs_f64();
-            if w.remaining > 0 && left > 0.0 {
-                rate = rate.min(w.remaining as f64 / left);
-            }
         }
         rate
     }
@@ -384,6 +404,7 @@ impl Pacing {
             robots_cap: None,
             learned: None,
             announced: None,
+            window_clock: None,
             ..*self.rare()
         };
         settled.is_empty()
@@ -431,8 +452,9 @@ impl Pacing {
         if let Some(c) = self.block(now) {
             at = at.max(c.until);
         }
-        if let Some(w) = self.rare().server_window.filter(|w| w.remaining == 0) {
-            at = at.max(w.reset_at);
+        let window = self.rare().server_window.filter(|w| !w.expired(now));
+        if let Some(until) = window.and_then(|w| w.not_before(now)) {
+            at = at.max(until);
         }
         // Wake at an off-peak edge: the rate changes there.
         if let Some(edge) = self.off_peak_edge(now) {
@@ -441,6 +463,52 @@ impl Pacing {
             }
         }
         at
+    }
+
+    /// [`Pacing::ready_at`], with what holds the next request until then: [`WaitReason::None`]
+    /// when it may leave now, else the constraint that ends last (on a tie, a closed host before
+    /// the server's spent window, before a byte debt, before the bucket). Only a request that
+    /// waits pays for the reason.
+    pub fn next_turn(&mut self, now: Instant) -> (Instant, WaitReason) {
+        let at = self.ready_at(now);
+        if at <= now {
+            return (at, WaitReason::None);
+        }
+        // Each constraint's end (an off-peak edge only wakes the dispatcher early); the latest
+        // wins, a tie going to the later in this order.
+        let mut latest = (self.bucket.ready_at(now), WaitReason::Rate);
+        if let Some(bytes) = self.bytes_mut().map(|b| b.ready_at(now)) {
+            if bytes >= latest.0 {
+                latest = (bytes, WaitReason::ByteBudget);
+            }
+        }
+        // The server's window: spent until its stated reset, or its spending turn held to the
+        // window's edge.
+        let window = self.rare().server_window.filter(|w| !w.expired(now));
+        if let Some(until) = window.and_then(|w| w.not_before(now)) {
+            if until >= latest.0 {
+                latest = (until, WaitReason::Cooldown);
+            }
+        }
+        if let Some(c) = self.block(now) {
+            if c.until >= latest.0 {
+                latest = (c.until, WaitReason::of_cooldown(c.cause));
+            }
+        }
+        let why = match latest.1 {
+            WaitReason::Rate => self.rate_reason(now),
+            other => other,
+        };
+        (at, why)
+    }
+
+    /// What the bucket's wait is for: Crawl-delay when robots.txt's cap is what sets the rate
+    /// (nothing lower is in force), else the rate.
+    fn rate_reason(&self, now: Instant) -> WaitReason {
+        match self.rare().robots_cap {
+            Some(cap) if cap <= self.effective_rate(now) => WaitReason::CrawlDelay,
+            _ => WaitReason::Rate,
+        }
     }
 
     fn off_peak_edge(&self, now: Instant) -> Option<Instant> {
@@ -504,7 +572,8 @@ impl Pacing {
             rare.consecutive_403 = 0;
         }
         if let Some(budget) = &obs.answer.server {
-            cooldown = self.apply_server_budget(budget, obs.others_in_flight, policy, now);
+            cooldown =
+                self.apply_server_budget(budget, (obs.sent_at, obs.others_in_flight), policy, now);
         }
         match obs.answer.feedback {
             Feedback::Success => {
@@ -521,7 +590,7 @@ impl Pacing {
                     None => None,
                 };
                 if new_wave {
-                    self.after_trouble(window, policy, now);
+                    self.after_trouble(window, obs.sent_at, policy, now);
                     self.rare_mut().last_cut = Some(now);
                 }
                 if let Some(window) = window.filter(|w| !w.is_zero()) {
@@ -589,37 +658,6 @@ impl Pacing {
                 true
             }
         }
-    }
-
-    fn apply_server_budget(
-        &mut self,
-        budget: &ServerBudget,
-        others_in_flight: u32,
-        policy: &HostPolicy,
-        now: Instant,
-    ) -> Option<Duration> {
-        if let Some(rate) = budget.policy_rate.filter(|r| *r > 0.0) {
-            self.rare_mut().server_policy_rate = Some(rate);
-        }
-        let (Some(remaining), Some(reset)) = (budget.remaining, budget.reset) else {
-            return None;
-        };
-        let reset = reset.min(policy.cooldown.max_retry_after);
-        if reset.is_zero() {
-            self.rare_mut().server_window = None;
-            return None;
-        }
-        let remaining = remaining.saturating_sub(u64::from(others_in_flight));
-        if remaining == 0 {
-            self.rare_mut().server_window = None;
-            let changed = self.extend_cooldown(now + reset, CooldownCause::ServerBudget, now);
-            return changed.then_some(reset);
-        }
-        self.rare_mut().server_window = Some(ServerWindow {
-            remaining,
-            reset_at: now + reset,
-        });
-        None
     }
 }
 

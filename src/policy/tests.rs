@@ -3,17 +3,20 @@
 use super::episode::WAVE_MEMORY;
 use super::*;
 use crate::config::OnCooldown;
+use crate::feedback::ServerBudget;
 use std::time::UNIX_EPOCH;
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
 }
 
+/// An adaptive host under AIMD (these tests describe AIMD's rules; `learned` is the default's).
 fn adaptive(rate: f64) -> HostPolicy {
     {
         let mut p = HostPolicy::default();
         p.pacing.rate = rate;
         p.adaptive.enabled = true;
+        p.adaptive.controller = crate::config::Controller::Aimd;
         p.adaptive.max_rate = 10.0;
         p.cooldown.on_cooldown = OnCooldown::Reject;
         p
@@ -838,5 +841,140 @@ fn a_byte_debt_outlasts_the_token_and_a_reload_keeps_it() {
         p.ready_at(t0 + secs(1.0)),
         t0 + secs(1.0),
         "only the token is left"
+    );
+}
+
+/// A healthy answer (to a request sent at `sent`) counting a window down: `remaining` left,
+/// the reset `reset` seconds away (whole seconds, as the draft's `t=`), and, with `quota`, the
+/// policy `q=Q;w=1`.
+fn counted_answer(sent: Instant, remaining: u64, reset: f64, quota: Option<u64>) -> Observation {
+    answer(Feedback::Success, 200, sent).with_server(Some(ServerBudget {
+        remaining: Some(remaining),
+        reset: Some(secs(reset)),
+        policy_rate: quota.map(|q| q as f64),
+        quota: quota.map(|limit| crate::feedback::Quota {
+            limit,
+            window: Some(secs(1.0)),
+        }),
+    }))
+}
+
+#[test]
+fn a_window_spent_by_courtesys_own_turns_is_waited_out_not_refused() {
+    let t0 = Instant::now();
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 10.0;
+        p
+    };
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
+    p.observe(
+        &counted_answer(t0, 1, 1.0, None),
+        &policy,
+        t0 + secs(0.02),
+        0.0,
+    );
+    // Courtesy takes the window's last turn; its answer says the window is spent.
+    let sent = t0 + secs(0.1);
+    assert!(p.try_take(sent, 0.0, 0.0));
+    let answered = sent + secs(0.02);
+    let r = p.observe(&counted_answer(sent, 0, 1.0, None), &policy, answered, 0.0);
+    assert_eq!(r.cooldown, None, "a wait like a turn's: nobody is refused");
+    assert!(p.block(answered).is_none());
+    // Nothing leaves before the reset the server stated.
+    assert_eq!(p.ready_at(answered), answered + secs(1.0));
+    assert!(!p.try_take(answered + secs(0.999), 0.0, 0.0));
+    assert!(p.try_take(answered + secs(1.0), 0.0, 0.0));
+    // Found spent while courtesy thought turns were left (others spend it too): a cooldown.
+    let mut q = Pacing::new(&policy, t0, UNIX_EPOCH);
+    q.observe(
+        &counted_answer(t0, 3, 1.0, None),
+        &policy,
+        t0 + secs(0.02),
+        0.0,
+    );
+    let r = q.observe(
+        &counted_answer(t0 + secs(0.05), 0, 1.0, None),
+        &policy,
+        t0 + secs(0.07),
+        0.0,
+    );
+    assert_eq!(r.cooldown, Some(secs(1.0)));
+    let cooldown = q.cooldown(t0 + secs(0.07)).map(|c| c.cause);
+    assert_eq!(cooldown, Some(CooldownCause::ServerBudget));
+}
+
+#[test]
+fn the_phase_of_whole_second_windows_is_learned_from_where_the_count_starts_again() {
+    // A server counting 5 per whole second, its windows starting 0.3 s after t0, each reset
+    // said as `t=1`: the resets alone say nothing of the phase.
+    let t0 = Instant::now();
+    let edge = |k: u32| t0 + secs(0.3 + f64::from(k));
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.pacing.rate = 10.0;
+        p
+    };
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
+    let see = |p: &mut Pacing, sent: Instant, remaining: u64| {
+        let obs = counted_answer(sent, remaining, 1.0, Some(5));
+        p.observe(&obs, &policy, sent + secs(0.02), 0.0);
+    };
+    // Window after window, the last request before an edge and the first after it come closer
+    // to it: where the count starts again narrows the edge down.
+    for k in 0..9 {
+        let near = 0.4 / f64::from(k + 1);
+        see(&mut p, edge(k) + secs(near / 2.0), 4);
+        see(&mut p, edge(k + 1) - secs(near), 3);
+    }
+    // Known now: the next window's first answer lifts the policy's 5/s cap (5 per window, not
+    // per second), and its turns go at the host's own pace early in the window, so that the
+    // turn that spends it leaves the next window room.
+    let first = edge(9) + secs(0.01);
+    see(&mut p, first, 4);
+    let now = first + secs(0.02);
+    let rate = p.effective_rate(now);
+    assert!(rate > 5.0 && rate <= 10.0, "{rate}");
+    // Late in the window with one turn left: it waits for the edge (and counts in the next
+    // window) rather than close the next one for most of a second.
+    see(&mut p, edge(9) + secs(0.2), 3);
+    see(&mut p, edge(9) + secs(0.4), 2);
+    let late = edge(9) + secs(0.65);
+    see(&mut p, late - secs(0.02), 1);
+    let at = p.ready_at(late);
+    assert!(
+        at >= edge(10) && at <= edge(10) + secs(0.1),
+        "{:?}",
+        at - edge(10)
+    );
+    assert!(p.try_take(at, 0.0, 0.0));
+}
+
+#[test]
+fn a_learned_limit_that_held_creeps_up_by_learned_margin_per_probe_at_most() {
+    // At most 7/s: no probe goes twice past the limit (that would be a rise).
+    let t0 = Instant::now();
+    let policy = {
+        let mut p = learned(7.0);
+        p.adaptive.max_rate = 7.0;
+        p
+    };
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
+    p.observe(&throttled(t0, 1.0), &policy, t0, 0.0);
+    // The first cut's guess (7 × 0.5) is rough: the next probe's 429 moves the limit to what
+    // the server served in the second before it, learned_margin under it.
+    let now = healthy_until(&mut p, &policy, t0, (1.0, 61.0, 0.2));
+    p.observe(&throttled(now, 1.0), &policy, now, 0.0);
+    let margin = 1.0 - policy.adaptive.learned_margin;
+    let limit = p.rate() / 0.95;
+    assert!(limit > 3.5 && limit <= 5.0 * margin + 1e-6, "{limit}");
+    // That limit held a whole approach: the next probe's 429 moves it up by learned_margin at
+    // most, however much more the server served lately.
+    let later = healthy_until(&mut p, &policy, t0, (62.0, 122.0, 0.15));
+    p.observe(&throttled(later, 1.0), &policy, later, 0.0);
+    let crept = p.rate() / 0.95;
+    assert!(
+        crept > limit && crept <= limit * (2.0 - margin) + 1e-6,
+        "{crept} after {limit}"
     );
 }

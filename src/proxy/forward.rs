@@ -10,26 +10,31 @@ use std::ops::ControlFlow;
 use http::header::{HeaderValue, HOST, VIA};
 use http::{HeaderMap, Request, Response, Version};
 use hyper::body::Incoming;
+use tokio::time::Instant;
 use tracing::{info, info_span, Instrument};
 
 use super::attempts::{replayable, Asked, Attempts, Outcome};
 use super::cached::CacheUse;
 use super::exchange::Exchanged;
 use super::failure::Failure;
-use super::headers::{own_cooldown_choice, strip_hop_by_hop, via_for};
+use super::headers::{own_cooldown_choice, strip_hop_by_hop, strip_request, via_for};
 use super::skip::skipped_resource;
 use super::target::Target;
+use super::timing::{self, Held, Trail};
 use super::unread::BodyOnEntry;
 use super::{Asking, Proxy};
 use crate::blocks::is_block_redirect;
 use crate::body::ProxyBody;
 use crate::config::HostPolicy;
 use crate::jobs::{priority_of, Caller, QuotaTicket};
-use crate::limiter::{BudgetKey, Permit, ShadowVerdict};
+use crate::limiter::{BudgetKey, Permit, ShadowVerdict, WaitReason};
 use crate::response;
+use crate::telemetry::{RequestTrace, Requested};
+use std::sync::Arc;
 
 impl Proxy {
-    /// Forwards an absolute-form `http://` request through the host's budget.
+    /// Forwards an absolute-form `http://` request through the host's budget; the answer says
+    /// how long courtesy held it (`Server-Timing`).
     pub(super) async fn forward(
         &self,
         req: Request<Incoming>,
@@ -39,26 +44,39 @@ impl Proxy {
         let entry = BodyOnEntry::of(req.version(), req.headers(), req.body());
         let target = match Target::of_request(req.uri()) {
             Ok(t) => t,
-            Err(failure) => {
-                return entry
-                    .settle(failure.into_response(), Some(req.into_body()))
-                    .await
-            }
+            Err(failure) => return self.refused_at_once(entry, failure, req).await,
         };
         if let Some(failure) = self.loops.refuse(&target, req.headers()) {
-            return entry
-                .settle(failure.into_response(), Some(req.into_body()))
-                .await;
+            return self.refused_at_once(entry, failure, req).await;
         }
         if let Some(failure) = self.refuse_destination(&target).await {
-            return entry
-                .settle(failure.into_response(), Some(req.into_body()))
-                .await;
+            return self.refused_at_once(entry, failure, req).await;
         }
         let asking = Asking::plain(caller);
         let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target);
-        let (response, unread) = self.forward_to(req, target, &asking).instrument(span).await;
-        entry.settle(response, unread).await
+        // No async layer of its own around `forward_to`: its future is large, and each layer
+        // would move it once more per request.
+        let mut trail = Trail::default();
+        let (response, unread) = self
+            .forward_to(req, target, &asking, &mut trail)
+            .instrument(span)
+            .await;
+        let response = entry.settle(response, unread).await;
+        self.finish(response, trail)
+    }
+
+    /// courtesy's own answer to a request refused before anything else (a bad target, a loop, a
+    /// denied destination): it did not wait.
+    async fn refused_at_once(
+        &self,
+        entry: BodyOnEntry,
+        failure: Failure,
+        req: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        let response = entry
+            .settle(failure.into_response(), Some(req.into_body()))
+            .await;
+        self.finish(response, Trail::default())
     }
 
     /// A request that came out of a CONNECT (decrypted, or plain HTTP inside the tunnel): it goes to
@@ -83,14 +101,48 @@ impl Proxy {
             Ok(uri) => *req.uri_mut() = uri,
             Err(_) => {
                 let failure = Failure::bad_request(format!("cannot make a URL of {:?}", req.uri()));
-                return entry
-                    .settle(failure.into_response(), Some(req.into_body()))
-                    .await;
+                return self.refused_at_once(entry, failure, req).await;
             }
         }
         let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target, scheme);
-        let (response, unread) = self.forward_to(req, target, asking).instrument(span).await;
-        entry.settle(response, unread).await
+        let mut trail = Trail::default();
+        let (response, unread) = self
+            .forward_to(req, target, asking, &mut trail)
+            .instrument(span)
+            .await;
+        let response = entry.settle(response, unread).await;
+        self.finish(response, trail)
+    }
+
+    /// The answer to a forwarded request as the client gets it: its trace ended, courtesy's
+    /// `Server-Timing` entries added.
+    fn finish(&self, response: Response<ProxyBody>, trail: Trail) -> Response<ProxyBody> {
+        if let Some(trace) = &trail.trace {
+            // Made by courtesy: its own Proxy-Status member (an origin behind another proxy
+            // may carry one of that proxy's).
+            let local = response
+                .headers()
+                .get("proxy-status")
+                .is_some_and(|v| v.as_bytes().starts_with(response::PROXY_NAME.as_bytes()));
+            let held = (trail.held.wait(), trail.held.reason());
+            trace.finish(response.status().as_u16(), local, held);
+        }
+        self.with_timing(response, &trail.held)
+    }
+
+    /// `response` with courtesy's `Server-Timing` entries, unless `[proxy] server_timing` is off.
+    pub(super) fn with_timing(
+        &self,
+        mut response: Response<ProxyBody>,
+        held: &Held,
+    ) -> Response<ProxyBody> {
+        let enabled = held
+            .enabled
+            .unwrap_or_else(|| self.config.get().proxy.server_timing);
+        if enabled {
+            timing::stamp(response.headers_mut(), held);
+        }
+        response
     }
 
     /// The response to `req`, and its body when it was never sent (for [`BodyOnEntry::settle`]).
@@ -99,14 +151,41 @@ impl Proxy {
         mut req: Request<Incoming>,
         target: Target,
         asking: &Asking,
+        trail: &mut Trail,
     ) -> Outcome {
-        let host_policy = self.config.get().policy_for(&target.host, target.port);
+        let host_policy = {
+            let config = self.config.get();
+            trail.held.enabled = Some(config.proxy.server_timing);
+            config.policy_for(&target.host, target.port)
+        };
+        if let Some(telemetry) = &self.telemetry {
+            let asked = Requested {
+                method: req.method().as_str(),
+                scheme: if req.uri().scheme_str() == Some("https") {
+                    "https"
+                } else {
+                    "http"
+                },
+                host: &target.host,
+                port: target.port,
+                job: asking.caller.name(),
+            };
+            trail.trace = Some(Arc::new(RequestTrace::start(
+                telemetry,
+                req.headers(),
+                asked,
+            )));
+        }
         stamp(req.headers_mut(), &host_policy, &asking.caller);
         let budget = match self.budget_key(&target, &host_policy).await {
             Ok(budget) => budget,
             Err(failure) => return (failure.into_response(), Some(req.into_body())),
         };
-        let refused = self.refuse_before_turn(&req, &target, &budget, &host_policy);
+        let trace = trail.trace.as_deref();
+        if let Some(trace) = trace {
+            trace.budget_key(&budget.key);
+        }
+        let refused = self.refuse_before_turn(&req, (&target, &budget), &host_policy, trace);
         let shadow_refused = match refused.await {
             Ok(shadow_refused) => shadow_refused,
             Err(refused) => return (refused, Some(req.into_body())),
@@ -135,7 +214,7 @@ impl Proxy {
         let attempts = Attempts::new(parts, body, replayable, asked, shadow_refused)
             .of_job(&asking.caller, ticket);
         let outcome = self
-            .send_until_answered(&budget, attempts, cache_use.as_ref())
+            .send_until_answered(&budget, attempts, cache_use.as_ref(), trail)
             .await;
         with_quota_headers(outcome, &asking.caller)
     }
@@ -146,9 +225,9 @@ impl Proxy {
     async fn refuse_before_turn(
         &self,
         req: &Request<Incoming>,
-        target: &Target,
-        budget: &BudgetKey,
+        (target, budget): (&Target, &BudgetKey),
         host_policy: &HostPolicy,
+        trace: Option<&RequestTrace>,
     ) -> Result<Option<&'static str>, Response<ProxyBody>> {
         // A report-only host (`enforce = false`) is told what would have refused the request, and
         // the request goes on.
@@ -163,7 +242,11 @@ impl Proxy {
         }
         if host_policy.robots.obey && req.uri().path() != "/robots.txt" && shadow_refused.is_none()
         {
+            let started = Instant::now();
             let robots = self.obey_robots(req, target, budget, host_policy).await;
+            if let Some(trace) = trace {
+                trace.robots((started, Instant::now()), robots.is_none());
+            }
             if let Some(refused) = robots {
                 if host_policy.scope.enforce {
                     return Err(refused);
@@ -187,7 +270,7 @@ impl Proxy {
         let on_cooldown = own_cooldown_choice(&mut parts.headers)?.or(asking.on_cooldown);
         let priority =
             priority_of(&mut parts.headers, asking.priority).map_err(Failure::bad_request)?;
-        strip_hop_by_hop(&mut parts.headers);
+        strip_request(&mut parts.headers);
         parts
             .headers
             .append(VIA, via_for(parts.version, self.loops.via()));
@@ -220,9 +303,10 @@ impl Proxy {
         budget: &BudgetKey,
         mut attempts: Attempts,
         cache_use: Option<&CacheUse>,
+        trail: &mut Trail,
     ) -> Outcome {
         loop {
-            let attempted = self.attempt(budget, &mut attempts, cache_use);
+            let attempted = self.attempt(budget, &mut attempts, cache_use, trail);
             if let ControlFlow::Break(outcome) = attempted.await {
                 return outcome;
             }
@@ -238,17 +322,31 @@ impl Proxy {
         budget: &BudgetKey,
         attempts: &mut Attempts,
         cache_use: Option<&CacheUse>,
+        trail: &mut Trail,
     ) -> ControlFlow<Outcome> {
-        let permit = match self.take_turn(budget, attempts).await {
+        let permit = match self.take_turn(budget, attempts, trail).await {
             Ok(permit) => permit,
             Err(refused) => return ControlFlow::Break((refused, attempts.unread())),
         };
         attempts.spend_quota();
-        let request = match attempts.next_request() {
+        let mut request = match attempts.next_request() {
             Ok(request) => request,
             Err(failure) => return ControlFlow::Break((failure.into_response(), None)),
         };
-        let exchanged = match self.exchange(permit, request).await {
+        let upstream = trail.trace.as_ref().map(|trace| {
+            let host = request.uri().host().unwrap_or_default();
+            let span = trace.upstream(request.method().as_str(), host);
+            span.pass_on(request.headers_mut());
+            span
+        });
+        let exchanged = self.exchange(permit, request).await;
+        if let Some(span) = upstream {
+            span.end(match &exchanged {
+                Ok(answer) => Ok(answer.response.status().as_u16()),
+                Err(unanswered) => Err(unanswered.failure.kind.token()),
+            });
+        }
+        let exchanged = match exchanged {
             Ok(exchanged) => exchanged,
             Err(unanswered) if attempts.may_resend_fresh(&unanswered) => {
                 // Sent once more, through the budget; the dead connection has left the pool.
@@ -260,6 +358,7 @@ impl Proxy {
                 return ControlFlow::Break((unanswered.failure.into_response(), None))
             }
         };
+        trail.held.answered(exchanged.latency);
         self.judge_answer(exchanged, attempts, cache_use).await
     }
 
@@ -269,9 +368,19 @@ impl Proxy {
         &self,
         budget: &BudgetKey,
         attempts: &mut Attempts,
+        trail: &mut Trail,
     ) -> Result<Permit, Response<ProxyBody>> {
+        let asked = Instant::now();
         match self.limiter.admit(attempts.admission(budget)).await {
             Ok(permit) => {
+                trail.held.waited(permit.waited(), permit.wait_reason());
+                self.metrics.turn(permit.wait_reason(), permit.waited());
+                // A turn given at once is no wait: the root span says so (reason none, 0 ms).
+                let waited = permit.wait_reason() != WaitReason::None || !permit.waited().is_zero();
+                if let Some(trace) = trail.trace.as_ref().filter(|_| waited) {
+                    let when = (asked, Instant::now());
+                    trace.wait(when, permit.wait_reason(), permit.store_trip());
+                }
                 if let Some(verdict) = permit.shadow() {
                     self.report_shadow(&budget.key, &verdict);
                     if let Some(job) = attempts.job_state() {
@@ -281,6 +390,12 @@ impl Proxy {
                 Ok(permit)
             }
             Err(refusal) => {
+                let waited = asked.elapsed();
+                trail.held.waited(waited, refusal.wait_reason());
+                self.metrics.turn(refusal.wait_reason(), waited);
+                if let Some(trace) = &trail.trace {
+                    trace.wait((asked, Instant::now()), refusal.wait_reason(), None);
+                }
                 info!(reason = ?refusal, "refused locally");
                 self.metrics.refusal(&budget.key, &refusal);
                 Err(response::refusal(&refusal, &budget.key))

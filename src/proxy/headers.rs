@@ -9,6 +9,7 @@ use http::header::{
 use http::{HeaderMap, Version};
 
 use super::failure::Failure;
+use super::timing::SERVER_TIMING;
 use crate::config::OnCooldown;
 
 /// A client's own answer to a cooldown for this request (`hold` or `reject`), overriding the
@@ -63,11 +64,23 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 
 /// Removes hop-by-hop headers: the fixed list and every header named in `Connection`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    strip(headers, &[]);
+}
+
+/// Removes what a request does not take upstream: its hop-by-hop headers, and a client's own
+/// `Server-Timing` (a response header, which courtesy adds to the answer; not the origin's
+/// business).
+pub(crate) fn strip_request(headers: &mut HeaderMap) {
+    strip(headers, &[SERVER_TIMING]);
+}
+
+/// Removes the hop-by-hop headers and those named in `also`.
+fn strip(headers: &mut HeaderMap, also: &[HeaderName]) {
     // One pass over the few names a message has, against names made at compile time; the common
     // message has one hop-by-hop field or none, and nothing is allocated then but that one.
     let mut doomed: Vec<HeaderName> = headers
         .keys()
-        .filter(|name| HOP_BY_HOP.contains(name))
+        .filter(|name| HOP_BY_HOP.contains(name) || also.contains(name))
         .cloned()
         .collect();
     if doomed.contains(&CONNECTION) {

@@ -13,6 +13,7 @@
 //! | `sniff.rs` | telling TLS from HTTP by a tunnel's first bytes, and replaying them |
 //! | `target.rs` | where a request goes: host, port, authority, `Host` header |
 //! | `headers.rs` | hop-by-hop headers and our `Via` entry |
+//! | `timing.rs` | the `Server-Timing` header: how long courtesy held a request, and why |
 //! | `loops.rs` | requests that would come back to courtesy itself |
 //! | `skip.rs` | `skip_resources`: sub-resources answered locally |
 //! | `reuse.rs` | whether a request went out on a connection that had carried one before |
@@ -41,6 +42,7 @@ mod robots;
 mod skip;
 mod sniff;
 mod target;
+mod timing;
 mod unread;
 mod upstream;
 
@@ -117,6 +119,8 @@ pub struct Proxy {
     loops: loops::LoopGuard,
     connections: Connections,
     jobs: Arc<Jobs>,
+    /// Where request traces go, when `[telemetry] otlp_endpoint` is set.
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 /// Who asks, and what they asked of courtesy itself on the request's CONNECT: the job the
@@ -188,7 +192,17 @@ impl Proxy {
             loops: loops::LoopGuard::new(own_addrs),
             connections,
             jobs: Arc::new(Jobs::new()),
+            telemetry: None,
         }
+    }
+
+    /// The service, tracing every forwarded request to `telemetry`.
+    pub(crate) fn with_telemetry(
+        mut self,
+        telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    ) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// The budget a request to `target` spends under `policy` (the rule matching it): its
@@ -240,16 +254,28 @@ impl Proxy {
         client: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
         let config = self.config.get();
+        // courtesy's own answers here carry `courtesy-wait` too (they did not wait).
+        let timing_on = config.proxy.server_timing;
+        let not_held = move || timing::Held::not_held(timing_on);
         if !config.client_allowed(client.ip()) {
-            return Ok(response::client_not_allowed(client.ip()));
+            let refused = response::client_not_allowed(client.ip());
+            return Ok(self.with_timing(refused, &not_held()));
         }
         let caller = match self.jobs.identify(&config, req.headers()) {
             Ok(caller) => caller,
-            Err(why) => return Ok(response::proxy_auth_required(&why.0)),
+            Err(why) => {
+                let refused = response::proxy_auth_required(&why.0);
+                return Ok(self.with_timing(refused, &not_held()));
+            }
         };
         drop(config);
         if req.method() == Method::CONNECT {
-            return Ok(self.connect(req, client, caller).await);
+            let answer = self.clone().connect(req, client, caller).await;
+            // A tunnel's 200 is no answer of the origin's; a refused CONNECT is courtesy's own.
+            if answer.status().is_success() {
+                return Ok(answer);
+            }
+            return Ok(self.with_timing(answer, &not_held()));
         }
         Ok(self.forward(req, client, caller).await)
     }

@@ -31,8 +31,10 @@ use super::Store;
 use crate::config::SharedSettings;
 use crate::locks::lock;
 
-/// How many times a script call refused before it ran (`MOVED`, `ASK`…) is sent again.
-const REFUSED_TRIES: u32 = 4;
+/// How many times a script call refused before it ran (`MOVED`, `ASK`…) is sent again, at most:
+/// in practice until the caller's `timeout_ms` ends it, since a slot can take longer than a few
+/// tries to migrate on a busy machine (each try waits 5 ms more than the last, up to 25 ms).
+const REFUSED_TRIES: u32 = 200;
 
 /// Where the store is, as `[shared] redis_url` says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -412,7 +414,8 @@ impl Connection {
                             tries += 1;
                             // The crate refreshes its slot map on MOVED; an ASK or TRYAGAIN
                             // lasts while the slot migrates.
-                            tokio::time::sleep(Duration::from_millis(5 * u64::from(tries))).await;
+                            let pause = 5 * u64::from(tries.min(5));
+                            tokio::time::sleep(Duration::from_millis(pause)).await;
                         }
                         other => return other,
                     }

@@ -1,5 +1,6 @@
 //! The hints: one pub/sub subscription per instance to `<prefix>:hints`, on which the scripts say
-//! that a slot came free, a cooldown began, or an operator acted. A hint only wakes or closes a
+//! that a slot came free, a cooldown began, an operator acted, or an instance waits behind the
+//! allowances others hold. A hint only wakes or closes a
 //! host early; the store stays the truth, and a lost hint costs at most a wait until the next
 //! lease expiry or reservation.
 
@@ -26,6 +27,9 @@ pub(crate) enum Hint {
     Resume(String),
     /// An operator pinned the host's rate (or, `None`, let it go).
     Rate(String, Option<f64>),
+    /// The instance named was refused a turn of the host while allowances are held: every
+    /// other holder gives its allowance back.
+    Yield(String, String),
 }
 
 impl Hint {
@@ -43,6 +47,7 @@ impl Hint {
             }
             "pause" => Some(Hint::Pause(host, millis(words.next())?)),
             "resume" => Some(Hint::Resume(host)),
+            "yield" => Some(Hint::Yield(host, words.next()?.to_string())),
             "rate" => {
                 let rate = words.next()?;
                 let rate = if rate == "-" {

@@ -21,6 +21,8 @@
 //!
 //! It decides nothing about pacing itself: the limiter asks it for turns through its budget seam.
 
+#[cfg(test)]
+mod ahead_tests;
 mod connection;
 mod heartbeat;
 mod hints;
@@ -48,6 +50,10 @@ pub(crate) use connection::{is_tls_url, topology};
 pub(crate) use heartbeat::run_heartbeat;
 pub(crate) use hints::{run_hints, Hint};
 pub(crate) use releases::run_releases;
+
+/// The fewest turns an allowance holds (the script's `AHEAD_MIN`): fewer would not pay for the
+/// round trip that settles it.
+pub(crate) const AHEAD_MIN: u32 = 16;
 
 /// How far ahead a turn may be reserved. Beyond it the instance sleeps and asks again: a turn
 /// reserved long before it is used holds a concurrency slot and cannot learn of a cooldown that
@@ -110,7 +116,7 @@ pub(crate) struct Store {
 /// The `op` label of `courtesy_shared_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub(crate) struct OpLabel {
-    /// `reserve`, `report`, `release`, `operator`, `heartbeat`, `renew`, `withdraw`.
+    /// `reserve`, `report`, `release`, `operator`, `heartbeat`, `renew`, `withdraw`, `bill`.
     pub(crate) op: &'static str,
 }
 
@@ -123,6 +129,7 @@ struct Scripts {
     heartbeat: redis::Script,
     renew: redis::Script,
     withdraw: redis::Script,
+    bill: redis::Script,
 }
 
 /// What the store says about one host besides a turn: the learned rate and an operator's rate.
@@ -148,6 +155,16 @@ pub(crate) enum Reservation {
         /// The host's shared state.
         view: SharedView,
     },
+    /// An allowance: this many turns and concurrency slots, spent here without a round trip
+    /// each until the instance comes back (`scripts::RESERVE`, "Allowances").
+    Ahead {
+        /// Turns to spend.
+        tokens: u32,
+        /// Concurrency slots they may use at once.
+        slots: u32,
+        /// The host's shared state.
+        view: SharedView,
+    },
     /// The host is closed for `remaining` more.
     Cool {
         /// How long it stays closed.
@@ -163,6 +180,8 @@ pub(crate) enum Reservation {
         /// When to ask again if no hint comes first.
         retry_in: Duration,
     },
+    /// The call wanted no turn: it only settled the instance's allowance.
+    Settled,
     /// The next turn is beyond the reservation horizon: ask again in `retry_in`.
     Later {
         /// When to ask again.
@@ -233,6 +252,24 @@ pub(crate) struct Limits {
     pub(crate) concurrency: u32,
     /// Whether this host's turn is the first since this instance rejoined the store.
     pub(crate) rejoin: bool,
+    /// The byte budget (`max_bytes_per_second`, its burst), for all instances together.
+    pub(crate) bytes: Option<(u64, u64)>,
+}
+
+/// What an instance says of its allowance of a host with a reservation (`scripts::RESERVE`,
+/// "Allowances"): in absolute terms, so that a late copy of an older call changes nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct AheadAsk {
+    /// Orders the calls: the store ignores one not above the last it applied.
+    pub(crate) seq: u64,
+    /// Turns spent from allowances of this host since the record began (a running count).
+    pub(crate) spent: u64,
+    /// Turns wanted ahead (`0`: none, give everything back).
+    pub(crate) want_tokens: u32,
+    /// Slots wanted with them.
+    pub(crate) want_slots: u32,
+    /// Slots that still carry requests sent on an allowance: held until they end.
+    pub(crate) in_use: u32,
 }
 
 /// The bounds a reported rate moves within.
@@ -297,6 +334,7 @@ impl Store {
                 heartbeat: scripts::script(scripts::HEARTBEAT),
                 renew: scripts::script(scripts::RENEW),
                 withdraw: scripts::script(scripts::WITHDRAW),
+                bill: scripts::script(scripts::BILL),
             },
             round_trip: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             errors: Family::default(),
@@ -385,6 +423,10 @@ impl Store {
         format!("{}:{{{host}}}:qx", self.settings.key_prefix)
     }
 
+    fn ahead_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:a", self.settings.key_prefix)
+    }
+
     fn instances_key(&self) -> String {
         format!("{}:instances", self.settings.key_prefix)
     }
@@ -461,6 +503,7 @@ impl Store {
             &s.heartbeat,
             &s.renew,
             &s.withdraw,
+            &s.bill,
         ] {
             let loaded = tokio::time::timeout(self.settings.timeout, self.conn.load_script(script));
             if !matches!(loaded.await, Ok(Ok(_))) {
@@ -486,13 +529,15 @@ impl Store {
     }
 
     /// Asks the store for the next turn of `host` (one round trip); `waited` is how long this
-    /// instance's oldest request for it has waited (its place in the host's waiting list).
+    /// instance's oldest request for it has waited (its place in the host's waiting list);
+    /// `ahead`, this instance's allowance of the host, settled by the same call.
     pub(crate) async fn reserve(
         &self,
         host: &Arc<str>,
         limits: Limits,
         want: u32,
         waited: Duration,
+        ahead: Option<AheadAsk>,
     ) -> Result<Reservation, StoreDown> {
         let member = format!(
             "{}:{}",
@@ -505,6 +550,7 @@ impl Store {
             .key(self.lease_key(host))
             .key(self.waiting_key(host))
             .key(self.waiting_expiry_key(host))
+            .key(self.ahead_key(host))
             .arg("")
             .arg(limits.rate.to_string())
             .arg(limits.configured_rate.to_string())
@@ -517,11 +563,20 @@ impl Store {
             .arg(micros(IDLE_TTL))
             .arg(&self.channel)
             .arg(&**host)
-            .arg(want.max(1))
+            .arg(want)
             .arg(&self.instance)
             .arg(micros(waited))
             .arg(self.deadline_us())
-            .arg(micros(WAITING_PLACE));
+            .arg(micros(WAITING_PLACE))
+            .arg(ahead.map_or(String::new(), |a| {
+                format!(
+                    "{}|{}|{}|{}|{}",
+                    a.seq, a.spent, a.want_tokens, a.want_slots, a.in_use
+                )
+            }))
+            .arg(limits.bytes.map_or(String::new(), |(rate, burst)| {
+                format!("{}|{burst}", rate.max(1))
+            }));
         // The host's turns that ended meanwhile are released by this same call (even one past
         // its deadline); if the call fails they are kept for the next, since a release is
         // idempotent.
@@ -586,12 +641,18 @@ impl Store {
                     view,
                 }
             }
+            "ahead" => Reservation::Ahead {
+                tokens: reply.tat.parse().unwrap_or(0),
+                slots: u32::try_from(reply.interval).unwrap_or(0),
+                view,
+            },
             "cool" => Reservation::Cool {
                 remaining: wait,
                 cause: CooldownCause::from_word(Some(&reply.cause)),
                 view,
             },
             "busy" | "behind" => Reservation::Busy { retry_in: wait },
+            "settled" => Reservation::Settled,
             // Answered past its deadline (the clock read was off by more than a round trip):
             // nothing was reserved, ask again.
             "stale" => Reservation::Later {
@@ -612,6 +673,24 @@ impl Store {
                 .saturating_add(micros(at.elapsed()))
                 .saturating_add(micros(self.settings.timeout)),
         }
+    }
+
+    /// The store's clock at the local instant `at` (µs), from the last reading (`0` before
+    /// any): when a turn spent from an allowance started, for the wave rule.
+    pub(crate) fn clock_at(&self, at: Instant) -> i64 {
+        match *lock(&self.clock) {
+            None => 0,
+            Some((read, store_us)) => {
+                let after = micros(at.saturating_duration_since(read));
+                let before = micros(read.saturating_duration_since(at));
+                store_us.saturating_add(after).saturating_sub(before)
+            }
+        }
+    }
+
+    /// A number above every one this instance used before: orders its allowance's calls.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_lease.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Notes the store's clock as a reply just told it.
@@ -693,6 +772,21 @@ impl Store {
             rate.parse().unwrap_or(bounds.configured_rate),
             Duration::from_micros(left.max(0) as u64),
         ))
+    }
+
+    /// Charges `bytes` of response body to `host`'s shared byte budget of `rate` bytes per
+    /// second, so that every instance's next turn waits for the debt (`scripts::BILL`).
+    pub(crate) async fn bill(&self, host: &str, bytes: u64, rate: u64) {
+        let mut invocation = self.scripts.bill.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .arg("")
+            .arg(bytes)
+            .arg(rate.max(1))
+            .arg(micros(IDLE_TTL));
+        // A bill the store did not take is lost with the fall to fallback, where each instance
+        // keeps its share of the byte budget locally.
+        let _ = self.call("bill", &invocation).await;
     }
 
     /// Applies an operator's action for every instance.

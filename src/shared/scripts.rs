@@ -37,21 +37,48 @@ local function keep_at_least(key, ms)
 end
 "#;
 
-/// Asks for a turn. `KEYS`: budget, leases, waiting list, waiting list's expiries. `ARGV`: now,
+/// Asks for a turn. `KEYS`: budget, leases, waiting list, waiting list's expiries, allowances
+/// (optional: without it none is granted). `ARGV`: now,
 /// the rate this instance would use (its caps), the configured rate (the learned rate's start),
 /// burst, concurrency, lease µs, lease member, horizon µs, rejoin (`1`: the bucket starts empty),
 /// idle TTL µs, hint channel, host key, the most turns wanted (`n`: as many as wait in the
 /// instance's queue, within its slots), this instance's id, how long (µs) its next request has
-/// waited for its turn (since it arrived, or since its job's last turn there if later), the deadline (µs on the store's clock, `''` or `0`: none), how long (µs) a
-/// place in the waiting list lasts unless renewed; then four for each turn of this host that
-/// ended since this instance's last call: member, refund, the `tat` its reservation wrote, its
-/// interval (what `RELEASE` takes), the latest turn first. Those are released first, as `RELEASE`
-/// would, so that a busy host's turns end without a round trip of their own; they are released
-/// even by a call past its deadline.
+/// waited for its turn (since it arrived, or since its job's last turn there if later), the
+/// deadline (µs on the store's clock, `''` or `0`: none), how long (µs) a place in the waiting
+/// list lasts unless renewed, this instance's allowance (`''`: it has none and wants none; else
+/// `seq|spent|tokens wanted|slots wanted|slots in use`, see below), the host's byte budget
+/// (`''`: none; else `bytes per second|byte burst`: a turn waits while the response bytes the
+/// instances billed (`BILL`) are in debt, `bt` being when the debt is paid); then four for each turn of
+/// this host that ended since this instance's last call: member, refund, the `tat` its
+/// reservation wrote, its interval (what `RELEASE` takes), the latest turn first. Those are
+/// released first, as `RELEASE` would, so that a busy host's turns end without a round trip of
+/// their own; they are released even by a call past its deadline.
+///
+/// **Allowances** (turns leased ahead, for hosts with room to spare). A call may be answered
+/// `ahead`: `tokens` turns and `slots` concurrency slots that the instance spends locally, with
+/// no round trip per request, until it comes back. The held turns are out of the bucket: the
+/// bucket's depth for everyone else is `burst − ah` (`ah`: every instance's held tokens), so that
+/// what the bucket holds plus what is held never exceeds `burst`, and the sends in any window
+/// stay within `burst + rate × T` however late a held turn is spent. Held slots count against
+/// the concurrency cap (`as`). Each instance's allowance is one record, the field
+/// `a:<instance>` = `tokens|slots|spent|seq`, with its expiry (`lease µs` after its last call) in
+/// the allowances set. Every call of an instance that has one says, in absolute terms, what it
+/// spent since the record began (`spent`, a running count) and which slots still carry its
+/// requests: the spent tokens are charged to `tat` now (later than they were sent: only
+/// stricter), the rest given back, the slots in use kept; then a new allowance may be granted.
+/// A call whose `seq` is not above the record's is a late copy and changes nothing, so that a
+/// call that timed out and ran later never undoes a newer one. Granted only while nobody waits
+/// (no instance listed, none answered `busy` since the last release), not at a rejoin, and only
+/// when it leaves as much again to the others: `tokens` ≤ half of what the bucket holds (and at
+/// least 16), `slots` ≤ half of the free ones (and at least the slots in use). A call refused
+/// while others hold allowances publishes `yield <host> <instance>`: the holders give theirs back
+/// at once.
+/// An allowance whose instance stopped calling runs out after `lease µs`; all its tokens then
+/// count as spent.
 ///
 /// **Deadline.** A call that runs after its deadline (the instance gave up on it: the store
-/// stalled, or the network held it) reserves nothing and answers `stale`: no lease exists that
-/// no instance knows it holds.
+/// stalled, or the network held it) reserves and grants nothing and answers `stale` (what it
+/// gives back, it still gives back): no lease exists that no instance knows it holds.
 ///
 /// **Fair across instances.** The waiting list holds, for each instance refused a turn of this
 /// host, when its next request began to wait (the store's clock minus the wait it sent).
@@ -76,19 +103,22 @@ end
 /// this reply is on every request's path), and for a `go` of more than one turn `|tat|start` for
 /// each turn after the first. `now` is the store's clock, from which the instance sets its
 /// deadlines. `go`: a turn is reserved `µs` from now, at `start` on the store's clock; `tat` and
-/// `interval` undo it if it is never used. `cool`: the host is closed for `µs` more, for `cause`.
+/// `interval` undo it if it is never used. `ahead`: an allowance of `tat` tokens and `interval`
+/// slots. `cool`: the host is closed for `µs` more, for `cause`.
 /// `busy`: every concurrency slot is taken; ask again in `µs` (the first lease's expiry, or the
 /// waiting list's renewal). `behind`: instances that waited longer come first; ask again in
 /// `µs` or at a `free` hint. `later`: the next turn is beyond the horizon; ask again in `µs`.
-/// `stale`: past the deadline, nothing done.
+/// `stale`: past the deadline, nothing reserved. `settled`: the call wanted no turn (`n` = 0),
+/// only to settle its allowance.
 pub(super) const RESERVE: &str = r#"
 local BATCH_AHEAD_US = 2000
+local AHEAD_MIN = 16
 local now = now_us(ARGV[1])
 local function reply_of(fields, more)
   return table.concat(fields, '|') .. '|' .. int(now) .. (more or '')
 end
 local freed = 0
-for i = 18, #ARGV, 4 do
+for i = 20, #ARGV, 4 do
   if redis.call('ZREM', KEYS[2], ARGV[i]) == 1 then
     freed = freed + 1
     if ARGV[i + 1] == '1' then
@@ -99,24 +129,109 @@ for i = 18, #ARGV, 4 do
     end
   end
 end
+local h = redis.call('HMGET', KEYS[1], 'tat', 'cd', 'cdc', 'op', 'ovr', 'rate', 'cap', 'capx', 'ah', 'as', 'w', 'bt')
+local learned = tonumber(h[6]) or tonumber(ARGV[3])
+local view_rate, view_ovr = real(learned), h[5] or ''
+local rate = tonumber(h[5]) or learned
+local cap = tonumber(h[7])
+if cap and cap > 0 and (tonumber(h[8]) or 0) > now and cap < rate then rate = cap end
+local mine = tonumber(ARGV[2])
+if mine and mine > 0 and mine < rate then rate = mine end
+if not rate or rate <= 0 then rate = tonumber(ARGV[3]) end
+local interval = math.ceil(1000000 / rate)
+local lease_us = tonumber(ARGV[6])
+local who = ARGV[14] or ''
+-- Allowances: what every instance holds, and this instance's record.
+local stored_tat = tonumber(h[1]) or 0
+local held, held_slots = tonumber(h[9]) or 0, tonumber(h[10]) or 0
+local held0, slots0, tat0 = held, held_slots, stored_tat
+local function charge(n)
+  if n > 0 then
+    if stored_tat < now then stored_tat = now end
+    stored_tat = stored_tat + n * interval
+  end
+end
+local function fields_of(rec)
+  local t = {}
+  for x in string.gmatch(rec or '', '[^|]+') do t[#t + 1] = tonumber(x) end
+  return t
+end
+local AKEY = KEYS[5]
+if AKEY and (held > 0 or held_slots > 0) then
+  -- Allowances whose instance stopped calling: every token counts as spent.
+  local first = redis.call('ZRANGE', AKEY, 0, 0, 'WITHSCORES')
+  if first[2] and tonumber(first[2]) <= now then
+    for _, inst in ipairs(redis.call('ZRANGEBYSCORE', AKEY, '-inf', int(now))) do
+      local r = fields_of(redis.call('HGET', KEYS[1], 'a:' .. inst))
+      held = held - (r[1] or 0)
+      held_slots = held_slots - (r[2] or 0)
+      charge(r[1] or 0)
+      redis.call('HDEL', KEYS[1], 'a:' .. inst)
+    end
+    redis.call('ZREMRANGEBYSCORE', AKEY, '-inf', int(now))
+  end
+end
+local ask = fields_of(ARGV[18])
+local record = nil
+local kept_slots = 0
+if AKEY and who ~= '' and ask[1] then
+  local r = fields_of(redis.call('HGET', KEYS[1], 'a:' .. who))
+  if ask[1] > (r[4] or -1) then
+    -- Spent tokens are charged now, the rest given back; the slots in use stay held.
+    local spent = math.min(math.max(ask[2] - (r[3] or 0), 0), r[1] or 0)
+    charge(spent)
+    held = held - (r[1] or 0)
+    kept_slots = ask[5] or 0
+    held_slots = held_slots - (r[2] or 0) + kept_slots
+    if (r[2] or 0) > kept_slots or (r[1] or 0) > spent then freed = freed + 1 end
+    record = {0, kept_slots, ask[2], ask[1]}
+  else
+    ask = {}
+  end
+end
+if held < 0 then held = 0 end
+if held_slots < 0 then held_slots = 0 end
+local function persist()
+  if stored_tat ~= tat0 then redis.call('HSET', KEYS[1], 'tat', int(stored_tat)) end
+  if held ~= held0 then redis.call('HSET', KEYS[1], 'ah', int(held)) end
+  if held_slots ~= slots0 then redis.call('HSET', KEYS[1], 'as', int(held_slots)) end
+  if record then
+    redis.call('HSET', KEYS[1], 'a:' .. who, table.concat(record, '|'))
+    redis.call('ZADD', AKEY, int(now + lease_us), who)
+    keep_at_least(AKEY, math.ceil(lease_us / 1000) + 1000)
+  end
+end
 if freed > 0 and redis.call('HDEL', KEYS[1], 'w') == 1 then
   free_hint(KEYS[3], ARGV[11], ARGV[12])
 end
-local h = redis.call('HMGET', KEYS[1], 'tat', 'cd', 'cdc', 'op', 'ovr', 'rate', 'cap', 'capx')
-local learned = tonumber(h[6]) or tonumber(ARGV[3])
-local view_rate, view_ovr = real(learned), h[5] or ''
 local deadline = tonumber(ARGV[16] or '')
 if deadline and deadline > 0 and now > deadline then
+  persist()
   return reply_of({'stale', '0', '', view_rate, view_ovr, '', '0', '0'})
+end
+-- A call that only settles this instance's allowance (it wants no turn).
+if (tonumber(ARGV[13]) or 1) == 0 then
+  persist()
+  return reply_of({'settled', '0', '', view_rate, view_ovr, '', '0', '0'})
+end
+local function refused(fields)
+  -- Others' allowances may be what holds this caller back: they give them back.
+  if held > 0 or held_slots > kept_slots then
+    redis.call('PUBLISH', ARGV[11], 'yield ' .. ARGV[12] .. ' ' .. who)
+  end
+  persist()
+  return reply_of(fields)
 end
 local block, cause = 0, ''
 local cd, op = tonumber(h[2]) or 0, tonumber(h[4]) or 0
 if cd > now then block = cd; cause = h[3] or 'restored' end
 if op > now and op > block then block = op; cause = 'operator' end
-if block > now then return reply_of({'cool', int(block - now), cause, view_rate, view_ovr, '', '0', '0'}) end
-local who = ARGV[14] or ''
+if block > now then
+  persist()
+  return reply_of({'cool', int(block - now), cause, view_rate, view_ovr, '', '0', '0'})
+end
 local fair = KEYS[4] ~= nil and who ~= ''
-local arrival, older, refresh = now, 0, 0
+local arrival, older, refresh, listed = now, 0, 0, 0
 if fair then
   arrival = now - (tonumber(ARGV[15]) or 0)
   refresh = math.floor(tonumber(ARGV[17]) / 4)
@@ -131,6 +246,7 @@ if fair then
     end
     redis.call('ZREM', KEYS[3], who)
     redis.call('ZREM', KEYS[4], who)
+    listed = redis.call('ZCARD', KEYS[3])
     older = redis.call('ZCOUNT', KEYS[3], '-inf', '(' .. int(arrival))
   end
 end
@@ -147,57 +263,78 @@ local function wait_in_line(until_us)
   return until_us
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', int(now))
-local free = tonumber(ARGV[5]) - redis.call('ZCARD', KEYS[2])
+local burst = tonumber(ARGV[4])
+local free = tonumber(ARGV[5]) - redis.call('ZCARD', KEYS[2]) - held_slots
+-- An allowance, when nobody waits and it leaves as much again to the others.
+local want_tokens, want_slots = ask[3] or 0, math.max(ask[4] or 0, kept_slots)
+if record and want_tokens > 0 and listed == 0 and h[11] ~= '1' and ARGV[9] ~= '1' then
+  local owed = 0
+  if stored_tat > now then owed = (stored_tat - now) / interval end
+  local tokens = math.min(want_tokens, math.floor((burst - held - owed) / 2))
+  if tokens >= AHEAD_MIN and free + kept_slots >= 2 * want_slots then
+    held = held + tokens
+    held_slots = held_slots - kept_slots + want_slots
+    record = {tokens, want_slots, ask[2], ask[1]}
+    keep_at_least(KEYS[1], math.ceil((lease_us + tonumber(ARGV[10])) / 1000))
+    persist()
+    return reply_of({'ahead', '0', '', view_rate, view_ovr, int(tokens), int(want_slots), int(now)})
+  end
+end
 if free <= 0 then
   redis.call('HSET', KEYS[1], 'w', '1')
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  local retry = wait_in_line(tonumber(first[2]) - now)
-  return reply_of({'busy', int(retry), '', view_rate, view_ovr, '', '0', '0'})
+  local retry = refresh
+  if first[2] then retry = tonumber(first[2]) - now end
+  if not fair and not first[2] then retry = interval end
+  retry = wait_in_line(retry)
+  return refused({'busy', int(retry), '', view_rate, view_ovr, '', '0', '0'})
 end
-local rate = tonumber(h[5]) or learned
-local cap = tonumber(h[7])
-if cap and cap > 0 and (tonumber(h[8]) or 0) > now and cap < rate then rate = cap end
-local mine = tonumber(ARGV[2])
-if mine and mine > 0 and mine < rate then rate = mine end
-if not rate or rate <= 0 then rate = tonumber(ARGV[3]) end
-local interval = math.ceil(1000000 / rate)
-local tau = (tonumber(ARGV[4]) - 1) * interval
-local tat = tonumber(h[1]) or 0
+-- The bucket's depth for this caller: the burst less what allowances hold.
+local tau = (burst - held - 1) * interval
+local tat = stored_tat
 if tat < now then tat = now end
 if ARGV[9] == '1' and tat < now + tau then tat = now + tau end
 local slot = tat - tau
 if slot < now then slot = now end
+-- A byte debt holds the turn until it is paid (the byte budget's burst is its credit).
+local bytes = fields_of(ARGV[19])
+if bytes[1] and bytes[1] > 0 then
+  local byte_slot = (tonumber(h[12]) or 0) - math.floor((bytes[2] or 0) * 1000000 / bytes[1])
+  if byte_slot > slot then slot = byte_slot end
+end
 if older > 0 and (free <= older or slot > now) then
   redis.call('HSET', KEYS[1], 'w', '1')
   local retry = wait_in_line(math.max(slot - now, interval))
-  return reply_of({'behind', int(retry), '', view_rate, view_ovr, '', '0', '0'})
+  return refused({'behind', int(retry), '', view_rate, view_ovr, '', '0', '0'})
 end
 local horizon = tonumber(ARGV[8])
 if slot - now > horizon then
   local retry = wait_in_line(slot - now - horizon)
-  return reply_of({'later', int(retry), '', view_rate, view_ovr, '', '0', '0'})
+  return refused({'later', int(retry), '', view_rate, view_ovr, '', '0', '0'})
 end
 local new_tat = tat + interval
-redis.call('ZADD', KEYS[2], int(slot + tonumber(ARGV[6])), ARGV[7])
+redis.call('ZADD', KEYS[2], int(slot + lease_us), ARGV[7])
 local reply = {'go', int(slot - now), '', view_rate, view_ovr, int(new_tat), int(interval), int(slot)}
 local more = {}
 local last = slot
 local want = tonumber(ARGV[13]) or 1
-if older > 0 then want = 1 end
+-- One at a time while waiting, or when the response's bytes decide the next turn.
+if older > 0 or bytes[1] then want = 1 end
 for k = 2, want do
-  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[5]) then break end
+  if redis.call('ZCARD', KEYS[2]) + held_slots >= tonumber(ARGV[5]) then break end
   local next_slot = new_tat - tau
   if next_slot < now then next_slot = now end
   if next_slot - now > horizon or next_slot - now > BATCH_AHEAD_US then break end
   new_tat = new_tat + interval
-  redis.call('ZADD', KEYS[2], int(next_slot + tonumber(ARGV[6])), ARGV[7] .. '.' .. k)
+  redis.call('ZADD', KEYS[2], int(next_slot + lease_us), ARGV[7] .. '.' .. k)
   more[#more + 1] = int(new_tat)
   more[#more + 1] = int(next_slot)
   last = next_slot
 end
-redis.call('HSET', KEYS[1], 'tat', int(new_tat))
+stored_tat = new_tat
+persist()
 keep_at_least(KEYS[1], math.ceil((new_tat - now + tonumber(ARGV[10])) / 1000))
-keep_at_least(KEYS[2], math.ceil((last - now + tonumber(ARGV[6])) / 1000) + 1000)
+keep_at_least(KEYS[2], math.ceil((last - now + lease_us) / 1000) + 1000)
 if #more > 0 then return reply_of(reply, '|' .. table.concat(more, '|')) end
 return reply_of(reply)
 "#;
@@ -272,6 +409,20 @@ if ARGV[11] ~= '' then
 end
 keep_at_least(KEYS[1], math.ceil((left + ttl) / 1000))
 return {real(rate), left}
+"#;
+
+/// Charges response bytes to a host's shared byte budget (`max_bytes_per_second`). `KEYS`:
+/// budget. `ARGV`: now, bytes, bytes per second, idle TTL µs. `bt` (when the byte debt is paid)
+/// moves on by the time those bytes take at that rate, from now if it had passed: the byte
+/// budget's GCRA, whose credit (the byte burst) the reservation allows for. Returns `bt`.
+pub(super) const BILL: &str = r#"
+local now = now_us(ARGV[1])
+local bt = tonumber(redis.call('HGET', KEYS[1], 'bt')) or 0
+if bt < now then bt = now end
+bt = bt + math.ceil(tonumber(ARGV[2]) * 1000000 / tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'bt', int(bt))
+keep_at_least(KEYS[1], math.ceil((bt - now + tonumber(ARGV[4])) / 1000))
+return int(bt)
 "#;
 
 /// An operator's action, for every instance. `KEYS`: budget. `ARGV`: now, action (`pause`,

@@ -13,7 +13,7 @@ use crate::policy::{Bucket, CooldownCause};
 
 #[path = "../../tests/support/redis.rs"]
 #[allow(dead_code)]
-mod server;
+pub(super) mod server;
 
 use server::RedisServer as TestRedis;
 
@@ -23,7 +23,7 @@ fn fields(reply: &redis::Value) -> super::ReserveTuple {
 }
 
 /// A connection of the test's own to `redis`.
-async fn connect(redis: &TestRedis) -> MultiplexedConnection {
+pub(super) async fn connect(redis: &TestRedis) -> MultiplexedConnection {
     redis::Client::open(redis.url().as_str())
         .unwrap()
         .get_multiplexed_async_connection()
@@ -406,6 +406,8 @@ async fn a_reservation_releases_the_ended_turns_it_carries_first() {
             .arg(0)
             .arg(0)
             .arg(2_000_000)
+            .arg("")
+            .arg("")
             .arg(member)
             .arg(refund)
             .arg(tat)
@@ -557,7 +559,10 @@ async fn ask(
         .arg(who)
         .arg(waited_us)
         .arg(deadline)
-        .arg(2_000_000);
+        .arg(2_000_000)
+        // No allowance, no byte budget.
+        .arg("")
+        .arg("");
     for member in ended {
         invocation.arg(*member).arg("0").arg("").arg(0);
     }
@@ -782,4 +787,80 @@ async fn a_paced_turn_goes_to_the_instance_that_waited_longest() {
     );
     let (kind, wait) = ask(&mut conn, host, T0 + 601_000, "1", 10, "b", 891_000, 0, &[]).await;
     assert_eq!((kind.as_str(), wait), ("go", 399_000));
+}
+
+/// Response bytes billed by any instance hold every instance's next turn until the byte debt is
+/// paid (`BILL`, and the reservation's byte budget), the byte burst being credit.
+#[tokio::test]
+async fn billed_bytes_hold_the_next_turn_until_their_debt_is_paid() {
+    let Some(redis) = TestRedis::start() else {
+        return;
+    };
+    let mut conn = connect(&redis).await;
+    let host = "bytes.test:80";
+    let (bill_script, reserve_script) = (script(super::scripts::BILL), script(RESERVE));
+    let bill = |now: i64, bytes: u64| {
+        let mut invocation = bill_script.prepare_invoke();
+        invocation
+            .key(format!("t:{{{host}}}:b"))
+            .arg(now)
+            .arg(bytes)
+            .arg(262_144)
+            .arg(3_600_000_000_i64);
+        invocation
+    };
+    let turn = |now: i64, burst: u64| {
+        let mut invocation = reserve_script.prepare_invoke();
+        invocation
+            .key(format!("t:{{{host}}}:b"))
+            .key(format!("t:{{{host}}}:l"))
+            .arg(now)
+            .arg("100")
+            .arg("100")
+            .arg(1)
+            .arg(10)
+            .arg(60_000_000)
+            .arg(format!("m{now}-{burst}"))
+            .arg(1_000_000)
+            .arg("0")
+            .arg(3_600_000_000_i64)
+            .arg("t:hints")
+            .arg(host)
+            .arg(4)
+            .arg("")
+            .arg(0)
+            .arg(0)
+            .arg(2_000_000)
+            .arg("")
+            .arg(format!("262144|{burst}"));
+        invocation
+    };
+    // 1 MiB at 256 KiB/s: paid 4 s after it was billed.
+    let bt: String = bill(T0, 1 << 20).invoke_async(&mut conn).await.unwrap();
+    assert_eq!(bt, (T0 + 4_000_000).to_string());
+    let (kind, wait, ..) = fields(&turn(T0 + 1, 0).invoke_async(&mut conn).await.unwrap());
+    assert_eq!(kind, "later", "4 s is beyond the 1 s horizon");
+    assert_eq!(wait, 3_000_000 - 1);
+    let reply: redis::Value = turn(T0 + 3_500_000, 0)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    let (kind, wait, ..) = fields(&reply);
+    assert_eq!((kind.as_str(), wait), ("go", 500_000));
+    assert!(
+        super::reserve_fields(&reply).unwrap().1.is_empty(),
+        "one turn at a time: the next one's bytes are not known yet"
+    );
+    // With a byte burst of 256 KiB, a second of the debt is credit: the turn comes a second early.
+    bill(T0 + 4_000_000, 1 << 20)
+        .invoke_async::<String>(&mut conn)
+        .await
+        .unwrap();
+    let (kind, wait, ..) = fields(
+        &turn(T0 + 4_000_000, 262_144)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((kind.as_str(), wait), ("later", 2_000_000));
 }

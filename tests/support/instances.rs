@@ -53,3 +53,70 @@ pub fn assert_within_budget(origin: &Origin, rate: f64, burst: usize, slack: usi
         );
     }
 }
+
+/// `clients` closed-loop clients on each instance, each GETting `{url}{i}` (its own index) until
+/// `end`; every answer must be 200, and every client done within `grace` after `end` (no client
+/// hangs). Returns how many were answered.
+pub async fn hammer_instances(
+    all: &[Courtesy],
+    url: &str,
+    clients: usize,
+    end: tokio::time::Instant,
+    grace: Duration,
+) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let answered = std::sync::Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for c in all {
+        for i in 0..clients {
+            let client = c.client();
+            let url = format!("{url}{i}");
+            let answered = answered.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut conn = client.connect().await;
+                while tokio::time::Instant::now() < end {
+                    assert_eq!(conn.get(&url).await.status, http::StatusCode::OK);
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+    }
+    let all_done = async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    };
+    tokio::time::timeout(
+        end.saturating_duration_since(tokio::time::Instant::now()) + grace,
+        all_done,
+    )
+    .await
+    .expect("no client hangs");
+    answered.load(Ordering::Relaxed)
+}
+
+/// Waits (at most 5 s) until every instance of `all` has counted them all live on the store, so
+/// that none keeps to a part of each budget while it waits for the others to show up.
+pub async fn all_seen(all: &[Courtesy]) {
+    for c in all {
+        let url = c.admin_url("/hosts");
+        let mut seen = 0;
+        for _ in 0..250 {
+            let (_, body) = admin_call("GET", &url, None, "").await;
+            seen = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["budget"]["instances_seen"].as_u64())
+                .unwrap_or(0);
+            if seen >= all.len() as u64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            seen >= all.len() as u64,
+            "{} instances seen of {}",
+            seen,
+            all.len()
+        );
+    }
+}

@@ -12,6 +12,7 @@
 //! - [`direct`]: requests that bypass the proxy (the admin listener);
 //! - [`binary`]: courtesy run as its own process, from the built binary;
 //! - [`real_clients`]: real client programs (curl, Python, Node);
+//! - [`otlp`]: an OTLP/HTTP trace receiver on the `opentelemetry-proto` types;
 //! - [`redis`]: a real redis-server for the shared budget;
 //! - [`redis_topology`]: a Redis Cluster, and a master with a replica under Sentinel;
 //! - [`parent`]: real parent proxies (Squid, microsocks) for `upstream_proxy`;
@@ -29,6 +30,7 @@ mod direct;
 mod in_process;
 mod instances;
 mod origin;
+mod otlp;
 mod parent;
 mod proxy_client;
 mod real_clients;
@@ -46,8 +48,12 @@ pub use self::{
     crowd::{assert_each_ok, hammer_until},
     direct::{admin_call, direct_client, fetch_direct},
     in_process::Courtesy,
-    instances::{assert_within_budget, budget_mode, instance_on, instances_on, readiness},
+    instances::{
+        all_seen, assert_within_budget, budget_mode, hammer_instances, instance_on, instances_on,
+        readiness,
+    },
     origin::{come_back_later, Arrival, Origin},
+    otlp::{OtlpReceiver, Received},
     parent::{free_port, ParentProxy},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
     real_clients::{client_command, run_to_success, undici_through},

@@ -1,4 +1,5 @@
-//! Validation of the process's own sections: `[proxy]`, `[admin]`, `[alerts]` and `[shared]`.
+//! Validation of the process's own sections: `[proxy]`, `[admin]`, `[alerts]`, `[telemetry]`
+//! and `[shared]`.
 //! Their keys are read through their key tables; here are the checks that need more than one key
 //! or more than the value: the listeners and `allow_clients`, the admin token beyond loopback,
 //! `hosts_file`'s contents, a parent that is courtesy itself, and the store's TLS files.
@@ -7,7 +8,9 @@ use std::sync::Arc;
 
 use super::Validator;
 use crate::config::file::Section;
-use crate::config::{AdminSettings, AlertSettings, ProxySettings, Route, SharedSettings};
+use crate::config::{
+    AdminSettings, AlertSettings, ProxySettings, Route, SharedSettings, TelemetrySettings,
+};
 use crate::resolve::StaticHosts;
 
 impl Validator<'_> {
@@ -70,6 +73,18 @@ impl Validator<'_> {
             &mut a,
         );
         a
+    }
+
+    /// `[telemetry]` over the built-in settings.
+    pub(in crate::config) fn telemetry(&mut self, section: &Section<'_>) -> TelemetrySettings {
+        let mut t = TelemetrySettings::default();
+        self.keys(
+            section,
+            &[TelemetrySettings::KEYS],
+            ("[telemetry]", "[telemetry] "),
+            &mut t,
+        );
+        t
     }
 
     /// `[admin]` over the built-in settings; an admin listener beyond loopback needs a token.

@@ -1,25 +1,37 @@
-//! The learned limit (`controller = "cubic"`): a controller that remembers where the server
-//! said no and spends the time near that rate, not halfway below it.
+//! The learned limit (`controller = "cubic"`, the default): a controller that remembers where
+//! the server said no and spends its time just below that rate, probing past it every
+//! `probe_after_seconds` so that a limit that rose is found within about half a minute.
 //!
-//! At the first answer of a wave of 429s (or overload, or failures), the rate that met it is an
-//! upper bound on what the server allows. The learned limit is what the server served lately
-//! (a meter of healthy answers that does not count idle time), and at least `learned_margin`
-//! below that rate. Met again near the same rate after the whole approach (a steady limit), the limit
-//! is halfway between the old one, which held, and the new peak, bounded by what was served, and
-//! the next approach is longer (up to twice `probe_after_seconds`): a steady limit is probed less
-//! often. Met soon after the last cooldown (before the rate had come back: the server's limit
-//! fell), the limit is what was served since that cooldown, over that time plus half the wait
-//! asked for, and the next probe comes late too. A long `Retry-After` (over a second and a tenth
-//! of the time served) caps the limit at what was served over the time plus the wait: it says how
-//! far over the rate was. The first cut knows nothing served and multiplies by
-//! `decrease_factor`. With a shared budget the meter sees only this instance's part, so the
-//! limit comes from the peak alone.
+//! At the first answer of a wave of 429s (or overload, or failures) the rate that met it is
+//! above what the server allows, and what the server *served* says how far. How the learned
+//! limit moves depends on where on its curve (`learned.rs`) the 429 came:
 //!
-//! The rate resumes at 95 % of the limit when the cooldown ends, comes back to it on a concave
-//! cubic curve over the approach (fast at first, flat near the limit), and then probes past it
-//! on a convex one, slowly at first and faster the longer the server keeps saying yes (as CUBIC
-//! does around its last maximum). The curve does not advance while nothing above the rate in
-//! force is learned (no demand, a gap between answers, latency near the bound).
+//! - **The first cut** knows nothing served: × `decrease_factor`, a rough guess, approached
+//!   over 1.5 × `probe_after_seconds`.
+//! - **A probe past the limit** (the whole approach held): the limit held, so it stays, and
+//!   rises to what the server served lately by at most `learned_margin` per probe, never past
+//!   a rate that met a 429 on an approach since the last rise (a steady limit creeps up to
+//!   where it holds and stays there). After a rough guess the probe moves the limit as far as
+//!   what was served in the `Retry-After` span before the refused request says.
+//! - **A probe that went twice past the limit** before its 429: the limit rose. The meter lags
+//!   such a fast probe, so the rate lands: from what was served lately up towards what the
+//!   server served in the last span, over 40 % of `probe_after_seconds`; a 429 on the way says
+//!   where the new limit stands (what was served lately, which the slow end of the landing
+//!   leaves near the rate).
+//! - **On the way back to the limit** (before the approach ended: the server allows less than
+//!   it did): within 5 s of the cooldown, from the few answers since it (the least of what was
+//!   served lately, in the last span, and since the cooldown over that time and half the wait),
+//!   `learned_margin` under it, and a rough guess; later, what was served since the cooldown
+//!   over that time and half the wait. Either may go below half of the rate that met the 429,
+//!   down to a quarter.
+//!
+//! A long `Retry-After` (over a second and a tenth of the time served) caps what was served
+//! lately at what was served over the time plus the wait: it says how far over the rate was.
+//! With a shared budget the meters see only this instance's part, so the limit comes from the
+//! peak alone (`learned_margin` under it). The rate resumes at 95 % of the limit when the
+//! cooldown ends (a landing, from its lower end) and follows the curve; the curve does not
+//! advance while nothing above the rate in force is learned (no demand, a gap between answers,
+//! latency near the bound).
 //!
 //! Latency, smoothed over answers: above `slow_response_ms` the rate is cut once per wave in
 //! proportion (× slow_response / latency, between 0.5 and 0.95, as Gradient2 scales its limit
@@ -34,11 +46,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::{lowered, Observation, Pacing};
+use super::learned::{Learned, Recent};
 use crate::config::HostPolicy;
 
-/// Relative growth past the learned limit per cubed second of probing: +2 % after 2.2 s,
-/// +10 % after 3.7 s, +100 % after 7.9 s.
-const PROBE: f64 = 0.002;
 /// The rate resumes at this fraction of the learned limit after a cut.
 const RESUME: f64 = 0.95;
 /// Weight of the newest answer in the smoothed latency.
@@ -51,127 +61,44 @@ const FEW_SERVED: u32 = 2;
 const SHORTEST_WAIT: f64 = 1.0;
 /// A gap between healthy answers longer than this (and than two turns) is idle time.
 const IDLE_GAP: f64 = 1.0;
-/// The time constant of the served-rate meter, in seconds.
-const METER_SECONDS: f64 = 2.0;
 /// A wait longer than this share of the time served since the last cut says how far over the
 /// limit the rate was: the limit is then at most what was served over both.
 const LONG_WAIT: f64 = 0.1;
-
+/// A 429 met on the way back within this many seconds of the cooldown measures the fall from
+/// a few answers only.
+const SHORT: f64 = 5.0;
 /// The lowest share of the rate that met a 429 that the learned limit may fall to at once
-/// after the limit fell (what was served since the cooldown is measured); else a half.
+/// where what was served since the cooldown measures a fall; else a half.
 const FELL_FLOOR: f64 = 0.25;
-
-/// Below this many answers since the cooldown, what was served measures a fall only roughly:
-/// the learned limit goes `learned_margin` under it.
-const ROUGH: u32 = 10;
-
-/// Seconds before a 429 met while probing past the old limit at which the curve still stood
-/// under the new one (the served-rate meter lags a fast probe by its time constant).
-const RISE_LAG: f64 = 1.5;
 /// A probe that went this far past the learned limit before its 429 found a limit that rose
 /// (a probe of a limit that held fails within a few per cent of it, or up to 1.3× where a
-/// token bucket's burst lets it run on).
+/// token bucket's burst or the phase of whole windows lets it run on).
 const ROSE: f64 = 2.0;
+/// The approach after the first cut takes this many times `probe_after_seconds`: a new host
+/// settles a little longer before its first probe (a short crawl meets one 429, not two).
+const FIRST_APPROACH: f64 = 1.5;
+/// The landing after a rise takes this share of `probe_after_seconds`.
+const LANDING: f64 = 0.4;
 
-/// What the learned limit knows of a host after its first cut.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(in crate::policy) struct Learned {
-    /// The learned limit: the rate the host is held just below.
-    limit: f32,
-    /// The rate right after the cut.
-    start: f32,
-    /// The rate that met the last 429.
-    peak: f32,
-    /// When the approach to the limit began (the end of the cut's cooldown).
-    since: Instant,
-    /// Healthy answers since the cut.
-    served: u32,
-    /// Healthy answers, decayed with [`METER_SECONDS`]: divided by it, the rate the server
-    /// served lately.
-    meter: f32,
-    /// When the meter was last moved.
-    metered: Instant,
-    /// Seconds from `since` back to the limit (CUBIC's K).
-    approach: f32,
-    /// Whether the rate is shared with other instances (`[shared]`): what this one was served
-    /// is only its part, so the limit comes from the peak alone.
-    shared: bool,
-}
-
-impl Learned {
-    /// A limit the server announced (`limit`): the curve stands at it from `now` for
-    /// `probe_after`, keeping what `before` measured of the served rate.
-    pub(super) fn announced(
-        limit: f64,
-        before: Option<Learned>,
-        policy: &HostPolicy,
-        now: Instant,
-    ) -> Self {
-        Learned {
-            limit: limit as f32,
-            start: limit as f32,
-            peak: limit as f32,
-            since: now,
-            served: 0,
-            meter: before.map_or(0.0, |l| l.meter),
-            metered: before.map_or(now, |l| l.metered),
-            approach: policy.adaptive.probe_after.as_secs_f32(),
-            shared: before.is_some_and(|l| l.shared),
-        }
-    }
-
-    /// Counts a healthy answer at `now` into the served-rate meter; `turn` is the time between
-    /// two turns at the rate in force.
-    fn count(&mut self, now: Instant, turn: f64) {
-        self.served = self.served.saturating_add(1);
-        self.meter = self.decayed(now, turn) as f32 + 1.0;
-        self.metered = now;
-    }
-
-    /// The meter at `now`. A gap longer than two turns is idle time (no demand, a cooldown):
-    /// the server served nothing because nothing was asked, so the meter decays by two turns.
-    fn decayed(&self, now: Instant, turn: f64) -> f64 {
-        let gap = now.saturating_duration_since(self.metered).as_secs_f64();
-        f64::from(self.meter) * (-gap.min(2.0 * turn) / METER_SECONDS).exp()
-    }
-
-    /// The rate the server served lately, at `now`.
-    fn served_lately(&self, now: Instant, turn: f64) -> f64 {
-        self.decayed(now, turn) / METER_SECONDS
-    }
-
-    /// The rate on the curve `t` seconds into the approach.
-    fn rate_at(&self, t: f64) -> f64 {
-        let (limit, start, k) = (
-            f64::from(self.limit),
-            f64::from(self.start),
-            f64::from(self.approach),
-        );
-        if t <= 0.0 {
-            start
-        } else if t < k {
-            limit - (limit - start) * (1.0 - t / k).powi(3)
-        } else {
-            limit * (1.0 + PROBE * (t - k).powi(3))
-        }
-    }
-
-    /// The time into the approach at which the curve reaches `rate` (the inverse of
-    /// [`Learned::rate_at`]).
-    fn time_at(&self, rate: f64) -> f64 {
-        let (limit, start, k) = (
-            f64::from(self.limit),
-            f64::from(self.start),
-            f64::from(self.approach),
-        );
-        if rate <= start {
-            0.0
-        } else if rate < limit {
-            k * (1.0 - ((limit - rate) / (limit - start).max(f64::MIN_POSITIVE)).cbrt())
-        } else {
-            k + ((rate / limit - 1.0) / PROBE).cbrt()
-        }
-    }
+/// Where on its curve a 429 met the rate, and so what it says of the server's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Met {
+    /// The rate is shared with other instances: only the peak is known.
+    Shared,
+    /// Probing more than [`ROSE`] times past the limit: the limit rose.
+    Rose,
+    /// Probing past a limit that was a rough guess.
+    PastGuess,
+    /// Probing past a limit that held the whole approach.
+    Probe,
+    /// On the way up of a landing.
+    Landing,
+    /// On the way back, with too few answers since the cooldown to measure anything.
+    Unmeasured,
+    /// On the way back, within [`SHORT`] of the cooldown.
+    Soon,
+    /// On the way back, later.
+    Later,
 }
 
 impl Pacing {
@@ -187,7 +114,7 @@ impl Pacing {
             // A gap between answers is time without a probe; the curve does not count it.
             let gap = now.saturating_duration_since(learned.metered).as_secs_f64();
             idle = gap > IDLE_GAP.max(2.0 / self.rate);
-            learned.count(now, 1.0 / self.rate);
+            learned.count(now, obs.sent_at, 1.0 / self.rate);
         }
         if idle {
             self.hold_curve(now);
@@ -220,85 +147,110 @@ impl Pacing {
         }
     }
 
+    /// Moves the learned limit for the first answer of a new wave of trouble: `wait` is the
+    /// cooldown it asked for, `sent` when the refused request left.
     pub(super) fn cubic_trouble(
         &mut self,
         wait: Option<Duration>,
+        sent: Instant,
         policy: &HostPolicy,
         now: Instant,
     ) {
         let peak = self.rate;
         let wait = wait.unwrap_or_default().as_secs_f64();
         let first = policy.adaptive.probe_after.as_secs_f64();
-        let below = peak * (1.0 - policy.adaptive.learned_margin);
-        let learned = self.rare().learned.filter(|l| now > l.since);
-        let (limit, approach) = match learned {
-            Some(l) => {
-                let t = now.duration_since(l.since).as_secs_f64();
-                // What the server served lately is what it allows; a long wait says it allowed
-                // no more than what it served since the last cut over that time and the wait.
-                let mut served = if l.shared {
-                    below
-                } else {
-                    l.served_lately(now, 1.0 / peak)
-                };
-                if wait > LONG_WAIT * t && wait > SHORTEST_WAIT && !l.shared {
-                    served = served.min(f64::from(l.served) / (t + wait));
-                }
-                // Met again near the same rate after the whole approach: the old limit held
-                // all that time, so the limit is between it and this peak, probed less often.
-                // Met on the way back: the server allows less than it did.
-                let old = f64::from(l.limit);
-                let steady = t >= f64::from(l.approach)
-                    && (peak - f64::from(l.peak)).abs() <= 0.1 * f64::from(l.peak);
-                let fell = t < f64::from(l.approach) / 2.0;
-                let measured_fall = fell && l.served >= FEW_SERVED && !l.shared;
-                let rose = t >= f64::from(l.approach) && peak > ROSE * old;
-                if steady {
-                    served = old.max(served.min(old + (below - old) / 2.0));
-                } else if measured_fall {
-                    // The lately served rate still remembers the old limit; what was served
-                    // since the cooldown, over that time and half the wait, does not.
-                    let mut measured = f64::from(l.served) / (t + wait / 2.0);
-                    if l.served < ROUGH {
-                        measured *= 1.0 - policy.adaptive.learned_margin;
-                    }
-                    served = served.min(measured);
-                } else if rose && !l.shared {
-                    // Met while probing past the old limit: the server allows more now. The
-                    // meter lags a fast probe; the curve a little before the 429 was served.
-                    served = served.max(l.rate_at(t - RISE_LAG));
-                }
-                // A server that just tightened its limit, or kept it, is probed less often; one
-                // that just raised it, sooner (the landing is rough).
-                let approach = if steady {
-                    (f64::from(l.approach) * 1.5).min(2.0 * first)
-                } else if fell {
-                    2.0 * first
-                } else if rose {
-                    first / 2.0
-                } else {
-                    first
-                };
-                // A fall measured since the cooldown may go deeper than half at once.
-                let floor = if measured_fall { FELL_FLOOR } else { 0.5 };
-                (served.clamp(peak * floor, below), approach)
-            }
-            None => (peak * policy.adaptive.decrease_factor, first),
+        let margin = 1.0 - policy.adaptive.learned_margin;
+        let below = peak * margin;
+        let before = self.rare().learned;
+        let learned = before.filter(|l| now > l.since);
+        let mut next = Next {
+            limit: peak * policy.adaptive.decrease_factor,
+            approach: FIRST_APPROACH * first,
+            floor: 0.5,
+            ceiling: learned.map_or(f64::INFINITY, |l| f64::from(l.ceiling)),
+            landing_from: None,
+            rough: true,
         };
-        let limit = limit.max(policy.adaptive.min_rate.min(peak));
-        let start = lowered(limit, RESUME, policy.adaptive.min_rate).min(peak);
+        if let Some(l) = learned {
+            let t = now.duration_since(l.since).as_secs_f64();
+            let n = f64::from(l.served);
+            let old = f64::from(l.limit);
+            // What the server served lately is what it allows; a long wait says it allowed
+            // no more than what it served since the last cut over that time and the wait.
+            let mut lately = l.served_lately();
+            if wait > LONG_WAIT * t && wait > SHORTEST_WAIT {
+                lately = lately.min(n / (t + wait));
+            }
+            // What it served in the span of the wait before the refused request; after a rise,
+            // counting those that may have arrived in it too (a sliding window's count is its
+            // quota exactly, and it is what the landing aims at).
+            let span_of = |trip: f64| {
+                l.recent
+                    .rate_before(sent, wait.max(SHORTEST_WAIT), trip)
+                    .unwrap_or(lately)
+                    .min(peak)
+            };
+            let span = span_of(0.0);
+            let risen = span_of(now.saturating_duration_since(sent).as_secs_f64());
+            next.rough = false;
+            next.approach = first;
+            match met(&l, t, peak) {
+                Met::Shared => next.limit = below,
+                Met::Rose => {
+                    next.ceiling = f64::INFINITY;
+                    next.limit = lately.max(risen) * margin;
+                    next.landing_from = Some(lately * margin);
+                    next.approach = LANDING * first;
+                    next.rough = true;
+                }
+                Met::PastGuess if l.landing => next.limit = old.max(risen * margin),
+                Met::PastGuess => next.limit = old.max(span * margin),
+                Met::Probe => {
+                    let crept = lately.clamp(old, old * (2.0 - margin));
+                    next.limit = crept.min((next.ceiling * margin).max(old));
+                }
+                Met::Landing => next.limit = lately.max(span) * margin,
+                Met::Unmeasured => next.limit = lately.min(peak * policy.adaptive.decrease_factor),
+                Met::Soon => {
+                    next.ceiling = next.ceiling.min(peak);
+                    next.floor = FELL_FLOOR;
+                    next.rough = true;
+                    // Within the wait's span of the cooldown, what was served since it counts
+                    // half the wait too: the server's window may have begun before it.
+                    let mut measured = lately.min(span);
+                    if t < wait {
+                        measured = measured.min(n / (t + wait / 2.0));
+                    }
+                    next.limit = measured * margin;
+                }
+                Met::Later => {
+                    next.ceiling = next.ceiling.min(peak);
+                    next.floor = FELL_FLOOR;
+                    next.limit = lately.min(n / (t + wait / 2.0));
+                }
+            }
+            next.limit = next.limit.clamp(peak * next.floor, below);
+        }
+        let limit = next.limit.max(policy.adaptive.min_rate.min(peak));
+        let start = match next.landing_from {
+            Some(low) => low.clamp(policy.adaptive.min_rate.min(limit), limit),
+            None => lowered(limit, RESUME, policy.adaptive.min_rate).min(peak),
+        };
         self.rate = start;
-        let since = now + Duration::from_secs_f64(wait);
         self.rare_mut().learned = Some(Learned {
             limit: limit as f32,
             start: start as f32,
             peak: peak as f32,
-            since,
+            since: now + Duration::from_secs_f64(wait),
             served: 0,
             meter: learned.map_or(0.0, |l| l.decayed(now, 1.0 / peak) as f32),
             metered: now,
-            approach: approach as f32,
-            shared: self.rare().learned.is_some_and(|l| l.shared),
+            approach: next.approach as f32,
+            ceiling: next.ceiling as f32,
+            shared: before.is_some_and(|l| l.shared),
+            landing: next.landing_from.is_some(),
+            rough: next.rough,
+            recent: before.map_or(Recent::new(now), |l| l.recent),
         });
     }
 
@@ -320,5 +272,43 @@ impl Pacing {
                 l.since = now.checked_sub(back).unwrap_or(l.since);
             }
         }
+    }
+}
+
+/// What a cut decides: the next learned limit and the curve back to it.
+struct Next {
+    /// The learned limit (before its bounds).
+    limit: f64,
+    /// Seconds back to it.
+    approach: f64,
+    /// The lowest share of the peak the limit may fall to.
+    floor: f64,
+    /// See [`Learned::ceiling`].
+    ceiling: f64,
+    /// Where a landing starts, if this cut lands after a rise.
+    landing_from: Option<f64>,
+    /// See [`Learned::rough`].
+    rough: bool,
+}
+
+/// Where on `l`'s curve, `t` seconds into it, a 429 met the rate `peak`.
+fn met(l: &Learned, t: f64, peak: f64) -> Met {
+    let probing = t >= f64::from(l.approach);
+    if l.shared {
+        Met::Shared
+    } else if probing && peak > ROSE * f64::from(l.limit) {
+        Met::Rose
+    } else if probing && l.rough {
+        Met::PastGuess
+    } else if probing {
+        Met::Probe
+    } else if l.landing {
+        Met::Landing
+    } else if l.served < FEW_SERVED {
+        Met::Unmeasured
+    } else if t < SHORT {
+        Met::Soon
+    } else {
+        Met::Later
     }
 }

@@ -12,19 +12,21 @@
 //! | file | owns |
 //! |---|---|
 //! | `aimd.rs` | additive increase, multiplicative decrease (the rules of round one) |
-//! | `cubic.rs` | the learned limit: the estimate at a 429, the cubic approach and probe, latency |
+//! | `cubic.rs` | the learned limit: where a 429 met the curve and what it says, latency |
+//! | `learned.rs` | the learned limit's state: the curve back to the limit and past it, the meters |
 //! | `announced.rs` | the learned limit from a quota the server announces in RateLimit headers |
 
 mod aimd;
 mod announced;
 mod cubic;
+mod learned;
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 pub(super) use announced::Announced;
-pub(super) use cubic::Learned;
+pub(super) use learned::Learned;
 
 use super::{Observation, Pacing};
 use crate::config::{Controller, HostPolicy};
@@ -51,6 +53,7 @@ impl Pacing {
     pub(super) fn after_trouble(
         &mut self,
         wait: Option<Duration>,
+        sent: Instant,
         policy: &HostPolicy,
         now: Instant,
     ) {
@@ -58,7 +61,7 @@ impl Pacing {
             return;
         }
         if learned_limit(policy) {
-            self.cubic_trouble(wait, policy, now);
+            self.cubic_trouble(wait, sent, policy, now);
         } else {
             self.aimd_trouble(policy);
         }

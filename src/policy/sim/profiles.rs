@@ -1,5 +1,5 @@
-//! The simulation's profiles (the issue's targets, each against more than one kind of server)
-//! and the figures taken from a run.
+//! The simulation's profiles (issue 27's table of targets, each against more than one kind of
+//! server) and the figures taken from a run.
 
 use std::time::Duration;
 
@@ -7,12 +7,18 @@ use super::runner::{run, Demand, Driver, Record};
 use super::servers::{Kind, Server, Style};
 use crate::config::{Controller, HostPolicy, OnCooldown};
 
-/// Every driver, in the table's order.
+/// Every driver, in the table's order: each controller (the default first), then Scrapy's
+/// AutoThrottle.
 pub(super) const DRIVERS: [Driver; 3] = [
     Driver::Courtesy(Controller::Cubic),
     Driver::Courtesy(Controller::Aimd),
     Driver::AutoThrottle,
 ];
+
+/// courtesy with the controller a host gets when its config names none.
+pub(super) fn default_driver() -> Driver {
+    Driver::Courtesy(HostPolicy::default().adaptive.controller)
+}
 
 /// The seed article's Practice exercise: 8 clients, courtesy at 10/s adaptive, one at a time.
 pub(super) fn practice_policy() -> HostPolicy {
@@ -82,10 +88,9 @@ pub(super) const ANNOUNCING: [(&str, Kind); 4] = [
     ),
 ];
 
-/// One-second windows announced: with the draft's whole-second resets (a reset of 1 may be
-/// anything up to a second, and the budget's hard rules take it as a whole one) and with
-/// `X-RateLimit-Reset` as a Unix time. Shown, not asserted (see benches/SUMMARY_RESULTS.md).
-pub(super) const COARSE: [(&str, Kind); 2] = [
+/// One-second windows announcing their resets in whole seconds: the draft's fields (a reset of
+/// 1 may be anything up to a second) and `X-RateLimit-Reset` as a Unix time in whole seconds.
+pub(super) const WHOLE_SECONDS: [(&str, Kind); 2] = [
     (
         "announced: draft fields, 1 s window",
         Kind::Announcing {
@@ -123,24 +128,6 @@ pub(super) const SLOWING: Kind = Kind::Latency {
 
 /// The changing limit: 5, 2, then 8 requests per second, a minute each.
 pub(super) const CHANGES: [(f64, f64); 3] = [(0.0, 5.0), (60.0, 2.0), (120.0, 8.0)];
-
-/// A run of the Practice exercise against `kind` for `seconds`, limit `schedule`.
-pub(super) fn limited(
-    driver: Driver,
-    kind: Kind,
-    schedule: &[(f64, f64)],
-    demand: Demand,
-    seconds: f64,
-) -> Record {
-    let server = Server::new(kind, schedule);
-    run(&practice_policy(), driver, server, demand, seconds, 16)
-}
-
-/// The latency profile for `seconds`.
-pub(super) fn slowing(driver: Driver, seconds: f64) -> Record {
-    let server = Server::new(SLOWING, &[(0.0, f64::INFINITY)]);
-    run(&latency_policy(), driver, server, EIGHT, seconds, 16)
-}
 
 impl Record {
     /// 200s per second among requests sent in `[from, to)`.
@@ -195,10 +182,135 @@ impl Record {
 }
 
 /// The name of a driver in the table.
-pub(super) fn name(driver: Driver) -> &'static str {
-    match driver {
+pub(super) fn name(driver: Driver) -> String {
+    let default = driver == default_driver();
+    let name = match driver {
         Driver::Courtesy(Controller::Cubic) => "cubic",
         Driver::Courtesy(Controller::Aimd) => "aimd",
         Driver::AutoThrottle => "autothrottle",
+    };
+    if default {
+        format!("{name} (default)")
+    } else {
+        name.to_string()
     }
+}
+
+/// A constant limit of 5/s for five minutes: the share of it served after the first minute
+/// (during the on-periods, with bursty clients), the share of 429s after it, and the arrivals
+/// before a reset or wait the server stated.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Constant {
+    pub(super) served: f64,
+    pub(super) throttled: f64,
+    pub(super) inside: u32,
+}
+
+/// Five minutes against `kind` at 5/s with `demand`.
+pub(super) fn constant(driver: Driver, kind: Kind, demand: Demand) -> Constant {
+    constant_on(driver, Server::new(kind, &[(0.0, 5.0)]), demand)
+}
+
+/// Five minutes against `server` (a limit of 5/s) with `demand`.
+pub(super) fn constant_on(driver: Driver, server: Server, demand: Demand) -> Constant {
+    let r = run(&practice_policy(), driver, server, demand, 300.0, 16);
+    let served = match demand.bursts {
+        None => r.served(60.0, 300.0),
+        Some((on, off)) => {
+            let periods = (60.0 / (on + off)) as usize..(300.0 / (on + off)) as usize;
+            let n = periods.len() as f64;
+            periods
+                .map(|p| {
+                    let from = p as f64 * (on + off);
+                    r.served(from, from + on)
+                })
+                .sum::<f64>()
+                / n
+        }
+    };
+    Constant {
+        served: served / 5.0,
+        throttled: r.throttled_share(60.0, 300.0),
+        inside: r.inside,
+    }
+}
+
+/// The limit changing 5 → 2 → 8 ([`CHANGES`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Changes {
+    /// Served from 20 s after the fall to the rise ÷ 2.
+    pub(super) after_fall: f64,
+    /// 429s in the 20 s after the fall.
+    pub(super) fall_429: usize,
+    /// 429s in the minute after the fall.
+    pub(super) fall_minute_429: usize,
+    /// Seconds from the rise to the end of the first 5 s that served 90 % of 8/s, if any
+    /// within 55 s.
+    pub(super) rise: Option<f64>,
+    /// Served from a second after each change to the next ÷ the new limit (the fall, the rise).
+    pub(super) met: (f64, f64),
+    /// 429s from the fall on.
+    pub(super) changes_429: usize,
+    /// Arrivals before a reset or wait the server stated.
+    pub(super) inside: u32,
+}
+
+/// Three minutes against `kind`, the limit changing 5 → 2 → 8 a minute each.
+pub(super) fn changing(driver: Driver, kind: Kind, seed: u64) -> Changes {
+    let server = Server::new(kind, &CHANGES);
+    let r = run(&practice_policy(), driver, server, EIGHT, 180.0, seed);
+    let ((fall, low), (rise, high)) = (CHANGES[1], CHANGES[2]);
+    Changes {
+        after_fall: r.served(fall + 20.0, rise) / low,
+        fall_429: r.throttled(fall, fall + 20.0),
+        fall_minute_429: r.throttled(fall, rise),
+        rise: r.time_to(rise, rise + 55.0, high, 0.9).map(|t| t + 5.0),
+        met: (
+            r.served(fall + 1.0, rise) / low,
+            r.served(rise + 1.0, 180.0) / high,
+        ),
+        changes_429: r.throttled(fall, 180.0),
+        inside: r.inside,
+    }
+}
+
+/// The latency server for five minutes: the rate after the first 100 s, the swing of its 5 s
+/// rates, the mean latency.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Latency {
+    pub(super) rate: f64,
+    pub(super) swing: f64,
+    pub(super) latency: f64,
+}
+
+/// The latency profile with `policy` (its controller replaced by `driver`'s).
+fn latency_run(policy: &HostPolicy, driver: Driver) -> Latency {
+    let server = Server::new(SLOWING, &[(0.0, f64::INFINITY)]);
+    let r = run(policy, driver, server, EIGHT, 300.0, 16);
+    Latency {
+        rate: r.served(100.0, 300.0),
+        swing: r.swing(100.0, 300.0),
+        latency: r.mean_latency(100.0, 300.0),
+    }
+}
+
+/// The latency profile under `driver`.
+pub(super) fn latency(driver: Driver) -> Latency {
+    latency_run(&latency_policy(), driver)
+}
+
+/// The best fixed rate on the latency server: the most served by a rate that does not adapt
+/// (8 to 20/s, in steps of 0.25) with a mean latency within `slow_response_ms`.
+pub(super) fn best_fixed_rate() -> f64 {
+    let slow = latency_policy().adaptive.slow_response.as_secs_f64();
+    (32..=80)
+        .map(|quarter| {
+            let mut policy = latency_policy();
+            policy.adaptive.enabled = false;
+            policy.pacing.rate = f64::from(quarter) / 4.0;
+            latency_run(&policy, Driver::Courtesy(Controller::Aimd))
+        })
+        .filter(|l| l.latency <= slow)
+        .map(|l| l.rate)
+        .fold(0.0, f64::max)
 }

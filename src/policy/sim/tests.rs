@@ -1,274 +1,340 @@
-//! The issue's targets, asserted for the learned limit, and the table of every controller on
-//! every profile.
+//! Issue 27's table of targets, asserted for the default controller, row by row; and the table
+//! of every controller and baseline on every profile (`cargo test --lib sim -- --nocapture`).
 
 use super::profiles::*;
-use super::runner::{Demand, Driver, Record};
-use super::servers::Kind;
+use super::runner::{Demand, Driver};
+use super::servers::{Kind, Server};
 use crate::config::Controller;
 
-const CUBIC: Driver = Driver::Courtesy(Controller::Cubic);
+/// The seed every asserted run uses (network times, the order of the clients).
+const SEED: u64 = 16;
 
-/// Five minutes of the Practice exercise against `kind`: (share of the limit served after the
-/// first minute, share of 429s after it, arrivals inside a window).
-fn constant(driver: Driver, kind: Kind, demand: Demand) -> (f64, f64, u32, Record) {
-    let r = limited(driver, kind, &[(0.0, 5.0)], demand, 300.0);
-    let served = match demand.bursts {
-        None => r.served(60.0, 300.0),
-        Some((on, off)) => {
-            let periods = (60.0 / (on + off)) as usize..(300.0 / (on + off)) as usize;
-            let n = periods.len() as f64;
-            periods
-                .map(|p| {
-                    let from = p as f64 * (on + off);
-                    r.served(from, from + on)
-                })
-                .sum::<f64>()
-                / n
+/// Asserts the constant-limit row against every kind of server with `demand`: at least 90 % of
+/// the limit served after the first minute, at most 1 % 429s, none inside a stated window.
+fn holds_a_constant_limit(demand: Demand) {
+    for (label, kind) in LIMITED {
+        let c = constant(default_driver(), kind, demand);
+        assert!(
+            c.served >= 0.90,
+            "{label}: served {:.1} % of the limit",
+            c.served * 100.0
+        );
+        assert!(
+            c.throttled <= 0.01,
+            "{label}: {:.2} % 429s",
+            c.throttled * 100.0
+        );
+        assert_eq!(c.inside, 0, "{label}: requests inside an announced window");
+    }
+}
+
+#[test]
+fn the_default_uses_a_constant_limit_and_almost_never_hears_429() {
+    holds_a_constant_limit(EIGHT);
+}
+
+#[test]
+fn the_default_holds_a_constant_limit_with_bursty_clients() {
+    holds_a_constant_limit(BURSTY);
+}
+
+#[test]
+fn the_default_follows_a_fall_within_twenty_seconds_for_three_429s() {
+    for (label, kind) in LIMITED {
+        let c = changing(default_driver(), kind, SEED);
+        assert_eq!(c.inside, 0, "{label}: requests inside an announced window");
+        assert!(
+            c.after_fall >= 0.9,
+            "{label}: from 20 s after 5 -> 2, {:.0} % of the new limit",
+            c.after_fall * 100.0
+        );
+        assert!(c.fall_429 <= 3, "{label}: {} 429s for the fall", c.fall_429);
+    }
+}
+
+#[test]
+fn the_default_finds_a_rise_within_forty_seconds() {
+    for (label, kind) in LIMITED {
+        let c = changing(default_driver(), kind, SEED);
+        assert!(
+            c.rise.is_some_and(|t| t <= 40.0),
+            "{label}: 90 % of 8/s reached after {:?} s",
+            c.rise
+        );
+    }
+}
+
+#[test]
+fn the_default_spends_an_announced_limit_and_follows_its_changes_at_once() {
+    for (label, kind) in ANNOUNCING {
+        let c = constant(default_driver(), kind, EIGHT);
+        assert!(
+            c.served >= 0.95,
+            "{label}: served {:.1} %",
+            c.served * 100.0
+        );
+        assert_eq!(c.throttled, 0.0, "{label}: 429s");
+        assert_eq!(c.inside, 0, "{label}: requests inside an announced window");
+        let c = changing(default_driver(), kind, SEED);
+        assert_eq!(c.changes_429, 0, "{label}: 429s after the changes");
+        assert_eq!(c.inside, 0, "{label}: requests inside an announced window");
+        let (fall, rise) = c.met;
+        for (share, change) in [(fall, "5 -> 2"), (rise, "2 -> 8")] {
+            assert!(
+                share >= 0.95,
+                "{label}: from 1 s after {change}, {:.0} % of the new limit",
+                share * 100.0
+            );
         }
-    };
-    (served / 5.0, r.throttled_share(60.0, 300.0), r.inside, r)
+    }
 }
 
-/// The changing limit against `kind`: for each change, (served 10–20 s after it ÷ the new
-/// limit, 429s in the minute after it, seconds until 5 s served 90 % of the new limit); and
-/// arrivals inside a window.
-fn changing(driver: Driver, kind: Kind) -> (Vec<(f64, usize, Option<f64>)>, u32) {
-    let r = limited(driver, kind, &CHANGES, EIGHT, 180.0);
-    let per_change = CHANGES[1..]
-        .iter()
-        .map(|(at, limit)| {
-            (
-                r.served(at + 10.0, at + 20.0) / limit,
-                r.throttled(*at, at + 60.0),
-                r.time_to(*at, at + 55.0, *limit, 0.9),
-            )
-        })
-        .collect();
-    (per_change, r.inside)
+#[test]
+fn the_default_stays_near_the_best_fixed_rate_under_latency() {
+    let best = best_fixed_rate();
+    let l = latency(default_driver());
+    assert!(
+        l.rate >= 0.9 * best,
+        "{:.2}/s against the best fixed {best:.2}/s",
+        l.rate
+    );
+    assert!(
+        l.swing <= 0.15,
+        "the rate swings by {:.0} %",
+        l.swing * 100.0
+    );
 }
 
-/// Five minutes of the latency server: (mean rate after the first 100 s, its swing, mean
-/// latency in seconds).
-fn latency(driver: Driver) -> (f64, f64, f64) {
-    let r = slowing(driver, 300.0);
-    (
-        r.served(100.0, 300.0),
-        r.swing(100.0, 300.0),
-        r.mean_latency(100.0, 300.0),
+#[test]
+fn the_default_learns_the_phase_of_whole_second_windows_and_keeps_their_resets() {
+    for (label, kind) in WHOLE_SECONDS {
+        // Round trips of 20-60 ms, and a loopback away (about a millisecond).
+        let server = Server::new(kind, &[(0.0, 5.0)]);
+        let runs = [EIGHT, BURSTY].map(|d| (server.clone(), d));
+        let on_loopback = [EIGHT, BURSTY].map(|d| (server.clone().on_loopback(), d));
+        for (server, demand) in runs.into_iter().chain(on_loopback) {
+            let c = constant_on(default_driver(), server, demand);
+            assert!(
+                c.served >= 0.85,
+                "{label}: served {:.1} %",
+                c.served * 100.0
+            );
+            assert!(
+                c.throttled <= 0.01,
+                "{label}: {:.2} % 429s",
+                c.throttled * 100.0
+            );
+            assert_eq!(
+                c.inside, 0,
+                "{label}: a request arrived before a reset the server stated"
+            );
+        }
+    }
+}
+
+/// `ok` when `pass`, else `MISS`.
+fn mark(pass: bool) -> &'static str {
+    if pass {
+        "ok"
+    } else {
+        "MISS"
+    }
+}
+
+/// The cells of one row: `cell` for every driver.
+fn cells(cell: impl Fn(Driver) -> String) -> Vec<String> {
+    DRIVERS.iter().map(|d| cell(*d)).collect()
+}
+
+/// A constant-limit cell: served / 429s / inside, against `least` served.
+fn constant_cell(c: Constant, least: f64) -> String {
+    let pass = c.served >= least && c.throttled <= 0.01 && c.inside == 0;
+    format!(
+        "{:.1} % / {:.2} % / {} {}",
+        c.served * 100.0,
+        c.throttled * 100.0,
+        c.inside,
+        mark(pass)
     )
 }
 
-/// Asserts the constant-limit targets against every kind of server with `demand`: at least
-/// `least` of the limit served after the first minute, at most 1 % 429s, none inside a window.
-fn holds_a_constant_limit(demand: Demand, least: f64) {
-    for (label, kind) in LIMITED {
-        let (served, throttled, inside, _) = constant(CUBIC, kind, demand);
-        assert!(
-            served >= least,
-            "{label}: served {:.1} % of the limit",
-            served * 100.0
-        );
-        assert!(
-            throttled <= 0.01,
-            "{label}: {:.2} % 429s",
-            throttled * 100.0
-        );
-        assert_eq!(inside, 0, "{label}: requests inside an announced window");
+/// A row of the table: the profile, the target, a cell per driver.
+type Row = (String, String, Vec<String>);
+
+/// The constant-limit rows of a server (8 clients, then bursty ones), against `least` served.
+fn constant_rows(rows: &mut Vec<Row>, (label, kind): (&str, Kind), least: f64) {
+    for (what, demand) in [("constant 5/s", EIGHT), ("constant 5/s, bursty", BURSTY)] {
+        let row = cells(|d| constant_cell(constant(d, kind, demand), least));
+        let target = format!("≥ {:.0} % / ≤ 1 % / 0", least * 100.0);
+        rows.push((format!("{what}, {label}"), target, row));
     }
 }
 
-#[test]
-fn the_learned_limit_uses_a_constant_limit_and_almost_never_hears_429() {
-    holds_a_constant_limit(EIGHT, 0.90);
-}
-
-#[test]
-fn the_learned_limit_holds_with_bursty_clients() {
-    holds_a_constant_limit(BURSTY, 0.90);
-}
-
-#[test]
-fn the_learned_limit_follows_a_fall_within_ten_seconds_and_a_rise_at_its_next_probe() {
-    for (label, kind) in LIMITED {
-        let (changes, inside) = changing(CUBIC, kind);
-        assert_eq!(inside, 0, "{label}: requests inside an announced window");
-        for ((_, throttled, _), change) in changes.iter().zip(["5 -> 2", "2 -> 8"]) {
-            assert!(*throttled <= 3, "{label}: {throttled} 429s after {change}");
-        }
-        let (share, _, _) = changes[0];
-        assert!(
-            (0.9..=1.0).contains(&share),
-            "{label}: 10-20 s after 5 -> 2, {:.0} % of the new limit",
-            share * 100.0
-        );
-        // A rise shows only when a probe goes past the old limit; the probe after a fall comes
-        // `2 × probe_after` after the last cut (see docs/reacting.md for why not within 10 s).
-        let (_, _, reach) = changes[1];
-        assert!(
-            reach.is_some_and(|t| t <= 50.0),
-            "{label}: 90 % of 8/s only after {reach:?} s"
-        );
-    }
-}
-
-#[test]
-fn the_learned_limit_settles_under_rising_latency() {
-    let (rate, swing, mean_latency) = latency(CUBIC);
-    assert!(mean_latency <= 0.5, "mean latency {mean_latency:.3} s");
-    assert!(swing <= 0.2, "the rate swings by {:.0} %", swing * 100.0);
-    assert!(
-        rate >= 10.0,
-        "settled at {rate:.2}/s, far below what stays within 500 ms"
-    );
-}
-
-#[test]
-fn the_learned_limit_follows_an_announced_quota_at_once() {
-    for (label, kind) in ANNOUNCING {
-        let (served, throttled, inside, _) = constant(CUBIC, kind, EIGHT);
-        assert!(served >= 0.9, "{label}: served {:.1} %", served * 100.0);
-        assert!(
-            throttled <= 0.01,
-            "{label}: {:.2} % 429s",
-            throttled * 100.0
-        );
-        assert_eq!(inside, 0, "{label}: requests inside an announced window");
-        let (changes, inside) = changing(CUBIC, kind);
-        assert_eq!(inside, 0, "{label}: requests inside an announced window");
-        for ((share, throttled, reach), (_, limit)) in changes.iter().zip(&CHANGES[1..]) {
-            assert!(
-                (0.9..=1.0).contains(share),
-                "{label}: 10-20 s after the change to {limit}/s, {:.0} % of it",
-                share * 100.0
-            );
-            assert!(
-                *throttled <= 3,
-                "{label}: {throttled} 429s after the change"
-            );
-            assert!(
-                reach.is_some_and(|t| t <= 10.0),
-                "{label}: 90 % of {limit}/s only after {reach:?} s"
-            );
-        }
-    }
-}
-
-/// The figures of every controller on every profile, printed as one table.
+/// The table of every controller and baseline on every profile, printed in Markdown: the rows
+/// of issue 27's table, each against every kind of server.
 #[test]
 fn every_controller_on_every_profile() {
-    let mut rows = Vec::new();
-    for (label, kind) in LIMITED.into_iter().chain(ANNOUNCING).chain(COARSE) {
-        for (what, demand) in [("constant 5/s", EIGHT), ("bursty, 40 clients", BURSTY)] {
-            let cells: Vec<String> = DRIVERS
-                .iter()
-                .map(|d| {
-                    let (served, throttled, inside, _) = constant(*d, kind, demand);
-                    format!(
-                        "{:.1} % / {:.2} % / {inside}",
-                        served * 100.0,
-                        throttled * 100.0
-                    )
-                })
-                .collect();
-            rows.push((format!("{what}, {label}"), cells));
-        }
-        let cells: Vec<String> = DRIVERS
-            .iter()
-            .map(|d| {
-                let (changes, inside) = changing(*d, kind);
-                let parts: Vec<String> = changes
-                    .iter()
-                    .zip(["", ", 90 % after "])
-                    .map(|((share, n, reach), after)| {
-                        let reach = match (after, reach) {
-                            ("", _) => String::new(),
-                            (_, Some(t)) => format!("{after}{t:.0} s"),
-                            (_, None) => format!("{after}> 55 s"),
-                        };
-                        format!("{:.0} % ({n}){reach}", share * 100.0)
-                    })
-                    .collect();
-                format!("{} / {inside}", parts.join(", "))
-            })
-            .collect();
-        rows.push((format!("5 -> 2 -> 8, {label}"), cells));
-    }
-    let cells: Vec<String> = DRIVERS
-        .iter()
-        .map(|d| {
-            let (rate, swing, lat) = latency(*d);
+    let mut rows: Vec<Row> = Vec::new();
+    for (label, kind) in LIMITED {
+        constant_rows(&mut rows, (label, kind), 0.9);
+        let fall = cells(|d| {
+            let c = changing(d, kind, SEED);
+            let pass = c.after_fall >= 0.9 && c.fall_429 <= 3 && c.inside == 0;
             format!(
-                "{rate:.2}/s / {:.0} % / {:.0} ms",
-                swing * 100.0,
-                lat * 1000.0
+                "{:.0} % / {} ({} in the minute) {}",
+                c.after_fall * 100.0,
+                c.fall_429,
+                c.fall_minute_429,
+                mark(pass)
             )
-        })
-        .collect();
-    rows.push(("latency under load (slow > 500 ms)".to_string(), cells));
-    let names: Vec<&str> = DRIVERS.iter().map(|d| name(*d)).collect();
-    eprintln!("| profile | {} |", names.join(" | "));
-    eprintln!("|---|{}", "---|".repeat(names.len()));
-    for (profile, cells) in &rows {
-        eprintln!("| {profile} | {} |", cells.join(" | "));
+        });
+        rows.push((
+            format!("fall 5 -> 2, {label}"),
+            "≥ 90 % from 20 s after / ≤ 3 429s in those 20 s".into(),
+            fall,
+        ));
+        let rise = cells(|d| {
+            let c = changing(d, kind, SEED);
+            match c.rise {
+                Some(t) => format!("{t:.0} s {}", mark(t <= 40.0)),
+                None => "> 55 s MISS".to_string(),
+            }
+        });
+        rows.push((
+            format!("rise 2 -> 8, {label}"),
+            "90 % of 8/s within 40 s".into(),
+            rise,
+        ));
     }
-    assert_eq!(
-        rows.len(),
-        3 * (LIMITED.len() + ANNOUNCING.len() + COARSE.len()) + 1
-    );
+    for (label, kind) in ANNOUNCING {
+        let row = cells(|d| constant_cell(constant(d, kind, EIGHT), 0.95));
+        rows.push((
+            format!("constant 5/s, {label}"),
+            "≥ 95 % / 0 429s / 0".into(),
+            row,
+        ));
+        let changes = cells(|d| {
+            let c = changing(d, kind, SEED);
+            let (fall, rise) = c.met;
+            let pass = fall >= 0.95 && rise >= 0.95 && c.changes_429 == 0 && c.inside == 0;
+            format!(
+                "{:.0} %, {:.0} % / {} / {} {}",
+                fall * 100.0,
+                rise * 100.0,
+                c.changes_429,
+                c.inside,
+                mark(pass)
+            )
+        });
+        rows.push((
+            format!("5 -> 2 -> 8, {label}"),
+            "≥ 95 % of each new limit from 1 s after / 0 429s / 0".into(),
+            changes,
+        ));
+    }
+    let best = best_fixed_rate();
+    let latency_row = cells(|d| {
+        let l = latency(d);
+        let pass = l.rate >= 0.9 * best && l.swing <= 0.15;
+        format!(
+            "{:.2}/s ({:.0} %) / {:.0} % / {:.0} ms {}",
+            l.rate,
+            l.rate / best * 100.0,
+            l.swing * 100.0,
+            l.latency * 1000.0,
+            mark(pass)
+        )
+    });
+    rows.push((
+        format!("latency only (best fixed rate {best:.2}/s within 500 ms)"),
+        "≥ 90 % of the best / swing ≤ 15 %".into(),
+        latency_row,
+    ));
+    for (label, kind) in WHOLE_SECONDS {
+        constant_rows(&mut rows, (label, kind), 0.85);
+        let row = cells(|d| {
+            let server = Server::new(kind, &[(0.0, 5.0)]).on_loopback();
+            constant_cell(constant_on(d, server, EIGHT), 0.85)
+        });
+        let what = format!("constant 5/s, a loopback away (1 ms round trips), {label}");
+        rows.push((what, "≥ 85 % / ≤ 1 % / 0".into(), row));
+        let changes = cells(|d| {
+            let c = changing(d, kind, SEED);
+            let (fall, rise) = c.met;
+            format!(
+                "{:.0} %, {:.0} % / {} / {}",
+                fall * 100.0,
+                rise * 100.0,
+                c.changes_429,
+                c.inside
+            )
+        });
+        rows.push((
+            format!("5 -> 2 -> 8, {label}"),
+            "(shown, not a target)".into(),
+            changes,
+        ));
+    }
+    let names: Vec<String> = DRIVERS.iter().map(|d| name(*d)).collect();
+    eprintln!("| profile | target | {} |", names.join(" | "));
+    eprintln!("|---|---|{}", "---|".repeat(names.len()));
+    for (profile, target, cells) in &rows {
+        eprintln!("| {profile} | {target} | {} |", cells.join(" | "));
+    }
+    let expected = 4 * LIMITED.len() + 2 * ANNOUNCING.len() + 1 + 4 * WHOLE_SECONDS.len();
+    assert_eq!(rows.len(), expected);
 }
 
-/// The learned limit and AIMD over eight more seeds (network times, the order of the clients),
-/// printed:
+/// The default and AIMD over more seeds (network times, the order of the clients) and with the
+/// rise moved against the probes (0 to 28 s later), the spread of each row printed:
 /// `cargo test --lib sim -- --ignored --nocapture`.
 #[test]
-#[ignore = "a longer sweep, for the figures in benches/SUMMARY_RESULTS.md"]
+#[ignore = "a longer sweep, for the spread in benches/ADAPTIVE_RESULTS.md"]
 fn over_more_seeds() {
     use super::runner::run;
     use super::servers::Server;
-    let policy = practice_policy();
-    for (label, kind, driver) in LIMITED
-        .into_iter()
-        .flat_map(|(l, k)| [(l, k, CUBIC), (l, k, Driver::Courtesy(Controller::Aimd))])
-    {
-        let (mut least, mut most_429) = (f64::INFINITY, 0.0f64);
-        let (mut fall, mut reach, mut throttled) = (Vec::new(), Vec::new(), Vec::new());
-        for seed in 1..=8u64 {
-            for demand in [EIGHT, BURSTY] {
-                let r = run(
-                    &policy,
-                    driver,
-                    Server::new(kind, &[(0.0, 5.0)]),
-                    demand,
-                    300.0,
-                    seed,
-                );
-                if demand == EIGHT {
-                    least = least.min(r.served(60.0, 300.0) / 5.0);
+    let seeds = 1..=30u64;
+    for driver in [default_driver(), Driver::Courtesy(Controller::Aimd)] {
+        for (label, kind) in LIMITED {
+            let (mut least, mut most_429) = (f64::INFINITY, 0.0f64);
+            let (mut fall, mut fall_429, mut rise) = (f64::INFINITY, 0usize, 0.0f64);
+            for seed in seeds.clone() {
+                for demand in [EIGHT, BURSTY] {
+                    let server = Server::new(kind, &[(0.0, 5.0)]);
+                    let r = run(&practice_policy(), driver, server, demand, 300.0, seed);
+                    if demand == EIGHT {
+                        least = least.min(r.served(60.0, 300.0) / 5.0);
+                    }
+                    most_429 = most_429.max(r.throttled_share(60.0, 300.0));
                 }
-                most_429 = most_429.max(r.throttled_share(60.0, 300.0));
+                let c = changing(driver, kind, seed);
+                fall = fall.min(c.after_fall);
+                fall_429 = fall_429.max(c.fall_429);
+                rise = rise.max(c.rise.unwrap_or(f64::INFINITY));
             }
-            let r = run(
-                &policy,
-                driver,
-                Server::new(kind, &CHANGES),
-                EIGHT,
-                180.0,
-                seed,
+            let mut moved = 0.0f64;
+            for later in (0..=28).step_by(4) {
+                for seed in 1..=4u64 {
+                    let at = 120.0 + f64::from(later);
+                    let schedule = [(0.0, 5.0), (60.0, 2.0), (at, 8.0)];
+                    let server = Server::new(kind, &schedule);
+                    let r = run(&practice_policy(), driver, server, EIGHT, 200.0, seed);
+                    let t = r
+                        .time_to(at, at + 55.0, 8.0, 0.9)
+                        .map_or(f64::INFINITY, |t| t + 5.0);
+                    moved = moved.max(t);
+                }
+            }
+            eprintln!(
+                "{}, {label}, 30 seeds: constant: least served {:.1} %, most 429s {:.2} %; \
+                 fall: least {:.0} % from 20 s after, most {fall_429} 429s in those 20 s; \
+                 rise: 90 % of 8/s after at most {rise:.0} s ({moved:.0} s with the rise moved \
+                 0-28 s later, 4 seeds each)",
+                name(driver),
+                least * 100.0,
+                most_429 * 100.0,
+                fall * 100.0,
             );
-            fall.push(r.served(70.0, 80.0) / 2.0);
-            reach.push(r.time_to(120.0, 175.0, 8.0, 0.9));
-            throttled.push((r.throttled(60.0, 120.0), r.throttled(120.0, 180.0)));
         }
-        let mean = fall.iter().sum::<f64>() / fall.len() as f64;
-        eprintln!(
-            "{label}, {}: constant: least served {:.1} %, most 429s {:.2} %; 10-20 s after 5 -> 2: \
-             mean {:.0} %, least {:.0} %; 429s after each change {throttled:?}; 90 % of 8/s \
-             after {reach:?} s",
-            name(driver),
-            least * 100.0,
-            most_429 * 100.0,
-            mean * 100.0,
-            fall.iter().copied().fold(f64::INFINITY, f64::min) * 100.0,
-        );
     }
 }
