@@ -1,9 +1,11 @@
 # Shared by the bench scripts (sourced, not run): the prologue every script starts with, logging,
 # installing missing Debian packages, knob checks, building the binaries, the temp dir and the
 # cleanup of every process started, ports, starting nginx and courtesy, the CPU accounting of
-# processes and the reruns of disturbed runs, and the awk functions their reports sum up repeated
-# runs with. Sets ROOT (the repository) when sourced; the port and process helpers expect HOST,
-# and log expects LOG_TAG (bench_prologue sets it).
+# processes, waiting for a quiet machine and the reruns of disturbed runs, the awk functions their
+# reports sum up repeated runs with, the test PKI, TLS origin, courtesy, client runs and path checks
+# of the TLS benches, and the Squid and nginx proxies the peer comparisons run. Sets ROOT (the
+# repository) when sourced; the port and process helpers expect HOST, and log expects LOG_TAG
+# (bench_prologue sets it).
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # the variables set here are read by the scripts that source this file
 
@@ -87,6 +89,42 @@ tree_rev() {
     git -C "$ROOT" diff --quiet HEAD -- src Cargo.toml Cargo.lock 2>/dev/null || rev="$rev+uncommitted changes"
     echo "$rev"
 }
+
+# Checks the knobs every TLS load bench (https_load.sh, https_peers.sh) has: DURATION, REPEATS,
+# THREADS, MAX_REQUESTS, NOISE_PCT, RETRY_BUDGET and QUIET_BUDGET.
+need_tls_bench_knobs() {
+    need_range 1 60 "DURATION must be 1..60 seconds" "$DURATION"
+    need_range 1 10 "REPEATS must be 1..10" "$REPEATS"
+    need_range 1 16 "THREADS must be 1..16" "$THREADS"
+    need_range 1 20000000 "MAX_REQUESTS must be 1..20000000" "$MAX_REQUESTS"
+    [[ $NOISE_PCT =~ ^[0-9]+$ ]] || die "NOISE_PCT must be a whole number (percent of one core)"
+    need_range 0 30 "RETRY_BUDGET must be 0..30" "$RETRY_BUDGET"
+    need_range 0 3600 "QUIET_BUDGET must be 0..3600 seconds" "$QUIET_BUDGET"
+}
+
+# The binaries of a TLS load bench (build_courtesy_and_load), logged, and what its report says of
+# them: REV (the tree as built, with the time: others may commit while the benchmark runs),
+# COURTESY_VERSION, and CLK_TCK for the CPU accounting.
+tls_bench_binaries() {
+    build_courtesy_and_load
+    REV="$(tree_rev) at $(date -u +%H:%M) UTC"
+    COURTESY_VERSION=$("$COURTESY_BIN" --version 2>/dev/null || echo 'courtesy ?')
+    log "courtesy: $COURTESY_BIN"
+    log "client:   $LOAD_BIN"
+    CLK_TCK=$(getconf CLK_TCK)
+}
+
+# The courtesy a TLS load bench measured, for its report: its version and which binary.
+courtesy_measured() {
+    if ((BUILT_HERE)); then
+        echo "$COURTESY_VERSION (release build of this tree, git $REV)"
+    else
+        echo "$COURTESY_VERSION (prebuilt binary COURTESY_BIN=$COURTESY_BIN; this tree is at git $REV)"
+    fi
+}
+
+# The version of the crate `name` in Cargo.lock.
+lock_version() { awk -v n="$1" '$0 == "name = \"" n "\"" { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"; }
 
 # Raises this shell's open-file limit to 65536 (or as far as it may go) for a bench that holds
 # thousands of connections; everything it starts inherits the limit.
@@ -200,16 +238,19 @@ EOF
     [[ -z $defaults ]] || printf '%s\n' "$defaults"
 }
 
-# Waits (at most 5 s) until the courtesy instance `name` with its state in `dir/state` has written
-# its local CA certificate: an intercepting bench's clients must trust it.
-wait_ca() {
-    local dir=$1 name=$2 i
+# Waits (at most 5 s) until `file` (of the server `name`) exists and is not empty.
+wait_file() {
+    local file=$1 name=$2 i
     for ((i = 0; i < 50; i++)); do
-        [[ -s $dir/state/ca.pem ]] && return 0
+        [[ -s $file ]] && return 0
         sleep 0.1
     done
-    die "$name wrote no CA certificate at $dir/state/ca.pem"
+    die "$name wrote no $file"
 }
+
+# Waits (at most 5 s) until the courtesy instance `name` with its state in `dir/state` has written
+# its local CA certificate: an intercepting bench's clients must trust it.
+wait_ca() { wait_file "$1/state/ca.pem" "$2"; }
 
 # "utime stime" in clock ticks of a process (all its threads) and of its direct children.
 cpu_ticks() {
@@ -301,6 +342,31 @@ rerun_while_noisy() {
     done
 }
 
+# REPEATS repeats of a cell with every case interleaved within each repeat, so that drift on the
+# machine hits them alike: for each repeat and each of the space-separated `cases`, runs
+# `run case args... DURATION rep` through rerun_while_noisy (pausing 3 s before a rerun).
+interleaved_repeats() {
+    local cases=$1 run=$2 rep case
+    shift 2
+    for ((rep = 1; rep <= REPEATS; rep++)); do
+        for case in $cases; do
+            rerun_while_noisy "sleep 3" "$run" "$case" "$@" "$DURATION" "$rep"
+        done
+    done
+}
+
+# Records the server just started in the background as the case `name` of a bench, listening on
+# `port`: its PID in PIDS and PID_OF[name], its port in PORT_OF[name] (associative arrays the bench
+# declares); waits until it listens. (Not a command substitution: that would run in a subshell and
+# lose PIDS.)
+started_server() {
+    local name=$1 port=$2 pid=$!
+    PIDS+=("$pid")
+    PORT_OF["$name"]=$port
+    PID_OF["$name"]=$pid
+    wait_port "$pid" "$port" "$name"
+}
+
 # The `done` function of a wrk Lua script: one line `RESULT requests duration_us p50_us p99_us
 # socket_errors http_errors` that the scripts read their runs from.
 wrk_result_lua() {
@@ -375,12 +441,13 @@ http {
 CONF
 }
 
-# The origin's files for a TLS bench: nginx's `dir` with www/1k (1 KiB of random bytes) and tmp/,
-# all of it and the test PKI in `pki` readable by nginx's worker user.
+# The origin's files for a TLS bench: nginx's `dir` with www/1k and www/64k (1 KiB and 64 KiB of
+# random bytes) and tmp/, all of it and the test PKI in `pki` readable by nginx's worker user.
 tls_origin_files() {
     local dir=$1 pki=$2
     mkdir -p "$dir/www" "$dir/tmp"
     head -c 1024 /dev/urandom >"$dir/www/1k"
+    head -c 65536 /dev/urandom >"$dir/www/64k"
     chmod -R a+rX "$dir" "$pki"
 }
 
@@ -415,21 +482,245 @@ static_origin_server() {
 CONF
 }
 
-# A test CA and an origin certificate it signed (ECDSA P-256, like courtesy's leaves), made with
-# the openssl CLI in `dir`: ca.pem, origin.pem, origin.key. `subject` is the origin's CN, `san`
-# its subjectAltName (`IP:127.0.0.1`, `DNS:*.leaf.test`).
+# A test CA (ECDSA P-256, like courtesy's) made with the openssl CLI in `dir`: ca.pem and ca.key,
+# with `ca_name` as its CN.
+make_test_ca() {
+    local dir=$1 ca_name=$2
+    mkdir -p "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -keyout "$dir/ca.key" -out "$dir/ca.pem" -subj "/CN=$ca_name" 2>/dev/null ||
+        die "openssl could not make the test CA in $dir"
+}
+
+# A server certificate `dir/name.pem` with its key `dir/name.key` (ECDSA P-256), signed by the CA
+# make_test_ca made in `dir`. `subject` is its CN, `san` its subjectAltName (`IP:127.0.0.1`,
+# `DNS:*.leaf.test`).
+make_test_leaf() {
+    local dir=$1 name=$2 subject=$3 san=$4
+    # shellcheck disable=SC2015  # die when any step fails
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$dir/$name.key" \
+        -out "$dir/$name.csr" -subj "/CN=$subject" 2>/dev/null &&
+        printf '%s\n' "basicConstraints = critical, CA:FALSE" "keyUsage = critical, digitalSignature" \
+            "extendedKeyUsage = serverAuth" "subjectAltName = $san" >"$dir/$name.ext" &&
+        openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+            -CAcreateserial -days 2 -extfile "$dir/$name.ext" -out "$dir/$name.pem" 2>/dev/null ||
+        die "openssl could not make the certificate $dir/$name.pem"
+}
+
+# A test CA and an origin certificate it signed, in `dir`: ca.pem, origin.pem, origin.key.
+# `subject` is the origin's CN, `san` its subjectAltName (see make_test_leaf).
 make_test_pki() {
     local dir=$1 ca_name=$2 subject=$3 san=$4
+    make_test_ca "$dir" "$ca_name"
+    make_test_leaf "$dir" origin "$subject" "$san"
+}
+
+# ---- shared by the TLS benches (https_load.sh, https_peers.sh) -----------------------------------
+
+# The nginx.conf of the TLS origin in `dir` (tls_origin_files made its files there): 1 worker, TLS
+# on ORIGIN_PORT of HOST with the origin certificate of `pki`, serving www/ as
+# application/octet-stream over connections kept alive as long as a run lasts, and stub_status
+# (origin_counts) on plain STATUS_PORT. Starts it (start_nginx: NGINX_PID).
+start_tls_origin() {
+    local dir=$1 pki=$2
+    cat >"$dir/nginx.conf" <<EOF
+$(nginx_conf_start "$dir")
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_timeout 300s;
+    keepalive_requests 100000000;
+$(tls_origin_server "$ORIGIN_PORT" "$pki" "$dir/www")
+    server {
+        listen $HOST:$STATUS_PORT;
+        location = /nginx_status { stub_status; }
+    }
+}
+EOF
+    start_nginx "$dir" "$ORIGIN_PORT"
+}
+
+# Starts courtesy as `name` on `port` (admin on port + 1), its state in TMP/name, at the log level
+# `rust_log` (see run_courtesy), pacing off, intercepting CONNECTs to ORIGIN_PORT and trusting
+# ORIGIN_CA upstream; waits until it listens and has written its CA. Its PID goes to PIDS and to
+# STARTED_PID (not echoed: a command substitution would run this in a subshell and lose PIDS).
+start_https_courtesy() {
+    local name=$1 port=$2 rust_log=$3 dir="$TMP/$1"
     mkdir -p "$dir"
-    (
-        cd "$dir"
-        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-            -keyout ca.key -out ca.pem -subj "/CN=$ca_name" 2>/dev/null
-        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-            -keyout origin.key -out origin.csr -subj "/CN=$subject" 2>/dev/null
-        printf '%s\n' "basicConstraints = critical, CA:FALSE" "keyUsage = critical, digitalSignature" \
-            "extendedKeyUsage = serverAuth" "subjectAltName = $san" >origin.ext
-        openssl x509 -req -in origin.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-            -extfile origin.ext -out origin.pem 2>/dev/null
-    ) || die "openssl could not make the test certificates"
+    pacing_off_conf "$dir" "$port" "upstream_ca = \"$ORIGIN_CA\"
+connect_ports = [$ORIGIN_PORT]" "max_queue = 1000000" >"$dir/courtesy.toml"
+    run_courtesy "$dir" "$rust_log"
+    STARTED_PID=$!
+    PIDS+=("$STARTED_PID")
+    wait_port "$STARTED_PID" "$port" "$name"
+    wait_ca "$dir" "$name"
+}
+
+# Checks with curl, before any run, that GET `url` answers 200 on the path of the case `name`,
+# trusting only the CA file `ca`: through the forward proxy `proxy` (host:port; empty for none),
+# with a Via header containing `via` in the final response (empty: not asked), and a server
+# certificate issued by `ca` itself (an interceptor that passed the origin's certificate through
+# would fail here). Logs what it saw.
+check_tls_path() {
+    local name=$1 ca=$2 proxy=$3 via=$4 url=$5 certs last issuer ca_cn seen_via
+    local -a through=()
+    [[ -z $proxy ]] || through=(-x "http://$proxy")
+    certs=$(curl -sS --max-time 10 -D "$TMP/check.head" -o /dev/null -w '%{certs}' --cacert "$ca" \
+        "${through[@]}" "$url") || die "$name: curl could not GET $url${proxy:+ through $proxy}"
+    # Through a proxy the first head is the CONNECT's 200; the last one is the origin's answer.
+    last=$(awk 'BEGIN { RS = "\r\n\r\n" } NF { h = $0 } END { print h }' "$TMP/check.head")
+    [[ $(head -n 1 <<<"$last") == *" 200"* ]] || die "$name: expected 200, got: $last"
+    seen_via=$(grep -i '^via:' <<<"$last" | tr -d '\r' || true)
+    [[ -z $via || $seen_via == *"$via"* ]] || die "$name: no '$via' in the Via header: not through it? ($seen_via)"
+    issuer=$(grep -m 1 '^Issuer:' <<<"$certs" || true)
+    ca_cn=$(openssl x509 -noout -subject -nameopt RFC2253 -in "$ca" | sed -n 's/.*CN=\([^,]*\).*/\1/p')
+    [[ -n $ca_cn && $issuer == *"CN = $ca_cn"* ]] || die "$name: the certificate was not issued by $ca ($issuer)"
+    log "$name: $(head -n 1 <<<"$last" | tr -d '\r')${seen_via:+, $seen_via}, certificate ${issuer#Issuer:}"
+}
+
+# Waits (0.5 s at a time, out of QUIET_BUDGET seconds in all; QUIET_WAITED counts the steps) until
+# the other processes on the machine use at most NOISE_PCT % of a core: other engineers' builds
+# share these 2 cores.
+QUIET_WAITED=0
+wait_quiet_steps() {
+    local waited=0
+    while ((QUIET_BUDGET * 2 > QUIET_WAITED)); do
+        other_pct 5
+        ((OTHER_PCT > NOISE_PCT)) || break
+        QUIET_WAITED=$((QUIET_WAITED + 1))
+        waited=$((waited + 1))
+    done
+    ((waited == 0)) || log "waited $((waited / 2)).$((waited % 2 * 5)) s for other processes to quieten (last 0.5 s: ${OTHER_PCT}% of a core)"
+}
+
+# One bounded run of the https_load client (LOAD_BIN) for the cell `label conns case`, repeat `rep`
+# (0: a warm-up, checked for errors and not recorded), `secs` seconds long, with the client
+# arguments `args...` (origin, proxy, CA, path, body size, mode); this adds --conns, --duration,
+# --max-requests MAX_REQUESTS and --threads THREADS. It waits for a quiet machine
+# (wait_quiet_steps), reads the counters of measure_before/measure_after around the run for the
+# proxy `pid` (empty for none) and appends a row to RUNS: label, conns, case, rep, req/s, p50 µs,
+# p99 µs, proxy, origin and client CPU µs per request, requests, errors, connections the client
+# opened, requests and new connections the origin saw, `logfile`'s "upstream response" lines
+# (emptied before the run; 0 when `logfile` is empty) and the % of a core other processes used.
+# Sets LAST_OPENED to the connections the client opened.
+https_load_run() {
+    local label=$1 conns=$2 case=$3 rep=$4 secs=$5 pid=$6 logfile=$7 out err result lines=0
+    shift 7
+    [[ -z $logfile ]] || : >"$logfile"
+    wait_quiet_steps
+    measure_before "$pid"
+    out=$(timeout $((secs + 60)) "$LOAD_BIN" "$@" --conns "$conns" --duration "$secs" \
+        --max-requests "$MAX_REQUESTS" --threads "$THREADS" 2>"$TMP/client.err") ||
+        die "client failed for $case $label c=$conns: $(cat "$TMP/client.err")"
+    measure_after "$pid"
+    err=$(cat "$TMP/client.err")
+    result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from the client: $out $err"
+    # shellcheck disable=SC2086
+    set -- $result $COUNTS_BEFORE $COUNTS_AFTER $PROXY_BEFORE $PROXY_AFTER $ORIGIN_BEFORE $ORIGIN_AFTER
+    # $2 requests, $3 errors, $4 elapsed µs, $5 p50 µs, $6 p99 µs, $7 connections opened,
+    # $8 client CPU ticks, $9/$10 origin accepts/requests before, $11/$12 after,
+    # $13/$14 proxy user/sys ticks before, $15/$16 after, $17..$20 the same for the origin.
+    LAST_OPENED=$7
+    ((rep > 0)) || {
+        log "warm-up $case $label c=$conns: ${err%%$'\n'*}"
+        (($3 == 0)) || die "errors during the warm-up of $case $label: $err"
+        return 0
+    }
+    [[ -z $logfile ]] || lines=$(grep -c 'upstream response' "$logfile" || true)
+    awk -v OFS='\t' -v case="$case" -v label="$label" -v conns="$conns" -v rep="$rep" \
+        -v n="$2" -v errs="$3" -v dur="$4" -v p50="$5" -v p99="$6" -v opened="$7" \
+        -v cticks="$8" -v acc=$((${11} - $9 - 1)) -v oreq=$((${12} - ${10} - 1)) -v lines="$lines" \
+        -v pticks=$((${15} + ${16} - ${13} - ${14})) -v haspid="${pid:+1}" \
+        -v oticks=$((${19} + ${20} - ${17} - ${18})) -v hz="$CLK_TCK" -v xticks=$((OTHER_AFTER - OTHER_BEFORE)) \
+        'BEGIN {
+            rps = n / (dur / 1e6)
+            pcpu = haspid ? sprintf("%.1f", pticks / hz * 1e6 / n) : "-"
+            ocpu = sprintf("%.1f", oticks / hz * 1e6 / n)
+            ccpu = sprintf("%.1f", cticks / hz * 1e6 / n)
+            # Negative when a process whose parent does not collect its times exited: count as 0.
+            other = sprintf("%.0f", (xticks > 0 ? xticks : 0) / hz * 100 / (dur / 1e6))
+            print label, conns, case, rep, sprintf("%.0f", rps), p50, p99, pcpu, ocpu, ccpu, n,
+                errs, opened, oreq, acc, lines, other
+        }' >>"$RUNS"
+    log "$(tail -n 1 "$RUNS" | awk -F'\t' '{ printf "%-4s c=%-3s %-13s rep %s: %6s req/s  p50 %7.3f ms  p99 %7.3f ms  CPU µs/req proxy %6s origin %5s client %5s  requests %s errors %s conns %s  origin saw %s req, %s new conns  log lines %s  other CPU %s%%",
+        $1, $2, $3, $4, $5, $6 / 1000, $7 / 1000, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 }')"
+}
+
+# ---- peers: Squid and an nginx proxy (load.sh, https_peers.sh) ------------------------------------
+
+# A squid.conf for a Squid in `dir` that caches nothing, as close to the defaults as a temp dir
+# allows: `http_port` is its http_port line's value, `access_log` its access_log's, `extra` more
+# lines (TLS, bumping).
+squid_conf() {
+    local dir=$1 http_port=$2 access_log=$3 extra=${4:-}
+    cat <<EOF
+http_port $http_port
+$extra
+http_access allow localhost
+http_access deny all
+cache deny all
+access_log $access_log
+cache_store_log none
+cache_log $dir/cache.log
+pid_filename $dir/squid.pid
+coredump_dir $dir
+netdb_filename none
+pinger_enable off
+visible_hostname load.localhost
+shutdown_lifetime 0 seconds
+max_filedescriptors 16384
+EOF
+}
+
+# Starts Squid in the foreground (-N: one process, its helpers its children) in the background
+# with `dir/squid.conf`, its output in `dir/out.log`. `$!` is its PID afterwards (see run_courtesy).
+launch_squid() {
+    local dir=$1
+    # Squid started as root switches to its effective user (proxy on Debian), which writes the logs.
+    if id proxy >/dev/null 2>&1; then chown -R proxy: "$dir"; else chmod -R 777 "$dir"; fi
+    squid -N -f "$dir/squid.conf" >"$dir/out.log" 2>&1 &
+}
+
+# The upstream and server blocks, for a config begun with nginx_conf_start, of an nginx that
+# proxies everything it gets on `port` of HOST to the origin on ORIGIN_PORT the way a tuned
+# reverse proxy does: HTTP/1.1 over kept-alive upstream connections, responses relayed from
+# memory, a `Via: 1.1 nginx-proxy` header. `scheme` is the origin's (http, or https: re-encrypted);
+# `cert` the path of a certificate and key without their .pem/.key for a TLS listener (empty: plain
+# HTTP); `extra` more location directives (the upstream TLS's).
+nginx_proxy_blocks() {
+    local port=$1 scheme=$2 cert=$3 extra=${4:-}
+    cat <<CONF
+    tcp_nodelay on;
+    keepalive_timeout 300s;
+    keepalive_requests 100000000;
+    upstream origin {
+        server $HOST:$ORIGIN_PORT;
+        keepalive 256;
+        keepalive_requests 100000000;
+    }
+    server {
+CONF
+    if [[ -n $cert ]]; then
+        cat <<CONF
+        listen $HOST:$port ssl;
+        ssl_certificate $cert.pem;
+        ssl_certificate_key $cert.key;
+        ssl_protocols TLSv1.2 TLSv1.3;
+CONF
+    else
+        echo "        listen $HOST:$port;"
+    fi
+    cat <<CONF
+        location / {
+            proxy_pass $scheme://origin;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_buffers 16 16k;
+            proxy_max_temp_file_size 0;
+            add_header Via "1.1 nginx-proxy";
+$extra
+        }
+    }
+CONF
 }

@@ -55,13 +55,7 @@ COURTESY_BIN=${COURTESY_BIN:-}
 LOAD_BIN=${LOAD_BIN:-}
 HOST=127.0.0.1
 
-need_range 1 60 "DURATION must be 1..60 seconds" "$DURATION"
-need_range 1 10 "REPEATS must be 1..10" "$REPEATS"
-need_range 1 16 "THREADS must be 1..16" "$THREADS"
-need_range 1 20000000 "MAX_REQUESTS must be 1..20000000" "$MAX_REQUESTS"
-[[ $NOISE_PCT =~ ^[0-9]+$ ]] || die "NOISE_PCT must be a whole number (percent of one core)"
-need_range 0 30 "RETRY_BUDGET must be 0..30" "$RETRY_BUDGET"
-need_range 0 3600 "QUIET_BUDGET must be 0..3600 seconds" "$QUIET_BUDGET"
+need_tls_bench_knobs
 for c in $CONNS $NEW_CONNS $INFO_CONNS; do
     need_range 1 1000 "connection counts must be 1..1000, got $c" "$c"
 done
@@ -71,33 +65,13 @@ need_range 1024 65534 "ports must be 1024..65534" "$ORIGIN_PORT" "$COURTESY_PORT
 
 install_missing nginx openssl curl
 
-build_courtesy_and_load
-# The tree as built (others may commit while the benchmark runs).
-rev="$(tree_rev) at $(date -u +%H:%M) UTC"
-COURTESY_VERSION=$("$COURTESY_BIN" --version 2>/dev/null || echo 'courtesy ?')
-log "courtesy: $COURTESY_BIN"
-log "client:   $LOAD_BIN"
-CLK_TCK=$(getconf CLK_TCK)
+tls_bench_binaries
 
 # ---- temp dir, processes, cleanup ----------------------------------------------------------------
 
 setup_tmp courtesy-https-load
 require_free_ports "$ORIGIN_PORT" "$STATUS_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) \
     "$COURTESY_INFO_PORT" $((COURTESY_INFO_PORT + 1))
-
-# Waits (0.5 s at a time, out of QUIET_BUDGET seconds in all) until the other processes on the
-# machine use at most NOISE_PCT % of a core: other engineers' builds share these 2 cores.
-QUIET_WAITED=0
-wait_quiet() {
-    local waited=0
-    while ((QUIET_BUDGET * 2 > QUIET_WAITED)); do
-        other_pct 5
-        ((OTHER_PCT > NOISE_PCT)) || break
-        QUIET_WAITED=$((QUIET_WAITED + 1))
-        waited=$((waited + 1))
-    done
-    ((waited == 0)) || log "waited $((waited / 2)).$((waited % 2 * 5)) s for other processes to quieten (last 0.5 s: ${OTHER_PCT}% of a core)"
-}
 
 # ---- test CA and origin certificate (ECDSA P-256, like courtesy's leaves) -------------------------
 
@@ -107,41 +81,13 @@ ORIGIN_CA=$TMP/pki/ca.pem
 # ---- origin: nginx with TLS ----------------------------------------------------------------------
 
 tls_origin_files "$TMP/nginx" "$TMP/pki"
-cat >"$TMP/nginx/nginx.conf" <<EOF
-$(nginx_conf_start "$TMP/nginx")
-    default_type application/octet-stream;
-    sendfile on;
-    tcp_nodelay on;
-    keepalive_timeout 300s;
-    keepalive_requests 100000000;
-$(tls_origin_server "$ORIGIN_PORT" "$TMP/pki" "$TMP/nginx/www")
-    server {
-        listen $HOST:$STATUS_PORT;
-        location = /nginx_status { stub_status; }
-    }
-}
-EOF
-start_nginx "$TMP/nginx" "$ORIGIN_PORT"
+start_tls_origin "$TMP/nginx" "$TMP/pki"
 
 # ---- courtesy ------------------------------------------------------------------------------------
 
-# Starts courtesy as `name` on `port`; its PID goes to STARTED_PID (not echoed: a command
-# substitution would run this in a subshell and lose PIDS).
-start_courtesy() {
-    local name=$1 port=$2 rust_log=$3 dir="$TMP/$1"
-    mkdir -p "$dir"
-    pacing_off_conf "$dir" "$port" "upstream_ca = \"$ORIGIN_CA\"
-connect_ports = [$ORIGIN_PORT]" "max_queue = 1000000" >"$dir/courtesy.toml"
-    run_courtesy "$dir" "$rust_log"
-    STARTED_PID=$!
-    PIDS+=("$STARTED_PID")
-    wait_port "$STARTED_PID" "$port" "$name"
-    wait_ca "$dir" "$name"
-}
-
-start_courtesy courtesy "$COURTESY_PORT" warn
+start_https_courtesy courtesy "$COURTESY_PORT" warn
 COURTESY_PID=$STARTED_PID
-start_courtesy courtesy-info "$COURTESY_INFO_PORT" ""
+start_https_courtesy courtesy-info "$COURTESY_INFO_PORT" ""
 COURTESY_INFO_PID=$STARTED_PID
 
 proxy_port() {
@@ -167,19 +113,9 @@ ca_of() {
 # ---- check the paths with curl: direct TLS, and interception (courtesy's CA, its Via header) --------
 
 URL="https://$HOST:$ORIGIN_PORT/1k"
-status=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' --cacert "$ORIGIN_CA" "$URL") ||
-    die "curl could not reach the TLS origin directly"
-[[ $status == 200 ]] || die "direct: expected 200 from the origin, got $status"
+check_tls_path direct "$ORIGIN_CA" "" "" "$URL"
 for case in courtesy courtesy-info; do
-    headers=$(curl -sS --max-time 5 -D - -o /dev/null --cacert "$(ca_of "$case")" \
-        -x "http://$HOST:$(proxy_port "$case")" "$URL") || die "$case: curl through courtesy failed"
-    status=$(head -n 1 <<<"$headers" | tr -d '\r')
-    # The first head is the CONNECT's 200; the last one is the origin's answer.
-    last=$(awk 'BEGIN { RS = "\r\n\r\n" } NF { h = $0 } END { print h }' <<<"$headers")
-    via=$(grep -i '^via:' <<<"$last" | tr -d '\r' || true)
-    [[ $(head -n 1 <<<"$last") == *" 200"* ]] || die "$case: expected 200 through courtesy, got: $last"
-    [[ $via == *courtesy* ]] || die "$case: no courtesy Via header inside the tunnel: not intercepted? ($via)"
-    log "$case intercepts: $status, then $(head -n 1 <<<"$last" | tr -d '\r'), $via"
+    check_tls_path "$case" "$(ca_of "$case")" "$HOST:$(proxy_port "$case")" courtesy "$URL"
 done
 
 # ---- runs ----------------------------------------------------------------------------------------
@@ -189,53 +125,15 @@ RUNS="$TMP/runs.tsv"
 OPENED="$TMP/opened.tsv" # connections each courtesy instance was sent (CONNECTs), warm-ups included
 : >"$OPENED"
 
-# One bounded client run; with `rep` > 0 the result is appended to $RUNS.
+# One bounded client run (https_load_run); with `rep` > 0 the result is appended to $RUNS.
 run_load() {
-    local case=$1 mode=$2 conns=$3 secs=$4 rep=$5
-    local pid out err logfile="" lines=0
-    local -a extra=()
-    pid=$(proxy_pid "$case")
-    [[ $case != direct ]] && extra+=(--proxy "$HOST:$(proxy_port "$case")")
-    [[ $mode == new ]] && extra+=(--new-conn)
-    [[ $case == courtesy-info ]] && logfile="$TMP/$case/log" && : >"$logfile"
-    wait_quiet
-    measure_before "$pid"
-    out=$(timeout $((secs + 60)) "$LOAD_BIN" --origin "$HOST:$ORIGIN_PORT" --ca "$(ca_of "$case")" \
-        --path /1k --body-bytes 1024 --conns "$conns" --duration "$secs" \
-        --max-requests "$MAX_REQUESTS" --threads "$THREADS" "${extra[@]}" 2>"$TMP/client.err") ||
-        die "client failed for $case $mode c=$conns: $(cat "$TMP/client.err")"
-    measure_after "$pid"
-    err=$(cat "$TMP/client.err")
-    local result
-    result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from the client: $out $err"
-    # shellcheck disable=SC2086
-    set -- $result $COUNTS_BEFORE $COUNTS_AFTER $PROXY_BEFORE $PROXY_AFTER $ORIGIN_BEFORE $ORIGIN_AFTER
-    # $2 requests, $3 errors, $4 elapsed µs, $5 p50 µs, $6 p99 µs, $7 connections opened,
-    # $8 client CPU ticks, $9/$10 origin accepts/requests before, $11/$12 after,
-    # $13/$14 proxy user/sys ticks before, $15/$16 after, $17..$20 the same for the origin.
-    [[ $case != direct ]] && printf '%s\t%s\n' "$case" "$7" >>"$OPENED"
-    ((rep > 0)) || {
-        log "warm-up $case $mode c=$conns: ${err%%$'\n'*}"
-        (($3 == 0)) || die "errors during the warm-up of $case $mode: $err"
-        return 0
-    }
-    [[ -n $logfile ]] && lines=$(grep -c 'upstream response' "$logfile" || true)
-    awk -v OFS='\t' -v case="$case" -v mode="$mode" -v conns="$conns" -v rep="$rep" \
-        -v n="$2" -v errs="$3" -v dur="$4" -v p50="$5" -v p99="$6" -v opened="$7" \
-        -v cticks="$8" -v acc=$((${11} - $9 - 1)) -v oreq=$((${12} - ${10} - 1)) -v lines="$lines" \
-        -v pticks=$((${15} + ${16} - ${13} - ${14})) -v haspid="${pid:+1}" \
-        -v oticks=$((${19} + ${20} - ${17} - ${18})) -v hz="$CLK_TCK" -v xticks=$((OTHER_AFTER - OTHER_BEFORE)) \
-        'BEGIN {
-            rps = n / (dur / 1e6)
-            pcpu = haspid ? sprintf("%.1f", pticks / hz * 1e6 / n) : "-"
-            ocpu = sprintf("%.1f", oticks / hz * 1e6 / n)
-            ccpu = sprintf("%.1f", cticks / hz * 1e6 / n)
-            other = sprintf("%.0f", xticks / hz * 100 / (dur / 1e6))
-            print mode, conns, case, rep, sprintf("%.0f", rps), p50, p99, pcpu, ocpu, ccpu, n,
-                errs, opened, oreq, acc, lines, other
-        }' >>"$RUNS"
-    log "$(tail -n 1 "$RUNS" | awk -F'\t' '{ printf "%-4s c=%-3s %-13s rep %s: %6s req/s  p50 %7.3f ms  p99 %7.3f ms  CPU µs/req proxy %6s origin %5s client %5s  requests %s errors %s conns %s  origin saw %s req, %s new conns  log lines %s  other CPU %s%%",
-        $1, $2, $3, $4, $5, $6 / 1000, $7 / 1000, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 }')"
+    local case=$1 mode=$2 conns=$3 secs=$4 rep=$5 logfile=""
+    local -a args=(--origin "$HOST:$ORIGIN_PORT" --ca "$(ca_of "$case")" --path /1k --body-bytes 1024)
+    [[ $case == direct ]] || args+=(--proxy "$HOST:$(proxy_port "$case")")
+    [[ $mode == keep ]] || args+=(--new-conn)
+    [[ $case != courtesy-info ]] || logfile="$TMP/$case/log"
+    https_load_run "$mode" "$conns" "$case" "$rep" "$secs" "$(proxy_pid "$case")" "$logfile" "${args[@]}"
+    [[ $case == direct ]] || printf '%s\t%s\n' "$case" "$LAST_OPENED" >>"$OPENED"
 }
 
 contains() { [[ " $1 " == *" $2 "* ]]; }
@@ -253,11 +151,7 @@ for mode in keep new; do
     for conns in $list; do
         cases=(direct courtesy)
         contains "$INFO_CONNS" "$conns" && cases+=(courtesy-info)
-        for ((rep = 1; rep <= REPEATS; rep++)); do
-            for case in "${cases[@]}"; do
-                rerun_while_noisy "sleep 3" run_load "$case" "$mode" "$conns" "$DURATION" "$rep"
-            done
-        done
+        interleaved_repeats "${cases[*]}" run_load "$mode" "$conns"
     done
 done
 ELAPSED=$(($(date +%s) - START))
@@ -282,17 +176,10 @@ LEAF_INFO=$(leaf_line courtesy-info)
 
 # ---- report --------------------------------------------------------------------------------------
 
-lock_version() { awk -v n="$1" '$0 == "name = \"" n "\"" { getline; gsub(/version = |"/, ""); print; exit }' "$ROOT/Cargo.lock"; }
-
 echo "## HTTPS load benchmark: courtesy's interception vs direct TLS, nginx origin, loopback"
 echo
 report_machine
-if ((BUILT_HERE)); then
-    built="release build of this tree, git $rev"
-else
-    built="prebuilt binary COURTESY_BIN=$COURTESY_BIN; this tree is at git $rev"
-fi
-echo "- courtesy: $COURTESY_VERSION ($built)"
+echo "- courtesy: $(courtesy_measured)"
 echo "- client: benches/https_load.rs, hyper $(lock_version hyper), rustls $(lock_version rustls) (ring), tokio-rustls $(lock_version tokio-rustls), $THREADS tokio worker thread(s), HTTP/1.1, no TLS session resumption; $(rustc --version 2>/dev/null || echo 'rustc ?')"
 echo "- origin: nginx $(nginx -v 2>&1 | sed 's/^nginx version: nginx\///') ($(openssl version | cut -d' ' -f1-2)), 1 worker, TLS 1.2/1.3, ECDSA P-256 certificate for IP $HOST, a 1 KiB static file"
 echo "- courtesy: RUST_LOG=warn for the main figures; courtesy-info = the default level (info), at $INFO_CONNS connections; pacing effectively off (rate = burst = 1000000)"

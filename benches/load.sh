@@ -124,15 +124,11 @@ start_nginx "$TMP/nginx" "$ORIGIN_PORT"
 CASES=(direct)
 declare -A PORT_OF=([direct]=$ORIGIN_PORT) PID_OF=()
 
-# Records the server just started in the background as the case `name` on `port`, and waits
-# until it listens. (Not a command substitution: that would run in a subshell and lose PIDS.)
+# Records the server just started in the background as the case `name` on `port` (started_server)
+# and adds it to the cases.
 started() {
-    local name=$1 port=$2 pid=$!
-    PIDS+=("$pid")
-    PORT_OF[$name]=$port
-    PID_OF[$name]=$pid
-    CASES+=("$name")
-    wait_port "$pid" "$port" "$name"
+    started_server "$1" "$2"
+    CASES+=("$1")
 }
 
 # Starts courtesy as the case `name` on `port`.
@@ -155,26 +151,8 @@ fi
 start_squid() {
     local name=$1 port=$2 access_log=$3 dir="$TMP/$1"
     mkdir -p "$dir"
-    cat >"$dir/squid.conf" <<EOF
-# A plain forward proxy with caching off, as close to the defaults as a temp dir allows.
-http_port $HOST:$port
-http_access allow localhost
-http_access deny all
-cache deny all
-access_log $access_log
-cache_store_log none
-cache_log $dir/cache.log
-pid_filename $dir/squid.pid
-coredump_dir $dir
-netdb_filename none
-pinger_enable off
-visible_hostname load.localhost
-shutdown_lifetime 0 seconds
-max_filedescriptors 16384
-EOF
-    # Squid started as root switches to its effective user (proxy on Debian), which writes the logs.
-    if id proxy >/dev/null 2>&1; then chown -R proxy: "$dir"; else chmod 777 "$dir"; fi
-    squid -N -f "$dir/squid.conf" >"$dir/out.log" 2>&1 &
+    squid_conf "$dir" "$HOST:$port" "$access_log" >"$dir/squid.conf"
+    launch_squid "$dir"
     started "$name" "$port"
 }
 
@@ -193,26 +171,7 @@ if [[ $NGINX_PROXY_CASE == 1 ]]; then
     mkdir -p "$dir/tmp"
     cat >"$dir/nginx.conf" <<EOF
 $(nginx_conf_start "$dir")
-    tcp_nodelay on;
-    keepalive_timeout 300s;
-    keepalive_requests 100000000;
-    upstream origin {
-        server $HOST:$ORIGIN_PORT;
-        keepalive 256;
-        keepalive_requests 100000000;
-    }
-    server {
-        listen $HOST:$NGINX_PROXY_PORT;
-        location / {
-            proxy_pass http://origin;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host \$host;
-            proxy_buffers 16 16k;
-            proxy_max_temp_file_size 0;
-            add_header Via "1.1 nginx-proxy";
-        }
-    }
+$(nginx_proxy_blocks "$NGINX_PROXY_PORT" http "")
 }
 EOF
     nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
