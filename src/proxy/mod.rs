@@ -41,6 +41,7 @@ mod reuse;
 mod robots;
 mod skip;
 mod sniff;
+mod table;
 mod target;
 mod timing;
 mod unread;
@@ -53,6 +54,7 @@ use std::sync::Arc;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
+pub(crate) use table::IdleMark;
 pub use upstream::upstream_idle_timeout;
 
 /// The proxy's parsers of untrusted input, for the crate's property tests.
@@ -170,7 +172,7 @@ impl Proxy {
         let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
         let start = config.get();
         let resolver = keyer.resolver().clone();
-        let slots = crate::gate::UpstreamSlots::new(
+        let slots = table::UpstreamSlots::new(
             start.proxy.max_upstream_connections,
             start.proxy.connect_timeout,
         );
