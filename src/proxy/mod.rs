@@ -17,6 +17,7 @@
 //! | `loops.rs` | requests that would come back to courtesy itself |
 //! | `skip.rs` | `skip_resources`: sub-resources answered locally |
 //! | `reuse.rs` | whether a request went out on a connection that had carried one before |
+//! | `table.rs` | `max_upstream_connections`: slots, and idle pooled connections closed for new ones |
 //! | `robots.rs` | obeying robots.txt and fetching it through the budget |
 //! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
 //! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
