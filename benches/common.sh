@@ -420,17 +420,18 @@ AWK_SAMPLES='
 
 # The start of an nginx.conf that every bench's nginx shares: one worker in the foreground, its
 # pid, log and temp files under `dir`, no access log. It ends inside `http {`: the caller adds its
-# own directives and servers, and the closing brace.
+# own directives and servers, and the closing brace. `connections` (default 8192) is the worker's
+# connection cap; its descriptor limit is twice that.
 nginx_conf_start() {
-    local dir=$1
+    local dir=$1 connections=${2:-8192}
     cat <<CONF
 daemon off;
 master_process off;
 worker_processes 1;
 pid $dir/nginx.pid;
 error_log $dir/error.log warn;
-worker_rlimit_nofile 16384;
-events { worker_connections 8192; }
+worker_rlimit_nofile $((connections * 2));
+events { worker_connections $connections; }
 http {
     access_log off;
     client_body_temp_path $dir/tmp/body;

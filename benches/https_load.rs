@@ -12,7 +12,8 @@
 //! With `--names SUFFIX` (new-connection mode only), request number i goes to the host
 //! `h<i>.SUFFIX` (CONNECT authority, `Host` and TLS server name) at the origin's port: every
 //! request a host courtesy has not seen (its first CONNECT, its first leaf certificate), unless a
-//! run repeats the names of an earlier one (`--max-requests` bounds them: h0 .. h<max-1>). The
+//! run repeats the names of an earlier one (`--max-requests` bounds them: h0 .. h<max-1>;
+//! `--first-name K` starts at h<K>, so that runs in a row can each take new names). The
 //! names must resolve to the origin (courtesy's `hosts_file`) and its certificate must cover
 //! `*.SUFFIX`. This is what `benches/new_hosts.sh` measures.
 //!
@@ -24,7 +25,7 @@
 //! Usage (arguments in any order):
 //! `https_load --origin 127.0.0.1:8443 --ca ca.pem [--proxy 127.0.0.1:3128] [--path /1k]
 //!  [--conns 16] [--duration 8] [--max-requests 5000000] [--new-conn] [--threads 1]
-//!  [--body-bytes 1024] [--names SUFFIX]`
+//!  [--body-bytes 1024] [--names SUFFIX] [--first-name 0]`
 //!
 //! `--ca` is the PEM file of roots to trust: the origin's CA directly, courtesy's `ca.pem` through
 //! courtesy. The TLS server name is the origin's IP address. It is a `harness = false` bench target
@@ -79,8 +80,10 @@ struct Args {
     new_conn: bool,
     threads: usize,
     body_bytes: Option<usize>,
-    /// New-host mode: request i goes to `h<i>.<suffix>`.
+    /// New-host mode: request i goes to `h<first_name + i>.<suffix>`.
     names: Option<String>,
+    /// The number of the first name in new-host mode.
+    first_name: u64,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -95,6 +98,7 @@ fn parse_args() -> anyhow::Result<Args> {
     let mut threads = 1usize;
     let mut body_bytes = Some(1024usize);
     let mut names = None;
+    let mut first_name = 0u64;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         // `cargo bench` appends `--bench`; ignore it.
@@ -117,6 +121,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--max-requests" => max_requests = value.parse().with_context(|| bad("not a count"))?,
             "--threads" => threads = value.parse().with_context(|| bad("not a count"))?,
             "--names" => names = Some(value.trim_matches('.').to_ascii_lowercase()),
+            "--first-name" => first_name = value.parse().with_context(|| bad("not a count"))?,
             "--body-bytes" => {
                 let n: i64 = value.parse().with_context(|| bad("not a number"))?;
                 // A negative value turns the body-length check off.
@@ -147,6 +152,12 @@ fn parse_args() -> anyhow::Result<Args> {
     if names.is_some() && !new_conn {
         bail!("--names needs --new-conn: a kept-alive connection stays with one host");
     }
+    if first_name > 0 && names.is_none() {
+        bail!("--first-name needs --names");
+    }
+    if first_name > MAX_REQUESTS {
+        bail!("--first-name must be 0..={MAX_REQUESTS}, got {first_name}");
+    }
     if !path.starts_with('/') {
         bail!("--path must start with '/', got {path:?}");
     }
@@ -162,6 +173,7 @@ fn parse_args() -> anyhow::Result<Args> {
         threads,
         body_bytes,
         names,
+        first_name,
     })
 }
 
@@ -268,7 +280,7 @@ fn target_of(shared: &Shared, index: u64) -> anyhow::Result<(String, ServerName<
     match &shared.args.names {
         None => Ok((shared.authority.clone(), shared.server_name.clone())),
         Some(suffix) => {
-            let host = format!("h{index}.{suffix}");
+            let host = format!("h{}.{suffix}", shared.args.first_name + index);
             let name = ServerName::try_from(host.clone())
                 .with_context(|| format!("{host} is not a TLS server name"))?;
             Ok((format!("{host}:{}", shared.args.origin.port()), name))

@@ -13,6 +13,8 @@
 #                  log_file_daemon helper), to set against courtesy's default   [SQUID_LOG_CASE=1]
 #   nginx-proxy    wrk -> nginx as a proxy (1 worker, proxy_pass with upstream keep-alive, no
 #                  access log, no buffering to disk) -> nginx: the bar of issue 15  [NGINX_PROXY_CASE=1]
+#   nginx-proxy-log  the same with nginx's default access log (a line per request), to set
+#                  against courtesy's default                               [NGINX_PROXY_LOG_CASE=1]
 # at 1, 16 and 64 connections, with a 1 KiB and a 64 KiB body, each run REPEATS times; the cases
 # are interleaved within each repeat so that drift on the machine hits them alike. All servers run
 # at once on their own loopback ports; an idle one costs nothing.
@@ -21,13 +23,14 @@
 # Knobs (environment): DURATION=8 (seconds per run), REPEATS=3, CONNS="1 16 64", SIZES="1k 64k",
 #   BODY_TYPE=text/html (the origin's Content-Type: what crawlers fetch, and what courtesy scans
 #   for block markers; application/octet-stream skips that scan),
-#   WRK_THREADS=1, WARN_CASE=1, SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, COURTESY_BIN=target/release/courtesy (built if missing),
+#   WRK_THREADS=1, WARN_CASE=1, SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, NGINX_PROXY_LOG_CASE=1,
+#   COURTESY_BIN=target/release/courtesy (built if missing),
 #   NOISE_PCT=10, RETRY_BUDGET=10, QUIET_WAIT=120 (a run during which other processes on the
 #   machine used more than NOISE_PCT % of a core is run again, at most twice and at most
 #   RETRY_BUDGET times in all, after waiting for the machine to calm down, at most QUIET_WAIT
 #   seconds in all; the report counts the runs that stayed disturbed),
 #   ORIGIN_PORT=18080 COURTESY_PORT=18128 COURTESY_WARN_PORT=18138 SQUID_PORT=18130
-#   SQUID_LOG_PORT=18140 NGINX_PROXY_PORT=18150
+#   SQUID_LOG_PORT=18140 NGINX_PROXY_PORT=18150 NGINX_PROXY_LOG_PORT=18160
 #   (admin ports are the proxy port + 1).
 # With the defaults one run takes about 14 minutes on a quiet 2-core machine (at most about 18
 # with every retry and wait used).
@@ -48,6 +51,7 @@ BODY_TYPE=${BODY_TYPE:-text/html}
 WARN_CASE=${WARN_CASE:-1}
 SQUID_LOG_CASE=${SQUID_LOG_CASE:-1}
 NGINX_PROXY_CASE=${NGINX_PROXY_CASE:-1}
+NGINX_PROXY_LOG_CASE=${NGINX_PROXY_LOG_CASE:-1}
 NOISE_PCT=${NOISE_PCT:-10}
 RETRY_BUDGET=${RETRY_BUDGET:-10}
 QUIET_WAIT=${QUIET_WAIT:-120}
@@ -58,6 +62,7 @@ COURTESY_WARN_PORT=${COURTESY_WARN_PORT:-18138}
 SQUID_PORT=${SQUID_PORT:-18130}
 SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
 NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-18150}
+NGINX_PROXY_LOG_PORT=${NGINX_PROXY_LOG_PORT:-18160}
 COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
 HOST=127.0.0.1
 # The origin serves its own stub_status (origin_counts).
@@ -87,7 +92,7 @@ CLK_TCK=$(getconf CLK_TCK)
 
 setup_tmp courtesy-load
 require_free_ports "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COURTESY_WARN_PORT" \
-    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT"
+    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT" "$NGINX_PROXY_LOG_PORT"
 
 # Waits until other processes use at most NOISE_PCT of a core over 2 s; all such waits together
 # last at most QUIET_WAIT seconds over the whole benchmark.
@@ -165,18 +170,23 @@ fi
 # ---- nginx as a proxy ----------------------------------------------------------------------------
 
 # An nginx proxying to the origin the way a tuned reverse proxy does: one worker (its CPU is one
-# PID), HTTP/1.1 to the origin over kept-alive connections, responses relayed from memory.
-if [[ $NGINX_PROXY_CASE == 1 ]]; then
-    dir="$TMP/nginx-proxy"
+# PID), HTTP/1.1 to the origin over kept-alive connections, responses relayed from memory. `log`
+# is its access_log: "off", or a file (nginx's default combined format, a line per request).
+start_nginx_proxy() {
+    local name=$1 port=$2 log=$3 dir="$TMP/$1" access=""
     mkdir -p "$dir/tmp"
+    [[ $log == off ]] || access="            access_log $dir/$log;"
     cat >"$dir/nginx.conf" <<EOF
 $(nginx_conf_start "$dir")
-$(nginx_proxy_blocks "$NGINX_PROXY_PORT" http "")
+$(nginx_proxy_blocks "$port" http "" "$access")
 }
 EOF
     nginx -p "$dir" -e "$dir/error.log" -c "$dir/nginx.conf" >"$dir/out.log" 2>&1 &
-    started nginx-proxy "$NGINX_PROXY_PORT"
-fi
+    started "$name" "$port"
+}
+[[ $NGINX_PROXY_CASE == 1 ]] && start_nginx_proxy nginx-proxy "$NGINX_PROXY_PORT" off
+# The same with an access log, to set against courtesy's default (a line per request).
+[[ $NGINX_PROXY_LOG_CASE == 1 ]] && start_nginx_proxy nginx-proxy-log "$NGINX_PROXY_LOG_PORT" access.log
 
 # ---- check that requests really go through each proxy ----------------------------------------------
 
@@ -190,7 +200,7 @@ for case in "${CASES[@]}"; do
     case $case in
         courtesy*) [[ $via == *courtesy* ]] || die "$case: no courtesy Via header ($via)" ;;
         squid*) [[ $via == *squid* ]] || die "$case: no squid Via header ($via)" ;;
-        nginx-proxy) [[ $via == *nginx-proxy* ]] || die "$case: no nginx-proxy Via header ($via)" ;;
+        nginx-proxy*) [[ $via == *nginx-proxy* ]] || die "$case: no nginx-proxy Via header ($via)" ;;
     esac
     log "$case forwards: $status, $via"
 done
@@ -363,6 +373,28 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
             for (c in ncells)
                 printf "- %s: req/s met in %d of %d cells, CPU in %d of %d, p50 added (1 connection) in %d of %d.\n", c,
                     n_rps[c], ncells[c], n_cpu[c], ncells[c], n_p50[c], n1[c]
+        }
+        # Like for like against nginx (issue 29): courtesy-warn against nginx-proxy (no line per
+        # request), courtesy against nginx-proxy-log (a line per request each).
+        header = 0
+        for (i = 1; i <= nkeys; i++) {
+            key = order[i]; split(key, k, SUBSEP)
+            peer = k[3] == "courtesy-warn" ? "nginx-proxy" : (k[3] == "courtesy" ? "nginx-proxy-log" : "")
+            pk = k[1] SUBSEP k[2] SUBSEP peer
+            if (peer == "" || !((pk SUBSEP "rps") in vals)) continue
+            if (!header) {
+                print ""
+                print "Like for like against nginx (targets of issue 29: req/s ≥ 1× the nginx proxy'"'"'s, CPU per request ≤ 1.1× its): courtesy-warn against nginx-proxy (neither writes a line per request), courtesy (default log level) against nginx-proxy-log (nginx'"'"'s default access log):"
+                print ""
+                print "| body | conns | courtesy case | nginx case | req/s ÷ nginx | CPU ÷ nginx | met |"
+                print "|---|---|---|---|---|---|---|"
+                header = 1
+            }
+            r = med(vals[key SUBSEP "rps"]) / med(vals[pk SUBSEP "rps"])
+            pc = med(vals[pk SUBSEP "pcpu"])
+            c = pc > 0 ? med(vals[key SUBSEP "pcpu"]) / pc : 0
+            printf "| %s | %s | %s | %s | %.2f | %.2f | %s |\n", k[1], k[2], k[3], peer, r, c,
+                (r >= 1 && c > 0 && c <= 1.1) ? "yes" : "no"
         }
         # Defaults against defaults: courtesy (a line per response) and squid-log (access.log).
         header = 0

@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use crate::blocks::BlockScan;
 use crate::cache;
 use crate::limiter::Permit;
+use crate::proxy::IdleMark;
 
 /// The body of every response courtesy sends to a client.
 #[derive(Debug)]
@@ -26,6 +27,8 @@ pub enum ProxyBody {
         body: Incoming,
         /// Released at the end of the body.
         permit: Option<Permit>,
+        /// Sets the upstream connection idle at the end of the body (`max_upstream_connections`).
+        idle: Option<IdleMark>,
         /// Looks for block markers in the first bytes as they stream by.
         scan: Option<Box<MarkerScan>>,
         /// Stores the body as it streams by (response cache).
@@ -54,6 +57,7 @@ impl Body for ProxyBody {
             ProxyBody::Upstream {
                 body,
                 permit,
+                idle,
                 scan,
                 store,
             } => {
@@ -72,6 +76,7 @@ impl Body for ProxyBody {
                             if let Some(writer) = store.take() {
                                 writer.finish();
                             }
+                            idle.take();
                         }
                     }
                     Poll::Ready(None) => {
@@ -91,6 +96,7 @@ impl Body for ProxyBody {
                 }
                 if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
                     permit.take();
+                    idle.take();
                 }
                 polled
             }

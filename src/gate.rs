@@ -268,50 +268,6 @@ impl Spare {
     }
 }
 
-/// The upstream connections open at once, all hosts and parents together
-/// (`max_upstream_connections`): each holds a slot from here for its life, idle in the pool too.
-#[derive(Debug, Clone)]
-pub(crate) struct UpstreamSlots {
-    slots: Arc<tokio::sync::Semaphore>,
-    max: usize,
-    wait: Duration,
-}
-
-/// No upstream connection slot came free in time: a local limit, never the target's failure.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "{max} upstream connections are open (max_upstream_connections) and none closed within {wait_s}s"
-)]
-pub(crate) struct UpstreamsExhausted {
-    max: usize,
-    wait_s: f64,
-}
-
-impl UpstreamSlots {
-    /// `max` slots; a new connection waits up to `wait` for one.
-    pub(crate) fn new(max: usize, wait: Duration) -> Self {
-        UpstreamSlots {
-            slots: Arc::new(tokio::sync::Semaphore::new(max)),
-            max,
-            wait,
-        }
-    }
-
-    /// A slot for one upstream connection, held until it closes.
-    pub(crate) async fn take(
-        &self,
-    ) -> Result<tokio::sync::OwnedSemaphorePermit, UpstreamsExhausted> {
-        let exhausted = || UpstreamsExhausted {
-            max: self.max,
-            wait_s: self.wait.as_secs_f64(),
-        };
-        match tokio::time::timeout(self.wait, self.slots.clone().acquire_owned()).await {
-            Ok(Ok(permit)) => Ok(permit),
-            _ => Err(exhausted()),
-        }
-    }
-}
-
 /// Whether `e` is this machine running out of something (descriptors, buffers, memory, local
 /// ports): a local failure, never the target's.
 pub(crate) fn is_local_exhaustion(e: &io::Error) -> bool {

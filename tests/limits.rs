@@ -162,6 +162,36 @@ async fn a_full_upstream_table_is_a_local_503_never_held_against_the_host() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_upstream_table_closes_the_connection_idle_longest_for_a_new_host() {
+    // Two slots, three hosts: without closing an idle pooled connection, the third host would
+    // wait out the 5 s connect timeout and get a 503 (the pool keeps idle connections 90 s).
+    let origins = [
+        Origin::ok("127.0.0.2").await,
+        Origin::ok("127.0.0.3").await,
+        Origin::ok("127.0.0.4").await,
+    ];
+    let courtesy = Courtesy::start(
+        "[proxy]\nmax_upstream_connections = 2\nconnect_timeout_seconds = 5\n\
+         [defaults]\nrate = 100\nburst = 10\nobey_robots = false\n",
+    )
+    .await;
+    let client = courtesy.client();
+    for (round, origin) in origins.iter().chain(&origins).enumerate() {
+        let started = tokio::time::Instant::now();
+        let got = client.get(&origin.url(&format!("/{round}"))).await;
+        assert_eq!(got.status, 200, "round {round}: {}", got.header("proxy-status"));
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "round {round} waited {:?} for an upstream slot",
+            started.elapsed()
+        );
+    }
+    for (i, origin) in origins.iter().enumerate() {
+        assert_eq!(origin.count(), 2, "host {i} answered both of its requests");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_does_not_hold_up_a_shutdown() {
     let courtesy = Courtesy::start("[proxy]\nshutdown_grace_seconds = 10\n").await;
     let _silent = TcpStream::connect(courtesy.addr).await.unwrap();

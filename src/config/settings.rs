@@ -58,10 +58,12 @@ keys! {
         /// Upstream connections open at once, to all hosts and through every parent together,
         /// idle pooled ones included.
         ///
-        /// Idle ones close after 90 s. A request that finds none free within
-        /// connect_timeout_seconds gets 503 connection_limit_reached; it is courtesy's own limit,
-        /// so the host gets no backoff and no rate cut (nor for courtesy running out of file
-        /// descriptors: 503 proxy_internal_error). Lowered at start to fit the open file limit.
+        /// Idle ones close after 90 s, or sooner when the table is full: a new connection then
+        /// takes the slot of the pooled one idle longest (never of one carrying a request). A
+        /// request that finds every connection busy for connect_timeout_seconds gets 503
+        /// connection_limit_reached; it is courtesy's own limit, so the host gets no backoff and
+        /// no rate cut (nor for courtesy running out of file descriptors: 503
+        /// proxy_internal_error). Lowered at start to fit the open file limit.
         max_upstream_connections: usize = 8192,
             from max_upstream_connections: i64, Count { min: 1, max: 1_000_000 };
         /// How long a client may take to send its first byte after connecting, and then each

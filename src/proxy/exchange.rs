@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use super::failure::Failure;
 use super::reuse;
+use super::table::IdleMark;
 use super::upstream::UpstreamBody;
 use super::Proxy;
 use crate::config::{HostPolicy, ParentScheme};
@@ -36,6 +37,8 @@ pub(crate) struct Exchanged {
     pub(crate) policy: Arc<HostPolicy>,
     /// Time from sending to the response headers.
     pub(crate) latency: Duration,
+    /// Sets the connection that carried it idle when dropped: held until the body is done.
+    pub(crate) idle: Option<IdleMark>,
 }
 
 /// A request that got no response.
@@ -83,9 +86,10 @@ impl Proxy {
         let timeout = self.config.get().proxy.response_timeout;
         let result = tokio::time::timeout(timeout, self.client.request(&route, request)).await;
         let latency = started.elapsed();
+        let idle;
         let response = match result {
             Ok(Ok(response)) => {
-                reuse::count_answered(&response);
+                idle = reuse::count_answered(&response);
                 if let Some(own) = forwarded_through.and_then(|p| parent::own_answer(p, &response))
                 {
                     let failure = Failure::of_parent(&own);
@@ -156,6 +160,7 @@ impl Proxy {
             permit,
             policy,
             latency,
+            idle,
         })
     }
 

@@ -110,7 +110,7 @@ impl Failure {
             if let Some(dns) = e.downcast_ref::<DnsError>() {
                 return Failure::of_dns(dns);
             }
-            if let Some(full) = e.downcast_ref::<crate::gate::UpstreamsExhausted>() {
+            if let Some(full) = e.downcast_ref::<super::table::UpstreamsExhausted>() {
                 return Failure::upstreams_exhausted(full);
             }
             if let Some(tls) = e.downcast_ref::<rustls::Error>() {
@@ -209,7 +209,7 @@ impl Failure {
     }
 
     /// Every `max_upstream_connections` slot is taken: a local limit, 503.
-    pub(crate) fn upstreams_exhausted(full: &crate::gate::UpstreamsExhausted) -> Self {
+    pub(crate) fn upstreams_exhausted(full: &super::table::UpstreamsExhausted) -> Self {
         Failure::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectionLimitReached,

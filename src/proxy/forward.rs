@@ -19,6 +19,7 @@ use super::exchange::Exchanged;
 use super::failure::Failure;
 use super::headers::{own_cooldown_choice, strip_hop_by_hop, strip_request, via_for};
 use super::skip::skipped_resource;
+use super::table::IdleMark;
 use super::target::Target;
 use super::timing::{self, Held, Trail};
 use super::unread::BodyOnEntry;
@@ -454,17 +455,19 @@ impl Proxy {
             );
             return ControlFlow::Continue(());
         }
-        let response = self.finish_response(exchanged.response, permit, &policy, cache_use);
+        let held = (permit, exchanged.idle);
+        let response = self.finish_response(exchanged.response, held, &policy, cache_use);
         ControlFlow::Break((response, None))
     }
 
     /// The origin's response as the client gets it: hop-by-hop headers replaced by courtesy's
     /// `Via`, a redirect to a block page reported to the host's pacing, and a body that holds the
-    /// permit while it streams, scanned for block markers and stored when the cache may keep it.
+    /// permit (and the mark that sets its upstream connection idle) while it streams, scanned for
+    /// block markers and stored when the cache may keep it.
     fn finish_response(
         &self,
         response: Response<Incoming>,
-        permit: Permit,
+        (permit, idle): (Permit, Option<IdleMark>),
         policy: &HostPolicy,
         cache_use: Option<&CacheUse>,
     ) -> Response<ProxyBody> {
@@ -484,6 +487,7 @@ impl Proxy {
             ProxyBody::Upstream {
                 body,
                 permit: Some(permit),
+                idle,
                 scan,
                 store,
             },

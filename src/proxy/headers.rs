@@ -49,8 +49,9 @@ pub(crate) fn own_cooldown_choice(headers: &mut HeaderMap) -> Result<Option<OnCo
     Ok(choice)
 }
 
-/// Headers that describe one connection, not the message: never forwarded either way.
-const HOP_BY_HOP: [HeaderName; 9] = [
+/// Headers that describe one connection, not the message: never forwarded either way. A `static`,
+/// not a `const`: a `const` array would be built and dropped again at every use, once per header.
+static HOP_BY_HOP: [HeaderName; 9] = [
     CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),

@@ -17,6 +17,7 @@
 //! | `loops.rs` | requests that would come back to courtesy itself |
 //! | `skip.rs` | `skip_resources`: sub-resources answered locally |
 //! | `reuse.rs` | whether a request went out on a connection that had carried one before |
+//! | `table.rs` | `max_upstream_connections`: slots, and idle pooled connections closed for new ones |
 //! | `robots.rs` | obeying robots.txt and fetching it through the budget |
 //! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
 //! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
@@ -41,6 +42,7 @@ mod reuse;
 mod robots;
 mod skip;
 mod sniff;
+mod table;
 mod target;
 mod timing;
 mod unread;
@@ -53,6 +55,7 @@ use std::sync::Arc;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
+pub(crate) use table::IdleMark;
 pub use upstream::upstream_idle_timeout;
 
 /// The proxy's parsers of untrusted input, for the crate's property tests.
@@ -170,7 +173,7 @@ impl Proxy {
         let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
         let start = config.get();
         let resolver = keyer.resolver().clone();
-        let slots = crate::gate::UpstreamSlots::new(
+        let slots = table::UpstreamSlots::new(
             start.proxy.max_upstream_connections,
             start.proxy.connect_timeout,
         );

@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -20,11 +20,12 @@ use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 
-use crate::gate::UpstreamSlots;
+use super::table::{ConnState, IdleMark, UpstreamSlots};
 
-/// How many requests were sent on one upstream connection.
-#[derive(Debug, Clone, Default)]
-struct Uses(Arc<AtomicU32>);
+/// One upstream connection's state: how many requests were answered on it, and whether it is idle
+/// (`super::table`).
+#[derive(Debug, Clone)]
+struct Uses(Arc<ConnState>);
 
 /// A connector whose connections count their requests.
 #[derive(Debug, Clone)]
@@ -86,7 +87,8 @@ where
             return Box::pin(async move {
                 Ok(Counted {
                     io: connecting.await.map_err(Into::into)?,
-                    uses: Uses::default(),
+                    uses: Uses(ConnState::unlisted()),
+                    writing: false,
                     proxied,
                     _slot: None,
                 })
@@ -101,7 +103,8 @@ where
                 .map_err(Into::into)?;
             Ok(Counted {
                 io,
-                uses: Uses::default(),
+                uses: Uses(slots.new_connection()),
+                writing: false,
                 proxied,
                 _slot: Some(slot),
             })
@@ -117,6 +120,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) struct Counted<T> {
     io: T,
     uses: Uses,
+    /// The last I/O was a write: a write after a read begins a request.
+    writing: bool,
     /// A plain connection to an HTTP parent proxy, for absolute-form requests.
     proxied: bool,
     /// Its `max_upstream_connections` slot, given back when it closes.
@@ -140,7 +145,16 @@ impl<T: Read + Unpin> Read for Counted<T> {
         cx: &mut Context<'_>,
         buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        let this = self.get_mut();
+        if this.uses.0.read_ends(cx.waker()) {
+            // Idle, and its slot is wanted for a new connection: end it like an origin's close.
+            return Poll::Ready(Ok(()));
+        }
+        let read = Pin::new(&mut this.io).poll_read(cx, buf);
+        if read.is_ready() {
+            this.writing = false;
+        }
+        read
     }
 }
 
@@ -150,7 +164,10 @@ impl<T: Write + Unpin> Write for Counted<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write(cx, buf);
+        this.wrote(&written);
+        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -170,16 +187,30 @@ impl<T: Write + Unpin> Write for Counted<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(&written);
+        written
+    }
+}
+
+impl<T> Counted<T> {
+    /// Notes a write: the first bytes written after a read begin a request.
+    fn wrote(&mut self, written: &Poll<io::Result<usize>>) {
+        if !self.writing && matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
+            self.writing = true;
+            self.uses.0.begin_request();
+        }
     }
 }
 
 /// Counts an answered request on its connection (the pooled client copies the connection's
-/// metadata into the response's extensions).
-pub(crate) fn count_answered<B>(response: &http::Response<B>) {
-    if let Some(uses) = response.extensions().get::<Uses>() {
-        uses.0.fetch_add(1, Ordering::Relaxed);
-    }
+/// metadata into the response's extensions), and returns the mark that sets the connection idle
+/// when dropped: to be held until the response's body has been read or given up.
+pub(crate) fn count_answered<B>(response: &http::Response<B>) -> Option<IdleMark> {
+    let uses = response.extensions().get::<Uses>()?;
+    uses.0.answered.fetch_add(1, Ordering::Relaxed);
+    Some(uses.0.answered_now())
 }
 
 /// Counts a failed request on its connection; returns whether that connection had carried a
@@ -192,5 +223,5 @@ pub(crate) fn count_failed(error: &hyper_util::client::legacy::Error) -> bool {
     connected.get_extras(&mut extensions);
     extensions
         .get::<Uses>()
-        .is_some_and(|uses| uses.0.fetch_add(1, Ordering::Relaxed) > 0)
+        .is_some_and(|uses| uses.0.answered.fetch_add(1, Ordering::Relaxed) > 0)
 }

@@ -145,8 +145,8 @@ impl Proxy {
                 headers.insert(HOST, host);
             }
             // The permit is held until the body is read: the fetch is in flight until then.
-            let (response, _permit) = match self.exchange(permit, request).await {
-                Ok(exchanged) => (exchanged.response, exchanged.permit),
+            let (response, _permit, _idle) = match self.exchange(permit, request).await {
+                Ok(exchanged) => (exchanged.response, exchanged.permit, exchanged.idle),
                 Err(unanswered) if unanswered.stale && !fresh_retry => {
                     // A pooled connection died under the fetch: once more, on a fresh one.
                     fresh_retry = true;

@@ -14,8 +14,8 @@ use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::reuse::Counting;
+use super::table::UpstreamSlots;
 use crate::config::{Config, ParentScheme, Route, UpstreamProxy};
-use crate::gate::UpstreamSlots;
 use crate::parent::ParentConnector;
 use crate::resolve::{Connector, GuardedConnector, Resolver};
 

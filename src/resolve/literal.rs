@@ -15,7 +15,9 @@ pub fn literal_ip(host: &str) -> Option<IpAddr> {
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    if let Ok(v6) = bare.parse::<Ipv6Addr>() {
+    // Every IPv6 literal has a colon; a name or an IPv4 spelling never does.
+    if bare.contains(':') {
+        let v6 = bare.parse::<Ipv6Addr>().ok()?;
         return Some(match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
             None => IpAddr::V6(v6),
@@ -30,19 +32,28 @@ pub fn literal_ip(host: &str) -> Option<IpAddr> {
 /// part decimal, hexadecimal after `0x`/`0X`, or octal after a leading `0`. The last part fills
 /// every byte the earlier ones left: `a` is 32 bits, `a.b` is 8.24, `a.b.c` is 8.8.16. A part too
 /// large for its room, an empty part or any other character makes it a name, not an address.
+/// Read on every request (the target, the loop guard, the destination check), so it reads bytes
+/// once and gives up at the first byte a number cannot have.
 pub fn numeric_ipv4(host: &str) -> Option<Ipv4Addr> {
-    let host = host.strip_suffix('.').unwrap_or(host);
-    if host.is_empty() || host.len() > 64 {
+    let bytes = host.as_bytes();
+    let bytes = bytes.strip_suffix(b".").unwrap_or(bytes);
+    // Every part starts with a digit (`0x` too): a name almost always fails on its first byte.
+    if bytes.is_empty() || bytes.len() > 64 || !bytes[0].is_ascii_digit() {
         return None;
     }
     let mut parts = [0u64; 4];
     let mut count = 0;
-    for part in host.split('.') {
+    let mut start = 0;
+    for end in 0..=bytes.len() {
+        if end < bytes.len() && bytes[end] != b'.' {
+            continue;
+        }
         if count == 4 {
             return None;
         }
-        parts[count] = number(part)?;
+        parts[count] = number(&bytes[start..end])?;
         count += 1;
+        start = end + 1;
     }
     let (head, last) = parts[..count].split_at(count - 1);
     if head.iter().any(|p| *p > 0xff) {
@@ -63,26 +74,35 @@ pub fn numeric_ipv4(host: &str) -> Option<Ipv4Addr> {
 
 /// One part: decimal, `0x` hexadecimal or `0` octal; `None` when it is not a number or is longer
 /// than any 32-bit value needs.
-fn number(part: &str) -> Option<u64> {
+fn number(part: &[u8]) -> Option<u64> {
     if part.is_empty() || part.len() > 34 {
         return None;
     }
-    let (digits, radix) =
-        if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
-            (hex, 16)
-        } else if part.len() > 1 && part.starts_with('0') {
-            (&part[1..], 8)
-        } else {
-            (part, 10)
-        };
+    let (digits, radix) = match part {
+        [b'0', b'x' | b'X', hex @ ..] => (hex, 16),
+        [b'0', octal @ ..] if !octal.is_empty() => (octal, 8),
+        _ => (part, 10),
+    };
     if digits.is_empty() {
         // `0x` alone is zero, as URL parsers read it.
         return (radix == 16).then_some(0);
     }
-    if !digits.chars().all(|c| c.is_digit(radix)) {
-        return None;
+    let mut value: u64 = 0;
+    for &byte in digits {
+        let digit = match byte {
+            b'0'..=b'9' => byte - b'0',
+            b'a'..=b'f' => byte - b'a' + 10,
+            b'A'..=b'F' => byte - b'A' + 10,
+            _ => return None,
+        };
+        if u32::from(digit) >= radix {
+            return None;
+        }
+        value = value
+            .checked_mul(u64::from(radix))?
+            .checked_add(u64::from(digit))?;
     }
-    u64::from_str_radix(digits, radix).ok()
+    Some(value)
 }
 
 #[cfg(test)]
