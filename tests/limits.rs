@@ -179,7 +179,12 @@ async fn a_full_upstream_table_closes_the_connection_idle_longest_for_a_new_host
     for (round, origin) in origins.iter().chain(&origins).enumerate() {
         let started = tokio::time::Instant::now();
         let got = client.get(&origin.url(&format!("/{round}"))).await;
-        assert_eq!(got.status, 200, "round {round}: {}", got.header("proxy-status"));
+        assert_eq!(
+            got.status,
+            200,
+            "round {round}: {}",
+            got.header("proxy-status")
+        );
         assert!(
             started.elapsed() < Duration::from_millis(2500),
             "round {round} waited {:?} for an upstream slot",

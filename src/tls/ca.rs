@@ -12,7 +12,7 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, SerialNumber,
 };
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls_pki_types::CertificateDer;
 use time::OffsetDateTime;
 
 /// File name of the CA certificate under `state_dir`.
@@ -30,6 +30,9 @@ pub enum LeafError {
         /// What rcgen or rustls said.
         reason: String,
     },
+    /// The key every leaf presents could not be made (generated once per process).
+    #[error("cannot make the leaf certificates' key: {0}")]
+    NoKey(String),
 }
 
 /// courtesy's local certificate authority.
@@ -151,16 +154,17 @@ impl LocalCa {
         })
     }
 
-    /// Mints a leaf certificate and key for `name` (a DNS name or an IP literal).
+    /// Mints a leaf certificate for `name` (a DNS name or an IP literal) presenting `key`, with
+    /// the CA's certificate after it.
     pub(super) fn mint(
         &self,
         name: &str,
-    ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), LeafError> {
+        key: &KeyPair,
+    ) -> Result<Vec<CertificateDer<'static>>, LeafError> {
         let bad = |reason: String| LeafError::BadName {
             name: name.to_string(),
             reason,
         };
-        let key = KeyPair::generate().map_err(|e| bad(e.to_string()))?;
         let mut params =
             CertificateParams::new(vec![name.to_string()]).map_err(|e| bad(e.to_string()))?;
         let mut dn = DistinguishedName::new();
@@ -174,10 +178,9 @@ impl LocalCa {
         params.not_after = now + time::Duration::days(30);
         params.serial_number = Some(SerialNumber::from_slice(&rand::random::<[u8; 16]>()));
         let cert = params
-            .signed_by(&key, &self.issuer)
+            .signed_by(key, &self.issuer)
             .map_err(|e| bad(e.to_string()))?;
-        let key_der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        Ok((vec![cert.der().clone(), self.cert_der.clone()], key_der))
+        Ok(vec![cert.der().clone(), self.cert_der.clone()])
     }
 }
 

@@ -84,3 +84,22 @@ fn concurrent_first_connects_mint_once_per_name() {
     assert_eq!(hits, 12);
     let _ = fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn leaves_for_different_names_present_the_one_key_they_are_given() {
+    let dir = temp_dir("one-key");
+    let ca = LocalCa::load_or_create(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let public = key.public_key_raw().to_vec();
+    let shop = ca.mint("shop.example.com", &key).unwrap();
+    let news = ca.mint("news.example.org", &key).unwrap();
+    assert_ne!(shop[0], news[0], "a certificate of its own per name");
+    for chain in [&shop, &news] {
+        assert!(
+            chain[0].windows(public.len()).any(|w| w == public),
+            "the leaf carries the given public key"
+        );
+        assert_eq!(&chain[1], ca.cert_der(), "the CA's certificate follows the leaf");
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
