@@ -89,6 +89,7 @@ impl LoopGuard {
             host: parent.host.clone(),
             port: parent.port,
             authority: parent.endpoint(),
+            ip: literal_ip(&parent.host),
         };
         if !self.is_own_address(&as_target) {
             return None;
@@ -102,7 +103,7 @@ impl LoopGuard {
     }
 
     fn is_own_address(&self, target: &Target) -> bool {
-        let ip = match literal_ip(&target.host) {
+        let ip = match target.ip {
             Some(ip) => ip,
             None if target.host == "localhost" || target.host.ends_with(".localhost") => {
                 IpAddr::from([127, 0, 0, 1])
@@ -127,30 +128,31 @@ impl LoopGuard {
     ) -> Option<Failure> {
         // A name that passed lately is not looked up again; an address literal is judged at
         // once, without building its key or looking up its rule.
-        let name = match literal_ip(&target.host) {
-            Some(_) => None,
-            None => {
-                let key = target.key();
-                if let Some(at) = locks::lock(&self.checked).get(&key) {
-                    if Instant::now().duration_since(*at) < CHECKED_FOR {
-                        return None;
-                    }
+        if let Some(ip) = target.ip {
+            return match resolver.judge_literal(&target.host, ip, target.port) {
+                Err(refused) => {
+                    warn!(target = %target, "destination refused: {refused}");
+                    Some(Failure::of_dns(&refused))
                 }
-                if through_parent() {
-                    return None;
-                }
-                Some(key)
+                Ok(()) => None,
+            };
+        }
+        let key = target.key();
+        if let Some(at) = locks::lock(&self.checked).get(&key) {
+            if Instant::now().duration_since(*at) < CHECKED_FOR {
+                return None;
             }
-        };
+        }
+        if through_parent() {
+            return None;
+        }
         match resolver.lookup_target(&target.host, target.port).await {
             Err(refused @ DnsError::Forbidden { .. }) => {
                 warn!(target = %target, "destination refused: {refused}");
                 Some(Failure::of_dns(&refused))
             }
             Ok(_) => {
-                if let Some(key) = name {
-                    locks::lock(&self.checked).put(key, Instant::now());
-                }
+                locks::lock(&self.checked).put(key, Instant::now());
                 None
             }
             _ => None,

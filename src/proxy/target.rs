@@ -3,6 +3,8 @@
 //!
 //! This module only parses; the budget key it yields is [`crate::limiter::host_key`].
 
+use std::net::IpAddr;
+
 use http::Uri;
 
 use super::failure::Failure;
@@ -13,6 +15,9 @@ pub(crate) struct Target {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) authority: String,
+    /// The address `host` spells, when it is a literal (read once, for the loop guard and the
+    /// destination check).
+    pub(crate) ip: Option<IpAddr>,
 }
 
 impl Target {
@@ -86,12 +91,14 @@ impl Target {
                 host: v4.to_string(),
                 port,
                 authority: authority.to_string(),
+                ip: Some(IpAddr::V4(v4)),
             });
         }
         Ok(Target {
             host: host.to_ascii_lowercase(),
             port,
             authority: authority.to_string(),
+            ip: crate::resolve::literal_ip(host),
         })
     }
 

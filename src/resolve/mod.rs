@@ -140,6 +140,12 @@ impl Resolver {
         Ok(addrs)
     }
 
+    /// The refusal of the address literal `host` (read already as `ip`), if courtesy never dials
+    /// it: what [`Resolver::lookup_target`] says of a literal, without reading it again.
+    pub fn judge_literal(&self, host: &str, ip: IpAddr, port: u16) -> Result<(), DnsError> {
+        self.judge(host, &[SocketAddr::new(ip, port)])
+    }
+
     /// An error naming the first of `addrs` that courtesy never dials, if one is.
     fn judge(&self, name: &str, addrs: &[SocketAddr]) -> Result<(), DnsError> {
         for addr in addrs {

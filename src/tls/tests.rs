@@ -99,7 +99,11 @@ fn leaves_for_different_names_present_the_one_key_they_are_given() {
             chain[0].windows(public.len()).any(|w| w == public),
             "the leaf carries the given public key"
         );
-        assert_eq!(&chain[1], ca.cert_der(), "the CA's certificate follows the leaf");
+        assert_eq!(
+            &chain[1],
+            ca.cert_der(),
+            "the CA's certificate follows the leaf"
+        );
     }
     let _ = fs::remove_dir_all(&dir);
 }
