@@ -182,7 +182,7 @@ awk -F'\t' -v hz="$CLK_TCK" '
         }
         if (("new" in seen) && ("known" in seen)) {
             print ""
-            printf "A new host costs courtesy %.0f µs of CPU more than a known one (its leaf certificate: an ECDSA P-256 key pair and a signature; its own first TLS handshake with the origin, which a known host reuses from the pool; its first host entry), and adds %.3f ms to the p50 of its first request.\n",
+            printf "A new host costs courtesy %.0f µs of CPU more than a known one (its leaf certificate: one ECDSA signature by the CA; its own first TLS handshake with the origin, which a known host reuses from the pool; its first host entry), and adds %.3f ms to the p50 of its first request.\n",
                 med(cpu["new"]) - med(cpu["known"]), (med(p50["new"]) - med(p50["known"])) / 1000
         }
     }' "$RUNS"
