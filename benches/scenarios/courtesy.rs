@@ -35,7 +35,9 @@ pub async fn admin_get(admin: SocketAddr, path: &str) -> anyhow::Result<(u16, By
 
 impl Courtesy {
     /// Starts courtesy with `defaults` as its `[defaults]` (plus `max_queue = 100000`,
-    /// `max_wait_seconds = 600`, `obey_robots = false`) and waits until its admin answers.
+    /// `max_wait_seconds = 600`, `obey_robots = false`) and waits until its admin answers. The
+    /// client connection caps are lifted: every client here is this bench, on one address, and
+    /// scenario 3 alone holds 10,000 connections (the default is 256 per client address).
     pub async fn start(
         bin: &Path,
         name: &str,
@@ -66,7 +68,8 @@ impl Courtesy {
             let admin = SocketAddr::from(([127, 0, 0, 1], free_port()?));
             let config = format!(
                 "[proxy]\nlisten = \"{proxy}\"\nadmin_listen = \"{admin}\"\nstate_dir = \"{}\"\n\
-                 max_in_flight = 100000\nidle_host_seconds = {idle_host_seconds}\n\n\
+                 max_in_flight = 100000\nidle_host_seconds = {idle_host_seconds}\n\
+                 max_connections = 100000\nmax_connections_per_client = 100000\n\n\
                  [defaults]\n{defaults}\nmax_queue = 100000\nmax_wait_seconds = 600\n\
                  obey_robots = false\n\n{sections}\n",
                 dir.join("state").display()
@@ -144,6 +147,22 @@ impl Courtesy {
         Ok(value["hosts"].as_array().cloned().unwrap_or_default())
     }
 
+    /// `GET /hosts`: its `total` counts over every known host (`queued`, `in_flight`, ...),
+    /// whatever the page lists.
+    pub async fn totals(&self) -> anyhow::Result<serde_json::Value> {
+        let (status, body) = tokio::time::timeout(
+            Duration::from_secs(30),
+            admin_get(self.admin, "/hosts?limit=0"),
+        )
+        .await
+        .context("GET /hosts timed out")??;
+        if status != 200 {
+            bail!("GET /hosts answered {status}");
+        }
+        let value: serde_json::Value = serde_json::from_slice(&body)?;
+        Ok(value["total"].clone())
+    }
+
     /// `GET /metrics`: the sum of every sample of each metric in `names` (all label sets), in
     /// that order; a metric that is not there is 0.
     pub async fn metric_sums(&self, names: &[&str]) -> anyhow::Result<Vec<f64>> {
@@ -174,9 +193,4 @@ impl Courtesy {
         let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// Sum of a numeric field over `/hosts` entries.
-pub fn sum_field(hosts: &[serde_json::Value], field: &str) -> u64 {
-    hosts.iter().filter_map(|h| h[field].as_u64()).sum()
 }

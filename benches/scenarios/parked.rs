@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use crate::common::client::Client;
 use crate::common::percentile::percentile_at_fraction;
-use crate::courtesy::{sum_field, Courtesy};
+use crate::courtesy::Courtesy;
 use crate::load::{hammer, join_all, target, tokio_at, Tally};
 use crate::measure::{clk_tck, open_files_limit};
 use crate::origin::{host_ip, Origin};
@@ -177,9 +177,9 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
     let mut inside = 0;
     let mut queued = 0;
     while Instant::now() < park_deadline {
-        let hosts = courtesy.hosts().await?;
-        queued = sum_field(&hosts, "queued");
-        let in_flight = sum_field(&hosts, "in_flight");
+        let counts = courtesy.totals().await?;
+        queued = counts["queued"].as_u64().unwrap_or(0);
+        let in_flight = counts["in_flight"].as_u64().unwrap_or(0);
         inside = queued + in_flight + (origin.total() - primed);
         if inside >= total as u64 {
             break;
@@ -223,7 +223,7 @@ pub async fn run(bin: &Path) -> anyhow::Result<Section> {
         .sum();
     let mut quiet_sorted = quiet.clone();
     quiet_sorted.sort_by(f64::total_cmp);
-    let queued_end = sum_field(&courtesy.hosts().await?, "queued");
+    let queued_end = courtesy.totals().await?["queued"].as_u64().unwrap_or(0);
 
     // Let them finish.
     join_all(tasks, answer_deadline + Duration::from_secs(5)).await;

@@ -85,16 +85,21 @@ impl Restart {
 /// measure waiting, so the rate climbs back by 1/s per healthy answer, from at least 1/s.
 ///
 /// `SOAK_EXTRA_CONFIG` is appended as it is: a `[shared]` section soaks the shared budget.
+/// `SOAK_PROXY_CONFIG` is added to `[proxy]`: `max_upstream_connections = 8` soaks a full upstream
+/// table, its idle connections closed for new ones.
 /// `SOAK_PACING` replaces the pacing keys (`rate = 20.0`, `burst = 5`, `concurrency = 4`): a deep
 /// burst and a wide cap soak a shared budget's allowances (turns leased ahead).
 pub fn config_text(proxy: SocketAddr, admin: SocketAddr, state_dir: &Path, mode: Mode) -> String {
     let extra = std::env::var("SOAK_EXTRA_CONFIG").unwrap_or_default();
+    let proxy_extra = std::env::var("SOAK_PROXY_CONFIG")
+        .map(|lines| format!("{}\n", lines.trim_end()))
+        .unwrap_or_default();
     let pacing = std::env::var("SOAK_PACING")
         .unwrap_or_else(|_| "rate = 20.0\nburst = 5\nconcurrency = 4".to_string());
     format!(
         "[proxy]\nlisten = \"{proxy}\"\nadmin_listen = \"{admin}\"\nstate_dir = \"{}\"\n\
-         connect_timeout_seconds = 3\nresponse_timeout_seconds = 3\nshutdown_grace_seconds = 5\n\n\
-         [defaults]\n{pacing}\nmax_wait_seconds = 30\n\
+         connect_timeout_seconds = 3\nresponse_timeout_seconds = 3\nshutdown_grace_seconds = 5\n\
+         {proxy_extra}\n[defaults]\n{pacing}\nmax_wait_seconds = 30\n\
          backoff_max_seconds = 10\nmin_rate = 1.0\nincrease_step = 1.0\nobey_robots = false\n\
          on_cooldown = \"{}\"\n{extra}",
         state_dir.display(),
