@@ -129,13 +129,10 @@ impl LoopGuard {
         // A name that passed lately is not looked up again; an address literal is judged at
         // once, without building its key or looking up its rule.
         if let Some(ip) = target.ip {
-            return match resolver.judge_literal(&target.host, ip, target.port) {
-                Err(refused) => {
-                    warn!(target = %target, "destination refused: {refused}");
-                    Some(Failure::of_dns(&refused))
-                }
-                Ok(()) => None,
-            };
+            return refused(
+                target,
+                resolver.judge_literal(&target.host, ip, target.port),
+            );
         }
         let key = target.key();
         if let Some(at) = locks::lock(&self.checked).get(&key) {
@@ -146,16 +143,22 @@ impl LoopGuard {
         if through_parent() {
             return None;
         }
-        match resolver.lookup_target(&target.host, target.port).await {
-            Err(refused @ DnsError::Forbidden { .. }) => {
-                warn!(target = %target, "destination refused: {refused}");
-                Some(Failure::of_dns(&refused))
-            }
-            Ok(_) => {
-                locks::lock(&self.checked).put(key, Instant::now());
-                None
-            }
-            _ => None,
+        let looked_up = resolver.lookup_target(&target.host, target.port).await;
+        if looked_up.is_ok() {
+            locks::lock(&self.checked).put(key, Instant::now());
         }
+        refused(target, looked_up.map(drop))
+    }
+}
+
+/// The refusal of `target` when its addresses include one courtesy never dials; a name that does
+/// not resolve is left to the connector's own answer.
+fn refused(target: &Target, judged: Result<(), DnsError>) -> Option<Failure> {
+    match judged {
+        Err(refused @ DnsError::Forbidden { .. }) => {
+            warn!(target = %target, "destination refused: {refused}");
+            Some(Failure::of_dns(&refused))
+        }
+        _ => None,
     }
 }

@@ -162,12 +162,12 @@ impl IdleList {
         }
     }
 
-    /// Asks the connection idle longest to close; `false` when none is idle.
-    fn close_longest_idle(&self) -> bool {
+    /// Asks the connection idle longest to close, if one is idle.
+    fn close_longest_idle(&self) {
         let mut entries = locks::lock(&self.entries);
         for _ in 0..LOOKS_PER_CLOSE {
             let Some(front) = entries.pop_front() else {
-                return false;
+                return;
             };
             let Some(conn) = front.conn.upgrade() else {
                 continue;
@@ -188,9 +188,8 @@ impl IdleList {
             conn.listed.store(false, Ordering::Release);
             conn.closing.store(true, Ordering::Release);
             conn.reader.wake();
-            return true;
+            return;
         }
-        false
     }
 }
 

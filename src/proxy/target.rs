@@ -85,20 +85,18 @@ impl Target {
         if host.is_empty() {
             return Err(Failure::bad_request("the target host is empty"));
         }
-        // `127.1`, `0x7f000001`, `2130706433`: one address, one spelling (and one budget).
-        if let Some(v4) = crate::resolve::numeric_ipv4(host) {
-            return Ok(Target {
-                host: v4.to_string(),
-                port,
-                authority: authority.to_string(),
-                ip: Some(IpAddr::V4(v4)),
-            });
-        }
+        let ip = crate::resolve::literal_ip(host);
+        // `127.1`, `0x7f000001`, `2130706433`: one address, one spelling (and one budget). An
+        // IPv4-mapped IPv6 literal keeps its own spelling.
+        let host = match ip {
+            Some(IpAddr::V4(v4)) if !host.contains(':') => v4.to_string(),
+            _ => host.to_ascii_lowercase(),
+        };
         Ok(Target {
-            host: host.to_ascii_lowercase(),
+            host,
             port,
             authority: authority.to_string(),
-            ip: crate::resolve::literal_ip(host),
+            ip,
         })
     }
 
