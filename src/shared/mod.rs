@@ -116,8 +116,32 @@ pub(crate) struct Store {
 /// The `op` label of `courtesy_shared_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub(crate) struct OpLabel {
-    /// `reserve`, `report`, `release`, `operator`, `heartbeat`, `renew`, `withdraw`, `bill`.
+    /// One of [`OpLabel::ALL`].
     pub(crate) op: &'static str,
+}
+
+impl OpLabel {
+    /// Every operation the store is called for. Each gets its series at zero from the start, so
+    /// `rate()` and the alerts see a store that never failed rather than no data at all.
+    pub(crate) const ALL: [&'static str; 8] = [
+        "reserve",
+        "report",
+        "release",
+        "operator",
+        "heartbeat",
+        "renew",
+        "withdraw",
+        "bill",
+    ];
+
+    /// A family with every operation's counter at zero.
+    fn family() -> Family<OpLabel, Counter> {
+        let family = Family::default();
+        for op in Self::ALL {
+            let _ = family.get_or_create(&OpLabel { op });
+        }
+        family
+    }
 }
 
 #[derive(Debug)]
@@ -337,7 +361,7 @@ impl Store {
                 bill: scripts::script(scripts::BILL),
             },
             round_trip: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
-            errors: Family::default(),
+            errors: OpLabel::family(),
         }))
     }
 
@@ -448,6 +472,10 @@ impl Store {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {} ms", self.settings.timeout.as_millis()),
         };
+        debug_assert!(
+            OpLabel::ALL.contains(&op),
+            "{op} is missing from OpLabel::ALL"
+        );
         self.errors.get_or_create(&OpLabel { op }).inc();
         self.fall_back(&error);
         Err(StoreDown(error))

@@ -39,6 +39,23 @@ pub async fn budget_mode(courtesy: &Courtesy) -> String {
     readiness(courtesy).await.1
 }
 
+/// The store calls `courtesy` counted as failed: every `courtesy_shared_errors_total` series
+/// above zero (every operation has a series from the start, at zero).
+pub async fn failed_store_calls(courtesy: &Courtesy) -> Vec<String> {
+    let (_, metrics) = admin_call("GET", &courtesy.admin_url("/metrics"), None, "").await;
+    failed_store_calls_in(&metrics)
+}
+
+/// [`failed_store_calls`] in a `/metrics` text already fetched.
+pub fn failed_store_calls_in(metrics: &str) -> Vec<String> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("courtesy_shared_errors_total{"))
+        .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) != Some(0.0))
+        .map(str::to_string)
+        .collect()
+}
+
 /// The origin never saw more than `burst + rate × T` (plus `slack`) in any window of 0.5, 1, 2
 /// and 5 s.
 pub fn assert_within_budget(origin: &Origin, rate: f64, burst: usize, slack: usize) {

@@ -49,8 +49,8 @@ pub use self::{
     direct::{admin_call, direct_client, fetch_direct},
     in_process::Courtesy,
     instances::{
-        all_seen, assert_within_budget, budget_mode, hammer_instances, instance_on, instances_on,
-        readiness,
+        all_seen, assert_within_budget, budget_mode, failed_store_calls, failed_store_calls_in,
+        hammer_instances, instance_on, instances_on, readiness,
     },
     origin::{come_back_later, Arrival, Origin},
     otlp::{OtlpReceiver, Received},
