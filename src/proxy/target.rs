@@ -89,7 +89,7 @@ impl Target {
         // `127.1`, `0x7f000001`, `2130706433`: one address, one spelling (and one budget). An
         // IPv4-mapped IPv6 literal keeps its own spelling.
         let host = match ip {
-            Some(IpAddr::V4(v4)) if !host.contains(':') => v4.to_string(),
+            Some(IpAddr::V4(v4)) if !host.contains(':') => crate::resolve::dotted_quad(v4),
             _ => host.to_ascii_lowercase(),
         };
         Ok(Target {

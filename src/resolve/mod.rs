@@ -36,10 +36,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 pub use guard::{canonical_ip, Destinations, Forbidden};
 pub use hosts::StaticHosts;
-pub use literal::literal_ip;
 /// The IPv4 reading alone, for the property tests of untrusted input.
 #[cfg(test)]
 pub use literal::numeric_ipv4;
+pub use literal::{dotted_quad, literal_ip};
 use pins::Pins;
 
 /// The TCP connector under [`GuardedConnector`]: hyper-util's, handed addresses only.
