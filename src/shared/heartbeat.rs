@@ -85,7 +85,7 @@ impl Store {
             .arg("")
             .arg(&self.instance)
             .arg(micros(LIVE_FOR));
-        let value = self.call("heartbeat", &invocation).await.ok()?;
+        let value = self.call(super::Op::Heartbeat, &invocation).await.ok()?;
         let (live, clock) = redis::from_redis_value::<(u32, String)>(value).ok()?;
         self.read_clock(clock.parse().unwrap_or(0));
         Some(live)
@@ -107,7 +107,7 @@ impl Store {
             for m in &members {
                 invocation.arg(m);
             }
-            if self.call("renew", &invocation).await.is_err() {
+            if self.call(super::Op::Renew, &invocation).await.is_err() {
                 return;
             }
         }

@@ -116,31 +116,69 @@ pub(crate) struct Store {
 /// The `op` label of `courtesy_shared_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub(crate) struct OpLabel {
-    /// One of [`OpLabel::ALL`].
-    pub(crate) op: &'static str,
+    /// The call that failed.
+    pub(crate) op: Op,
 }
 
 impl OpLabel {
-    /// Every operation the store is called for. Each gets its series at zero from the start, so
-    /// `rate()` and the alerts see a store that never failed rather than no data at all.
-    pub(crate) const ALL: [&'static str; 8] = [
-        "reserve",
-        "report",
-        "release",
-        "operator",
-        "heartbeat",
-        "renew",
-        "withdraw",
-        "bill",
-    ];
-
-    /// A family with every operation's counter at zero.
+    /// A family with every operation's counter at zero from the start, so that `rate()` and
+    /// the alerts see a store that never failed rather than no data at all.
     fn family() -> Family<OpLabel, Counter> {
         let family = Family::default();
-        for op in Self::ALL {
+        for op in Op::ALL {
             let _ = family.get_or_create(&OpLabel { op });
         }
         family
+    }
+}
+
+/// A call to the store: one per script.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum Op {
+    Reserve,
+    Report,
+    Release,
+    Operator,
+    Heartbeat,
+    Renew,
+    Withdraw,
+    Bill,
+}
+
+impl Op {
+    /// Every operation (a new one is added here too, for its series at zero).
+    const ALL: [Op; 8] = [
+        Op::Reserve,
+        Op::Report,
+        Op::Release,
+        Op::Operator,
+        Op::Heartbeat,
+        Op::Renew,
+        Op::Withdraw,
+        Op::Bill,
+    ];
+
+    /// Its label value.
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Reserve => "reserve",
+            Op::Report => "report",
+            Op::Release => "release",
+            Op::Operator => "operator",
+            Op::Heartbeat => "heartbeat",
+            Op::Renew => "renew",
+            Op::Withdraw => "withdraw",
+            Op::Bill => "bill",
+        }
+    }
+}
+
+impl prometheus_client::encoding::EncodeLabelValue for Op {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        self.as_str().encode(encoder)
     }
 }
 
@@ -458,7 +496,7 @@ impl Store {
     /// Runs one script call within the timeout; a failure switches this instance to fallback.
     async fn call(
         &self,
-        op: &'static str,
+        op: Op,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<Value, StoreDown> {
         let started = Instant::now();
@@ -472,10 +510,6 @@ impl Store {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {} ms", self.settings.timeout.as_millis()),
         };
-        debug_assert!(
-            OpLabel::ALL.contains(&op),
-            "{op} is missing from OpLabel::ALL"
-        );
         self.errors.get_or_create(&OpLabel { op }).inc();
         self.fall_back(&error);
         Err(StoreDown(error))
@@ -616,7 +650,7 @@ impl Store {
                 .arg(&turn.tat)
                 .arg(turn.interval);
         }
-        let value = match self.call("reserve", &invocation).await {
+        let value = match self.call(Op::Reserve, &invocation).await {
             Ok(value) => value,
             Err(down) => {
                 self.keep_ended(ended);
@@ -740,7 +774,7 @@ impl Store {
             .arg(&self.channel)
             .arg(host);
         // A failure leaves the place to expire (`WAITING_PLACE`).
-        let _ = self.call("withdraw", &invocation).await;
+        let _ = self.call(Op::Withdraw, &invocation).await;
     }
 
     /// Releases one ended turn with a round trip of its own (see `releases.rs` for the usual
@@ -759,7 +793,7 @@ impl Store {
             .arg(turn.interval)
             .arg(&self.channel)
             .arg(&*turn.host);
-        self.call("release", &invocation).await.is_ok()
+        self.call(Op::Release, &invocation).await.is_ok()
     }
 
     /// Applies what an answer taught to the shared state; returns the learned rate and the
@@ -793,7 +827,7 @@ impl Store {
             .arg(&self.channel)
             .arg(host)
             .arg(micros(IDLE_TTL));
-        let value = self.call("report", &invocation).await?;
+        let value = self.call(Op::Report, &invocation).await?;
         let (rate, left): (String, i64) = redis::from_redis_value(value)
             .map_err(|e| StoreDown(format!("the report script answered {e}")))?;
         Ok((
@@ -814,7 +848,7 @@ impl Store {
             .arg(micros(IDLE_TTL));
         // A bill the store did not take is lost with the fall to fallback, where each instance
         // keeps its share of the byte budget locally.
-        let _ = self.call("bill", &invocation).await;
+        let _ = self.call(Op::Bill, &invocation).await;
     }
 
     /// Applies an operator's action for every instance.
@@ -834,7 +868,7 @@ impl Store {
             .arg(&self.channel)
             .arg(host)
             .arg(micros(IDLE_TTL));
-        self.call("operator", &invocation).await.map(|_| ())
+        self.call(Op::Operator, &invocation).await.map(|_| ())
     }
 }
 
@@ -948,5 +982,31 @@ impl ReserveReply {
             now,
             more,
         })
+    }
+}
+
+#[cfg(test)]
+mod op_label_tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_has_its_series_at_zero_from_the_start() {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("courtesy");
+        registry.register("shared_errors", "errors", OpLabel::family());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
+        for op in [
+            "reserve",
+            "report",
+            "release",
+            "operator",
+            "heartbeat",
+            "renew",
+            "withdraw",
+            "bill",
+        ] {
+            let line = format!("courtesy_shared_errors_total{{op=\"{op}\"}} 0");
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
     }
 }
