@@ -108,14 +108,8 @@ impl Admin {
             }
         }
         let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
-        let is_probe = matches!(req.uri().path(), "/healthz" | "/readyz");
-        if config.admin.token.is_none() && !is_probe {
-            // A read is guarded like a write: a page on a name rebound to loopback (DNS
-            // rebinding) could otherwise read the host table, the jobs and the metrics.
-            let refused = self
-                .foreign_host(req.headers())
-                .or_else(|| mutating.then(|| self.cross_site(req.headers())).flatten());
-            if let Some(refused) = refused {
+        if mutating && config.admin.token.is_none() {
+            if let Some(refused) = self.cross_site(req.headers()) {
                 return Ok(local(
                     StatusCode::FORBIDDEN,
                     ProxyError::HttpRequestDenied,
@@ -127,23 +121,20 @@ impl Admin {
         Ok(self.route(req).await)
     }
 
-    /// Why a request without a token looks sent through a name rebound to loopback rather than
-    /// by an operator, if it does: a `Host` other than this listener's own.
-    fn foreign_host(&self, headers: &http::HeaderMap) -> Option<String> {
-        let host = own_host_header(headers);
-        (!self.is_own_host(host)).then(|| {
-            format!(
+    /// Why a mutating request without a token looks sent by a web page rather than an operator,
+    /// if it does: a `Host` other than this listener's own (a name rebound to loopback), or an
+    /// `Origin` other than this listener's (a cross-site POST). Tools send no `Origin`.
+    fn cross_site(&self, headers: &http::HeaderMap) -> Option<String> {
+        let host = headers
+            .get(http::header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !self.is_own_host(host) {
+            return Some(format!(
                 "Host {host:?} is not this admin listener's own (set [admin] token to use \
                  the admin API under another name)"
-            )
-        })
-    }
-
-    /// Why a mutating request without a token looks sent by a web page rather than an operator,
-    /// if it does: an `Origin` other than this listener's (a cross-site POST), or a cross-site
-    /// `Sec-Fetch-Site`. Tools send no `Origin`.
-    fn cross_site(&self, headers: &http::HeaderMap) -> Option<String> {
-        let host = own_host_header(headers);
+            ));
+        }
         if let Some(origin) = headers.get(http::header::ORIGIN) {
             let origin = origin.to_str().unwrap_or("");
             let own = format!("http://{host}");
@@ -370,14 +361,6 @@ impl Admin {
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
-
-/// The request's `Host` header, or "" when it has none or it is not text.
-fn own_host_header(headers: &http::HeaderMap) -> &str {
-    headers
-        .get(http::header::HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-}
 
 impl Admin {
     /// `/readyz`: 200 while courtesy takes requests (listening, CA loaded, the budget store in
