@@ -70,17 +70,10 @@ impl Head {
     }
 
     /// Whether `request` sends what the stored response varies on, as the request it answered did.
-    /// An entry that carries `Set-Cookie` (written before such answers were refused) answers no
-    /// one: a cookie set for one client must never reach another.
     pub fn matches(&self, request: &HeaderMap) -> bool {
-        !self
-            .headers
+        self.vary
             .iter()
-            .any(|(name, _)| name.eq_ignore_ascii_case("set-cookie"))
-            && self
-                .vary
-                .iter()
-                .all(|(name, value)| joined(request, name).as_deref() == value.as_deref())
+            .all(|(name, value)| joined(request, name).as_deref() == value.as_deref())
     }
 }
 
@@ -498,15 +491,9 @@ pub fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Head {
 /// Whether the response to `request` may be stored and answer later requests: [`storable`],
 /// not `Vary: *`, and, for a request with `Authorization`, only a response that says `public`,
 /// `s-maxage` or `must-revalidate` (RFC 9111 3.5; courtesy keys such an entry by the credentials
-/// as well, so it never answers another client). Never the answer to a request that sent a
-/// `Cookie`, nor an answer that sets one: such answers are personal (RFC 9111 3.5's reason for
-/// `private`, and RFC 6265 8.6), and the store is shared by every client of courtesy.
+/// as well, so it never answers another client).
 pub fn storable_for(status: StatusCode, response: &HeaderMap, request: &HeaderMap) -> bool {
-    if !storable(status, response)
-        || vary_of(response, request).is_none()
-        || request.contains_key(http::header::COOKIE)
-        || response.contains_key(http::header::SET_COOKIE)
-    {
+    if !storable(status, response) || vary_of(response, request).is_none() {
         return false;
     }
     if request.contains_key(http::header::AUTHORIZATION) {
@@ -599,28 +586,6 @@ mod tests {
                 "{directive}"
             );
         }
-    }
-
-    #[test]
-    fn answers_with_cookies_either_way_are_never_stored_or_replayed() {
-        let plain = HeaderMap::new();
-        let mut with_cookie = HeaderMap::new();
-        with_cookie.insert("cookie", HeaderValue::from_static("session=abc"));
-        assert!(storable_for(StatusCode::OK, &headers(), &plain));
-        assert!(!storable_for(StatusCode::OK, &headers(), &with_cookie));
-        let mut sets_cookie = headers();
-        sets_cookie.insert(
-            "set-cookie",
-            HeaderValue::from_static("session=new; Path=/"),
-        );
-        sets_cookie.insert("cache-control", HeaderValue::from_static("public"));
-        assert!(!storable_for(StatusCode::OK, &sets_cookie, &plain));
-        let old_entry = head_of("http://a.test/", StatusCode::OK, &sets_cookie);
-        assert!(
-            !old_entry.matches(&plain),
-            "an entry stored with Set-Cookie answers no one"
-        );
-        assert!(head_of("http://a.test/", StatusCode::OK, &headers()).matches(&plain));
     }
 
     #[test]

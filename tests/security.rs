@@ -381,51 +381,6 @@ async fn the_dev_cache_keeps_one_clients_authorized_answers_from_another_and_hon
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dev_cache_never_stores_or_replays_an_answer_with_cookies_either_way() {
-    let origin = Origin::start("127.0.0.1", |req| async move {
-        let cookie = req
-            .headers()
-            .get("cookie")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("-")
-            .to_string();
-        let mut response = http::Response::builder().header("cache-control", "public, max-age=60");
-        if req.uri().path() == "/login" {
-            response = response.header("set-cookie", "session=for-whoever-asked-first; Path=/");
-        }
-        response
-            .body(full(format!("{} for cookie {cookie}", req.uri().path())))
-            .unwrap()
-    })
-    .await;
-    let courtesy = Courtesy::start("[defaults]\ncache = \"dev\"\nrate = 100\nburst = 10\n").await;
-
-    // An answer to a request with a Cookie is personal: never stored, so never replayed.
-    let account = origin.url("/account");
-    let alice = [("cookie", "session=alice")];
-    assert_eq!(
-        get_with(&courtesy, &account, &alice).await,
-        ("/account for cookie session=alice".into(), false)
-    );
-    assert_eq!(
-        get_with(&courtesy, &account, &[]).await,
-        ("/account for cookie -".into(), false),
-        "Alice's page never reaches a client without her cookie"
-    );
-
-    // An answer that sets a cookie is never stored either, even when it says `public`.
-    let login = origin.url("/login");
-    for _ in 0..2 {
-        let got = courtesy
-            .client()
-            .send(Request::get(&login).body(empty()).unwrap())
-            .await;
-        assert_eq!(got.status, StatusCode::OK);
-        assert_eq!(got.header("x-courtesy-cache"), "", "never from the store");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_in_a_bad_config_are_not_echoed() {
     let dir = temp_dir("secret-echo");
     for (text, secret) in [
