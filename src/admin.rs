@@ -107,9 +107,20 @@ impl Admin {
                 return Ok(r);
             }
         }
-        let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
-        if mutating && config.admin.token.is_none() {
-            if let Some(refused) = self.cross_site(req.headers()) {
+        // Without a token, a web page must not steer courtesy (writes: Host, Origin,
+        // Sec-Fetch-Site) nor read it through a name rebound to loopback (reads: Host; a
+        // cross-origin read under the listener's own Host is the browser's to refuse). The probes
+        // say only "up" and are answered under any Host. With a token, the token decides: a page
+        // rebound or not cannot send it.
+        let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
+        if config.admin.token.is_none() && !probe {
+            let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
+            let refused = if mutating {
+                self.cross_site(req.headers())
+            } else {
+                self.foreign_host(req.headers())
+            };
+            if let Some(refused) = refused {
                 return Ok(local(
                     StatusCode::FORBIDDEN,
                     ProxyError::HttpRequestDenied,
@@ -125,16 +136,10 @@ impl Admin {
     /// if it does: a `Host` other than this listener's own (a name rebound to loopback), or an
     /// `Origin` other than this listener's (a cross-site POST). Tools send no `Origin`.
     fn cross_site(&self, headers: &http::HeaderMap) -> Option<String> {
-        let host = headers
-            .get(http::header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        if !self.is_own_host(host) {
-            return Some(format!(
-                "Host {host:?} is not this admin listener's own (set [admin] token to use \
-                 the admin API under another name)"
-            ));
+        if let Some(refused) = self.foreign_host(headers) {
+            return Some(refused);
         }
+        let host = host_of(headers);
         if let Some(origin) = headers.get(http::header::ORIGIN) {
             let origin = origin.to_str().unwrap_or("");
             let own = format!("http://{host}");
@@ -153,6 +158,18 @@ impl Admin {
             return Some("a cross-site request (Sec-Fetch-Site) cannot steer courtesy".into());
         }
         None
+    }
+
+    /// Why a request without a token is refused for its `Host`, if it is: one other than this
+    /// listener's own, which is what a page on a name rebound to loopback sends (DNS rebinding).
+    fn foreign_host(&self, headers: &http::HeaderMap) -> Option<String> {
+        let host = host_of(headers);
+        (!self.is_own_host(host)).then(|| {
+            format!(
+                "Host {host:?} is not this admin listener's own (set [admin] token to use \
+                 the admin API under another name)"
+            )
+        })
     }
 
     /// Whether `host` (a `Host` header) names this listener ([`names_listener`]).
@@ -387,6 +404,14 @@ impl Admin {
             }),
         )
     }
+}
+
+/// A request's `Host` header (empty when absent or not text).
+fn host_of(headers: &http::HeaderMap) -> &str {
+    headers
+        .get(http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
 }
 
 /// Whether the `Host` header `host` names the listener at `own`: its address in any spelling (any

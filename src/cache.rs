@@ -489,11 +489,15 @@ pub fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Head {
 }
 
 /// Whether the response to `request` may be stored and answer later requests: [`storable`],
-/// not `Vary: *`, and, for a request with `Authorization`, only a response that says `public`,
+/// not `Vary: *`, not personal ([`personal`]: a request with `Cookie`, an answer with
+/// `Set-Cookie`), and, for a request with `Authorization`, only a response that says `public`,
 /// `s-maxage` or `must-revalidate` (RFC 9111 3.5; courtesy keys such an entry by the credentials
 /// as well, so it never answers another client).
 pub fn storable_for(status: StatusCode, response: &HeaderMap, request: &HeaderMap) -> bool {
-    if !storable(status, response) || vary_of(response, request).is_none() {
+    if !storable(status, response)
+        || personal(request, response)
+        || vary_of(response, request).is_none()
+    {
         return false;
     }
     if request.contains_key(http::header::AUTHORIZATION) {
@@ -506,6 +510,15 @@ pub fn storable_for(status: StatusCode, response: &HeaderMap, request: &HeaderMa
             .any(|d| matches!(d, "public" | "s-maxage" | "must-revalidate"));
     }
     true
+}
+
+/// Whether an exchange is one client's own, never stored nor answered from the store: a request
+/// that sends `Cookie` (the answer may be personalised by it, and courtesy cannot tell) or an
+/// answer that sets one (`Set-Cookie` replayed to another client would hand it the first one's
+/// session). RFC 9111 3.5 names only `Authorization`; cookies are the same thing in practice,
+/// which is why shared caches (Squid, Varnish's default) pass both by.
+pub fn personal(request: &HeaderMap, response: &HeaderMap) -> bool {
+    request.contains_key(http::header::COOKIE) || response.contains_key(http::header::SET_COOKIE)
 }
 
 /// Whether a response may be stored at all: a 200 that does not say `no-store` or `private`.
@@ -586,6 +599,22 @@ mod tests {
                 "{directive}"
             );
         }
+    }
+
+    #[test]
+    fn cookies_make_an_exchange_personal_and_unstored() {
+        let plain = HeaderMap::new();
+        assert!(storable_for(StatusCode::OK, &headers(), &plain));
+        let mut cookie = HeaderMap::new();
+        cookie.insert("cookie", HeaderValue::from_static("session=alice"));
+        let mut public = headers();
+        public.insert("cache-control", HeaderValue::from_static("public"));
+        assert!(!storable_for(StatusCode::OK, &public, &cookie));
+        let mut sets = public.clone();
+        sets.insert("set-cookie", HeaderValue::from_static("session=alice"));
+        assert!(!storable_for(StatusCode::OK, &sets, &plain));
+        assert!(personal(&cookie, &plain) && personal(&plain, &sets));
+        assert!(!personal(&plain, &public));
     }
 
     #[test]

@@ -9,10 +9,51 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 
+/// Refuses `path` (`what` names it in the message) if it exists and is owned by a user other
+/// than courtesy's own (the effective uid) or root, as OpenSSH's `StrictModes` does for a user's
+/// keys: the owner of the state directory or of the CA key can read or replace the key, and so
+/// read or forge every TLS answer clients trust the CA for. Root may own them (root can do all
+/// of that anyway, and a volume mount point, a Kubernetes `emptyDir`, is root's); running as
+/// root, only root may. A missing path passes: courtesy creates it, as its own.
+pub(crate) fn refuse_foreign_owner(path: &Path, what: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let own = rustix::process::geteuid().as_raw();
+    let owner = meta.uid();
+    if owner == own || owner == 0 {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{what} {} is owned by uid {owner}{}, not by courtesy's user (uid {own}{}) or root: \
+         whoever owns it can read or replace the CA key. Run courtesy as its owner, `chown` it \
+         to courtesy's user, or set [proxy] state_dir to a directory of courtesy's own",
+        path.display(),
+        user_name(owner).map_or(String::new(), |n| format!(" ({n})")),
+        user_name(own).map_or(String::new(), |n| format!(" ({n})")),
+    )
+}
+
+/// The name of user `uid` in `/etc/passwd`, for messages (none where it is not listed).
+fn user_name(uid: u32) -> Option<String> {
+    let passwd = fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
+}
+
 /// Makes an existing directory private (0700) if others may read or enter it; whether it had to.
-/// The state directory holds the CA key, the cooldowns and cached responses.
+/// The state directory holds the CA key, the cooldowns and cached responses. A directory another
+/// user owns is refused first ([`refuse_foreign_owner`]). One of courtesy's own that others could
+/// write to is made private, not refused: a file another user left in it meanwhile is refused
+/// when read (the CA key and certificate are checked for their owner too), so tightening is
+/// enough, and it keeps a volume created with a loose mode working.
 pub(crate) fn tighten_dir(dir: &Path) -> anyhow::Result<bool> {
     use std::os::unix::fs::PermissionsExt as _;
+    refuse_foreign_owner(dir, "the state directory")?;
     let Ok(meta) = fs::metadata(dir) else {
         return Ok(false);
     };

@@ -248,6 +248,59 @@ async fn without_a_token_cross_site_and_rebound_admin_writes_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_rebound_admin_reads_are_refused_and_probes_answer() {
+    let courtesy = Courtesy::start("").await;
+    let port = courtesy.admin.port();
+    let rebound = format!("rebound.evil.example:{port}");
+    let reads = [
+        "/",
+        "/jobs",
+        "/hosts",
+        "/hosts/example.org:443",
+        "/metrics",
+        "/ca.pem",
+    ];
+    for path in reads {
+        let url = courtesy.admin_url(path);
+        for method in ["GET", "HEAD"] {
+            let (status, proxy_status) = admin_with(method, &url, &[("host", &rebound)]).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}");
+            assert!(
+                proxy_status.starts_with("courtesy; error=http_request_denied"),
+                "{method} {path}: {proxy_status}"
+            );
+        }
+        // Its own address in any spelling, and localhost, still read (a scraper, the dashboard).
+        let localhost = format!("localhost:{port}");
+        for host in [courtesy.admin.to_string(), localhost] {
+            let (status, _) = admin_with("GET", &url, &[("host", &host)]).await;
+            assert_ne!(status, StatusCode::FORBIDDEN, "{path} under {host}");
+        }
+    }
+    for probe in ["/healthz", "/readyz"] {
+        let url = courtesy.admin_url(probe);
+        let (status, _) = admin_with("GET", &url, &[("host", &rebound)]).await;
+        assert_eq!(status, StatusCode::OK, "{probe} says only up");
+    }
+
+    // With a token, the token decides: a rebound page cannot send it, a remote scraper can.
+    let token = "0123456789abcdef-token";
+    let guarded = Courtesy::start(&format!("[admin]\ntoken = \"{token}\"\n")).await;
+    let metrics = guarded.admin_url("/metrics");
+    let elsewhere = [("host", "courtesy.internal.example:9090")];
+    assert_eq!(
+        admin_with("GET", &metrics, &elsewhere).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let bearer = format!("Bearer {token}");
+    let with_token = [elsewhere[0], ("authorization", &bearer)];
+    assert_eq!(
+        admin_with("GET", &metrics, &with_token).await.0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_token_writes_need_it_in_any_case_of_the_scheme() {
     let token = "0123456789abcdef-token";
     let courtesy = Courtesy::start(&format!("[admin]\ntoken = \"{token}\"\n")).await;
@@ -381,6 +434,67 @@ async fn the_dev_cache_keeps_one_clients_authorized_answers_from_another_and_hon
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_cache_never_stores_or_replays_a_cookie_or_a_set_cookie() {
+    let origin = Origin::start("127.0.0.1", |req| async move {
+        let cookie = req
+            .headers()
+            .get("cookie")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("-")
+            .to_string();
+        let mut response = http::Response::builder().header("cache-control", "public, max-age=60");
+        if req.uri().path() == "/login" {
+            response = response.header("set-cookie", "session=alice-session");
+        }
+        response
+            .body(full(format!("{} for {cookie}", req.uri().path())))
+            .unwrap()
+    })
+    .await;
+    let courtesy = Courtesy::start("[defaults]\ncache = \"dev\"\nrate = 100\nburst = 10\n").await;
+    let alice = [("cookie", "session=alice-session")];
+
+    // A personalised answer to Alice's cookie: never stored, so never anyone else's.
+    let me = origin.url("/me");
+    for _ in 0..2 {
+        assert_eq!(
+            get_with(&courtesy, &me, &alice).await,
+            ("/me for session=alice-session".into(), false)
+        );
+    }
+    assert_eq!(
+        get_with(&courtesy, &me, &[]).await,
+        ("/me for -".into(), false),
+        "a client without the cookie gets its own answer"
+    );
+    // Now stored without a cookie: a client with one still asks the origin.
+    assert!(
+        get_with(&courtesy, &me, &[]).await.1,
+        "a plain answer is stored"
+    );
+    assert_eq!(
+        get_with(&courtesy, &me, &alice).await,
+        ("/me for session=alice-session".into(), false)
+    );
+
+    // An answer that sets a cookie is never stored nor replayed, even marked public.
+    let login = origin.url("/login");
+    for _ in 0..2 {
+        assert_eq!(
+            get_with(&courtesy, &login, &[]).await,
+            ("/login for -".into(), false)
+        );
+    }
+    let asked = origin.paths();
+    let asked = asked.iter().filter(|p| !p.starts_with("/robots.txt"));
+    assert_eq!(
+        asked.count(),
+        6,
+        "every personal exchange reached the origin"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_in_a_bad_config_are_not_echoed() {
     let dir = temp_dir("secret-echo");
     for (text, secret) in [
@@ -475,6 +589,40 @@ async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_wa
         .unwrap();
     let logged = String::from_utf8_lossy(&out.stderr);
     assert!(logged.contains("allow_clients has 0.0.0.0/0"), "{logged}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_dir_another_user_owns_is_refused_at_start() {
+    let dir = temp_dir("state-foreign");
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    // `nobody` owns it: only root may give it away (tests run as root in CI).
+    if let Err(e) = std::os::unix::fs::chown(&state, Some(65534), Some(65534)) {
+        assert!(std::env::var_os("CI").is_none(), "cannot chown: {e}");
+        eprintln!("skipped: cannot chown ({e}); run as root");
+        return;
+    }
+    let config = Ports::free().config_in(&dir, "");
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .expect("courtesy refuses to start, it does not serve")
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(&state.display().to_string()), "{said}");
+    assert!(said.contains("owned by uid 65534"), "{said}");
+    assert!(
+        !state.join("ca-key.pem").exists(),
+        "no CA key written into it"
+    );
 }
 
 /// A CONNECT to `target` through `courtesy` is answered 403 with `error=<error>`; `context` names

@@ -524,3 +524,72 @@ async fn queued_requests_leave_in_order_and_one_that_hangs_up_is_never_sent() {
         "{span:?}"
     );
 }
+
+/// The PTTL (ms) of every key `redis` holds whose name contains `part`.
+fn ttls_of(redis: &RedisServer, part: &str) -> Vec<(String, i64)> {
+    let keys = redis.cli(&["--scan", "--pattern", &format!("*{part}*")]);
+    keys.lines()
+        .map(|key| {
+            let ttl = redis.cli(&["PTTL", key]).parse().unwrap_or(i64::MAX);
+            (key.to_string(), ttl)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_never_answered_keeps_its_store_keys_a_minute_and_one_that_did_a_day() {
+    let Some((redis, origin)) = store_and_origin().await else {
+        return;
+    };
+    let courtesy = instance(&redis, "", "[defaults]\nrate = 100\nburst = 10\n").await;
+    // Nothing listens there: every request is refused at connect, no answer ever comes back.
+    let dead = format!("127.0.0.1:{}", free_port());
+    for i in 0..3 {
+        // 502, then 429 while the failures' backoff (a cooldown, taught to the store) runs.
+        let got = courtesy.client().get(&format!("http://{dead}/{i}")).await;
+        assert!(
+            [StatusCode::BAD_GATEWAY, StatusCode::TOO_MANY_REQUESTS].contains(&got.status),
+            "{}",
+            got.status
+        );
+    }
+    let got = courtesy.client().get(&origin.url("/")).await;
+    assert_eq!(got.status, StatusCode::OK);
+
+    let dead_keys = ttls_of(&redis, &format!("{{{dead}}}"));
+    for (key, _) in &dead_keys {
+        // What a host costs the store, for docs/security.md's sizing.
+        eprintln!("{key}: {} bytes", redis.cli(&["MEMORY", "USAGE", key]));
+    }
+    assert!(
+        !dead_keys.is_empty(),
+        "the dead host was paced in the store"
+    );
+    for (key, ttl) in &dead_keys {
+        // A minute, plus at most the host's pace ahead (10 ms at this rate) and a lease.
+        assert!(
+            (0..=65_000).contains(ttl),
+            "{key} of a host that never answered lives {ttl} ms"
+        );
+    }
+    let live = origin.url("/");
+    let live = live
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    // The first answer is taught to the store in a task of its own: give it a moment.
+    let day = eventually(Duration::from_secs(5), || {
+        ttls_of(&redis, &format!("{{{live}}}:b"))
+            .iter()
+            .any(|(_, ttl)| *ttl > 23 * 3600 * 1000)
+    })
+    .await;
+    for (key, _) in ttls_of(&redis, &format!("{{{live}}}")) {
+        eprintln!("{key}: {} bytes", redis.cli(&["MEMORY", "USAGE", &key]));
+    }
+    assert!(
+        day,
+        "a host that answered keeps its budget a day: {:?}",
+        ttls_of(&redis, &format!("{{{live}}}"))
+    );
+}

@@ -272,6 +272,14 @@ keys! {
         /// rediss+cluster:// and rediss+sentinel:// with TLS.
         redis_url: String = String::new(), from redis_url: String, StoreUrl,
             example "\"redis://127.0.0.1:6379/0\"";
+        /// A file that holds the store's password (a mounted Kubernetes Secret, a compose
+        /// secret, systemd's LoadCredential), so that the config holds none; it replaces any
+        /// password in redis_url, read at start.
+        ///
+        /// One trailing newline is ignored. With a user in redis_url (`redis://courtesy@host`),
+        /// it is that ACL user's password; under Sentinel, the master's.
+        password_file: Option<PathBuf> = None, from password_file: String, Maybe(Path),
+            example "\"/run/secrets/redis-password\"";
         /// Instances with the same redis_url and key_prefix share budgets.
         key_prefix: String = "courtesy".into(), from key_prefix: String, KeyPrefix;
         /// How many instances share the budget: while the store cannot be reached, each keeps
@@ -345,6 +353,42 @@ impl SharedSettings {
         }))
     }
 
+    /// `redis_url` with the password of `password_file` in its userinfo (percent-encoded), or as
+    /// it is without one. The error names the file, never the password.
+    pub(crate) fn url_with_password(&self) -> Result<String, String> {
+        let Some(path) = &self.password_file else {
+            return Ok(self.redis_url.clone());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("[shared] password_file {}: {e}", path.display()))?;
+        let password = text.strip_suffix('\n').unwrap_or(&text);
+        let password = password.strip_suffix('\r').unwrap_or(password);
+        if password.is_empty() {
+            return Err(format!(
+                "[shared] password_file {} is empty",
+                path.display()
+            ));
+        }
+        let encoded: String = password
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                    char::from(b).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let Some((scheme, rest)) = self.redis_url.split_once("://") else {
+            return Ok(self.redis_url.clone());
+        };
+        // The userinfo comes once, before the hosts, and ends at the last '@'.
+        let (user, hosts) = match rest.rsplit_once('@') {
+            Some((userinfo, hosts)) => (userinfo.split(':').next().unwrap_or(""), hosts),
+            None => ("", rest),
+        };
+        Ok(format!("{scheme}://{user}:{encoded}@{hosts}"))
+    }
+
     /// The URL with any user and password replaced by `***`, for logs and pages; for every form
     /// (one server, cluster seeds, sentinels), whose userinfo comes once, before the hosts.
     pub fn redacted_url(&self) -> String {
@@ -361,6 +405,48 @@ impl SharedSettings {
 #[cfg(test)]
 mod tests {
     use super::SharedSettings;
+
+    #[test]
+    fn a_password_file_fills_the_urls_password_percent_encoded() {
+        let dir = crate::scratch::dir("password-file");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("password");
+        std::fs::write(&file, "p@ss:w/rd\n").unwrap();
+        for (url, with) in [
+            ("redis://h:6379/0", "redis://:p%40ss%3Aw%2Frd@h:6379/0"),
+            ("redis://:old@h:6379/0", "redis://:p%40ss%3Aw%2Frd@h:6379/0"),
+            (
+                "rediss://courtesy@h:6380",
+                "rediss://courtesy:p%40ss%3Aw%2Frd@h:6380",
+            ),
+            (
+                "redis+sentinel://s1:26379,s2:26379/main",
+                "redis+sentinel://:p%40ss%3Aw%2Frd@s1:26379,s2:26379/main",
+            ),
+        ] {
+            let settings = SharedSettings {
+                password_file: Some(file.clone()),
+                ..SharedSettings::new(url)
+            };
+            assert_eq!(settings.url_with_password().unwrap(), with, "{url}");
+            assert!(!settings.redacted_url().contains("p@ss"));
+        }
+        assert_eq!(
+            SharedSettings::new("redis://:x@h/0")
+                .url_with_password()
+                .unwrap(),
+            "redis://:x@h/0"
+        );
+        let missing = SharedSettings {
+            password_file: Some(dir.join("none")),
+            ..SharedSettings::new("redis://h/0")
+        };
+        let err = missing.url_with_password().unwrap_err();
+        assert!(
+            err.contains("password_file") && err.contains("none"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn redacted_urls_hide_the_password_of_every_form() {

@@ -230,6 +230,7 @@ mod tests {
             concurrency: 100,
             rejoin: false,
             bytes: None,
+            answered: true,
         }
     }
 

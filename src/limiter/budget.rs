@@ -192,8 +192,12 @@ impl Budget {
         if reaction.cooldown.is_some() || reaction.hard_block {
             self.persist_signal().notify_one();
         }
-        // An answer that changed nothing teaches the store nothing: no round trip for it.
-        let taught = reaction.cooldown.is_some() || reaction.rate_after != reaction.rate_before;
+        // An answer that changed nothing teaches the store nothing: no round trip for it, except
+        // the host's first answer here, which keeps its keys a day (`shared::UNANSWERED_TTL`).
+        let first_answer = observation.answer.status.is_some() && !state.stats.has_answered();
+        let taught = reaction.cooldown.is_some()
+            || reaction.rate_after != reaction.rate_before
+            || first_answer;
         if let (Budget::Shared { store, .. }, Some(start), true) = (self, lease_start, taught) {
             let cooldown = reaction.cooldown.map(|window| {
                 let cause = state
@@ -207,6 +211,7 @@ impl Budget {
                 rate_before: reaction.rate_before,
                 rate_after: reaction.rate_after,
                 cap: state.pacing.standing_cap(),
+                answered: observation.answer.status.is_some() || state.stats.has_answered(),
             };
             teaching = teach(store, host, lesson, start, &policy);
         }
@@ -234,6 +239,8 @@ impl Budget {
                     rate_before: before,
                     rate_after: state.pacing.rate(),
                     cap: None,
+                    // A block is seen in a response.
+                    answered: true,
                 };
                 // The block's reaction runs inside the body's poll: the lesson goes on alone.
                 drop(teach(store, host, lesson, start, &policy));
@@ -326,6 +333,7 @@ pub(super) fn shared_limits(state: &HostState, store: &Store, now: Instant) -> L
         burst: scaled(state.policy.pacing.burst),
         concurrency: scaled(state.policy.pacing.concurrency),
         rejoin: state.shared.as_ref().map_or(0, |t| t.epoch) != store.epoch(),
+        answered: state.stats.has_answered(),
         bytes: state.policy.pacing.max_bytes_per_second.map(|rate| {
             let burst =
                 crate::policy::ByteBudget::default_burst(rate, state.policy.pacing.max_bytes_burst);

@@ -46,6 +46,11 @@ pub struct HostStats {
 }
 
 impl HostStats {
+    /// Whether an answer of any status came back (not only failures to connect or to be answered).
+    pub fn has_answered(&self) -> bool {
+        self.by_class.iter().any(|&n| n > 0)
+    }
+
     /// Counts an upstream answer (`None`: no response).
     pub fn answered(&mut self, status: Option<u16>) {
         self.sent = self.sent.saturating_add(1);

@@ -3,7 +3,7 @@
 //! response streams by. The store itself (files, size bound, eviction) is `crate::cache`.
 
 use http::header::{
-    HeaderValue, AUTHORIZATION, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA,
+    HeaderValue, AUTHORIZATION, COOKIE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA,
 };
 use http::{HeaderMap, Method, Response};
 use tracing::info;
@@ -26,7 +26,8 @@ pub(crate) struct CacheUse {
 
 impl CacheUse {
     /// How a request uses the store: only bodiless GETs whose client sent no validators of its own
-    /// (a client that did gets the origin's 304 untouched).
+    /// (a client that did gets the origin's 304 untouched) and no `Cookie` (an answer to it may be
+    /// that client's own: never stored, and never answered from another client's entry).
     pub(crate) fn plan(
         policy: &HostPolicy,
         parts: &http::request::Parts,
@@ -36,7 +37,8 @@ impl CacheUse {
             && parts.method == Method::GET
             && bodiless
             && !parts.headers.contains_key(IF_NONE_MATCH)
-            && !parts.headers.contains_key(IF_MODIFIED_SINCE);
+            && !parts.headers.contains_key(IF_MODIFIED_SINCE)
+            && !parts.headers.contains_key(COOKIE);
         used.then(|| CacheUse {
             url: entry_key(&parts.uri, &parts.headers),
             mode: policy.forward.cache,
@@ -68,6 +70,12 @@ fn entry_key(uri: &http::Uri, headers: &HeaderMap) -> String {
     format!("{url} authorization:{hash:016x}")
 }
 
+/// Whether a stored entry may answer a request: the same values of what its `Vary` names, and
+/// not personal (an entry stored with `Set-Cookie`, say by an older courtesy, is never replayed).
+fn replayable(head: &cache::Head, request: &HeaderMap) -> bool {
+    head.matches(request) && !cache::personal(request, &head.header_map())
+}
+
 impl Proxy {
     /// Before the request goes: in `dev` mode a stored response is the answer; in `revalidate`
     /// mode the stored validators are added to `headers`.
@@ -80,7 +88,7 @@ impl Proxy {
             CacheMode::Off => None,
             CacheMode::Dev => {
                 let (head, body) = self.cache.get_off_workers(&plan.url).await?;
-                if !head.matches(headers) {
+                if !replayable(&head, headers) {
                     return None;
                 }
                 info!(url = %plan.url, "answered from the cache (dev)");
@@ -88,7 +96,7 @@ impl Proxy {
             }
             CacheMode::Revalidate => {
                 let head = self.cache.head_off_workers(&plan.url).await?;
-                if !head.matches(headers) {
+                if !replayable(&head, headers) {
                     return None;
                 }
                 let validators = [

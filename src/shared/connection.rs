@@ -313,7 +313,7 @@ impl Connection {
             .set_response_timeout(Some(settings.timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_secs(1));
-        let topology = topology(&settings.redis_url)
+        let topology = topology(&settings.url_with_password()?)
             .map_err(|e| format!("[shared] redis_url {}: {e}", settings.redacted_url()))?;
         Ok(match topology {
             Topology::Single(url) => {

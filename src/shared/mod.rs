@@ -68,6 +68,16 @@ const WAITING_PLACE: Duration = Duration::from_secs(3);
 /// a day.
 const IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
 
+/// How long the shared state of a host that has not answered yet outlives its last use. Any
+/// client may name any `host:port`; one that never resolves or connects has nothing worth a day
+/// in the store, and a day of keys per invented name would let a client fill a team's Redis
+/// (issue 35: 2,000 names in under a second). A minute covers what the state is for while the
+/// host is being tried: every call while requests flow extends it, so pacing, leases and a
+/// cooldown (which keeps its key until it ends) are never cut short; a host's first answer
+/// (`Store::report`, sent once per host by each instance) raises it to [`IDLE_TTL`], and a
+/// shorter TTL never shortens a longer one another instance set (`keep_at_least`).
+pub(crate) const UNANSWERED_TTL: Duration = Duration::from_secs(60);
+
 /// The store of one group of instances.
 #[derive(Debug)]
 pub(crate) struct Store {
@@ -299,6 +309,18 @@ pub(crate) struct Lesson {
     pub(crate) rate_after: f64,
     /// A standing cap on the rate (Crawl-delay, a RateLimit policy), shared for an hour.
     pub(crate) cap: Option<f64>,
+    /// Whether the host has answered (this answer or an earlier one): see [`Limits::answered`].
+    pub(crate) answered: bool,
+}
+
+/// How long a host's keys outlive a call about it when nothing else uses them: a day once it
+/// has answered, a minute until then ([`UNANSWERED_TTL`]).
+fn idle_ttl(answered: bool) -> Duration {
+    if answered {
+        IDLE_TTL
+    } else {
+        UNANSWERED_TTL
+    }
 }
 
 /// The limits of one host that a reservation needs.
@@ -316,6 +338,9 @@ pub(crate) struct Limits {
     pub(crate) rejoin: bool,
     /// The byte budget (`max_bytes_per_second`, its burst), for all instances together.
     pub(crate) bytes: Option<(u64, u64)>,
+    /// Whether the host has answered here (a response of any status came back): until then its
+    /// keys live [`UNANSWERED_TTL`], not [`IDLE_TTL`].
+    pub(crate) answered: bool,
 }
 
 /// What an instance says of its allowance of a host with a reservation (`scripts::RESERVE`,
@@ -622,7 +647,7 @@ impl Store {
             .arg(&member)
             .arg(micros(HORIZON))
             .arg(if limits.rejoin { "1" } else { "0" })
-            .arg(micros(IDLE_TTL))
+            .arg(micros(idle_ttl(limits.answered)))
             .arg(&self.channel)
             .arg(&**host)
             .arg(want)
@@ -826,7 +851,7 @@ impl Store {
             .arg(micros(Duration::from_secs(3600)))
             .arg(&self.channel)
             .arg(host)
-            .arg(micros(IDLE_TTL));
+            .arg(micros(idle_ttl(lesson.answered)));
         let value = self.call(Op::Report, &invocation).await?;
         let (rate, left): (String, i64) = redis::from_redis_value(value)
             .map_err(|e| StoreDown(format!("the report script answered {e}")))?;

@@ -53,6 +53,7 @@ impl std::fmt::Debug for LocalCa {
 impl LocalCa {
     /// Loads the CA from `state_dir`, creating it on first run.
     pub fn load_or_create(state_dir: &Path) -> anyhow::Result<LocalCa> {
+        crate::files::refuse_foreign_owner(state_dir, "the state directory")?;
         let cert_path = state_dir.join(CA_CERT_FILE);
         let key_path = state_dir.join(CA_KEY_FILE);
         if cert_path.exists() && key_path.exists() {
@@ -83,6 +84,8 @@ impl LocalCa {
 
     fn load(dir: &Path) -> anyhow::Result<LocalCa> {
         let key_path = dir.join(CA_KEY_FILE);
+        crate::files::refuse_foreign_owner(&key_path, "the CA key")?;
+        crate::files::refuse_foreign_owner(&dir.join(CA_CERT_FILE), "the CA certificate")?;
         let mode = fs::metadata(&key_path)
             .with_context(|| format!("cannot read {}", key_path.display()))?
             .permissions()

@@ -38,6 +38,60 @@ fn a_key_readable_by_others_is_refused() {
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// `nobody`'s uid: the owner of the files another user left.
+const NOBODY: u32 = 65534;
+
+/// Gives `path` to `nobody`; `false` where this process may not (not root, outside CI).
+fn give_to_nobody(path: &std::path::Path) -> bool {
+    match std::os::unix::fs::chown(path, Some(NOBODY), None) {
+        Ok(()) => true,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!(
+                "skipped: cannot chown {} ({e}); run as root",
+                path.display()
+            );
+            false
+        }
+        Err(e) => panic!("cannot chown {}: {e}", path.display()),
+    }
+}
+
+#[test]
+fn a_state_dir_or_ca_key_another_user_owns_is_refused() {
+    let dir = temp_dir("owner");
+    LocalCa::load_or_create(&dir).unwrap();
+    let key = dir.join(CA_KEY_FILE);
+    if !give_to_nobody(&key) {
+        return;
+    }
+    let err = format!("{:#}", LocalCa::load_or_create(&dir).unwrap_err());
+    assert!(err.contains(&key.display().to_string()), "{err}");
+    assert!(
+        err.contains("the CA key") && err.contains("uid 65534"),
+        "{err}"
+    );
+    let mine = rustix::process::geteuid().as_raw();
+    std::os::unix::fs::chown(&key, Some(mine), None).unwrap();
+    LocalCa::load_or_create(&dir).unwrap();
+
+    give_to_nobody(&dir);
+    for err in [
+        LocalCa::load_or_create(&dir).unwrap_err(),
+        crate::files::tighten_dir(&dir).unwrap_err(),
+    ] {
+        let err = format!("{err:#}");
+        assert!(err.contains(&dir.display().to_string()), "{err}");
+        assert!(
+            err.contains("the state directory") && err.contains("uid 65534"),
+            "{err}"
+        );
+    }
+    // Root's own directory (a volume's mount point) is trusted: root could read the key anyway.
+    std::os::unix::fs::chown(&dir, Some(0), None).unwrap();
+    LocalCa::load_or_create(&dir).unwrap();
+    let _ = fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn leaves_are_cached_and_bad_names_are_errors() {
     let dir = temp_dir("leaf");
