@@ -81,6 +81,7 @@ mod tasks;
 mod telemetry;
 pub mod tls;
 #[cfg(test)]
+mod unparsable;
 mod untrusted_input;
 mod views;
 
