@@ -58,6 +58,7 @@ mod feedback;
 mod files;
 mod gate;
 mod heap;
+pub mod host_name;
 pub mod jobs;
 pub mod keys;
 pub mod limiter;
