@@ -81,8 +81,8 @@ pub mod status;
 mod tasks;
 mod telemetry;
 pub mod tls;
-#[cfg(test)]
 mod unparsable;
+#[cfg(test)]
 mod untrusted_input;
 mod views;
 
