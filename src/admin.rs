@@ -338,13 +338,26 @@ impl Admin {
         if let Some(known) = self.limiter.known_key(&decoded) {
             return Ok(known);
         }
-        if let Some((host, port)) = split_key(&decoded) {
+        // Any spelling of a host names its budget: `localhost.:P`, `LOCALHOST:P`, `[::0001]:P`
+        // and `bücher.example:P` are the canonical names the proxy keys them by.
+        let (host, port) = crate::host_name::split(&decoded)
+            .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
+        if let Some(port) = port {
             let kind = self.config.get().policy_for(&host, port).scope.key;
             return self
                 .keyer
                 .key(&host, port, kind)
                 .await
                 .map_err(|e| (StatusCode::BAD_GATEWAY, e.to_string()));
+        }
+        // A bare name: a domain or address key in its canonical spelling, or a host's name.
+        let decoded = host;
+        let as_key = match decoded.parse::<std::net::IpAddr>() {
+            Ok(ip) => crate::keys::address_key(ip),
+            Err(_) => decoded.clone(),
+        };
+        if let Some(known) = self.limiter.known_key(&as_key) {
+            return Ok(known);
         }
         let matches: Vec<HostSnapshot> = self
             .limiter

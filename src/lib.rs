@@ -58,6 +58,7 @@ mod feedback;
 mod files;
 mod gate;
 mod heap;
+pub mod host_name;
 pub mod jobs;
 pub mod keys;
 pub mod limiter;
@@ -80,6 +81,7 @@ pub mod status;
 mod tasks;
 mod telemetry;
 pub mod tls;
+mod unparsable;
 #[cfg(test)]
 mod untrusted_input;
 mod views;

@@ -375,28 +375,23 @@ fn check(file: &Path) -> anyhow::Result<()> {
 /// policy it gets.
 fn check_host(file: &Path, host: &str) -> anyhow::Result<()> {
     let config = Config::load(file)?;
-    let (name, port) = match host.rsplit_once(':') {
-        Some((name, port)) if !name.ends_with(':') && port.parse::<u16>().is_ok() => {
-            (name, port.parse::<u16>().unwrap_or(443))
-        }
-        _ => (host, 443),
-    };
-    let name = name
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
+    // The name a request's target is matched by is canonical: so is the one checked here, so
+    // that `Slow.Test.:8080` meets the rule `slow.test:8080` as the proxy's requests do.
+    let (name, port) = courtesy::host_name::split(host)?;
+    let port = port.unwrap_or(443);
+    let shown = courtesy::keys::host_key(&name, port);
     let mut out = String::new();
     match config.rule_for(&name, port) {
         Some(rule) => outln!(
             out,
-            "{name}:{port}: host rule {} ({}) of {}",
+            "{shown}: host rule {} ({}) of {}",
             rule.number,
             rule.pattern,
             rule.source
         ),
         None => outln!(
             out,
-            "{name}:{port}: [defaults] of {} (no rule matches)",
+            "{shown}: [defaults] of {} (no rule matches)",
             config.source
         ),
     }

@@ -29,6 +29,7 @@ use crate::resolve::{Destinations, Resolver};
 use crate::state;
 use crate::tasks::{hangup_signals, Background};
 use crate::tls::{self, Interceptor, LocalCa};
+use crate::unparsable::ParseRefusals;
 
 /// The already-bound sockets courtesy serves on. Binding is the caller's job, so tests can bind
 /// `127.0.0.1:0` and learn the port before starting.
@@ -199,8 +200,9 @@ pub async fn run(
                         debug!(client = %peer, "closed: nothing sent within header_timeout_seconds");
                         return;
                     }
+                    // hyper's own answer to a head it cannot parse gets its Proxy-Status here.
                     let conn = builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .serve_connection_with_upgrades(TokioIo::new(ParseRefusals::new(stream)), service)
                         .into_owned();
                     if let Err(e) = tasks.serve(conn).await {
                         debug!(client = %peer, "client connection ended: {e}");

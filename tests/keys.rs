@@ -266,3 +266,192 @@ async fn instances_sharing_a_store_keep_one_budget_per_domain() {
     first.shutdown().await.unwrap();
     second.shutdown().await.unwrap();
 }
+
+// One host, one name: every spelling a resolver reads as one host (case, a trailing dot, IPv6
+// forms, IPv4-mapped IPv6) reaches that host's one budget, rule, rate and pause, on plain http
+// and through CONNECT alike.
+
+/// Pauses the budget named `key` for a minute through the admin API.
+async fn pause(courtesy: &Courtesy, key: &str) {
+    let url = courtesy.admin_url(&format!("/hosts/{key}/pause?seconds=60"));
+    let (status, body) = admin_call("POST", &url, None, "").await;
+    assert_eq!(status, StatusCode::OK, "{key}: {body}");
+}
+
+/// Opens a CONNECT tunnel to `target`, sends one plain `GET /plain` inside it and returns the
+/// head of the answer.
+async fn request_in_tunnel(proxy: std::net::SocketAddr, target: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut stream, head) = open_tunnel(proxy, target).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "CONNECT {target}: {head}");
+    stream
+        .write_all(format!("GET /plain HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        .await
+        .unwrap_or_else(|_| panic!("no answer inside the tunnel to {target}"))
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_holds_every_spelling_of_its_host() {
+    let v4 = Origin::ok("127.0.0.1").await;
+    let v6 = Origin::ok("[::1]").await;
+    let (p, q) = (v4.addr.port(), v6.addr.port());
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nconnect_ports = [{p}, {q}]\n[defaults]\nrate = 50.0\nburst = 5\n"
+    ))
+    .await;
+    pause(&courtesy, &format!("localhost:{p}")).await;
+    pause(&courtesy, &format!("127.0.0.1:{p}")).await;
+    pause(&courtesy, &format!("[::1]:{q}")).await;
+    let client = courtesy.client();
+    let spellings = [
+        format!("localhost:{p}"),
+        format!("LOCALHOST:{p}"),
+        format!("localhost.:{p}"),
+        format!("LocalHost.:{p}"),
+        format!("127.0.0.1.:{p}"),
+        format!("[::ffff:127.0.0.1]:{p}"),
+        format!("[::1]:{q}"),
+        format!("[0:0:0:0:0:0:0:1]:{q}"),
+        format!("[::0001]:{q}"),
+        format!("[0000::0:1]:{q}"),
+    ];
+    for target in &spellings {
+        let got = client.get(&format!("http://{target}/plain")).await;
+        assert_eq!(
+            got.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "http://{target}/"
+        );
+        assert!(
+            got.header("proxy-status").contains("operator paused it"),
+            "{target}: {}",
+            got.header("proxy-status")
+        );
+        // Through CONNECT: the tunnel opens (intercept mode), and the request inside it meets
+        // the same pause.
+        let inside = request_in_tunnel(courtesy.addr, target).await;
+        assert!(
+            inside.starts_with("HTTP/1.1 429"),
+            "CONNECT {target}: {inside}"
+        );
+    }
+    assert_eq!(
+        (v4.count(), v6.count()),
+        (0, 0),
+        "no spelling got past the pause"
+    );
+    courtesy.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_rule_and_its_rate_are_one_for_every_spelling() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let port = origin.addr.port();
+    let dir = temp_dir("spellings");
+    let file = dir.join("courtesy.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "{}[defaults]\nrate = 50.0\nburst = 5\n\n\
+             [[host]]\nmatch = \"slow.test\"\nrate = 0.5\nburst = 1\nmax_wait_seconds = 30\n",
+            hosts_file("127.0.0.1 slow.test\n")
+        ),
+    )
+    .unwrap();
+    // `courtesy check --host` finds the rule under any spelling.
+    for spelling in [
+        format!("slow.test.:{port}"),
+        format!("SLOW.Test:{port}"),
+        format!("slow.test:{port}"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+            .args(["check", file.to_str().unwrap(), "--host", &spelling])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{spelling}: {text}");
+        assert!(
+            text.contains(&format!("slow.test:{port}: host rule 1")),
+            "{spelling}: {text}"
+        );
+        assert!(text.contains("rate=0.5/s"), "{spelling}: {text}");
+    }
+    let courtesy = Courtesy::start_file(&file, &temp_dir("state")).await;
+    let client = courtesy.client();
+    // Three spellings, one after the other: one budget of 0.5/s paces them 2 s apart (three
+    // budgets, or the defaults' rate, would let them through at once).
+    for (i, name) in ["slow.test", "slow.test.", "SLOW.TEST."].iter().enumerate() {
+        let got = client.get(&format!("http://{name}:{port}/{i}")).await;
+        assert_eq!(got.status, StatusCode::OK, "{name}");
+    }
+    // And through CONNECT, a fourth spelling spends the same budget.
+    let inside = request_in_tunnel(courtesy.addr, &format!("Slow.Test.:{port}")).await;
+    assert!(inside.starts_with("HTTP/1.1 200"), "{inside}");
+    let times = origin.arrival_times();
+    assert_eq!(times.len(), 4);
+    for pair in times.windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(gap >= Duration::from_millis(1700), "{gap:?}");
+    }
+    // One entry in /hosts, under the canonical name.
+    let view = host_view(&courtesy, &format!("slow.test.:{port}")).await;
+    assert_eq!(view["host"], format!("slow.test:{port}"), "{view}");
+    assert_eq!(view["counters"]["sent"], 4, "{view}");
+    courtesy.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unicode_name_and_its_a_label_are_one_host_and_bad_names_get_400() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let origin = Origin::ok("127.0.0.1").await;
+    let port = origin.addr.port();
+    let courtesy = Courtesy::start(&format!(
+        "{}[defaults]\nrate = 50.0\nburst = 5\n",
+        hosts_file("127.0.0.1 xn--bcher-kva.test\n")
+    ))
+    .await;
+    // Paused by its Unicode name (percent-encoded in the path), refused by its A-label.
+    pause(&courtesy, &format!("B%C3%BCcher.test.:{port}")).await;
+    let client = courtesy.client();
+    let got = client
+        .get(&format!("http://XN--BCHER-KVA.test.:{port}/plain"))
+        .await;
+    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(got.header("proxy-status").contains("operator paused it"));
+    // Names that are not hosts: a 400 naming why, never a budget of their own.
+    for bad in ["a..b.test", "a.test..", "xn--a.test"] {
+        let got = client.get(&format!("http://{bad}:{port}/")).await;
+        assert_eq!(got.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(
+            got.header("proxy-status").contains("not a valid host name"),
+            "{bad}: {}",
+            got.header("proxy-status")
+        );
+    }
+    // A raw UTF-8 host never reaches courtesy's code (hyper refuses the request line), but its
+    // 400 still carries Proxy-Status.
+    let mut stream = tokio::net::TcpStream::connect(courtesy.addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET http://bücher.test:{port}/ HTTP/1.1\r\nHost: bücher.test\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 2048];
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let head = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 400"), "{head}");
+    assert!(head.contains("proxy-status: "), "{head}");
+    assert_eq!(origin.count(), 0);
+    courtesy.shutdown().await.unwrap();
+}

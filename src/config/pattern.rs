@@ -12,7 +12,8 @@ use super::HostPolicy;
 /// A `[[host]]` pattern: an exact host or `*.suffix`, optionally with `:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPattern {
-    /// Lowercased host, or the suffix after `*.` for a wildcard.
+    /// The canonical host ([`crate::host_name::canonical`]), or the suffix after `*.` for a
+    /// wildcard.
     host: String,
     wildcard: bool,
     port: Option<u16>,
@@ -27,12 +28,15 @@ impl HostPattern {
         }
         let (host, port) = split_host_port(&text)?;
         let (host, wildcard) = match host.strip_prefix("*.") {
-            Some(rest) => (rest.to_string(), true),
-            None => (host.to_string(), false),
+            Some(rest) => (rest, true),
+            None => (host, false),
         };
         if host.is_empty() || host.contains('*') || host.contains('/') {
             return Err("expected a host such as \"shop.example.com\" or \"*.example.com\"".into());
         }
+        // The name a target is matched by is canonical (`crate::host_name`): so is the pattern,
+        // so that `Slow.Test.`, `bücher.example` or `[0:0::1]` match every spelling of the host.
+        let host = crate::host_name::canonical(host).map_err(|e| e.to_string())?;
         Ok(HostPattern {
             host,
             wildcard,
@@ -63,7 +67,11 @@ impl fmt::Display for HostPattern {
         if self.wildcard {
             f.write_str("*.")?;
         }
-        f.write_str(&self.host)?;
+        if self.host.contains(':') {
+            write!(f, "[{}]", self.host)?;
+        } else {
+            f.write_str(&self.host)?;
+        }
         if let Some(port) = self.port {
             write!(f, ":{port}")?;
         }

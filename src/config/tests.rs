@@ -162,6 +162,24 @@ fn patterns_parse_ports_and_ipv6() {
     );
 }
 
+#[test]
+fn patterns_are_canonical_host_names() {
+    let p = HostPattern::parse("Slow.Test.:8080").unwrap();
+    assert!(p.specificity("slow.test", 8080).is_some());
+    let p = HostPattern::parse("[0:0:0:0:0:0:0:1]:8080").unwrap();
+    assert!(p.specificity("::1", 8080).is_some());
+    assert_eq!(p.to_string(), "[::1]:8080");
+    let p = HostPattern::parse("*.Bücher.example").unwrap();
+    assert!(p.specificity("www.xn--bcher-kva.example", 443).is_some());
+    assert!(HostPattern::parse("[::ffff:127.0.0.2]")
+        .unwrap()
+        .specificity("127.0.0.2", 80)
+        .is_some());
+    for bad in ["a..b", "a.test..", "*.a..b", "a b"] {
+        assert!(HostPattern::parse(bad).is_err(), "{bad:?}");
+    }
+}
+
 /// The words of every closed-choice enum, as each file key has always spelled them.
 fn words<T: ConfigWord>() -> Vec<&'static str> {
     T::ALL.iter().map(|v| v.word()).collect()

@@ -194,10 +194,11 @@ impl Proxy {
             }
             Err(_) => return,
         };
-        let sni = start
-            .client_hello()
-            .server_name()
-            .map(str::to_ascii_lowercase);
+        // The SNI in its canonical spelling (`crate::host_name`), as the target's host is, so
+        // that a spelling of the CONNECT's own name reuses the leaf made for it.
+        let sni = start.client_hello().server_name().map(|name| {
+            crate::host_name::canonical(name).unwrap_or_else(|_| name.to_ascii_lowercase())
+        });
         let config = match sni.filter(|name| *name != target.host) {
             None => leaf,
             Some(name) => match self.interceptor.server_config(&name) {

@@ -9,7 +9,8 @@ use http::Uri;
 
 use super::failure::Failure;
 
-/// Where a request goes: lowercased host (no brackets), explicit port, and the authority as sent.
+/// Where a request goes: the canonical host ([`crate::host_name::canonical`], no brackets), an
+/// explicit port, and the authority as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     pub(crate) host: String,
@@ -81,17 +82,12 @@ impl Target {
                 "the URL carries credentials (user:password@); send them in a header instead",
             ));
         }
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() {
-            return Err(Failure::bad_request("the target host is empty"));
-        }
-        let ip = crate::resolve::literal_ip(host);
-        // `127.1`, `0x7f000001`, `2130706433`: one address, one spelling (and one budget). An
-        // IPv4-mapped IPv6 literal keeps its own spelling.
-        let host = match ip {
-            Some(IpAddr::V4(v4)) if !host.contains(':') => crate::resolve::dotted_quad(v4),
-            _ => host.to_ascii_lowercase(),
-        };
+        // One host, one name: every spelling of the host is the one canonical name (lower case,
+        // no trailing dot, IDNA A-labels, RFC 5952 IPv6, IPv4 as a dotted quad), so that no
+        // spelling escapes the host's budget, rules, cooldowns and pauses.
+        let host =
+            crate::host_name::canonical(host).map_err(|e| Failure::bad_request(e.to_string()))?;
+        let ip = crate::resolve::literal_ip(&host);
         Ok(Target {
             host,
             port,

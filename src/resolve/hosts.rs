@@ -29,14 +29,10 @@ impl StaticHosts {
                 .map_err(|_| (index + 1, format!("{address:?} is not an IP address")))?;
             let mut any = false;
             for name in fields {
-                let name = name.trim_end_matches('.').to_ascii_lowercase();
-                if name.is_empty()
-                    || !name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
-                {
-                    return Err((index + 1, format!("{name:?} is not a host name")));
-                }
+                // Keyed by the canonical name (`crate::host_name`), the one targets are looked
+                // up by: `Staging.Example.` and `bücher.example` answer their every spelling.
+                let name =
+                    crate::host_name::canonical(name).map_err(|e| (index + 1, e.to_string()))?;
                 let list = names.entry(name).or_default();
                 if !list.contains(&ip) {
                     list.push(ip);
@@ -50,7 +46,7 @@ impl StaticHosts {
         Ok(StaticHosts(names))
     }
 
-    /// The addresses of `name` (lowercase, no trailing dot), if the file names it.
+    /// The addresses of `name` (canonical: [`crate::host_name::canonical`]), if the file names it.
     pub fn get(&self, name: &str) -> Option<&[IpAddr]> {
         self.0.get(name).map(Vec::as_slice)
     }
@@ -82,6 +78,9 @@ mod tests {
         assert_eq!(hosts.get("b.shop.test"), Some(&[v4][..]));
         assert_eq!(hosts.get("c.shop.test"), None);
         assert_eq!(hosts.len(), 2);
+        let idn = StaticHosts::parse("127.0.0.2 Bücher.Example.\n").unwrap();
+        let v4: IpAddr = "127.0.0.2".parse().unwrap();
+        assert_eq!(idn.get("xn--bcher-kva.example"), Some(&[v4][..]));
     }
 
     #[test]
