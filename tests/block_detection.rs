@@ -117,6 +117,20 @@ async fn corpus_origin(ip: &str, pages: Vec<Page>) -> Origin {
     .await
 }
 
+/// Gets `page` from `origin` through the proxy and checks that the client got the origin's status
+/// and body, byte for byte (a compressed body still compressed).
+async fn get_untouched(client: ProxyClient, origin: &Origin, page: &Page) -> Got {
+    let got = client.get(&origin.url(&format!("/{}", page.name))).await;
+    assert_eq!(got.status.as_u16(), page.status, "{}", page.name);
+    assert_eq!(
+        got.body.as_ref(),
+        page.body.as_slice(),
+        "{} untouched",
+        page.name
+    );
+    got
+}
+
 const CONFIG: &str = "[defaults]\nrate = 200\nburst = 100\nobey_robots = false\n";
 
 /// Finding 2: the contact page with a reCAPTCHA form, the product page with Cloudflare's
@@ -137,14 +151,7 @@ async fn ordinary_pages_with_widgets_and_vendor_scripts_never_pause_the_host() {
     let courtesy = Courtesy::start(CONFIG).await;
     let client = courtesy.client();
     for page in &pages {
-        let got = client.get(&origin.url(&format!("/{}", page.name))).await;
-        assert_eq!(got.status.as_u16(), page.status, "{}", page.name);
-        assert_eq!(
-            got.body.as_ref(),
-            page.body.as_slice(),
-            "{} untouched",
-            page.name
-        );
+        let got = get_untouched(client, &origin, page).await;
         assert!(got.headers.get("proxy-status").is_none(), "{}", page.name);
     }
     let after = client.get(&origin.url("/after")).await;
@@ -185,14 +192,7 @@ async fn each_interstitial_plain_or_compressed_pauses_its_host_briefly() {
     for (i, page) in pages.iter().enumerate() {
         // One host per interstitial: a pause is the host's.
         let origin = corpus_origin(&format!("127.0.34.{}", 10 + i), vec![page.clone()]).await;
-        let got = client.get(&origin.url(&format!("/{}", page.name))).await;
-        assert_eq!(got.status.as_u16(), page.status, "{}", page.name);
-        assert_eq!(
-            got.body.as_ref(),
-            page.body.as_slice(),
-            "{} untouched",
-            page.name
-        );
+        get_untouched(client, &origin, page).await;
         let next = client.get(&origin.url("/next")).await;
         if next.status != StatusCode::TOO_MANY_REQUESTS
             || !next.header("proxy-status").contains("soft block")
