@@ -292,3 +292,38 @@ async fn a_repeated_block_pauses_longer() {
     let retry_after: u64 = second.header("retry-after").parse().unwrap();
     assert!((2..=3).contains(&retry_after), "doubled: {retry_after}");
 }
+
+/// A block pause survives a restart (the state file), and so does its lifting: after a resume
+/// and a restart the host is not paused again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_block_pause_stays_lifted_after_a_restart() {
+    let origin = challenge_origin("127.0.34.62").await;
+    let dir = temp_dir("block-resume-restart");
+    let key = origin.addr.to_string();
+    let first = Courtesy::start_in(CONFIG, &dir).await;
+    assert_eq!(
+        first.client().get(&origin.url("/challenge")).await.status,
+        403
+    );
+    first.shutdown().await.unwrap();
+    let second = Courtesy::start_in(CONFIG, &dir).await;
+    let held = second.client().get(&origin.url("/held")).await;
+    assert_eq!(
+        held.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "kept across a restart"
+    );
+    assert!(
+        held.header("proxy-status").contains("soft block"),
+        "{}",
+        held.header("proxy-status")
+    );
+    let resume = second.admin_url(&format!("/hosts/{key}/resume"));
+    let (status, body) = admin_call("POST", &resume, None, "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    second.shutdown().await.unwrap();
+    let third = Courtesy::start_in(CONFIG, &dir).await;
+    let got = third.client().get(&origin.url("/free")).await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.header("proxy-status"));
+    assert_eq!(origin.paths(), vec!["/challenge", "/free"]);
+}
