@@ -1,6 +1,7 @@
 //! End-to-end: what counts as a block (issue 34, findings 2 and 3), through the proxy, over the
 //! corpus of real-world-shaped pages in `tests/corpus/blocks/` (each file's first line says how it
-//! is served: `expect=pass|block status=N [encoding=gzip|deflate] [header=name:value] | shape`).
+//! is served:
+//! `expect=pass|block status=N [encoding=gzip|deflate|zstd] [header=name:value] | shape`).
 //! Ordinary pages with captcha widgets or vendor scripts pass without a pause; each interstitial,
 //! plain or compressed, pauses its host briefly; the client gets every body untouched.
 
@@ -59,6 +60,7 @@ fn page(path: &std::path::Path) -> Page {
             ("status", s) => page.status = s.parse().unwrap(),
             ("encoding", "gzip") => page.encoding = Some("gzip"),
             ("encoding", "deflate") => page.encoding = Some("deflate"),
+            ("encoding", "zstd") => page.encoding = Some("zstd"),
             ("header", h) => {
                 let (k, v) = h.split_once(':').unwrap();
                 page.header = Some((k.to_string(), v.to_string()));
@@ -72,6 +74,7 @@ fn page(path: &std::path::Path) -> Page {
             e.write_all(plain.as_bytes()).unwrap();
             e.finish().unwrap()
         }
+        Some("zstd") => zstd_raw_frame(plain.as_bytes()),
         Some(_) => {
             let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
             e.write_all(plain.as_bytes()).unwrap();
@@ -81,6 +84,9 @@ fn page(path: &std::path::Path) -> Page {
     };
     page
 }
+
+// `zstd_raw_frame`, shared with the detector's unit test over the corpus.
+include!("support/zstd_frame.rs");
 
 /// An origin on `ip` that serves each of `pages` at `/<name>` as its first line says, and a small
 /// ordinary page anywhere else.
@@ -131,6 +137,12 @@ async fn get_untouched(client: ProxyClient, origin: &Origin, page: &Page) -> Got
     got
 }
 
+/// Gets `path` from `origin` through `client`: it must reach the origin (no pause holds it).
+async fn assert_passes(client: ProxyClient, origin: &Origin, path: &str) {
+    let got = client.get(&origin.url(path)).await;
+    assert_eq!(got.status, StatusCode::OK, "{}", got.header("proxy-status"));
+}
+
 const CONFIG: &str = "[defaults]\nrate = 200\nburst = 100\nobey_robots = false\n";
 
 /// Finding 2: the contact page with a reCAPTCHA form, the product page with Cloudflare's
@@ -154,13 +166,7 @@ async fn ordinary_pages_with_widgets_and_vendor_scripts_never_pause_the_host() {
         let got = get_untouched(client, &origin, page).await;
         assert!(got.headers.get("proxy-status").is_none(), "{}", page.name);
     }
-    let after = client.get(&origin.url("/after")).await;
-    assert_eq!(
-        after.status,
-        StatusCode::OK,
-        "{}",
-        after.header("proxy-status")
-    );
+    assert_passes(client, &origin, "/after").await;
     assert_eq!(
         origin.count(),
         pages.len() + 1,
@@ -232,6 +238,20 @@ async fn challenge_origin(ip: &str) -> Origin {
     corpus_origin(ip, vec![page]).await
 }
 
+/// Gets `/challenge` (the interstitial) from `origin` through `client`, then one more page: it
+/// must be refused for a soft block. Returns the refusal's Retry-After in seconds.
+async fn block_and_retry_after(client: ProxyClient, origin: &Origin, next: &str) -> u64 {
+    assert_eq!(client.get(&origin.url("/challenge")).await.status, 403);
+    let refused = client.get(&origin.url(next)).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        refused.header("proxy-status").contains("soft block"),
+        "{}",
+        refused.header("proxy-status")
+    );
+    refused.header("retry-after").parse().unwrap()
+}
+
 /// `POST /hosts/<host>/resume` lifts a block pause (it used to answer 200 and leave the host
 /// cooling down), and forgets the block's repeat: the next block pauses briefly again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,24 +260,13 @@ async fn resume_lifts_a_block_pause() {
     let courtesy = Courtesy::start(CONFIG).await;
     let client = courtesy.client();
     let key = origin.addr.to_string();
-    assert_eq!(client.get(&origin.url("/challenge")).await.status, 403);
-    let paused = client.get(&origin.url("/x")).await;
-    assert_eq!(paused.status, StatusCode::TOO_MANY_REQUESTS);
+    block_and_retry_after(client, &origin, "/x").await;
     let resume = courtesy.admin_url(&format!("/hosts/{key}/resume"));
     let (status, body) = admin_call("POST", &resume, None, "").await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    let after = client.get(&origin.url("/after")).await;
-    assert_eq!(
-        after.status,
-        StatusCode::OK,
-        "{}",
-        after.header("proxy-status")
-    );
+    assert_passes(client, &origin, "/after").await;
     assert_eq!(origin.count(), 2);
-    assert_eq!(client.get(&origin.url("/challenge")).await.status, 403);
-    let again = client.get(&origin.url("/y")).await;
-    assert_eq!(again.status, StatusCode::TOO_MANY_REQUESTS);
-    let retry_after: u64 = again.header("retry-after").parse().unwrap();
+    let retry_after = block_and_retry_after(client, &origin, "/y").await;
     assert!((1..=60).contains(&retry_after), "{retry_after}");
 }
 
@@ -271,10 +280,7 @@ async fn a_repeated_block_pauses_longer() {
     ))
     .await;
     let client = courtesy.client();
-    assert_eq!(client.get(&origin.url("/challenge")).await.status, 403);
-    let first = client.get(&origin.url("/x")).await;
-    assert_eq!(first.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(first.header("retry-after"), "1");
+    assert_eq!(block_and_retry_after(client, &origin, "/x").await, 1);
     // Bounded wait for the first pause to end (1 s; generous for a busy machine).
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let mut over = false;
@@ -286,10 +292,7 @@ async fn a_repeated_block_pauses_longer() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(over, "the first pause ends");
-    assert_eq!(client.get(&origin.url("/challenge")).await.status, 403);
-    let second = client.get(&origin.url("/z")).await;
-    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
-    let retry_after: u64 = second.header("retry-after").parse().unwrap();
+    let retry_after = block_and_retry_after(client, &origin, "/z").await;
     assert!((2..=3).contains(&retry_after), "doubled: {retry_after}");
 }
 
@@ -323,7 +326,6 @@ async fn a_resumed_block_pause_stays_lifted_after_a_restart() {
     assert_eq!(status, StatusCode::OK, "{body}");
     second.shutdown().await.unwrap();
     let third = Courtesy::start_in(CONFIG, &dir).await;
-    let got = third.client().get(&origin.url("/free")).await;
-    assert_eq!(got.status, StatusCode::OK, "{}", got.header("proxy-status"));
+    assert_passes(third.client(), &origin, "/free").await;
     assert_eq!(origin.paths(), vec!["/challenge", "/free"]);
 }

@@ -3,7 +3,8 @@
 //! pages that quote a marker) passes the detector with the default markers, and every
 //! interstitial (Cloudflare, Google's /sorry/, Akamai, DataDome, PerimeterX, AWS WAF, Imperva,
 //! compressed ones) is a block. Each file's first line says how it is served and where its shape
-//! comes from: `expect=pass|block status=N [encoding=gzip|deflate] [header=name:value] | shape`.
+//! comes from:
+//! `expect=pass|block status=N [encoding=gzip|deflate|zstd] [header=name:value] | shape`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -69,6 +70,7 @@ fn served(path: &std::path::Path) -> Served {
             Some(("status", s)) => served.status = s.parse().expect("a status"),
             Some(("encoding", "gzip")) => served.encoding = Encoding::Gzip,
             Some(("encoding", "deflate")) => served.encoding = Encoding::Deflate,
+            Some(("encoding", "zstd")) => served.encoding = Encoding::Zstd,
             Some(("header", h)) => {
                 let (k, v) = h.split_once(':').expect("header=name:value");
                 served.headers.insert(
@@ -90,10 +92,14 @@ fn served(path: &std::path::Path) -> Served {
             e.write_all(page.as_bytes()).expect("deflate");
             e.finish().expect("deflate")
         }
+        Encoding::Zstd => zstd_raw_frame(page.as_bytes()),
         _ => page.into_bytes(),
     };
     served
 }
+
+// `zstd_raw_frame`, shared with the end-to-end test over the corpus.
+include!("../../tests/support/zstd_frame.rs");
 
 /// What the detector says of a page served in chunks of `chunk` bytes: the block, if any.
 fn detect(page: &Served, chunk: usize) -> Option<String> {
