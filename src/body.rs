@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
-use crate::blocks::BlockScan;
+use crate::blocks::{BodyScan, Verdict};
 use crate::cache;
 use crate::limiter::Permit;
 use crate::proxy::IdleMark;
@@ -73,6 +73,14 @@ impl Body for ProxyBody {
                         }
                         // hyper stops polling a body that says it has ended: finish here too.
                         if body.is_end_stream() {
+                            if let Some(mut scanner) = scan.take() {
+                                let over = frame
+                                    .data_ref()
+                                    .is_some_and(|data| scanner.feed(data, permit.as_ref()));
+                                if !over {
+                                    scanner.finish(permit.as_ref());
+                                }
+                            }
                             if let Some(writer) = store.take() {
                                 writer.finish();
                             }
@@ -80,6 +88,9 @@ impl Body for ProxyBody {
                         }
                     }
                     Poll::Ready(None) => {
+                        if let Some(mut scanner) = scan.take() {
+                            scanner.finish(permit.as_ref());
+                        }
                         if let Some(writer) = store.take() {
                             writer.finish();
                         }
@@ -126,7 +137,7 @@ pub type OnBlockMarker = Box<dyn Fn(&Permit, &str) + Send + Sync>;
 
 /// A body's scan for block markers, with what to do when one is found.
 pub struct MarkerScan {
-    scan: BlockScan,
+    scan: BodyScan,
     on_found: OnBlockMarker,
 }
 
@@ -140,19 +151,34 @@ impl std::fmt::Debug for MarkerScan {
 
 impl MarkerScan {
     /// `scan`, calling `on_found` once when it finds a marker.
-    pub fn new(scan: BlockScan, on_found: OnBlockMarker) -> Self {
+    pub fn new(scan: BodyScan, on_found: OnBlockMarker) -> Self {
         MarkerScan { scan, on_found }
     }
 
     /// Looks at the next chunk of the body of `permit`'s response. Returns whether the scan is over
     /// (a marker was found and acted on, or the scan limit is reached).
     pub fn feed(&mut self, chunk: &[u8], permit: Option<&Permit>) -> bool {
-        if let Some(marker) = self.scan.feed(chunk) {
-            if let Some(permit) = permit {
-                (self.on_found)(permit, &marker);
+        match self.scan.feed(chunk) {
+            Verdict::More => false,
+            Verdict::Done => true,
+            Verdict::Block(marker) => {
+                self.found(permit, &marker);
+                true
             }
-            return true;
         }
-        self.scan.done()
+    }
+
+    /// The body ended: acts on a block the scan decides on only then (a small page, a coded
+    /// body).
+    pub fn finish(&mut self, permit: Option<&Permit>) {
+        if let Some(marker) = self.scan.finish() {
+            self.found(permit, &marker);
+        }
+    }
+
+    fn found(&self, permit: Option<&Permit>, marker: &str) {
+        if let Some(permit) = permit {
+            (self.on_found)(permit, marker);
+        }
     }
 }

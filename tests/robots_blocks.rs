@@ -243,7 +243,9 @@ async fn a_challenge_page_pauses_the_host_and_the_webhook_hears_of_it() {
         next.header("proxy-status")
     );
     let retry_after: u64 = next.header("retry-after").parse().unwrap();
-    assert!((3590..=3600).contains(&retry_after), "{retry_after}");
+    // The first block of a host pauses it briefly (block_first_pause_seconds, 60 s), not for
+    // block_pause_seconds (issue 34).
+    assert!((50..=60).contains(&retry_after), "{retry_after}");
     assert_eq!(
         origin.count(),
         2,

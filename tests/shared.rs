@@ -212,6 +212,63 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
     assert_eq!(origin.paths(), vec!["/before", "/again"]);
 }
 
+/// A block pause is every instance's (the store holds it), and `POST /hosts/<host>/resume`
+/// through any instance lifts it everywhere, the store included: an instance that never met the
+/// host is refused before the resume and sends at once after it (issue 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_pause_holds_every_instance_and_a_resume_lifts_it_in_the_store() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let origin = Origin::start(
+        "127.0.0.1",
+        |req: http::Request<hyper::body::Incoming>| async move {
+            if req.uri().path() == "/challenge" {
+                return http::Response::builder()
+                    .status(403)
+                    .header("content-type", "text/html")
+                    .header("cf-mitigated", "challenge")
+                    .body(full("<title>Just a moment...</title>"))
+                    .unwrap();
+            }
+            http::Response::new(full("ok"))
+        },
+    )
+    .await;
+    let config = "[defaults]\nrate = 50.0\nobey_robots = false\n";
+    let all = instances(2, &redis, "", config).await;
+    let key = origin.addr.to_string();
+    let challenge = all[0].client().get(&origin.url("/challenge")).await;
+    assert_eq!(challenge.status, StatusCode::FORBIDDEN);
+    // The block's lesson goes to the store on its own, off the answer's path.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late = instance(&redis, "", config).await;
+    let refused = late.client().get(&origin.url("/during")).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        refused.header("proxy-status").contains("soft block"),
+        "{}",
+        refused.header("proxy-status")
+    );
+    operate(&all[1], "POST", &key, "resume", "").await;
+    let fresh = instance(&redis, "", config).await;
+    assert_eq!(
+        fresh.client().get(&origin.url("/after")).await.status,
+        StatusCode::OK,
+        "the store no longer holds the block pause"
+    );
+    let mut lifted = false;
+    for _ in 0..100 {
+        if all[0].client().get(&origin.url("/again")).await.status == StatusCode::OK {
+            lifted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lifted, "the instance that saw the block sends again");
+    assert_eq!(origin.paths(), vec!["/challenge", "/after", "/again"]);
+}
+
 /// A turn reserved for a queued request goes back to the store, lease and all, when the host
 /// closes before the turn comes: at the resume the host's one slot is free at once, not when the
 /// lease would have run out (30 s here, past the request's 20 s wait).

@@ -121,19 +121,32 @@ fn find_folded_in(
     }
 }
 
-/// The markers of challenge and block pages courtesy looks for by default.
-pub const DEFAULT_BLOCK_MARKERS: [&str; 11] = [
-    "unusual traffic from your computer network",
+/// The markers of challenge and block pages courtesy looks for by default: only the words of the
+/// interstitials themselves, never a widget's name (`g-recaptcha`, `h-captcha`, `cf-turnstile`)
+/// nor a script a vendor puts into ordinary pages (Cloudflare's `/cdn-cgi/challenge-platform/`,
+/// Imperva's `_Incapsula_Resource`, DataDome's `tags.js`), which real contact, login and product
+/// pages carry. Each names one vendor's interstitial (see tests/corpus/blocks/).
+pub const DEFAULT_BLOCK_MARKERS: [&str; 12] = [
+    // Google's /sorry/ page (its text, and the path a redirect to it names).
     "our systems have detected unusual traffic",
+    "unusual traffic from your computer network",
     "/sorry/index",
-    "cf-challenge",
-    "challenge-platform",
-    "cf_chl_opt",
+    // Cloudflare's challenge (its title, and the options of its challenge script) and its
+    // firewall's block page.
     "<title>just a moment...</title>",
-    "g-recaptcha",
-    "h-captcha",
-    "px-captcha",
-    "_incapsula_resource",
+    "window._cf_chl_opt",
+    "<title>attention required! | cloudflare</title>",
+    // Akamai's edge refusal.
+    "<title>access denied</title>",
+    // DataDome's captcha page (its frame comes from geo.captcha-delivery.com).
+    "captcha-delivery.com",
+    // PerimeterX / HUMAN's "Press & Hold" page (its title and the captcha's element).
+    "<title>access to this page has been denied",
+    "id=\"px-captcha\"",
+    // Imperva / Incapsula's refusal.
+    "incapsula incident id",
+    // AWS WAF's captcha and challenge pages.
+    "window.gokuprops",
 ];
 
 #[cfg(test)]
@@ -169,16 +182,16 @@ mod tests {
     #[test]
     fn a_marker_across_a_fold_block_edge_is_found_in_one_call() {
         let m = markers(&DEFAULT_BLOCK_MARKERS);
-        let marker = b"_INCAPSULA_RESOURCE";
+        let marker = b"INCAPSULA INCIDENT ID";
         for offset in FOLD_BLOCK - marker.len()..=FOLD_BLOCK {
             let mut page = vec![b'x'; 3 * FOLD_BLOCK];
             page[offset..offset + marker.len()].copy_from_slice(marker);
-            assert_eq!(m.find(&page), Some("_incapsula_resource"), "at {offset}");
+            assert_eq!(m.find(&page), Some("incapsula incident id"), "at {offset}");
         }
         let mut far = vec![b'y'; 20 * FOLD_BLOCK + 7];
         let at = far.len() - marker.len();
         far[at..].copy_from_slice(marker);
-        assert_eq!(m.find(&far), Some("_incapsula_resource"));
+        assert_eq!(m.find(&far), Some("incapsula incident id"));
         assert_eq!(m.find(&vec![b'y'; 20 * FOLD_BLOCK]), None);
     }
 

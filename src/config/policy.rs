@@ -262,17 +262,28 @@ keys! {
 keys! {
     /// Challenge pages, 403 walls, and the resources not fetched at all.
     pub struct Blocks in HostPolicy.blocks as KEYS {
-        /// How much of a text response (not a compressed one) is scanned for block markers as it
-        /// streams.
+        /// How much of a text response is scanned for block markers as it streams (of a gzip,
+        /// deflate, br or zstd one: a copy of its first bytes, decoded on the side).
         scan_bytes: usize = 64 * 1024,
             from block_scan_bytes: i64, Count { min: 0, max: 16 * 1024 * 1024 };
-        /// Strings that mark a challenge or block page (matched case-insensitively); a match
-        /// pauses the host.
+        /// Strings that mark a challenge or block page (matched case-insensitively). They count on
+        /// a 403, 405, 429 or 503, or on a page of at most 32 KiB; a match pauses the host.
+        ///
+        /// A marker in a large page with another status (a 200 product page) is not a block: the
+        /// defaults only match interstitials, never a captcha widget embedded in a real page.
         markers: Arc<BlockMarkers> = default_markers(), from block_markers: Vec<String>, Markers;
-        /// How long a detected block (a marker, or hard_block_after 403s in a row) pauses the
-        /// host.
+        /// The longest pause for a detected block (a challenge, or hard_block_after 403s in a
+        /// row): repeated blocks double the pause up to this.
+        ///
+        /// Block pauses are remembered until a whole block_pause_seconds has gone by after the
+        /// last one ended; then the next block pauses for block_first_pause_seconds again.
+        /// `POST /hosts/<host>/resume` lifts a block pause and forgets its repeats.
         pause: Duration = Duration::from_secs(3600),
             from block_pause_seconds: f64, Seconds { min: 1.0, max: 30.0 * 86400.0 };
+        /// How long a host's first detected block pauses it (each repeat doubles it, up to
+        /// block_pause_seconds): one false signal costs a minute, not an hour.
+        first_pause: Duration = Duration::from_secs(60),
+            from block_first_pause_seconds: f64, Seconds { min: 1.0, max: 30.0 * 86400.0 };
         /// After a block pause, the rate resumes at this fraction of the rate before it.
         resume_factor: f64 = 0.25, from block_resume_factor: f64, between(0.01, 1.0);
         /// This many 403s in a row count as a hard block (0: never).

@@ -218,8 +218,8 @@ impl Budget {
         (reaction, teaching)
     }
 
-    /// Pauses the host for a block seen in a response; `false` when a pause of that kind is already
-    /// in force. Called under the host's lock.
+    /// Pauses the host for a block seen in a response; the pause if a new one started (`None`
+    /// when a pause of that kind is already in force). Called under the host's lock.
     pub(crate) fn pause_for_block(
         &self,
         host: &Arc<Host>,
@@ -227,26 +227,24 @@ impl Budget {
         cause: CooldownCause,
         lease_start: Option<i64>,
         now: Instant,
-    ) -> bool {
+    ) -> Option<Duration> {
         let policy = state.policy.clone();
         let before = state.pacing.rate();
-        let paused = state.pacing.pause_for_block(cause, &policy, now);
-        if paused {
-            self.persist_signal().notify_one();
-            if let (Budget::Shared { store, .. }, Some(start)) = (self, lease_start) {
-                let lesson = Lesson {
-                    cooldown: Some((policy.blocks.pause, cause)),
-                    rate_before: before,
-                    rate_after: state.pacing.rate(),
-                    cap: None,
-                    // A block is seen in a response.
-                    answered: true,
-                };
-                // The block's reaction runs inside the body's poll: the lesson goes on alone.
-                drop(teach(store, host, lesson, start, &policy));
-            }
+        let pause = state.pacing.pause_for_block(cause, &policy, now)?;
+        self.persist_signal().notify_one();
+        if let (Budget::Shared { store, .. }, Some(start)) = (self, lease_start) {
+            let lesson = Lesson {
+                cooldown: Some((pause, cause)),
+                rate_before: before,
+                rate_after: state.pacing.rate(),
+                cap: None,
+                // A block is seen in a response.
+                answered: true,
+            };
+            // The block's reaction runs inside the body's poll: the lesson goes on alone.
+            drop(teach(store, host, lesson, start, &policy));
         }
-        paused
+        Some(pause)
     }
 
     /// Says that an operator changed a host's pacing (a pause, a resume, a rate): it is kept at

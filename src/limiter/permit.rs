@@ -220,16 +220,13 @@ impl Permit {
     pub fn soft_block(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut state = self.host.lock();
-        if !self.budget.pause_for_block(
+        let pause = self.budget.pause_for_block(
             &self.host,
             &mut state,
             CooldownCause::SoftBlock,
             self.lease_start(),
             now,
-        ) {
-            return None;
-        }
-        let pause = state.policy.blocks.pause;
+        )?;
         let refused = refuse_queue(&mut state, now);
         drop(state);
         for (waiter, refusal) in refused {

@@ -44,6 +44,11 @@ pub(super) struct Rare {
     pub(super) learned: Option<Learned>,
     /// The quota the server announced, as the learned limit follows it.
     pub(super) announced: Option<Announced>,
+    /// Block pauses remembered (each one doubles the next, up to `block_pause_seconds`).
+    pub(super) block_strikes: u32,
+    /// When the block pauses are forgotten: `block_pause_seconds` after the last one ends
+    /// without another block.
+    pub(super) block_memory: Option<Instant>,
 }
 
 impl Rare {
@@ -61,6 +66,8 @@ impl Rare {
         rate_override: None,
         learned: None,
         announced: None,
+        block_strikes: 0,
+        block_memory: None,
     };
 
     pub(super) fn is_empty(&self) -> bool {
@@ -77,12 +84,18 @@ impl Rare {
             && self.rate_override.is_none()
             && self.learned.is_none()
             && self.announced.is_none()
+            && self.block_strikes == 0
+            && self.block_memory.is_none()
     }
 
     /// Clears what has run out by `now`.
     pub(super) fn expire(&mut self, now: Instant) {
         if self.cooldown.is_some_and(|c| c.until <= now) {
             self.cooldown = None;
+        }
+        if self.block_memory.is_some_and(|m| m <= now) {
+            self.block_memory = None;
+            self.block_strikes = 0;
         }
         if self
             .last_cut

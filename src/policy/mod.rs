@@ -186,28 +186,50 @@ impl Pacing {
         }
     }
 
-    /// Pauses the host for a detected block (`block_pause_seconds`); the rate then resumes at
-    /// `block_resume_factor` of the rate before it. Returns whether a new pause started.
+    /// How long the next block pause of this host lasts at `now`: `block_first_pause_seconds`,
+    /// doubled for every block pause still remembered, at most `block_pause_seconds`. One false
+    /// signal costs a minute, a host that keeps blocking soon gets the long pause.
+    pub fn block_pause_length(&self, policy: &HostPolicy, now: Instant) -> Duration {
+        let strikes = self
+            .rare()
+            .block_memory
+            .filter(|m| *m > now)
+            .map_or(0, |_| self.rare().block_strikes);
+        let first = policy.blocks.first_pause.min(policy.blocks.pause);
+        let grown = first.as_secs_f64() * 2f64.powi(strikes.min(40) as i32);
+        Duration::from_secs_f64(grown.min(policy.blocks.pause.as_secs_f64()))
+    }
+
+    /// Pauses the host for a detected block ([`Pacing::block_pause_length`]); the rate then
+    /// resumes at `block_resume_factor` of the rate before it. Returns the pause if a new one
+    /// started (none while a block pause is in force: one block, one pause).
     pub fn pause_for_block(
         &mut self,
         cause: CooldownCause,
         policy: &HostPolicy,
         now: Instant,
-    ) -> bool {
+    ) -> Option<Duration> {
         let before = self.rate;
         let fresh = self.cooldown(now).is_none_or(|c| {
             !matches!(c.cause, CooldownCause::SoftBlock | CooldownCause::HardBlock)
         });
-        let changed = self.extend_cooldown(now + policy.blocks.pause, cause, now);
-        if changed && fresh {
-            self.rate = lowered(
-                before,
-                policy.blocks.resume_factor,
-                policy.adaptive.min_rate.min(before),
-            );
-            self.sync(now);
+        if !fresh {
+            return None;
         }
-        changed && fresh
+        let length = self.block_pause_length(policy, now);
+        if !self.extend_cooldown(now + length, cause, now) {
+            return None;
+        }
+        let rare = self.rare_mut();
+        rare.block_strikes = rare.block_strikes.saturating_add(1);
+        rare.block_memory = Some(now + length + policy.blocks.pause);
+        self.rate = lowered(
+            before,
+            policy.blocks.resume_factor,
+            policy.adaptive.min_rate.min(before),
+        );
+        self.sync(now);
+        Some(length)
     }
 
     /// What a restart must not forget, at `now`.
@@ -287,9 +309,19 @@ impl Pacing {
         self.rare_mut().operator_pause = Some(until);
     }
 
-    /// Ends an operator's pause. A cooldown the server asked for is not shortened.
+    /// Ends an operator's pause, and a block pause (the operator says the block was not one, so
+    /// its repeats are forgotten too). A cooldown the server asked for is not shortened.
     pub fn operator_resume(&mut self) {
-        self.rare_mut().operator_pause = None;
+        let rare = self.rare_mut();
+        rare.operator_pause = None;
+        if rare
+            .cooldown
+            .is_some_and(|c| matches!(c.cause, CooldownCause::SoftBlock | CooldownCause::HardBlock))
+        {
+            rare.cooldown = None;
+        }
+        rare.block_strikes = 0;
+        rare.block_memory = None;
     }
 
     /// Sets or clears an operator's rate.
@@ -563,9 +595,9 @@ impl Pacing {
                 && rare.consecutive_403 >= policy.blocks.hard_block_after
             {
                 rare.consecutive_403 = 0;
-                if self.pause_for_block(CooldownCause::HardBlock, policy, now) {
+                if let Some(pause) = self.pause_for_block(CooldownCause::HardBlock, policy, now) {
                     hard_block = true;
-                    cooldown = Some(policy.blocks.pause);
+                    cooldown = Some(pause);
                 }
             }
         } else if let Some(rare) = self.rare.as_mut().filter(|_| obs.answer.status.is_some()) {

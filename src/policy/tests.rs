@@ -477,7 +477,8 @@ fn five_403s_in_a_row_are_a_hard_block() {
     let c = p.cooldown(t0).unwrap();
     assert_eq!(
         (c.cause, c.until),
-        (CooldownCause::HardBlock, t0 + secs(3600.0))
+        (CooldownCause::HardBlock, t0 + secs(60.0)),
+        "a host's first block pauses it for block_first_pause_seconds"
     );
     assert_eq!(p.rate(), 1.0, "resumes at block_resume_factor (0.25) x 4");
 }
@@ -491,10 +492,78 @@ fn a_soft_block_pauses_once_and_never_shortens() {
         p
     };
     let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
-    assert!(p.pause_for_block(CooldownCause::SoftBlock, &policy, t0));
-    assert!(!p.pause_for_block(CooldownCause::SoftBlock, &policy, t0 + secs(1.0)));
+    assert_eq!(
+        p.pause_for_block(CooldownCause::SoftBlock, &policy, t0),
+        Some(secs(60.0))
+    );
+    assert_eq!(
+        p.pause_for_block(CooldownCause::SoftBlock, &policy, t0 + secs(1.0)),
+        None
+    );
     assert_eq!(p.rate(), 0.5, "cut once, not twice");
-    assert_eq!(p.ready_at(t0 + secs(10.0)), t0 + secs(3601.0));
+    let ready = p.ready_at(t0 + secs(10.0));
+    assert!(
+        ready >= t0 + secs(60.0) && ready <= t0 + secs(62.0),
+        "closed for the first pause, 60 s: {:?}",
+        ready - t0
+    );
+}
+
+#[test]
+fn block_pauses_double_up_to_block_pause_seconds_and_are_forgotten_after_it() {
+    let t0 = Instant::now();
+    let policy = {
+        let mut p = HostPolicy::default();
+        p.blocks.first_pause = secs(60.0);
+        p.blocks.pause = secs(300.0);
+        p
+    };
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
+    let mut now = t0;
+    for want in [60.0, 120.0, 240.0, 300.0, 300.0] {
+        let pause = p.pause_for_block(CooldownCause::SoftBlock, &policy, now);
+        assert_eq!(pause, Some(secs(want)));
+        assert_eq!(p.cooldown(now).map(|c| c.until), Some(now + secs(want)));
+        // The next block comes 10 s after this pause ends.
+        now += secs(want + 10.0);
+    }
+    // The last pause ended at now - 10 s; a whole block_pause_seconds later the repeats are
+    // forgotten and the next block is a first one again.
+    now += secs(300.0);
+    p.sync(now);
+    assert_eq!(p.block_pause_length(&policy, now), secs(60.0));
+    assert_eq!(
+        p.pause_for_block(CooldownCause::HardBlock, &policy, now),
+        Some(secs(60.0))
+    );
+}
+
+#[test]
+fn an_operators_resume_lifts_a_block_pause_but_not_a_servers_cooldown() {
+    let t0 = Instant::now();
+    let policy = HostPolicy::default();
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
+    p.pause_for_block(CooldownCause::SoftBlock, &policy, t0);
+    p.pause_for_block(CooldownCause::SoftBlock, &policy, t0 + secs(100.0));
+    assert_eq!(p.block_pause_length(&policy, t0 + secs(300.0)), secs(240.0));
+    p.operator_resume();
+    assert!(
+        p.cooldown(t0 + secs(101.0)).is_none(),
+        "the block pause is lifted"
+    );
+    assert_eq!(
+        p.block_pause_length(&policy, t0 + secs(101.0)),
+        secs(60.0),
+        "and its repeats forgotten"
+    );
+    // A cooldown the server asked for is not the operator's to shorten.
+    p.pause(
+        t0 + secs(500.0),
+        CooldownCause::Status(429),
+        t0 + secs(101.0),
+    );
+    p.operator_resume();
+    assert!(p.cooldown(t0 + secs(102.0)).is_some());
 }
 
 #[test]

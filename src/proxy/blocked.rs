@@ -9,7 +9,7 @@ use http::HeaderMap;
 use tracing::warn;
 
 use crate::alerts::Alerts;
-use crate::blocks::{scan_wanted, BlockScan};
+use crate::blocks::{scan_wanted, BodyScan};
 use crate::body::MarkerScan;
 use crate::config::HostPolicy;
 use crate::limiter::Permit;
@@ -56,9 +56,10 @@ impl Blocks {
         if !reaction.hard_block {
             return;
         }
+        let pause = reaction.cooldown.unwrap_or(policy.blocks.pause);
         warn!(
             status,
-            pause_s = policy.blocks.pause.as_secs_f64(),
+            pause_s = pause.as_secs_f64(),
             rate = reaction.rate_after,
             "hard block: {} 403s in a row; pausing the host",
             policy.blocks.hard_block_after
@@ -68,26 +69,31 @@ impl Blocks {
             permit.host_key(),
             "hard_block",
             &format!("{} consecutive 403 answers", policy.blocks.hard_block_after),
-            policy.blocks.pause,
+            pause,
         );
     }
 
-    /// A scan of a response body for `policy`'s markers that reports a find as a soft block; `None`
-    /// when the policy scans nothing or the response is not plain text.
+    /// A scan of a response body (of an answer of `status`) for `policy`'s markers that reports a
+    /// find as a soft block; `None` when the policy scans nothing or the response is not text in
+    /// a coding courtesy reads.
     pub(crate) fn scan_for(
         self: &Arc<Self>,
+        status: u16,
         headers: &HeaderMap,
         policy: &HostPolicy,
     ) -> Option<Box<MarkerScan>> {
-        if policy.blocks.scan_bytes == 0
-            || policy.blocks.markers.is_empty()
-            || !scan_wanted(headers)
-        {
+        if policy.blocks.scan_bytes == 0 || policy.blocks.markers.is_empty() {
             return None;
         }
+        let encoding = scan_wanted(headers)?;
         let blocks = self.clone();
         Some(Box::new(MarkerScan::new(
-            BlockScan::new(policy.blocks.markers.clone(), policy.blocks.scan_bytes),
+            BodyScan::new(
+                policy.blocks.markers.clone(),
+                policy.blocks.scan_bytes,
+                encoding,
+                status,
+            ),
             Box::new(move |permit: &Permit, marker: &str| {
                 blocks.soft(permit, &format!("block marker {marker:?}"))
             }),

@@ -24,7 +24,7 @@ use super::target::Target;
 use super::timing::{self, Held, Trail};
 use super::unread::BodyOnEntry;
 use super::{Asking, Proxy};
-use crate::blocks::is_block_redirect;
+use crate::blocks::{header_block, is_block_redirect};
 use crate::body::ProxyBody;
 use crate::config::HostPolicy;
 use crate::jobs::{priority_of, Caller, QuotaTicket};
@@ -477,10 +477,15 @@ impl Proxy {
             .headers
             .append(VIA, via_for(parts.version, self.loops.via()));
         parts.version = Version::HTTP_11;
-        if is_block_redirect(&parts, &policy.blocks.markers) {
+        if let Some(signal) = header_block(&parts.headers) {
+            self.blocks
+                .soft(&permit, &format!("challenge header {signal}"));
+        } else if is_block_redirect(&parts, &policy.blocks.markers) {
             self.blocks.soft(&permit, "a redirect to a block page");
         }
-        let scan = self.blocks.scan_for(&parts.headers, policy);
+        let scan = self
+            .blocks
+            .scan_for(parts.status.as_u16(), &parts.headers, policy);
         let store = cache_use.and_then(|plan| self.store_for(plan, &parts, policy));
         Response::from_parts(
             parts,

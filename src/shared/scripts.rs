@@ -427,7 +427,9 @@ return int(bt)
 
 /// An operator's action, for every instance. `KEYS`: budget. `ARGV`: now, action (`pause`,
 /// `resume`, `rate`, `unrate`), value (the pause in µs, or the rate), hint channel, host key, idle
-/// TTL µs. A resume ends only the operator's pause, never a cooldown the server asked for.
+/// TTL µs. A resume ends the operator's pause and a block pause (`cdc` `soft_block` or
+/// `hard_block`: the operator says it was no block; `tat` comes back to now if the pause had moved
+/// it later), never a cooldown the server asked for.
 pub(super) const OPERATOR: &str = r#"
 local now = now_us(ARGV[1])
 local action, value = ARGV[2], ARGV[3]
@@ -438,6 +440,13 @@ if action == 'pause' then
   redis.call('PUBLISH', ARGV[4], 'pause ' .. ARGV[5] .. ' ' .. int(math.ceil(tonumber(value) / 1000)))
 elseif action == 'resume' then
   redis.call('HDEL', KEYS[1], 'op')
+  local cause = redis.call('HGET', KEYS[1], 'cdc')
+  if cause == 'soft_block' or cause == 'hard_block' then
+    redis.call('HDEL', KEYS[1], 'cd', 'cdc')
+    if (tonumber(redis.call('HGET', KEYS[1], 'tat')) or 0) > now then
+      redis.call('HSET', KEYS[1], 'tat', int(now))
+    end
+  end
   redis.call('PUBLISH', ARGV[4], 'resume ' .. ARGV[5])
 elseif action == 'rate' then
   redis.call('HSET', KEYS[1], 'ovr', value)
