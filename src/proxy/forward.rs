@@ -490,6 +490,7 @@ impl Proxy {
                 idle,
                 scan,
                 store,
+                silence: Some(crate::body::Silence::new(policy.forward.read_timeout)),
             },
         )
     }
