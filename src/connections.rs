@@ -82,12 +82,27 @@ impl Connections {
     where
         C: GracefulConnection + Send + 'static,
     {
+        self.serve_until(conn, std::future::pending())
+    }
+
+    /// [`Connections::serve`], also asking `conn` to finish and close when `close` resolves (the
+    /// connection gate closing an idle connection to make room; hyper closes an idle connection
+    /// at once and lets a request in flight finish first).
+    pub fn serve_until<C>(
+        &self,
+        conn: C,
+        close: impl Future<Output = ()> + Send + 'static,
+    ) -> impl Future<Output = C::Output> + Send + 'static
+    where
+        C: GracefulConnection + Send + 'static,
+    {
         let stopping = self.stopping();
         async move {
             tokio::pin!(conn);
             tokio::select! {
                 done = conn.as_mut() => return done,
                 () = stopping => {}
+                () = close => {}
             }
             conn.as_mut().graceful_shutdown();
             conn.await

@@ -9,16 +9,16 @@
 //! This module admits and refuses connections; serving them is `crate::connections`, and what a
 //! request may do is `crate::proxy` and `crate::admin`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::locks;
@@ -106,26 +106,134 @@ pub(crate) fn fit_to_fd_limit(proxy: Caps, admin: Caps, fd_limit: Option<u64>) -
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Refused {
-    /// `max_connections` are open.
+    /// `max_connections` are open, every one carrying a request.
     Total(usize),
-    /// This client has `max_connections_per_client` open.
+    /// This client has `max_connections_per_client` open, every one carrying a request.
     PerClient(usize),
 }
 
-/// The open connections of one listener, counted against its caps.
+/// The open connections of one listener, counted against its caps. Each is idle (kept alive
+/// between requests, or accepted and silent so far) or carrying requests; at a cap the one idle
+/// longest is closed to make room (an idle connection may be closed at any time, RFC 9112 9.6),
+/// and the new one is refused only when none is idle.
 #[derive(Debug)]
 pub(crate) struct Gate {
     caps: Caps,
-    total: AtomicUsize,
-    per_client: Mutex<HashMap<IpAddr, usize>>,
+    open: Mutex<Open>,
+}
+
+/// The connections of one listener, under the gate's lock.
+#[derive(Debug, Default)]
+struct Open {
+    /// Connections counted, by id.
+    conns: HashMap<u64, Conn>,
+    /// Connections counted per client address.
+    per_client: HashMap<IpAddr, usize>,
+    /// The idle connections, first those that carried a request then fresh ones, each by when
+    /// they became idle (a sequence number), then id.
+    idle: BTreeSet<IdleKey>,
+    /// The idle connections of each client, the same way.
+    idle_per_client: HashMap<IpAddr, BTreeSet<IdleKey>>,
+    /// The next id and idle sequence number.
+    next: u64,
+}
+
+/// An idle connection's place in the order of eviction: (never carried a request, idle since, id).
+type IdleKey = (bool, u64, u64);
+
+/// One counted connection.
+#[derive(Debug)]
+struct Conn {
+    ip: IpAddr,
+    /// Requests (or a CONNECT tunnel) it carries now.
+    busy: usize,
+    /// Whether it has carried a request: a fresh connection that has not is closed only when no
+    /// kept-alive one is idle (its client may be about to send on it and would not retry, while
+    /// clients expect a kept-alive connection to close and retry on a new one).
+    used: bool,
+    /// When it became idle (a sequence number); meaningful while `busy` is 0.
+    idle_since: u64,
+    /// Cancelled to ask the connection to close (it was idle longest at a cap).
+    close: CancellationToken,
+}
+
+impl Open {
+    fn ticket(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    fn set_idle(&mut self, id: u64) {
+        let seq = self.ticket();
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        conn.idle_since = seq;
+        let key = (!conn.used, seq, id);
+        self.idle.insert(key);
+        self.idle_per_client.entry(conn.ip).or_default().insert(key);
+    }
+
+    fn unset_idle(&mut self, id: u64) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        let key = (!conn.used, conn.idle_since, id);
+        self.idle.remove(&key);
+        if let Some(set) = self.idle_per_client.get_mut(&conn.ip) {
+            set.remove(&key);
+            if set.is_empty() {
+                self.idle_per_client.remove(&conn.ip);
+            }
+        }
+    }
+
+    /// Stops counting `id` (closed, or asked to close); its token is returned.
+    fn forget(&mut self, id: u64) -> Option<CancellationToken> {
+        self.unset_idle(id);
+        let conn = self.conns.remove(&id)?;
+        if let Some(count) = self.per_client.get_mut(&conn.ip) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_client.remove(&conn.ip);
+            }
+        }
+        Some(conn.close)
+    }
+
+    /// Asks the connection idle longest (of `ip`, or of anyone) to close, and stops counting it.
+    fn evict(&mut self, ip: Option<IpAddr>) -> bool {
+        let oldest = match ip {
+            Some(ip) => self
+                .idle_per_client
+                .get(&ip)
+                .and_then(|set| set.first().copied()),
+            None => self.idle.first().copied(),
+        };
+        let Some((_, _, id)) = oldest else {
+            return false;
+        };
+        if let Some(close) = self.forget(id) {
+            close.cancel();
+        }
+        true
+    }
 }
 
 /// One admitted connection: its place is given back when the last clone drops (a CONNECT tunnel
-/// keeps one for its life).
+/// keeps one for its life), or earlier when it is asked to close to make room.
 #[derive(Debug)]
 pub(crate) struct Slot {
     gate: Arc<Gate>,
-    ip: IpAddr,
+    id: u64,
+    close: CancellationToken,
+}
+
+/// A request (or a CONNECT tunnel) carried by a connection: the connection is not idle, so not
+/// closed to make room, until every `Busy` of it is dropped (at the end of the response body).
+#[derive(Debug)]
+pub(crate) struct Busy {
+    slot: Arc<Slot>,
 }
 
 impl Gate {
@@ -133,47 +241,138 @@ impl Gate {
     pub(crate) fn new(caps: Caps) -> Arc<Self> {
         Arc::new(Gate {
             caps,
-            total: AtomicUsize::new(0),
-            per_client: Mutex::new(HashMap::new()),
+            open: Mutex::new(Open::default()),
         })
     }
 
-    /// A place for a connection from `ip`, or why there is none.
+    /// A place for a connection from `ip` (idle until it carries a request), or why there is
+    /// none. At a cap the connection idle longest (the client's at `per_client`, anyone's at
+    /// `total`) is asked to close and stops counting at once.
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
         let ip = crate::config::canonical_ip(ip);
-        let mut per_client = locks::lock(&self.per_client);
-        if self.total.load(Ordering::Relaxed) >= self.caps.total {
-            return Err(Refused::Total(self.caps.total));
-        }
-        let count = per_client.entry(ip).or_insert(0);
-        if *count >= self.caps.per_client {
+        let mut open = locks::lock(&self.open);
+        if open.per_client.get(&ip).copied().unwrap_or(0) >= self.caps.per_client
+            && !open.evict(Some(ip))
+        {
             return Err(Refused::PerClient(self.caps.per_client));
         }
-        *count += 1;
-        self.total.fetch_add(1, Ordering::Relaxed);
+        if open.conns.len() >= self.caps.total && !open.evict(None) {
+            return Err(Refused::Total(self.caps.total));
+        }
+        let id = open.ticket();
+        let close = CancellationToken::new();
+        open.conns.insert(
+            id,
+            Conn {
+                ip,
+                busy: 0,
+                used: false,
+                idle_since: 0,
+                close: close.clone(),
+            },
+        );
+        *open.per_client.entry(ip).or_insert(0) += 1;
+        open.set_idle(id);
         Ok(Slot {
             gate: self.clone(),
-            ip,
+            id,
+            close,
         })
     }
 
-    /// Connections open now.
+    /// Connections counted now.
     #[cfg(test)]
     fn open(&self) -> usize {
-        self.total.load(Ordering::Relaxed)
+        locks::lock(&self.open).conns.len()
+    }
+}
+
+impl Slot {
+    /// Resolves when this connection is asked to close to make room for another.
+    pub(crate) fn evicted(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.close.clone().cancelled_owned()
+    }
+
+    /// Marks the connection as carrying a request until the returned guard drops.
+    pub(crate) fn carrying(self: &Arc<Self>) -> Busy {
+        let mut open = locks::lock(&self.gate.open);
+        if let Some(conn) = open.conns.get(&self.id) {
+            if conn.busy == 0 {
+                open.unset_idle(self.id);
+            }
+        }
+        if let Some(conn) = open.conns.get_mut(&self.id) {
+            conn.busy += 1;
+            conn.used = true;
+        }
+        Busy { slot: self.clone() }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let id = self.slot.id;
+        let mut open = locks::lock(&self.slot.gate.open);
+        let now_idle = match open.conns.get_mut(&id) {
+            Some(conn) => {
+                conn.busy = conn.busy.saturating_sub(1);
+                conn.busy == 0
+            }
+            None => false,
+        };
+        if now_idle {
+            open.set_idle(id);
+        }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut per_client = locks::lock(&self.gate.per_client);
-        if let Some(count) = per_client.get_mut(&self.ip) {
-            *count -= 1;
-            if *count == 0 {
-                per_client.remove(&self.ip);
-            }
+        locks::lock(&self.gate.open).forget(self.id);
+    }
+}
+
+/// A response body that keeps its connection [`Busy`] until it ends, fails or is dropped.
+#[derive(Debug)]
+pub(crate) struct Carried<B> {
+    body: B,
+    busy: Option<Busy>,
+}
+
+impl<B> Carried<B> {
+    /// `body`, carrying `busy`.
+    pub(crate) fn new(body: B, busy: Busy) -> Self {
+        Carried {
+            body,
+            busy: Some(busy),
         }
-        self.gate.total.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Carried<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(None | Some(Err(_))) => this.busy = None,
+            std::task::Poll::Ready(Some(Ok(_))) if this.body.is_end_stream() => this.busy = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -196,12 +395,28 @@ pub(crate) fn refuse_busy(stream: &TcpStream, why: Refused) {
     let _ = stream.try_write(head.as_bytes());
 }
 
+/// `served` (a request's answer on `slot`'s connection), with the connection marked as carrying
+/// the request from now until the answer's body has been sent.
+pub(crate) fn carry<B>(
+    slot: &Arc<Slot>,
+    served: impl std::future::Future<Output = Result<hyper::Response<B>, std::convert::Infallible>>,
+) -> impl std::future::Future<Output = Result<hyper::Response<Carried<B>>, std::convert::Infallible>>
+{
+    let busy = slot.carrying();
+    async move {
+        let response = served.await?;
+        Ok(response.map(|body| Carried::new(body, busy)))
+    }
+}
+
 /// Waits up to `timeout` for the client's first byte; `false` when none came (or it hung up),
-/// or when `stopping` (shutdown) came first: a silent connection has nothing to finish.
+/// or when `stopping` (shutdown) or `evicted` (its place given to a newer connection) came
+/// first: a silent connection has nothing to finish.
 pub(crate) async fn first_byte(
     stream: &TcpStream,
     timeout: Duration,
     stopping: impl std::future::Future<Output = ()>,
+    evicted: impl std::future::Future<Output = ()>,
 ) -> bool {
     let mut one = [0u8; 1];
     tokio::select! {
@@ -209,6 +424,7 @@ pub(crate) async fn first_byte(
             matches!(peeked, Ok(Ok(n)) if n > 0)
         }
         () = stopping => false,
+        () = evicted => false,
     }
 }
 
@@ -284,6 +500,16 @@ fn is_out_of_descriptors(e: &io::Error) -> bool {
 mod tests {
     use super::*;
 
+    /// Whether `slot` was asked to close.
+    fn is_evicted(slot: &Slot) -> bool {
+        slot.evicted().now_or_never().is_some()
+    }
+
+    /// A place for a connection from `ip` in `gate`, which must be given.
+    fn admitted(gate: &Arc<Gate>, ip: &str) -> Arc<Slot> {
+        Arc::new(gate.admit(ip.parse().unwrap()).unwrap())
+    }
+
     #[test]
     fn caps_per_client_and_in_total_and_places_come_back() {
         let gate = Gate::new(Caps {
@@ -291,18 +517,75 @@ mod tests {
             per_client: 2,
         });
         let a: IpAddr = "127.0.0.1".parse().unwrap();
-        let b: IpAddr = "::ffff:127.0.0.2".parse().unwrap();
-        let a1 = gate.admit(a).unwrap();
-        let _a2 = gate.admit(a).unwrap();
+        let a1 = admitted(&gate, "127.0.0.1");
+        let a2 = admitted(&gate, "127.0.0.1");
+        let (_c1, _c2) = (a1.carrying(), a2.carrying());
         assert_eq!(gate.admit(a).unwrap_err(), Refused::PerClient(2));
-        let _b1 = gate.admit(b).unwrap();
+        let b1 = admitted(&gate, "::ffff:127.0.0.2");
+        let _c3 = b1.carrying();
         assert_eq!(
             gate.admit("127.0.0.3".parse().unwrap()).unwrap_err(),
             Refused::Total(3)
         );
-        drop(a1);
+        drop((_c1, a1));
         assert_eq!(gate.open(), 2);
         assert!(gate.admit(a).is_ok());
+    }
+
+    #[test]
+    fn at_the_per_client_cap_the_longest_idle_connection_makes_room() {
+        let gate = Gate::new(Caps {
+            total: 100,
+            per_client: 3,
+        });
+        let fresh = admitted(&gate, "127.0.0.1");
+        let older = admitted(&gate, "127.0.0.1");
+        let newer = admitted(&gate, "127.0.0.1");
+        // `older` and `newer` each carried a request; `older`'s ended first.
+        drop(older.carrying());
+        drop(newer.carrying());
+        let fourth = admitted(&gate, "127.0.0.1");
+        assert!(
+            is_evicted(&older),
+            "the longest idle kept-alive one goes first"
+        );
+        assert!(!is_evicted(&fresh) && !is_evicted(&newer));
+        assert_eq!(gate.open(), 3);
+        // Dropping the evicted slot later does not give its place back twice.
+        drop(older);
+        assert_eq!(gate.open(), 3);
+        // Kept-alive ones go before a fresh one that never carried a request.
+        let fifth = admitted(&gate, "127.0.0.1");
+        assert!(is_evicted(&newer) && !is_evicted(&fresh));
+        // Then the fresh one; then, with every one carrying a request, a refusal.
+        let (_c4, _c5) = (fourth.carrying(), fifth.carrying());
+        let sixth = admitted(&gate, "127.0.0.1");
+        assert!(is_evicted(&fresh));
+        let _c6 = sixth.carrying();
+        assert_eq!(
+            gate.admit("127.0.0.1".parse().unwrap()).unwrap_err(),
+            Refused::PerClient(3)
+        );
+        // Another client is not touched by this one's cap.
+        assert!(gate.admit("127.0.0.2".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn at_the_total_cap_anyones_idle_connection_makes_room() {
+        let gate = Gate::new(Caps {
+            total: 2,
+            per_client: 2,
+        });
+        let a = admitted(&gate, "127.0.0.1");
+        let b = admitted(&gate, "127.0.0.2");
+        let _busy = b.carrying();
+        let c = admitted(&gate, "127.0.0.3");
+        assert!(is_evicted(&a) && !is_evicted(&b));
+        let _busy_too = c.carrying();
+        assert_eq!(
+            gate.admit("127.0.0.4".parse().unwrap()).unwrap_err(),
+            Refused::Total(2)
+        );
     }
 
     #[test]

@@ -189,22 +189,24 @@ pub async fn run(
                 let Some(slot) = admit(&live, &proxy_gate, &stream, peer) else { continue };
                 let proxy = proxy.clone();
                 let slot = Arc::new(slot);
+                let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
                 let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
                     // A CONNECT tunnel keeps the connection's place for its life.
                     req.extensions_mut().insert(slot.clone());
-                    proxy.clone().serve(req, peer)
+                    // Carried until its response has been sent: not closed to make room meanwhile.
+                    gate::carry(&slot, proxy.clone().serve(req, peer))
                 });
                 let (builder, tasks) = (builder.clone(), connections.clone());
                 connections.spawn(async move {
-                    if !gate::first_byte(&stream, header_timeout, tasks.stopping()).await {
-                        debug!(client = %peer, "closed: nothing sent within header_timeout_seconds");
+                    if !gate::first_byte(&stream, header_timeout, tasks.stopping(), evicted).await {
+                        debug!(client = %peer, "closed before its first byte: header_timeout_seconds, or its place was needed");
                         return;
                     }
                     // hyper's own answer to a head it cannot parse gets its Proxy-Status here.
                     let conn = builder
                         .serve_connection_with_upgrades(TokioIo::new(ParseRefusals::new(stream)), service)
                         .into_owned();
-                    if let Err(e) = tasks.serve(conn).await {
+                    if let Err(e) = tasks.serve_until(conn, evicted_later).await {
                         debug!(client = %peer, "client connection ended: {e}");
                     }
                 });
@@ -213,15 +215,16 @@ pub async fn run(
                 let Some((stream, peer)) = admin_spare.accepted(accepted, &listeners.admin).await else { continue };
                 let Some(slot) = admit(&live, &admin_gate, &stream, peer) else { continue };
                 let admin = admin.clone();
-                let service = service_fn(move |req| admin.clone().serve(req, peer));
+                let slot = Arc::new(slot);
+                let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
+                let service = service_fn(move |req| gate::carry(&slot, admin.clone().serve(req, peer)));
                 let (builder, tasks) = (builder.clone(), connections.clone());
                 connections.spawn(async move {
-                    let _slot = slot;
-                    if !gate::first_byte(&stream, header_timeout, tasks.stopping()).await {
+                    if !gate::first_byte(&stream, header_timeout, tasks.stopping(), evicted).await {
                         return;
                     }
                     let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                    if let Err(e) = tasks.serve(conn).await {
+                    if let Err(e) = tasks.serve_until(conn, evicted_later).await {
                         debug!(client = %peer, "admin connection ended: {e}");
                     }
                 });

@@ -301,3 +301,111 @@ async fn upstream_table_held(defaults: &str) -> (Courtesy, Origin, Origin, JoinH
     tokio::time::sleep(Duration::from_millis(300)).await;
     (courtesy, slow, other, holding)
 }
+
+/// The pacing of 50 quick loopback hosts: out of the way, so a crowd test measures connections.
+const FAST_HOSTS: &str =
+    "[defaults]\nrate = 1000\nburst = 1000\nconcurrency = 64\nobey_robots = false\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aiohttp_with_32_sessions_over_50_hosts_gets_every_answer() {
+    raise_own_fd_limit();
+    let mut origins = Vec::new();
+    for _ in 0..50 {
+        origins.push(Origin::ok("127.0.0.1").await);
+    }
+    let courtesy = Courtesy::start(FAST_HOSTS).await;
+    let urls: Vec<String> = (0..2000)
+        .map(|i| origins[i % 50].url(&format!("/page/{i}")))
+        .collect();
+    // 32 sessions, each keeping its idle connections per host (aiohttp's default connector),
+    // 64 requests in flight at once: up to 1,600 idle kept-alive connections wanted, 256 allowed.
+    let script = r#"
+import asyncio, json, sys, aiohttp
+urls = json.loads(sys.stdin.read())
+async def main():
+    sessions = [aiohttp.ClientSession(proxy="http://" + sys.argv[1]) for _ in range(32)]
+    gate = asyncio.Semaphore(64)
+    errors, statuses = [], {}
+    async def fetch(i, url):
+        async with gate:
+            try:
+                async with sessions[i % 32].get(url) as r:
+                    await r.read()
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+            except Exception as e:
+                errors.append(repr(e))
+    await asyncio.wait_for(asyncio.gather(*(fetch(i, u) for i, u in enumerate(urls))), 120)
+    for s in sessions:
+        await s.close()
+    print(json.dumps({"statuses": statuses, "errors": errors[:5], "error_count": len(errors)}))
+asyncio.run(main())
+"#;
+    let mut cmd = client_command("python3");
+    cmd.args(["-c", script, &courtesy.addr.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .expect("python3 with aiohttp (scripts/test installs it)");
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = child.stdin.take().unwrap();
+        let list = format!(
+            "[{}]",
+            urls.iter()
+                .map(|u| format!("\"{u}\""))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        stdin.write_all(list.as_bytes()).await.unwrap();
+    }
+    let out = tokio::time::timeout(Duration::from_secs(150), child.wait_with_output())
+        .await
+        .expect("the crawl ends within 150 s")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(r#"{"statuses": {"200": 2000}, "errors": [], "error_count": 0}"#),
+        "{stdout}"
+    );
+    let served: usize = origins.iter().map(Origin::count).sum();
+    assert_eq!(served, 2000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_idle_connections_from_one_address_make_room_for_a_new_request() {
+    raise_own_fd_limit();
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(FAST_HOSTS).await;
+    let client = courtesy.client();
+    // 100 after one kept-alive request each, then 900 that never send a byte.
+    let mut kept = Vec::new();
+    for i in 0..100 {
+        let mut conn = client.connect().await;
+        assert_eq!(conn.get(&origin.url(&format!("/{i}"))).await.status, 200);
+        kept.push(conn);
+    }
+    let mut silent = Vec::new();
+    for _ in 0..900 {
+        silent.push(TcpStream::connect(courtesy.addr).await.unwrap());
+    }
+    let served = tokio::time::timeout(Duration::from_secs(5), client.get(&origin.url("/new")))
+        .await
+        .expect("a new request from the same address is served within 5 s");
+    assert_eq!(served.status, StatusCode::OK);
+    // The room was made by closing idle ones, without a word; the newest are left open.
+    let said = closed_within(&mut silent[0], Duration::from_secs(2))
+        .await
+        .expect("an old silent connection was closed to make room");
+    assert_eq!(said, "");
+    let newest = silent.last_mut().unwrap();
+    assert!(closed_within(newest, Duration::from_millis(300))
+        .await
+        .is_none());
+}

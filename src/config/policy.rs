@@ -313,6 +313,17 @@ keys! {
         /// "dev" answers repeats from the store without asking the origin, for developing
         /// parsers.
         cache: CacheMode = CacheMode::Off, from cache: String, Word;
+        /// The longest the origin may stay silent: no byte of the response for this long ends
+        /// the exchange (like nginx's proxy_read_timeout).
+        ///
+        /// Measured between reads, not over the whole response: a body that keeps dripping
+        /// bytes lives on, one silent for this long is cut. Before the response head the wait
+        /// is also capped by `[proxy] response_timeout_seconds` and answered 504 (Proxy-Status
+        /// http_response_timeout); after the head the body is closed unfinished, so the client
+        /// sees a truncated response. Either way the host's slot and the global one are freed at
+        /// once and the host's pacing hears a timeout failure (its slowness, not the client's).
+        read_timeout: Duration = Duration::from_secs(60),
+            from read_timeout_seconds: f64, Seconds { min: 0.001, max: 86400.0 };
     }
     also {
         /// Where this host's requests leave: straight to it, or through a parent proxy

@@ -105,12 +105,15 @@ impl Proxy {
         };
         // The client connection's place (`max_connections`) is kept while the tunnel lives.
         let slot = req.extensions().get::<Arc<crate::gate::Slot>>().cloned();
+        // A tunnel carries a request for its life: its connection is never closed to make room.
+        let carrying = slot.as_ref().map(|slot| slot.carrying());
         let connections = self.connections.clone();
         let served = self
             .serve_connect(req, target, leaf, client, asking)
             .instrument(span);
         connections.spawn(async move {
             let _slot = slot;
+            let _carrying = carrying;
             served.await
         });
         Response::new(ProxyBody::empty())

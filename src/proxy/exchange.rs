@@ -83,7 +83,14 @@ impl Proxy {
         }
         permit.mark_sent();
         let started = Instant::now();
-        let timeout = self.config.get().proxy.response_timeout;
+        // No head within read_timeout_seconds is the origin's silence too (nginx's
+        // proxy_read_timeout covers the head's read the same way).
+        let timeout = self
+            .config
+            .get()
+            .proxy
+            .response_timeout
+            .min(permit.policy().forward.read_timeout);
         let result = tokio::time::timeout(timeout, self.client.request(&route, request)).await;
         let latency = started.elapsed();
         let idle;
@@ -126,7 +133,8 @@ impl Proxy {
             }
             Err(_) => {
                 let failure = Failure::response_timeout(format!(
-                    "no response headers from {} within {}s",
+                    "no response headers from {} within {}s (response_timeout_seconds, \
+                     read_timeout_seconds)",
                     permit.host_key(),
                     timeout.as_secs_f64()
                 ));

@@ -495,6 +495,7 @@ impl Proxy {
                 idle,
                 scan,
                 store,
+                silence: Some(crate::body::Silence::new(policy.forward.read_timeout)),
             },
         )
     }
