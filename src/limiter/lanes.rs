@@ -309,6 +309,51 @@ impl<T> Lanes<T> {
         None
     }
 
+    /// Room for one more item of `job` in a queue of at most `room` items that is full: the
+    /// lane of the job holding the most over its weighted share, if `job` itself holds less than
+    /// its own (invariant 15: queue room is shared like turns). The shares are of `room`, by
+    /// weight, among the jobs waiting and `job`; a job alone may fill the queue. `None`: `job` is
+    /// at or over its share, or nobody else is over theirs, and the newcomer is the one refused.
+    pub fn over_share(&self, job: &JobTag, room: usize) -> Option<usize> {
+        let newcomer_weight = 1.0 / job.stride();
+        let mut total_weight = 0.0;
+        let mut newcomer_held = 0usize;
+        let mut newcomer_waits = false;
+        for lane in &self.lanes {
+            total_weight += 1.0 / lane.stride;
+            if Arc::ptr_eq(&lane.name, &job.name) || *lane.name == *job.name {
+                newcomer_held = lane.len();
+                newcomer_waits = true;
+            }
+        }
+        if !newcomer_waits {
+            total_weight += newcomer_weight;
+        }
+        let share = |weight: f64| room as f64 * weight / total_weight;
+        if (newcomer_held + 1) as f64 > share(newcomer_weight) {
+            return None;
+        }
+        let mut most: Option<(usize, f64)> = None;
+        for (i, lane) in self.lanes.iter().enumerate() {
+            let over = lane.len() as f64 / share(1.0 / lane.stride);
+            if over > 1.0 && most.is_none_or(|(_, m)| over > m) {
+                most = Some((i, over));
+            }
+        }
+        most.map(|(i, _)| i)
+    }
+
+    /// Takes the item of lane `lane` that would be served last (the back of its lowest class
+    /// waiting), without charging its job: the place a job over its share of the queue gives up.
+    pub fn pop_back_of(&mut self, lane: usize) -> Option<T> {
+        let l = self.lanes.get_mut(lane)?;
+        let class = (0..3).rev().find(|&c| !l.classes[c].is_empty())?;
+        let item = l.classes[class].pop_back()?;
+        l.settle(class);
+        self.took(lane);
+        Some(item)
+    }
+
     /// Takes every item matching `pred`, of any job and class, without charging any job (the
     /// requests a cooldown refuses); the rest keep their places and their order.
     pub fn take_where(&mut self, mut pred: impl FnMut(&T) -> bool) -> Vec<T> {
