@@ -74,7 +74,9 @@ impl AuthGuard {
         let log = {
             let mut log = crate::locks::lock(&self.log);
             match &mut *log {
-                Some((at, skipped)) if now.saturating_duration_since(*at) < Duration::from_secs(1) => {
+                Some((at, skipped))
+                    if now.saturating_duration_since(*at) < Duration::from_secs(1) =>
+                {
                     *skipped += 1;
                     None
                 }
@@ -130,6 +132,10 @@ mod tests {
         assert_eq!(logged.iter().filter(|l| l.is_some()).count(), 1);
         assert!(crate::locks::lock(&guard.strikes).len() <= MAX_ADDRESSES);
         let later = guard.failed("10.0.0.1".parse().unwrap(), now + Duration::from_secs(1));
-        assert_eq!(later.1, Some(MAX_ADDRESSES as u64 + 99), "says what it skipped");
+        assert_eq!(
+            later.1,
+            Some(MAX_ADDRESSES as u64 + 99),
+            "says what it skipped"
+        );
     }
 }

@@ -450,3 +450,148 @@ pub fn priority_of(
     Priority::from_header(text)
         .ok_or_else(|| format!("Courtesy-Priority must be high, normal or low, got {text:?}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+
+    fn with_user(user: &str, token: &str) -> HeaderMap {
+        let pair = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"));
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::header::PROXY_AUTHORIZATION,
+            format!("Basic {pair}").parse().unwrap(),
+        );
+        h
+    }
+
+    fn config(mode: ClientAuth) -> Config {
+        let mut config = Config::default();
+        config.proxy.client_auth = mode;
+        config.jobs = vec![
+            Arc::new(JobSettings {
+                name: "crawl-a".into(),
+                token: Some("token-of-crawl-a-0123456789".into()),
+                ..JobSettings::default()
+            }),
+            Arc::new(JobSettings {
+                name: "tokenless".into(),
+                priority: Priority::High,
+                ..JobSettings::default()
+            }),
+        ];
+        config
+    }
+
+    const HERE: &str = "127.0.0.1";
+    const AFAR: &str = "192.0.2.7";
+
+    #[test]
+    fn invented_names_share_their_clients_one_lane_and_enter_the_table_only_when_kept() {
+        let jobs = Jobs::new();
+        let config = config(ClientAuth::Optional);
+        let client: IpAddr = AFAR.parse().unwrap();
+        let before = jobs.len();
+        let callers: Vec<_> = (0..1000)
+            .map(|i| {
+                jobs.identify(&config, &with_user(&format!("made-up-{i}"), "x"), client)
+                    .unwrap()
+            })
+            .collect();
+        assert!(callers.iter().all(|c| *c.tag().name == *"@192.0.2.7"));
+        assert_eq!(
+            jobs.len(),
+            before,
+            "names not taken leave the table unchanged"
+        );
+        let anonymous = jobs.identify(&config, &HeaderMap::new(), client).unwrap();
+        assert_eq!(
+            anonymous.tag().name,
+            callers[0].tag().name,
+            "one share per client"
+        );
+        let other: IpAddr = "192.0.2.8".parse().unwrap();
+        let elsewhere = jobs
+            .identify(&config, &with_user("made-up-0", "x"), other)
+            .unwrap();
+        assert_ne!(elsewhere.tag().name, callers[0].tag().name);
+        // A configured job keeps its own share, wherever it asks from.
+        let a = jobs
+            .identify(
+                &config,
+                &with_user("crawl-a", "token-of-crawl-a-0123456789"),
+                client,
+            )
+            .unwrap();
+        assert_eq!(&*a.tag().name, "crawl-a");
+        // A taken request puts its name in the table; idle, it leaves, its counts kept by "other".
+        let len = jobs.len();
+        callers[0].state.served.fetch_add(2, Ordering::Relaxed);
+        jobs.keep(&callers[0]);
+        assert_eq!(jobs.len(), len + 1);
+        assert_eq!(jobs.sweep(std::time::Duration::ZERO), 1);
+        assert!(!jobs.states.contains_key("made-up-0"));
+        assert_eq!(
+            jobs.states
+                .get(OTHER)
+                .unwrap()
+                .served
+                .load(Ordering::Relaxed),
+            2
+        );
+    }
+
+    #[test]
+    fn ipv6_clients_share_by_64_and_mapped_ipv4_is_ipv4() {
+        let a = client_lane("2001:db8:1:2::1".parse().unwrap());
+        let b = client_lane("2001:db8:1:2:ffff::9".parse().unwrap());
+        let c = client_lane("2001:db8:1:3::1".parse().unwrap());
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(&*a, "@2001:db8:1:2::/64");
+        assert_eq!(
+            &*client_lane("::ffff:10.1.2.3".parse().unwrap()),
+            "@10.1.2.3"
+        );
+    }
+
+    #[test]
+    fn a_tokenless_job_is_claimed_only_from_loopback_and_refusals_say_the_same() {
+        let jobs = Jobs::new();
+        let optional = config(ClientAuth::Optional);
+        let here: IpAddr = HERE.parse().unwrap();
+        let afar: IpAddr = AFAR.parse().unwrap();
+        let local = jobs
+            .identify(&optional, &with_user("tokenless", ""), here)
+            .unwrap();
+        assert_eq!(local.priority(), Priority::High);
+        let from_afar = jobs.identify(&optional, &with_user("tokenless", ""), afar);
+        let wrong = jobs.identify(&optional, &with_user("crawl-a", "wrong"), afar);
+        let required = config(ClientAuth::Required);
+        let unknown = jobs.identify(&required, &with_user("nobody", "whatever"), afar);
+        for refused in [&from_afar, &wrong, &unknown] {
+            assert_eq!(refused.as_ref().unwrap_err().why, NOT_ACCEPTED);
+        }
+        assert_eq!(jobs.guard.failures(), 3);
+        // The fourth failure of one address is held; the first three are not.
+        let fourth = jobs.identify(&optional, &with_user("crawl-a", "wrong"), afar);
+        assert!(!fourth.unwrap_err().hold.is_zero());
+        assert!(wrong.unwrap_err().hold.is_zero());
+    }
+
+    #[test]
+    fn only_a_configured_jobs_priority_is_honoured() {
+        let mut h = HeaderMap::new();
+        h.insert(PRIORITY_HEADER, "high".parse().unwrap());
+        assert_eq!(
+            priority_of(&mut h.clone(), Priority::Normal, true),
+            Ok(Priority::High)
+        );
+        assert_eq!(
+            priority_of(&mut h, Priority::Normal, false),
+            Ok(Priority::Normal)
+        );
+        assert!(h.is_empty(), "taken out either way");
+    }
+}

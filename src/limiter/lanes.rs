@@ -773,6 +773,50 @@ mod tests {
     }
 
     #[test]
+    fn queue_room_is_shared_by_weight_and_a_job_alone_fills_it() {
+        let mut q: Lanes<(&'static str, u32)> = Lanes::new();
+        let (a, b, c) = (job("a", 1.0), job("b", 1.0), job("c", 2.0));
+        // Alone, a job may fill the room (8): there is nobody else to give it to.
+        for i in 0..8 {
+            assert_eq!(q.over_share(&a, 8), None, "a alone");
+            q.push(&a, Priority::Normal, ("a", i));
+        }
+        // B's share of 8 is 4 (weights 1:1): A, over its share, gives up its last place.
+        let over = q.over_share(&b, 8).expect("A is over its share");
+        assert_eq!(q.pop_back_of(over), Some(("a", 7)));
+        q.push(&b, Priority::Normal, ("b", 0));
+        // A is over its share while B waits: it gets no more room.
+        assert_eq!(q.over_share(&a, 8), None);
+        // C (weight 2) is due half of the room among three jobs: 4 places.
+        for i in 0..4 {
+            let over = q.over_share(&c, 8).expect("A is over its share");
+            assert_eq!(q.pop_back_of(over).map(|x| x.0), Some("a"));
+            q.push(&c, Priority::Normal, ("c", i));
+        }
+        assert_eq!(q.over_share(&c, 8), None, "C holds its share");
+        let held: HashMap<_, _> = q.waiting_by_job().collect();
+        assert_eq!(held, HashMap::from([("a", 3), ("b", 1), ("c", 4)]));
+        // Giving up places charged nothing: A, B and C still take turns by weight.
+        assert_eq!(q.len(), 8);
+    }
+
+    #[test]
+    fn the_place_given_up_is_the_last_to_be_served() {
+        let mut q: Lanes<u32> = Lanes::new();
+        let a = job("a", 1.0);
+        q.push(&a, Priority::High, 1);
+        q.push(&a, Priority::Low, 2);
+        q.push(&a, Priority::Normal, 3);
+        q.push(&a, Priority::Low, 4);
+        assert_eq!(q.pop_back_of(0), Some(4));
+        assert_eq!(q.pop_back_of(0), Some(2));
+        assert_eq!(q.pop_back_of(0), Some(3));
+        assert_eq!(q.pop_back_of(0), Some(1));
+        assert!(q.is_empty());
+        assert_eq!(q.pop_back_of(0), None);
+    }
+
+    #[test]
     fn discard_and_remove_charge_nothing() {
         // Reference: A and B alternate exactly.
         let jobs = [("a", 1.0), ("b", 1.0)];

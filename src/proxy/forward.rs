@@ -270,8 +270,7 @@ impl Proxy {
         asking: &Asking,
     ) -> Result<Asked, Failure> {
         let on_cooldown = own_cooldown_choice(&mut parts.headers)?.or(asking.on_cooldown);
-        let priority =
-            priority_of(
+        let priority = priority_of(
             &mut parts.headers,
             asking.priority,
             asking.caller.settings.is_some(),
