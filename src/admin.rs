@@ -197,6 +197,7 @@ impl Admin {
                 let waiting = self.limiter.waiting_by_job();
                 let callers = self.jobs.callers(&self.config.get());
                 self.metrics.count_jobs(&callers, &waiting);
+                self.metrics.count_auth_failures(self.jobs.guard.failures());
                 let text = self
                     .metrics
                     .render(&self.limiter, self.interceptor.cache_stats());

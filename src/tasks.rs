@@ -180,6 +180,7 @@ async fn sweep_idle_hosts(
                 released: false,
             });
         proxy.sweep_robots();
+        proxy.jobs().sweep(crate::jobs::UNNAMED_IDLE);
         if swept.forgotten > 0 {
             let unlabelled = metrics.forget_unknown_hosts(&limiter);
             debug!(

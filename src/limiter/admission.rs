@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use tokio::time::{timeout_at, Instant};
 
 use super::budget::{Kept, Turn};
-use super::host::{Host, Waiter};
+use super::host::{Host, HostState, Waiter};
 use super::lanes::{JobTag, Priority};
 use super::waits::Asker;
 use super::{dispatch, shadow, Limiter, Permit, Refusal};
@@ -185,21 +185,28 @@ impl Limiter {
                 }
                 first_waits = Some(turn.reason());
             }
-            if state.queue.len() >= state.policy.pacing.max_queue {
-                let rate = state.pacing.effective_rate(now);
-                let ahead = state.queue.len() as f64 + 1.0;
-                let retry_after = Duration::from_secs_f64((ahead / rate).clamp(1.0, 3600.0));
-                let refusal = Refusal::QueueFull {
-                    max_queue: state.policy.pacing.max_queue,
-                    retry_after,
-                };
+            let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
+            let max_queue = state.policy.pacing.max_queue;
+            if state.queue.len() >= max_queue {
+                // A job over its share of the room gives its last place to another job's request.
+                if let Some(over) = state.queue.over_share(job, max_queue) {
+                    if let Some(evicted) = state.queue.pop_back_of(over) {
+                        let refusal = queue_full(&state, now);
+                        state.stats.refused(&refusal);
+                        // Its waiter may have gone (then the send fails and nothing is owed).
+                        let _ = evicted.reply.send(Err(refusal));
+                        entry.wake.notify_one();
+                    }
+                }
+            }
+            if state.queue.len() >= max_queue {
+                let refusal = queue_full(&state, now);
                 state.stats.refused(&refusal);
                 return TryNow::Refused(refusal);
             }
             let (tx, turn) = oneshot::channel();
             let id = state.next_id;
             state.next_id += 1;
-            let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
             let behind_own = state.queue.waiting_for(job);
             let waiter = Waiter {
                 id,
@@ -232,6 +239,17 @@ impl Limiter {
                 },
             });
         }
+    }
+}
+
+/// The refusal of a request the host's full queue has no room for, with when to come back.
+fn queue_full(state: &HostState, now: Instant) -> Refusal {
+    let rate = state.pacing.effective_rate(now);
+    let ahead = state.queue.len() as f64 + 1.0;
+    let retry_after = Duration::from_secs_f64((ahead / rate).clamp(1.0, 3600.0));
+    Refusal::QueueFull {
+        max_queue: state.policy.pacing.max_queue,
+        retry_after,
     }
 }
 

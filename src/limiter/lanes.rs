@@ -309,6 +309,51 @@ impl<T> Lanes<T> {
         None
     }
 
+    /// Room for one more item of `job` in a queue of at most `room` items that is full: the
+    /// lane of the job holding the most over its weighted share, if `job` itself holds less than
+    /// its own (invariant 15: queue room is shared like turns). The shares are of `room`, by
+    /// weight, among the jobs waiting and `job`; a job alone may fill the queue. `None`: `job` is
+    /// at or over its share, or nobody else is over theirs, and the newcomer is the one refused.
+    pub fn over_share(&self, job: &JobTag, room: usize) -> Option<usize> {
+        let newcomer_weight = 1.0 / job.stride();
+        let mut total_weight = 0.0;
+        let mut newcomer_held = 0usize;
+        let mut newcomer_waits = false;
+        for lane in &self.lanes {
+            total_weight += 1.0 / lane.stride;
+            if Arc::ptr_eq(&lane.name, &job.name) || *lane.name == *job.name {
+                newcomer_held = lane.len();
+                newcomer_waits = true;
+            }
+        }
+        if !newcomer_waits {
+            total_weight += newcomer_weight;
+        }
+        let share = |weight: f64| room as f64 * weight / total_weight;
+        if (newcomer_held + 1) as f64 > share(newcomer_weight) {
+            return None;
+        }
+        let mut most: Option<(usize, f64)> = None;
+        for (i, lane) in self.lanes.iter().enumerate() {
+            let over = lane.len() as f64 / share(1.0 / lane.stride);
+            if over > 1.0 && most.is_none_or(|(_, m)| over > m) {
+                most = Some((i, over));
+            }
+        }
+        most.map(|(i, _)| i)
+    }
+
+    /// Takes the item of lane `lane` that would be served last (the back of its lowest class
+    /// waiting), without charging its job: the place a job over its share of the queue gives up.
+    pub fn pop_back_of(&mut self, lane: usize) -> Option<T> {
+        let l = self.lanes.get_mut(lane)?;
+        let class = (0..3).rev().find(|&c| !l.classes[c].is_empty())?;
+        let item = l.classes[class].pop_back()?;
+        l.settle(class);
+        self.took(lane);
+        Some(item)
+    }
+
     /// Takes every item matching `pred`, of any job and class, without charging any job (the
     /// requests a cooldown refuses); the rest keep their places and their order.
     pub fn take_where(&mut self, mut pred: impl FnMut(&T) -> bool) -> Vec<T> {
@@ -725,6 +770,50 @@ mod tests {
         }
         assert_eq!(counts["a"], 200, "{counts:?}");
         assert_eq!(counts["b"], 200, "{counts:?}");
+    }
+
+    #[test]
+    fn queue_room_is_shared_by_weight_and_a_job_alone_fills_it() {
+        let mut q: Lanes<(&'static str, u32)> = Lanes::new();
+        let (a, b, c) = (job("a", 1.0), job("b", 1.0), job("c", 2.0));
+        // Alone, a job may fill the room (8): there is nobody else to give it to.
+        for i in 0..8 {
+            assert_eq!(q.over_share(&a, 8), None, "a alone");
+            q.push(&a, Priority::Normal, ("a", i));
+        }
+        // B's share of 8 is 4 (weights 1:1): A, over its share, gives up its last place.
+        let over = q.over_share(&b, 8).expect("A is over its share");
+        assert_eq!(q.pop_back_of(over), Some(("a", 7)));
+        q.push(&b, Priority::Normal, ("b", 0));
+        // A is over its share while B waits: it gets no more room.
+        assert_eq!(q.over_share(&a, 8), None);
+        // C (weight 2) is due half of the room among three jobs: 4 places.
+        for i in 0..4 {
+            let over = q.over_share(&c, 8).expect("A is over its share");
+            assert_eq!(q.pop_back_of(over).map(|x| x.0), Some("a"));
+            q.push(&c, Priority::Normal, ("c", i));
+        }
+        assert_eq!(q.over_share(&c, 8), None, "C holds its share");
+        let held: HashMap<_, _> = q.waiting_by_job().collect();
+        assert_eq!(held, HashMap::from([("a", 3), ("b", 1), ("c", 4)]));
+        // Giving up places charged nothing: A, B and C still take turns by weight.
+        assert_eq!(q.len(), 8);
+    }
+
+    #[test]
+    fn the_place_given_up_is_the_last_to_be_served() {
+        let mut q: Lanes<u32> = Lanes::new();
+        let a = job("a", 1.0);
+        q.push(&a, Priority::High, 1);
+        q.push(&a, Priority::Low, 2);
+        q.push(&a, Priority::Normal, 3);
+        q.push(&a, Priority::Low, 4);
+        assert_eq!(q.pop_back_of(0), Some(4));
+        assert_eq!(q.pop_back_of(0), Some(2));
+        assert_eq!(q.pop_back_of(0), Some(3));
+        assert_eq!(q.pop_back_of(0), Some(1));
+        assert!(q.is_empty());
+        assert_eq!(q.pop_back_of(0), None);
     }
 
     #[test]

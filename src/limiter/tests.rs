@@ -784,3 +784,78 @@ async fn the_global_byte_ceiling_holds_every_host() {
     assert_eq!(rounded(&at), vec![0.0, 2.0, 5.0]);
     assert_eq!(limiter.downlink_debt(), Some((300_000, 100_000)));
 }
+
+/// Queue room is shared between jobs (invariant 15): job A alone fills `max_queue`; job B's
+/// single request is then admitted, and A's last place is the one refused; A cannot take it
+/// back while B waits, and B's request gets its turn within two of A's.
+#[tokio::test(start_paused = true)]
+async fn a_job_filling_the_queue_gives_room_to_another_jobs_request() {
+    use super::lanes::{JobTag, Priority};
+    let limiter = limiter_with(
+        {
+            let mut p = policy(1.0, 1, 1);
+            p.pacing.max_queue = 4;
+            p
+        },
+        1000,
+    );
+    let a = JobTag::new("crawl-a", 1.0);
+    let b = JobTag::new("crawl-b", 1.0);
+    let key = crate::keys::BudgetKey::of_host("room.test", 80);
+    let mut first = limiter
+        .admit(Admission::of(&key).job(a.clone(), Priority::Normal))
+        .await
+        .unwrap();
+    first.mark_sent();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let spawn = |job: JobTag, label: &'static str| {
+        let limiter = limiter.clone();
+        let served = served.clone();
+        tokio::spawn(async move {
+            let key = crate::keys::BudgetKey::of_host("room.test", 80);
+            let got = limiter
+                .admit(Admission::of(&key).job(job, Priority::Normal))
+                .await;
+            if let Ok(mut permit) = got {
+                permit.mark_sent();
+                crate::locks::lock(&served).push(label);
+                Ok(())
+            } else {
+                got.map(|_| ())
+            }
+        })
+    };
+    let mut queued_a = Vec::new();
+    for _ in 0..4 {
+        queued_a.push(spawn(a.clone(), "a"));
+        tokio::task::yield_now().await;
+    }
+    // A alone may fill the queue; one more of A's is refused.
+    let refused = limiter
+        .admit(Admission::of(&key).job(a.clone(), Priority::Normal))
+        .await;
+    assert!(
+        matches!(refused, Err(Refusal::QueueFull { .. })),
+        "{refused:?}"
+    );
+    let b_task = spawn(b.clone(), "b");
+    tokio::task::yield_now().await;
+    // A's last place went to B; A is over its share and cannot come back while B waits.
+    let last_a = queued_a.pop().unwrap().await.unwrap();
+    assert!(
+        matches!(last_a, Err(Refusal::QueueFull { .. })),
+        "{last_a:?}"
+    );
+    let again = limiter
+        .admit(Admission::of(&key).job(a.clone(), Priority::Normal))
+        .await;
+    assert!(matches!(again, Err(Refusal::QueueFull { .. })), "{again:?}");
+    drop(first);
+    assert!(b_task.await.unwrap().is_ok());
+    let order = crate::locks::lock(&served).clone();
+    let b_at = order.iter().position(|l| *l == "b").unwrap();
+    assert!(b_at <= 1, "B's request came within two turns: {order:?}");
+    for t in queued_a {
+        assert!(t.await.unwrap().is_ok());
+    }
+}

@@ -153,6 +153,9 @@ struct JobFamilies {
     requests: Family<JobOutcome, Counter>,
     waiting: Family<JobLabel, Gauge>,
     quota_remaining: Family<JobLabel, Gauge>,
+    /// `courtesy_auth_failures_total`: proxy credentials refused (a wrong token, a name no
+    /// `[[job]]` gives where one is required, a token-less job claimed from afar).
+    auth_failures: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -172,7 +175,13 @@ impl JobFamilies {
             requests: Family::default(),
             waiting: Family::default(),
             quota_remaining: Family::default(),
+            auth_failures: Counter::default(),
         };
+        registry.register(
+            "auth_failures",
+            "Proxy credentials refused with a 407: a wrong token, a name no [[job]] gives where a job is required, or a job without a token claimed from another machine",
+            families.auth_failures.clone(),
+        );
         registry.register(
             "job_requests",
             "Requests by job and outcome: served (went upstream), refused_quota (the job's quota), shadow_would_wait (to a report-only host, held by the job's fair share had it enforced)",
@@ -585,6 +594,12 @@ impl Metrics {
     /// `waiting` (requests waiting per job, from the host table); called before a scrape.
     pub fn count_jobs(&self, callers: &[crate::jobs::Caller], waiting: &HashMap<String, usize>) {
         use std::sync::atomic::Ordering::Relaxed;
+        // Requests of no configured job wait in their client's share (`@address`): anonymous's.
+        let unconfigured: usize = waiting
+            .iter()
+            .filter(|(lane, _)| lane.starts_with('@'))
+            .map(|(_, n)| n)
+            .sum();
         let now = std::time::Instant::now();
         let mut per_label: HashMap<String, (u64, u64, i64, Option<i64>, u64)> = HashMap::new();
         for caller in callers {
@@ -598,6 +613,9 @@ impl Metrics {
             entry.0 += caller.state.served.load(Relaxed);
             entry.1 += caller.state.refused_quota.load(Relaxed);
             entry.2 += waiting.get(name).copied().unwrap_or(0) as i64;
+            if name == crate::jobs::ANONYMOUS {
+                entry.2 += unconfigured as i64;
+            }
             if let Some(left) = caller.quota_left(now) {
                 entry.3 = Some(entry.3.unwrap_or(0) + left.remaining as i64);
             }
@@ -628,6 +646,13 @@ impl Metrics {
                     .set(remaining);
             }
         }
+    }
+
+    /// Brings `courtesy_auth_failures_total` up to `total` (the jobs' [`crate::jobs::AuthGuard`]
+    /// count); called before a scrape.
+    pub fn count_auth_failures(&self, total: u64) {
+        let counter = &self.jobs.auth_failures;
+        counter.inc_by(total.saturating_sub(counter.get()));
     }
 
     /// Renders the Prometheus text format, filling the gauges from the host table first.

@@ -67,7 +67,11 @@ impl Proxy {
             Err(failure) => return failure.into_response(),
         };
         // So does a priority (the credentials of the CONNECT name the job of every request).
-        let priority = match priority_of(req.headers_mut(), caller.priority()) {
+        let priority = match priority_of(
+            req.headers_mut(),
+            caller.priority(),
+            caller.settings.is_some(),
+        ) {
             Ok(priority) => priority,
             Err(why) => return Failure::bad_request(why).into_response(),
         };

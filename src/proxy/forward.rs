@@ -212,6 +212,7 @@ impl Proxy {
                 return with_quota_headers((refused, Some(body)), &asking.caller);
             }
         };
+        self.jobs.keep(&asking.caller);
         let attempts = Attempts::new(parts, body, replayable, asked, shadow_refused)
             .of_job(&asking.caller, ticket);
         let outcome = self
@@ -269,8 +270,12 @@ impl Proxy {
         asking: &Asking,
     ) -> Result<Asked, Failure> {
         let on_cooldown = own_cooldown_choice(&mut parts.headers)?.or(asking.on_cooldown);
-        let priority =
-            priority_of(&mut parts.headers, asking.priority).map_err(Failure::bad_request)?;
+        let priority = priority_of(
+            &mut parts.headers,
+            asking.priority,
+            asking.caller.settings.is_some(),
+        )
+        .map_err(Failure::bad_request)?;
         strip_request(&mut parts.headers);
         parts
             .headers

@@ -264,10 +264,15 @@ impl Proxy {
             let refused = response::client_not_allowed(client.ip());
             return Ok(self.with_timing(refused, &not_held()));
         }
-        let caller = match self.jobs.identify(&config, req.headers()) {
+        let caller = match self.jobs.identify(&config, req.headers(), client.ip()) {
             Ok(caller) => caller,
             Err(why) => {
-                let refused = response::proxy_auth_required(&why.0);
+                drop(config);
+                // An address that keeps failing waits for each answer (no lock is held here).
+                if !why.hold.is_zero() {
+                    tokio::time::sleep(why.hold).await;
+                }
+                let refused = response::proxy_auth_required(&why.why);
                 return Ok(self.with_timing(refused, &not_held()));
             }
         };
