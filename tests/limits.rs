@@ -99,16 +99,24 @@ async fn a_flood_of_silent_connections_from_a_refused_address_leaves_allowed_cli
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_per_client_are_capped_and_silent_ones_time_out() {
-    let origin = Origin::ok("127.0.0.2").await;
+    use tokio::io::AsyncWriteExt as _;
+    let origin = Origin::slow("127.0.0.2", Duration::from_secs(3), "slow").await;
     let courtesy = Courtesy::start(
         "[proxy]\nmax_connections_per_client = 3\nheader_timeout_seconds = 0.5\n\
-         [admin]\nmax_connections_per_client = 2\n",
+         [admin]\nmax_connections_per_client = 2\n\
+         [defaults]\nrate = 100\nburst = 10\nconcurrency = 4\nobey_robots = false\n",
     )
     .await;
-    let mut silent = Vec::new();
-    for _ in 0..3 {
-        silent.push(TcpStream::connect(courtesy.addr).await.unwrap());
+    // Three connections each carrying a request: none is idle, so a fourth is refused.
+    let mut carrying = Vec::new();
+    for i in 0..3 {
+        let mut stream = TcpStream::connect(courtesy.addr).await.unwrap();
+        let url = origin.url(&format!("/{i}"));
+        let head = format!("GET {url} HTTP/1.1\r\nHost: {}\r\n\r\n", origin.addr);
+        stream.write_all(head.as_bytes()).await.unwrap();
+        carrying.push(stream);
     }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let mut over = TcpStream::connect(courtesy.addr).await.unwrap();
     let said = closed_within(&mut over, Duration::from_secs(2))
         .await
@@ -118,21 +126,43 @@ async fn connections_per_client_are_capped_and_silent_ones_time_out() {
         said.contains("proxy-status: courtesy; error=connection_limit_reached"),
         "{said}"
     );
+    // Two silent admin connections at the admin cap: a third takes the place of the one idle
+    // longest (invariant 15), and is served.
     let mut admins = Vec::new();
     for _ in 0..2 {
         admins.push(TcpStream::connect(courtesy.admin).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut over = TcpStream::connect(courtesy.admin).await.unwrap();
-    let said = closed_within(&mut over, Duration::from_secs(2))
+    let newest = admin_call(
+        "GET",
+        &format!("http://{}/healthz", courtesy.admin),
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(newest.0, StatusCode::OK, "an idle connection made room");
+    let oldest = closed_within(&mut admins[0], Duration::from_secs(2))
         .await
-        .unwrap();
-    assert!(said.contains("error=connection_limit_reached"), "{said}");
+        .expect("the connection idle longest is closed for the new one");
+    assert_eq!(oldest, "", "closed before anything is read or written");
     // Nothing sent within header_timeout_seconds: closed, and the places come back.
-    for stream in silent.iter_mut().chain(admins.iter_mut()) {
-        let said = closed_within(stream, Duration::from_secs(3))
-            .await
-            .expect("a silent connection is closed after header_timeout_seconds");
-        assert_eq!(said, "");
+    let said = closed_within(&mut admins[1], Duration::from_secs(3))
+        .await
+        .expect("a silent connection is closed after header_timeout_seconds");
+    assert_eq!(said, "");
+    // The carried requests are answered; their connections, idle now, make room for a new one.
+    for stream in &mut carrying {
+        let mut seen = Vec::new();
+        let mut chunk = [0u8; 1024];
+        while !String::from_utf8_lossy(&seen).contains("slow") {
+            let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+                .await
+                .expect("the carried request is answered")
+                .unwrap();
+            assert_ne!(n, 0, "answered before the connection closes");
+            seen.extend_from_slice(&chunk[..n]);
+        }
+        assert!(String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"));
     }
     assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
 }
