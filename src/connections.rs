@@ -21,6 +21,9 @@ use tracing::debug;
 /// listeners' own is `header_timeout_seconds`).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The smallest read buffer hyper accepts for HTTP/1 (it panics below it).
+const MIN_HEAD_BYTES: usize = 8192;
+
 /// Every connection task, and the signal that asks them to finish.
 #[derive(Debug, Clone, Default)]
 pub struct Connections {
@@ -34,14 +37,21 @@ impl Connections {
         Self::default()
     }
 
-    /// The HTTP server settings of every listener: HTTP/1.1 with keep-alive and a header read
-    /// timeout, and HTTP/2 too where `http2` (inside intercepted TLS, where ALPN may choose it).
-    pub fn builder(http2: bool) -> auto::Builder<TokioExecutor> {
-        Connections::builder_with(http2, HEADER_READ_TIMEOUT)
+    /// The HTTP server settings of every listener: HTTP/1.1 with keep-alive, a header read
+    /// timeout and a bound on the request head (`max_head_bytes`, at least 8192), and HTTP/2
+    /// too where `http2` (inside intercepted TLS, where ALPN may choose it).
+    pub fn builder(http2: bool, max_head_bytes: usize) -> auto::Builder<TokioExecutor> {
+        Connections::builder_with(http2, HEADER_READ_TIMEOUT, max_head_bytes)
     }
 
     /// [`Connections::builder`] with `header_timeout` for each request head.
-    pub fn builder_with(http2: bool, header_timeout: Duration) -> auto::Builder<TokioExecutor> {
+    pub fn builder_with(
+        http2: bool,
+        header_timeout: Duration,
+        max_head_bytes: usize,
+    ) -> auto::Builder<TokioExecutor> {
+        // hyper panics below its minimum buffer; the config's range starts there too.
+        let max_head_bytes = max_head_bytes.max(MIN_HEAD_BYTES);
         let mut builder = auto::Builder::new(TokioExecutor::new());
         if !http2 {
             builder = builder.http1_only();
@@ -50,7 +60,14 @@ impl Connections {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout)
+            // A head that does not fit is hyper's 431 (Proxy-Status added by `unparsable`).
+            .max_buf_size(max_head_bytes)
             .keep_alive(true);
+        if http2 {
+            builder
+                .http2()
+                .max_header_list_size(u32::try_from(max_head_bytes).unwrap_or(u32::MAX));
+        }
         builder
     }
 

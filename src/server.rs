@@ -176,7 +176,8 @@ pub async fn run(
     info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
 
     let header_timeout = config.proxy.header_timeout;
-    let builder = Connections::builder_with(false, header_timeout);
+    let builder =
+        Connections::builder_with(false, header_timeout, config.proxy.max_request_head_bytes);
     let proxy_gate = Gate::new(proxy_caps);
     let admin_gate = Gate::new(admin_caps);
     let mut proxy_spare = Spare::new();

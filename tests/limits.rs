@@ -8,7 +8,7 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{Request, StatusCode};
 use support::*;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpSocket, TcpStream};
@@ -438,4 +438,73 @@ async fn a_thousand_idle_connections_from_one_address_make_room_for_a_new_reques
     assert!(closed_within(newest, Duration::from_millis(300))
         .await
         .is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_heads_are_bounded_and_a_thousand_huge_heads_pin_no_memory() {
+    use tokio::io::AsyncWriteExt as _;
+    raise_own_fd_limit();
+    let origin = Origin::ok("127.0.0.1").await;
+    let dir = temp_dir("heads");
+    let ports = Ports::free();
+    let config = dir.join("c.toml");
+    ports.write_config(
+        &config,
+        &dir,
+        "max_connections_per_client = 2000\n\
+         [defaults]\nrate = 1000\nburst = 100\nobey_robots = false\n",
+    );
+    let mut child = spawn_courtesy_process(&config);
+    let pid = child.id().unwrap();
+    assert!(listening(ports.proxy_addr()).await);
+    let client = ProxyClient {
+        proxy: ports.proxy_addr(),
+    };
+    // A head with a 32 KiB cookie (the large end of real ones) is served.
+    let cookie = "c".repeat(32 * 1024);
+    let req = Request::get(origin.url("/cookie"))
+        .header("cookie", cookie.as_str())
+        .body(empty())
+        .unwrap();
+    assert_eq!(client.send(req).await.status, StatusCode::OK);
+    let before = vm_hwm_kib(pid);
+    assert!(before > 0, "could not read courtesy's memory");
+
+    // 1,000 connections each sending 390 KB of a head that never ends: each is refused with
+    // 431 once max_request_head_bytes (64 KiB) is read, and closed.
+    let start = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nx-pad: ",
+        origin.url("/"),
+        origin.addr
+    );
+    let pad = vec![b'a'; 390 * 1024];
+    let mut streams = Vec::new();
+    for _ in 0..1000 {
+        let mut stream = TcpStream::connect(ports.proxy_addr()).await.unwrap();
+        // courtesy stops reading at the bound: the rest of the write may fail, or wait.
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            stream.write_all(start.as_bytes()).await?;
+            stream.write_all(&pad).await
+        })
+        .await;
+        streams.push(stream);
+    }
+    for stream in streams.iter_mut().step_by(50) {
+        let said = closed_within(stream, Duration::from_secs(5))
+            .await
+            .expect("a connection over the head limit is closed");
+        assert!(said.starts_with("HTTP/1.1 431"), "{said}");
+        assert!(said.contains("proxy-status: courtesy; error="), "{said}");
+    }
+    let after = vm_hwm_kib(pid);
+    let grew_mib = after.saturating_sub(before) as f64 / 1024.0;
+    println!("courtesy's peak memory grew by {grew_mib:.1} MiB for 1,000 heads of 390 KB");
+    // Before the bound: 16 MB → 425 MB. Now at most 64 KiB per unfinished head.
+    assert!(
+        grew_mib < 96.0,
+        "courtesy's peak memory grew by {grew_mib:.1} MiB for 1,000 heads of 390 KB"
+    );
+    assert_eq!(client.get(&origin.url("/after")).await.status, 200);
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -70,6 +70,16 @@ keys! {
         /// request's whole head, on both listeners; a connection that does not is closed.
         header_timeout: Duration = Duration::from_secs(30),
             from header_timeout_seconds: f64, Seconds { min: 0.1, max: 3600.0 };
+        /// The largest request head (request line and headers) a client may send, on both
+        /// listeners and inside intercepted tunnels; a larger one is answered 431 with
+        /// Proxy-Status and the connection closed.
+        ///
+        /// It also bounds the memory unfinished heads can hold: at most max_connections of them,
+        /// each at most this size (64 KiB, as Squid's request_header_max_size, × 4096
+        /// connections = 256 MiB at the very worst). Real crawlers send 1-4 KiB; large cookies
+        /// reach 16 KiB.
+        max_request_head_bytes: usize = 65536,
+            from max_request_head_bytes: i64, Count { min: 8192, max: 16_777_216 };
         /// Where state that outlives a run is kept (the CA, cooldowns, the response store).
         /// Default: $XDG_STATE_HOME/courtesy, else ~/.local/state/courtesy.
         state_dir: PathBuf = default_state_dir(), from state_dir: String, Path,

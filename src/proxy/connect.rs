@@ -237,6 +237,7 @@ impl Proxy {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let connections = self.connections.clone();
+        let max_head_bytes = self.config.get().proxy.max_request_head_bytes;
         let service = service_fn(move |req: Request<Incoming>| {
             let (proxy, target, asking) = (self.clone(), target.clone(), asking.clone());
             async move {
@@ -247,7 +248,7 @@ impl Proxy {
                 )
             }
         });
-        let builder = Connections::builder(true);
+        let builder = Connections::builder(true, max_head_bytes);
         let conn = builder
             .serve_connection(TokioIo::new(stream), service)
             .into_owned();
