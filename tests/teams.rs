@@ -612,7 +612,8 @@ fn count_of(haystack: &[u8], needle: &[u8]) -> usize {
 async fn a_job_filling_max_queue_leaves_room_for_another_jobs_request() {
     let origin = Origin::ok("127.0.0.1").await;
     let courtesy = Courtesy::start(&format!(
-        "[defaults]\nrate = 4.0\nburst = 1\nconcurrency = 1\nmax_queue = 10\n{}",
+        // One turn every 2 s: the queue stays full while the test looks at it.
+        "[defaults]\nrate = 0.5\nburst = 1\nconcurrency = 1\nmax_queue = 10\n{}",
         jobs_section("", "")
     ))
     .await;
@@ -625,7 +626,21 @@ async fn a_job_filling_max_queue_leaves_room_for_another_jobs_request() {
             )
         })
         .collect();
-    // A has filled the queue once its own requests are being refused.
+    // A has filled the queue once its own requests are being refused: wait until the queue
+    // holds max_queue (the 30 requests arrive on their own connections, in their own time).
+    let mut queued = 0;
+    for _ in 0..400 {
+        let (_, page) = courtesy.host_page(&origin.addr.to_string()).await;
+        queued = serde_json::from_str::<serde_json::Value>(&page)
+            .ok()
+            .and_then(|v| v["queued"].as_u64())
+            .unwrap_or(0);
+        if queued >= 10 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(queued, 10, "A's requests fill max_queue");
     let a_refused = client
         .send(get_as(&origin.url("/a/more"), "crawl-a", TOKEN_A))
         .await;

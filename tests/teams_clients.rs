@@ -519,7 +519,9 @@ async fn chromium_answers_the_407_challenge_with_its_jobs_credentials_and_a_wron
     // plain http the page shown is courtesy's 407 itself (its body says why, never the token);
     // a 407 to the CONNECT ends the navigation (Chromium 156 says ERR_HTTP_RESPONSE_CODE_FAILURE).
     assert!(
-        lines[0].starts_with("loaded 407 ") && lines[0].contains("the token for job"),
+        lines[0].starts_with("loaded 407 ")
+            && lines[0].contains("the proxy credentials are not accepted")
+            && !lines[0].contains(WRONG),
         "{lines:?}"
     );
     assert!(
