@@ -46,44 +46,26 @@
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls `run`.
 
 mod admin;
-mod alerts;
-mod blocks;
-mod body;
-mod cache;
-pub mod client_env;
+pub mod budget;
+pub mod cli;
 pub mod config;
-mod connections;
-mod explain;
-mod feedback;
-mod files;
-mod gate;
-mod heap;
-pub mod host_name;
-pub mod jobs;
-pub mod keys;
-pub mod limiter;
-mod locks;
-pub mod log_writer;
-mod metrics;
-mod parent;
-pub mod policy;
+mod front;
+mod observe;
+pub mod pacing;
 pub mod proxy;
-mod reload;
-mod resolve;
-mod response;
-mod robots;
-#[cfg(test)]
-mod scratch;
-mod server;
-mod shared;
-mod state;
-pub mod status;
-mod tasks;
-mod telemetry;
-pub mod tls;
-mod unparsable;
+mod serve;
+mod store;
 #[cfg(test)]
 mod untrusted_input;
-mod views;
+pub mod upstream;
+pub mod util;
+pub mod wire;
 
-pub use server::{run, Listeners};
+// The paths tests, benches and the binary use.
+pub use budget::{jobs, keys, limiter};
+pub use cli::{client_env, status};
+pub use pacing::policy;
+pub use serve::server::{run, Listeners};
+pub use upstream::tls;
+pub use util::log_writer;
+pub use wire::host_name;

@@ -12,9 +12,9 @@ use http::{HeaderMap, HeaderValue, Uri};
 use proptest::prelude::*;
 
 use crate::config::{Config, UpstreamProxy};
-use crate::feedback::{retry_after, server_budget};
+use crate::pacing::feedback::{retry_after, server_budget};
+use crate::pacing::robots::{Fetched, RobotsCache, Step};
 use crate::proxy::testing::{classify_opening, connect_target, request_target};
-use crate::robots::{Fetched, RobotsCache, Step};
 
 /// Generous: a parser that needs this long for a few kilobytes is broken, not slow.
 const PER_INPUT: Duration = Duration::from_secs(2);
@@ -61,7 +61,7 @@ proptest! {
         if let Ok(uri) = text.parse::<Uri>() {
             if let Some(host) = uri.host() {
                 let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
-                let key = bounded("a domain key", || crate::keys::domain_key(&host));
+                let key = bounded("a domain key", || crate::budget::keys::domain_key(&host));
                 prop_assert!(key.len() <= host.len() + 2, "{} -> {}", host, key);
             }
         }
@@ -69,7 +69,7 @@ proptest! {
 
     #[test]
     fn hosts_files(text in texty()) {
-        bounded("a hosts file", || crate::resolve::StaticHosts::parse(&text).map(|h| h.len()).ok());
+        bounded("a hosts file", || crate::upstream::resolve::StaticHosts::parse(&text).map(|h| h.len()).ok());
     }
 
     #[test]
@@ -79,14 +79,14 @@ proptest! {
             "(0x[0-9a-fA-F]{0,10}|0[0-7]{0,12}|[0-9]{1,11})(\\.(0x[0-9a-fA-F]{0,4}|0[0-7]{0,4}|[0-9]{1,5})){0,4}\\.?",
         ],
     ) {
-        let ip = bounded("a numeric host", || crate::resolve::numeric_ipv4(&text));
+        let ip = bounded("a numeric host", || crate::upstream::resolve::numeric_ipv4(&text));
         if let Some(ip) = ip {
             // An address reads back as itself.
             let dotted = ip.to_string();
-            prop_assert_eq!(crate::resolve::numeric_ipv4(&dotted), Some(ip));
-            prop_assert_eq!(crate::resolve::literal_ip(&dotted), Some(std::net::IpAddr::V4(ip)));
+            prop_assert_eq!(crate::upstream::resolve::numeric_ipv4(&dotted), Some(ip));
+            prop_assert_eq!(crate::upstream::resolve::literal_ip(&dotted), Some(std::net::IpAddr::V4(ip)));
         }
-        let _ = bounded("a host literal", || crate::resolve::literal_ip(&text));
+        let _ = bounded("a host literal", || crate::upstream::resolve::literal_ip(&text));
     }
 
     #[test]
@@ -192,7 +192,7 @@ proptest! {
         proxy_status in texty(),
         squid in any::<bool>(),
     ) {
-        let _ = bounded("a parent's answer to CONNECT", || crate::parent::testing::connect_answer(&head));
+        let _ = bounded("a parent's answer to CONNECT", || crate::upstream::parent::testing::connect_answer(&head));
         let mut response = http::Response::new(());
         if let Ok(code) = http::StatusCode::from_u16(status) {
             *response.status_mut() = code;
@@ -205,7 +205,7 @@ proptest! {
         }
         let parent = UpstreamProxy::parse("http://u:secret@p.test:3128").map_err(TestCaseError::fail)?;
         bounded("a parent's error page", || {
-            if let Some(own) = crate::parent::own_answer(&parent, &response) {
+            if let Some(own) = crate::upstream::parent::own_answer(&parent, &response) {
                 prop_assert!(!own.details.contains("secret"));
                 prop_assert!(status >= 400);
             }

@@ -1,4 +1,4 @@
-//! The admin listener's live dashboard (`GET /`, the page in `src/dashboard.html`): a self-contained
+//! The admin listener's live dashboard (`GET /`, the page in `src/admin/dashboard.html`): a self-contained
 //! HTML page, and a real browser showing the hosts courtesy paces.
 //!
 //! The browser check runs `tests/node/dashboard.mjs` (playwright-core driving the system's

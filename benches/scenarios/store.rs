@@ -203,7 +203,7 @@ pub fn parse_command_stats(text: &str) -> BTreeMap<String, CommandStat> {
 }
 
 /// What one logged command was: a courtesy script by its name, told apart by its keys (see
-/// `src/shared/scripts.rs`): a reservation takes five keys (budget, leases, waiting list and its
+/// `src/store/scripts.rs`): a reservation takes five keys (budget, leases, waiting list and its
 /// expiries, allowances), and one that wants no turn (its thirteenth argument `0`) only settles
 /// an allowance ("settle"); release takes
 /// the budget, lease and waiting-list keys, withdraw the waiting list, its expiries and the

@@ -1,6 +1,6 @@
 //! A job's settings (`[[job]]`): who a job is (its name, the username of the proxy URL, and its
 //! token), its share of each host's turns, its default priority, its quota, and what courtesy
-//! stamps on its requests. Keeping per-job state is `crate::jobs`'s job.
+//! stamps on its requests. Keeping per-job state is `crate::budget::jobs`'s job.
 
 use std::time::Duration;
 

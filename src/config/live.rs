@@ -18,11 +18,11 @@ impl LiveConfig {
 
     /// The config in force now.
     pub fn get(&self) -> Arc<Config> {
-        crate::locks::read(&self.0).clone()
+        crate::util::locks::read(&self.0).clone()
     }
 
     /// Puts `config` in force for everyone sharing this handle; returns the one it replaces.
     pub fn replace(&self, config: Arc<Config>) -> Arc<Config> {
-        std::mem::replace(&mut *crate::locks::write(&self.0), config)
+        std::mem::replace(&mut *crate::util::locks::write(&self.0), config)
     }
 }

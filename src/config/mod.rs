@@ -7,7 +7,7 @@
 //! the file structs. The config owns what the file says and how a host finds its policy. It does
 //! not read the CLI (that is `main.rs`) and holds no runtime state but the handle to the config in
 //! force; what a block page looks like is
-//! `crate::blocks`'s job, the config only carries the markers a file lists.
+//! `crate::pacing::blocks`'s job, the config only carries the markers a file lists.
 //!
 //! | file | owns |
 //! |---|---|
@@ -50,8 +50,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use crate::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
-pub(crate) use crate::resolve::canonical_ip;
+pub use crate::pacing::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
+pub(crate) use crate::upstream::resolve::canonical_ip;
 pub use choices::{
     CacheMode, ClientAuth, Controller, HttpsMode, KeyMode, OnCooldown, Priority, ResourceKind,
 };

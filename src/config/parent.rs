@@ -3,7 +3,7 @@
 //! [`Route`] a host's requests take), with its credentials kept out of every `Debug`, `Display`,
 //! log line, page and error (`user:***`).
 //!
-//! This module only parses and names; dialing a parent is `crate::parent`'s job.
+//! This module only parses and names; dialing a parent is `crate::upstream::parent`'s job.
 
 use std::fmt;
 use std::sync::Arc;

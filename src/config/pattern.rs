@@ -12,7 +12,7 @@ use super::HostPolicy;
 /// A `[[host]]` pattern: an exact host or `*.suffix`, optionally with `:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostPattern {
-    /// The canonical host ([`crate::host_name::canonical`]), or the suffix after `*.` for a
+    /// The canonical host ([`crate::wire::host_name::canonical`]), or the suffix after `*.` for a
     /// wildcard.
     host: String,
     wildcard: bool,
@@ -34,9 +34,9 @@ impl HostPattern {
         if host.is_empty() || host.contains('*') || host.contains('/') {
             return Err("expected a host such as \"shop.example.com\" or \"*.example.com\"".into());
         }
-        // The name a target is matched by is canonical (`crate::host_name`): so is the pattern,
+        // The name a target is matched by is canonical (`crate::wire::host_name`): so is the pattern,
         // so that `Slow.Test.`, `bücher.example` or `[0:0::1]` match every spelling of the host.
-        let host = crate::host_name::canonical(host).map_err(|e| e.to_string())?;
+        let host = crate::wire::host_name::canonical(host).map_err(|e| e.to_string())?;
         Ok(HostPattern {
             host,
             wildcard,

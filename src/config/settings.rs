@@ -17,7 +17,7 @@ use super::keys::process::{
     Address, ExistingFile, KeyPrefix, Networks, Path, Ports, StoreUrl, Token, Webhook,
 };
 use super::{ClientAuth, Route};
-use crate::resolve::StaticHosts;
+use crate::upstream::resolve::StaticHosts;
 
 keys! {
     /// Settings of the proxy process itself (`[proxy]`).
@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn a_password_file_fills_the_urls_password_percent_encoded() {
-        let dir = crate::scratch::dir("password-file");
+        let dir = crate::util::scratch::dir("password-file");
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("password");
         std::fs::write(&file, "p@ss:w/rd\n").unwrap();

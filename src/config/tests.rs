@@ -414,7 +414,7 @@ fn a_budget_key_is_a_word_and_a_hosts_file_must_read() {
         err.errors[0].starts_with("test.toml:2: [proxy] hosts_file \"/no/such/hosts\": "),
         "{err}"
     );
-    let dir = crate::scratch::dir("hosts-file");
+    let dir = crate::util::scratch::dir("hosts-file");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("hosts");
     std::fs::write(&path, "127.0.0.1 a.test\nnonsense b.test\n").unwrap();

@@ -10,14 +10,14 @@ use hyper::body::Incoming;
 use super::exchange::Unanswered;
 use super::failure::Failure;
 use super::upstream::{Replay, UpstreamBody};
-use crate::body::ProxyBody;
 use crate::config::{HostPolicy, OnCooldown, Priority};
+use crate::proxy::body::ProxyBody;
 use std::sync::Arc;
 
-use crate::jobs::{Caller, JobState, QuotaTicket};
-use crate::limiter::lanes::JobTag;
-use crate::limiter::{Admission, BudgetKey};
-use crate::response::ProxyError;
+use crate::budget::jobs::{Caller, JobState, QuotaTicket};
+use crate::budget::limiter::lanes::JobTag;
+use crate::budget::limiter::{Admission, BudgetKey};
+use crate::proxy::response::ProxyError;
 
 /// What a forwarded request ends as: the client's answer, and the client's body when it was never
 /// sent (for `BodyOnEntry::settle`).

@@ -1,4 +1,4 @@
-//! What courtesy does about a block (`crate::blocks` says what one looks like): the host's pause is
+//! What courtesy does about a block (`crate::pacing::blocks` says what one looks like): the host's pause is
 //! started through its permit, then the block is counted in `/metrics`, logged at `warn` and posted
 //! to the webhook. Soft blocks (a challenge page, a redirect to a block path) and hard blocks
 //! (`hard_block_after` 403s in a row) are both handled here and nowhere else.
@@ -8,13 +8,13 @@ use std::sync::Arc;
 use http::HeaderMap;
 use tracing::warn;
 
-use crate::alerts::Alerts;
-use crate::blocks::{scan_wanted, BodyScan};
-use crate::body::MarkerScan;
+use crate::budget::limiter::Permit;
 use crate::config::HostPolicy;
-use crate::limiter::Permit;
-use crate::metrics::Metrics;
-use crate::policy::Reaction;
+use crate::observe::alerts::Alerts;
+use crate::observe::metrics::Metrics;
+use crate::pacing::blocks::{scan_wanted, BodyScan};
+use crate::pacing::policy::Reaction;
+use crate::proxy::body::MarkerScan;
 
 /// The reactions to a block: count it, log it, alert about it.
 #[derive(Debug)]

@@ -1,6 +1,6 @@
 //! How a forwarded GET uses the response store (`cache = "revalidate" | "dev"`): answer from it,
 //! make the request conditional, turn the origin's 304 into the stored 200, and fill the store as a
-//! response streams by. The store itself (files, size bound, eviction) is `crate::cache`.
+//! response streams by. The store itself (files, size bound, eviction) is `crate::proxy::cache`.
 
 use http::header::{
     HeaderValue, AUTHORIZATION, COOKIE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA,
@@ -9,9 +9,9 @@ use http::{HeaderMap, Method, Response};
 use tracing::info;
 
 use super::Proxy;
-use crate::body::ProxyBody;
-use crate::cache;
 use crate::config::{CacheMode, HostPolicy};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::cache;
 
 /// The store's part in one request: which entry, and whether the request was made conditional.
 #[derive(Debug)]

@@ -10,9 +10,9 @@
 //! In intercept mode a CONNECT to any port is accepted, since whatever courtesy serves inside is
 //! paced request by request; a tunnel that carries neither TLS nor HTTP is closed unopened.
 //!
-//! Work that outlives the CONNECT request runs through [`crate::connections::Connections`], so a
+//! Work that outlives the CONNECT request runs through [`crate::front::connections::Connections`], so a
 //! shutdown waits for requests in flight inside tunnels as for any other. Certificates are minted by
-//! `crate::tls`; this module only asks for them.
+//! `crate::upstream::tls`; this module only asks for them.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,14 +36,14 @@ use super::sniff::{classify_opening, Opening, Prefixed};
 use super::target::Target;
 use super::Asking;
 use super::Proxy;
-use crate::body::ProxyBody;
+use crate::budget::jobs::{priority_of, Caller};
+use crate::budget::limiter::Admission;
 use crate::config::{HttpsMode, Route};
-use crate::connections::Connections;
-use crate::jobs::{priority_of, Caller};
-use crate::limiter::Admission;
-use crate::parent::tcp::{self, TcpFault};
-use crate::parent::{self, OpenError};
-use crate::response::ProxyError;
+use crate::front::connections::Connections;
+use crate::proxy::body::ProxyBody;
+use crate::proxy::response::ProxyError;
+use crate::upstream::parent::tcp::{self, TcpFault};
+use crate::upstream::parent::{self, OpenError};
 
 /// How long a client may take to send its first bytes (and its TLS ClientHello) after the 200.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
@@ -108,7 +108,10 @@ impl Proxy {
             HttpsMode::Tunnel => None,
         };
         // The client connection's place (`max_connections`) is kept while the tunnel lives.
-        let slot = req.extensions().get::<Arc<crate::gate::Slot>>().cloned();
+        let slot = req
+            .extensions()
+            .get::<Arc<crate::front::gate::Slot>>()
+            .cloned();
         // A tunnel carries a request for its life: its connection is never closed to make room.
         let carrying = slot.as_ref().map(|slot| slot.carrying());
         let connections = self.connections.clone();
@@ -201,10 +204,10 @@ impl Proxy {
             }
             Err(_) => return,
         };
-        // The SNI in its canonical spelling (`crate::host_name`), as the target's host is, so
+        // The SNI in its canonical spelling (`crate::wire::host_name`), as the target's host is, so
         // that a spelling of the CONNECT's own name reuses the leaf made for it.
         let sni = start.client_hello().server_name().map(|name| {
-            crate::host_name::canonical(name).unwrap_or_else(|_| name.to_ascii_lowercase())
+            crate::wire::host_name::canonical(name).unwrap_or_else(|_| name.to_ascii_lowercase())
         });
         let config = match sni.filter(|name| *name != target.host) {
             None => leaf,

@@ -2,7 +2,7 @@
 //! back (a response, an error, no answer in time) is reported to the host's pacing, counted and
 //! logged before the caller sees it. Forwarded requests and robots.txt fetches both go through here,
 //! so a host's budget hears of every answer exactly once. Through a parent proxy, what the parent
-//! itself failed (`crate::parent`) is counted and answered but not reported to the host: it is not
+//! itself failed (`crate::upstream::parent`) is counted and answered but not reported to the host: it is not
 //! the target's feedback.
 
 use std::sync::Arc;
@@ -19,12 +19,12 @@ use super::reuse;
 use super::table::IdleMark;
 use super::upstream::UpstreamBody;
 use super::Proxy;
+use crate::budget::limiter::Permit;
 use crate::config::{HostPolicy, ParentScheme};
-use crate::feedback::{self, Feedback};
-use crate::limiter::Permit;
-use crate::parent;
-use crate::policy::Answer;
-use crate::response::ProxyError;
+use crate::pacing::feedback::{self, Feedback};
+use crate::pacing::policy::Answer;
+use crate::proxy::response::ProxyError;
+use crate::upstream::parent;
 
 /// An upstream response with the permit it was sent under.
 #[derive(Debug)]

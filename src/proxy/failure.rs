@@ -11,10 +11,10 @@ use std::io;
 use http::header::HeaderValue;
 use http::{Response, StatusCode};
 
-use crate::body::ProxyBody;
-use crate::parent::{ParentError, ParentFault};
-use crate::resolve::{DnsError, Forbidden};
-use crate::response::{local, proxy_status_member, sf_string, ProxyError};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::response::{local, proxy_status_member, sf_string, ProxyError};
+use crate::upstream::parent::{ParentError, ParentFault};
+use crate::upstream::resolve::{DnsError, Forbidden};
 
 /// A request that ends in a response courtesy makes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,7 +219,7 @@ impl Failure {
 
     /// A socket error while reaching `what`.
     pub(crate) fn of_io(err: &io::Error, what: &str) -> Self {
-        if crate::gate::is_local_exhaustion(err) {
+        if crate::front::gate::is_local_exhaustion(err) {
             return Failure::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 ProxyError::ProxyInternalError,

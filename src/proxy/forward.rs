@@ -24,13 +24,13 @@ use super::target::Target;
 use super::timing::{self, Held, Trail};
 use super::unread::BodyOnEntry;
 use super::{Asking, Proxy};
-use crate::blocks::{header_block, is_block_redirect};
-use crate::body::ProxyBody;
+use crate::budget::jobs::{priority_of, Caller, QuotaTicket};
+use crate::budget::limiter::{BudgetKey, Permit, ShadowVerdict, WaitReason};
 use crate::config::HostPolicy;
-use crate::jobs::{priority_of, Caller, QuotaTicket};
-use crate::limiter::{BudgetKey, Permit, ShadowVerdict, WaitReason};
-use crate::response;
-use crate::telemetry::{RequestTrace, Requested};
+use crate::observe::telemetry::{RequestTrace, Requested};
+use crate::pacing::blocks::{header_block, is_block_redirect};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::response;
 use std::sync::Arc;
 
 impl Proxy {
@@ -500,7 +500,9 @@ impl Proxy {
                 idle,
                 scan,
                 store,
-                silence: Some(crate::body::Silence::new(policy.forward.read_timeout)),
+                silence: Some(crate::proxy::body::Silence::new(
+                    policy.forward.read_timeout,
+                )),
             },
         )
     }

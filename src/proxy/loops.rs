@@ -19,9 +19,9 @@ use tracing::warn;
 use super::failure::Failure;
 use super::target::Target;
 use crate::config::UpstreamProxy;
-use crate::locks;
-use crate::resolve::{literal_ip, Destinations, DnsError, Resolver};
-use crate::response::{ProxyError, PROXY_NAME};
+use crate::proxy::response::{ProxyError, PROXY_NAME};
+use crate::upstream::resolve::{literal_ip, Destinations, DnsError, Resolver};
+use crate::util::locks;
 
 /// How long a name whose addresses all passed [`LoopGuard::refuse_destination`] is not looked up
 /// again for that check.

@@ -26,11 +26,13 @@
 //! | `failure.rs` | a typed `Failure` for every way a request can fail |
 //!
 //! The limiter sits immediately around the network call and nowhere else: admit, send, observe,
-//! respond. This module does not accept connections (`crate::server`) and does not decide when a
-//! request may leave (`crate::limiter`).
+//! respond. This module does not accept connections (`crate::serve::server`) and does not decide when a
+//! request may leave (`crate::budget::limiter`).
 
 mod attempts;
 mod blocked;
+pub(crate) mod body;
+pub(crate) mod cache;
 mod cached;
 mod connect;
 mod exchange;
@@ -38,6 +40,7 @@ mod failure;
 mod forward;
 mod headers;
 mod loops;
+pub(crate) mod response;
 mod reuse;
 mod robots;
 mod skip;
@@ -81,19 +84,17 @@ pub(crate) mod testing {
     }
 }
 
-use crate::alerts::Alerts;
-use crate::body::ProxyBody;
-use crate::cache;
+use crate::budget::jobs::{Caller, Jobs};
+use crate::budget::keys::{BudgetKey, Keyer};
+use crate::budget::limiter::Limiter;
 use crate::config::{HostPolicy, LiveConfig};
-use crate::connections::Connections;
-use crate::jobs::{Caller, Jobs};
-use crate::keys::{BudgetKey, Keyer};
-use crate::limiter::Limiter;
-use crate::metrics::Metrics;
-use crate::resolve::Resolver;
-use crate::response;
-use crate::robots::RobotsCache;
-use crate::tls::Interceptor;
+use crate::front::connections::Connections;
+use crate::observe::alerts::Alerts;
+use crate::observe::metrics::Metrics;
+use crate::pacing::robots::RobotsCache;
+use crate::proxy::body::ProxyBody;
+use crate::upstream::resolve::Resolver;
+use crate::upstream::tls::Interceptor;
 use blocked::Blocks;
 
 /// How courtesy reaches origins: names resolved through `keyer`'s resolver (so that a connection
@@ -123,7 +124,7 @@ pub struct Proxy {
     connections: Connections,
     jobs: Arc<Jobs>,
     /// Where request traces go, when `[telemetry] otlp_endpoint` is set.
-    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    telemetry: Option<Arc<crate::observe::telemetry::Telemetry>>,
 }
 
 /// Who asks, and what they asked of courtesy itself on the request's CONNECT: the job the
@@ -202,7 +203,7 @@ impl Proxy {
     /// The service, tracing every forwarded request to `telemetry`.
     pub(crate) fn with_telemetry(
         mut self,
-        telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+        telemetry: Option<Arc<crate::observe::telemetry::Telemetry>>,
     ) -> Self {
         self.telemetry = telemetry;
         self

@@ -1,6 +1,6 @@
 //! Obeying robots.txt on the request path (`obey_robots`): the verdict for a request, the
 //! Crawl-delay cap it sets, and fetching robots.txt itself through the host's budget like any
-//! request. The rules, the per-host cache and the single-fetch coordination are `crate::robots`.
+//! request. The rules, the per-host cache and the single-fetch coordination are `crate::pacing::robots`.
 
 use http::header::{HeaderValue, HOST, LOCATION, USER_AGENT, VIA};
 use http::{Request, Response, Uri};
@@ -12,13 +12,13 @@ use super::failure::Failure;
 use super::target::Target;
 use super::upstream::UpstreamBody;
 use super::Proxy;
-use crate::body::ProxyBody;
+use crate::budget::keys::BudgetKey;
+use crate::budget::limiter::Admission;
+use crate::budget::limiter::Refusal;
 use crate::config::HostPolicy;
-use crate::keys::BudgetKey;
-use crate::limiter::Admission;
-use crate::limiter::Refusal;
-use crate::response::{self, ProxyError};
-use crate::robots::{self, Fetched, Step, Verdict};
+use crate::pacing::robots::{self, Fetched, Step, Verdict};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::response::{self, ProxyError};
 
 /// Why robots.txt was not fetched, when the request must be answered without a verdict.
 #[derive(Debug)]

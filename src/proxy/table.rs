@@ -21,7 +21,7 @@ use futures_util::task::AtomicWaker;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::locks;
+use crate::util::locks;
 
 /// The upstream connections open at once, all hosts and parents together
 /// (`max_upstream_connections`): each holds a slot from here for its life, idle in the pool too.

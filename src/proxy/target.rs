@@ -1,7 +1,7 @@
 //! Where a request goes: the target host and port read from a request line, a CONNECT authority
 //! or a robots.txt redirect, and the `Host` header that goes with it.
 //!
-//! This module only parses; the budget key it yields is [`crate::limiter::host_key`].
+//! This module only parses; the budget key it yields is [`crate::budget::limiter::host_key`].
 
 use std::net::IpAddr;
 
@@ -9,7 +9,7 @@ use http::Uri;
 
 use super::failure::Failure;
 
-/// Where a request goes: the canonical host ([`crate::host_name::canonical`], no brackets), an
+/// Where a request goes: the canonical host ([`crate::wire::host_name::canonical`], no brackets), an
 /// explicit port, and the authority as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
@@ -85,9 +85,9 @@ impl Target {
         // One host, one name: every spelling of the host is the one canonical name (lower case,
         // no trailing dot, IDNA A-labels, RFC 5952 IPv6, IPv4 as a dotted quad), so that no
         // spelling escapes the host's budget, rules, cooldowns and pauses.
-        let host =
-            crate::host_name::canonical(host).map_err(|e| Failure::bad_request(e.to_string()))?;
-        let ip = crate::resolve::literal_ip(&host);
+        let host = crate::wire::host_name::canonical(host)
+            .map_err(|e| Failure::bad_request(e.to_string()))?;
+        let ip = crate::upstream::resolve::literal_ip(&host);
         Ok(Target {
             host,
             port,
@@ -98,7 +98,7 @@ impl Target {
 
     /// The `host:port` key of this target (`key = "host"`).
     pub(crate) fn key(&self) -> String {
-        crate::limiter::host_key(&self.host, self.port)
+        crate::budget::limiter::host_key(&self.host, self.port)
     }
 
     /// `scheme://host:port`: the origin a robots.txt answers for (RFC 9309), as the robots cache
@@ -108,7 +108,7 @@ impl Target {
         origin.push_str(scheme);
         origin.push_str("://");
         // Writing into a String cannot fail.
-        let _ = crate::keys::write_host_key(&mut origin, &self.host, self.port);
+        let _ = crate::budget::keys::write_host_key(&mut origin, &self.host, self.port);
         origin
     }
 
@@ -128,7 +128,7 @@ impl Target {
 /// log lines and spans name the target by.
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::keys::write_host_key(f, &self.host, self.port)
+        crate::budget::keys::write_host_key(f, &self.host, self.port)
     }
 }
 

@@ -2,7 +2,7 @@
 //! (W3C Server Timing), `courtesy-wait;dur=812.4;desc="rate", courtesy-upstream;dur=95.0`.
 //!
 //! [`Held`] gathers, over a request's attempts, how long courtesy held it for its turns and why
-//! (the reason of the attempt that waited longest; see `crate::limiter`'s `waits.rs` for the
+//! (the reason of the attempt that waited longest; see `crate::budget::limiter`'s `waits.rs` for the
 //! reason within one wait) and how long the origin took to its response headers. [`stamp`]
 //! appends one `Server-Timing` field line to the answer, after any the origin sent (a new line
 //! is the same header as a comma-joined one), so the origin's entries are never dropped. The
@@ -18,8 +18,8 @@ use bytes::BytesMut;
 use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 
-use crate::limiter::WaitReason;
-use crate::telemetry::RequestTrace;
+use crate::budget::limiter::WaitReason;
+use crate::observe::telemetry::RequestTrace;
 use std::sync::Arc;
 
 /// The `Server-Timing` header (not among `http`'s constants).

@@ -16,8 +16,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use super::reuse::Counting;
 use super::table::UpstreamSlots;
 use crate::config::{Config, ParentScheme, Route, UpstreamProxy};
-use crate::parent::ParentConnector;
-use crate::resolve::{Connector, GuardedConnector, Resolver};
+use crate::upstream::parent::ParentConnector;
+use crate::upstream::resolve::{Connector, GuardedConnector, Resolver};
 
 /// The pooled client straight to the targets.
 pub(crate) type Upstream = Client<HttpsConnector<Counting<GuardedConnector>>, UpstreamBody>;

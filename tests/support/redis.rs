@@ -1,5 +1,5 @@
 //! A real `redis-server` of the test's own on a free loopback port, for the shared budget's
-//! tests (end to end, the scripts' unit tests in `src/shared/tests.rs` and the benches include this
+//! tests (end to end, the scripts' unit tests in `src/store/tests.rs` and the benches include this
 //! file too): started, killed (`SIGKILL`), stopped and continued (`SIGSTOP`/`SIGCONT`, a partition:
 //! connections stay open and nothing answers) and restarted empty on the same port. The
 //! shared-budget scenarios of `benches/scenarios` start theirs with this file too (`pid` is for

@@ -1,0 +1,321 @@
+//! One request asking for its turn ([`Limiter::admit`]): first tried at once under the host's
+//! lock (`try_now`: a report-only host's permit, a refusal, a free turn, or a place in the host's
+//! queue, fair between jobs: `lanes.rs`), then, if queued, the wait for the dispatcher's hand-over or the deadline
+//! (`wait_in_line`). This module decides nothing about pacing (the budget seam does) and sends
+//! nothing (`crate::proxy`).
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::{timeout_at, Instant};
+
+use super::budget::{Kept, Turn};
+use super::host::{Host, HostState, Waiter};
+use super::lanes::{JobTag, Priority};
+use super::waits::Asker;
+use super::{dispatch, shadow, Limiter, Permit, Refusal};
+use crate::budget::keys::BudgetKey;
+use crate::config::OnCooldown;
+use crate::pacing::policy::WaitReason;
+
+/// What the limiter needs to know of one request asking for its turn: the budget it spends, its
+/// own answer to a cooldown, and a refusal already decided before the budget.
+#[derive(Debug, Clone)]
+pub struct Admission<'a> {
+    key: Cow<'a, BudgetKey>,
+    on_cooldown: Option<OnCooldown>,
+    refused: Option<&'static str>,
+    job: Option<JobTag>,
+    priority: Priority,
+}
+
+impl<'a> Admission<'a> {
+    /// A request spending the budget of `key` (a `host:port`, or a domain or address that
+    /// several names share), with the host's own answer to a cooldown.
+    pub fn of(key: &'a BudgetKey) -> Self {
+        Admission {
+            key: Cow::Borrowed(key),
+            on_cooldown: None,
+            refused: None,
+            job: None,
+            priority: Priority::Normal,
+        }
+    }
+
+    /// The job the request belongs to and its class within the job: while it waits, the host's
+    /// turns are shared between the jobs waiting by weight, and within a job by class. Without
+    /// it, the request is job "anonymous"'s, normal.
+    pub fn job(mut self, job: JobTag, priority: Priority) -> Self {
+        self.job = Some(job);
+        self.priority = priority;
+        self
+    }
+
+    /// This request's own answer to a cooldown instead of the host's `on_cooldown` (`None`: the
+    /// host's): `Hold` waits it out (courtesy's own retries do, and clients that send
+    /// `Courtesy-On-Cooldown: hold`), `Reject` is answered at once.
+    pub fn on_cooldown(mut self, on_cooldown: Option<OnCooldown>) -> Self {
+        self.on_cooldown = on_cooldown;
+        self
+    }
+
+    /// For a report-only host (`enforce = false`), a refusal decided before the budget
+    /// (robots.txt, `skip_resources`) that the request is forwarded despite, so that its
+    /// [`super::ShadowVerdict`] counts it.
+    pub fn refused(mut self, refused: Option<&'static str>) -> Self {
+        self.refused = refused;
+        self
+    }
+}
+
+/// A request to `host`:`port` (already lowercased), keyed by its `host:port`.
+impl<S: AsRef<str>> From<(S, u16)> for Admission<'static> {
+    fn from((host, port): (S, u16)) -> Self {
+        Admission {
+            key: Cow::Owned(BudgetKey::of_host(host.as_ref(), port)),
+            on_cooldown: None,
+            refused: None,
+            job: None,
+            priority: Priority::Normal,
+        }
+    }
+}
+
+/// The job of requests that name none.
+static ANONYMOUS: std::sync::LazyLock<JobTag> =
+    std::sync::LazyLock::new(|| JobTag::new(super::lanes::ANONYMOUS, 1.0));
+
+/// What trying a request at once came to.
+enum TryNow {
+    /// Its turn, now.
+    Now(Permit),
+    /// Refused, now.
+    Refused(Refusal),
+    /// A place in the host's queue, until the deadline.
+    InLine(InLine),
+}
+
+/// A request waiting in a host's queue: its place, where its turn comes, until when it waits.
+struct InLine {
+    place: QueuedTurn,
+    turn: oneshot::Receiver<Result<Permit, Refusal>>,
+    deadline: Instant,
+    asker: Asker,
+}
+
+impl Limiter {
+    /// Waits for the turn of one request. The returned future may be dropped at any point (the
+    /// client went away): then nothing is spent and the request leaves the queue.
+    pub async fn admit(
+        self: &Arc<Self>,
+        request: impl Into<Admission<'_>>,
+    ) -> Result<Permit, Refusal> {
+        match self.try_now(&request.into()) {
+            TryNow::Now(permit) => Ok(permit),
+            TryNow::Refused(refusal) => Err(refusal),
+            TryNow::InLine(line) => line.wait().await,
+        }
+    }
+
+    /// Under the host's lock: a report-only host's permit, a refusal (shutting down, a cooldown
+    /// in reject mode, a full queue), the turn if it is free and nobody waits, or a place at the
+    /// back of the queue (starting the host's dispatcher if none runs).
+    fn try_now(self: &Arc<Self>, request: &Admission<'_>) -> TryNow {
+        loop {
+            let entry = self.host(&request.key);
+            let mut state = entry.lock();
+            if state.retired {
+                continue;
+            }
+            if let Some(names) = &mut state.names {
+                names.note(&request.key);
+            }
+            if self.shutting_down.load(Ordering::Acquire) {
+                return TryNow::Refused(Refusal::ShuttingDown);
+            }
+            let now = Instant::now();
+            state.last_active = now;
+            if !state.policy.scope.enforce {
+                let verdict = shadow::judge(&mut state, request.refused, request.job.as_ref(), now);
+                state.in_flight.start();
+                drop(state);
+                let permit = Permit::new(entry, self, None, Duration::ZERO, false);
+                return TryNow::Now(permit.with_shadow(verdict));
+            }
+            let answer = request
+                .on_cooldown
+                .unwrap_or(state.policy.cooldown.on_cooldown);
+            if let Some(c) = state
+                .pacing
+                .block(now)
+                .filter(|_| answer == OnCooldown::Reject)
+            {
+                let refusal = Refusal::CoolingDown {
+                    remaining: c.until.saturating_duration_since(now),
+                    cause: c.cause,
+                };
+                state.stats.refused(&refusal);
+                return TryNow::Refused(refusal);
+            }
+            // What the request waits for if it is the first in line (else: those ahead of it).
+            let mut first_waits = None;
+            if state.queue.is_empty() {
+                let turn = self.budget.take_turn(
+                    &mut state,
+                    &self.global,
+                    (self.egress.as_ref(), self.downlink.as_ref()),
+                    Kept::default(),
+                    now,
+                );
+                match turn {
+                    Turn::Go(global) => {
+                        drop(state);
+                        let permit = Permit::new(entry, self, Some(global), Duration::ZERO, false);
+                        return TryNow::Now(permit);
+                    }
+                    Turn::GoAhead(global, generation) => {
+                        drop(state);
+                        let permit = Permit::new(entry, self, Some(global), Duration::ZERO, false);
+                        return TryNow::Now(permit.with_ahead(generation));
+                    }
+                    _ => {}
+                }
+                first_waits = Some(turn.reason());
+            }
+            let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
+            let max_queue = state.policy.pacing.max_queue;
+            if state.queue.len() >= max_queue {
+                // A job over its share of the room gives its last place to another job's request.
+                if let Some(over) = state.queue.over_share(job, max_queue) {
+                    if let Some(evicted) = state.queue.pop_back_of(over) {
+                        let refusal = queue_full(&state, now);
+                        state.stats.refused(&refusal);
+                        // Its waiter may have gone (then the send fails and nothing is owed).
+                        let _ = evicted.reply.send(Err(refusal));
+                        entry.wake.notify_one();
+                    }
+                }
+            }
+            if state.queue.len() >= max_queue {
+                let refusal = queue_full(&state, now);
+                state.stats.refused(&refusal);
+                return TryNow::Refused(refusal);
+            }
+            let (tx, turn) = oneshot::channel();
+            let id = state.next_id;
+            state.next_id += 1;
+            let behind_own = state.queue.waiting_for(job);
+            let waiter = Waiter {
+                id,
+                arrived: now,
+                on_cooldown: request.on_cooldown,
+                behind_own,
+                reply: tx,
+            };
+            state.queue.push(job, request.priority, waiter);
+            if let Some(reason) = first_waits {
+                state.front_waits(id, reason, now);
+            }
+            let deadline = now + state.policy.pacing.max_wait;
+            if !state.dispatcher_running {
+                state.dispatcher_running = true;
+                tokio::spawn(dispatch::dispatch(self.clone(), entry.clone()));
+            } else if state.queue.len() == 1 {
+                // A dispatcher that keeps an allowance while the queue is empty waits to be told.
+                entry.wake.notify_one();
+            }
+            drop(state);
+            return TryNow::InLine(InLine {
+                place: QueuedTurn { host: entry, id },
+                turn,
+                deadline,
+                asker: Asker {
+                    id,
+                    arrived: now,
+                    behind_own,
+                },
+            });
+        }
+    }
+}
+
+/// The refusal of a request the host's full queue has no room for, with when to come back.
+fn queue_full(state: &HostState, now: Instant) -> Refusal {
+    let rate = state.pacing.effective_rate(now);
+    let ahead = state.queue.len() as f64 + 1.0;
+    let retry_after = Duration::from_secs_f64((ahead / rate).clamp(1.0, 3600.0));
+    Refusal::QueueFull {
+        max_queue: state.policy.pacing.max_queue,
+        retry_after,
+    }
+}
+
+impl InLine {
+    /// Waits for the dispatcher to hand this request its turn, or for the deadline. Dropping
+    /// this future drops the place, which takes the request out of the queue; a permit already
+    /// sent is dropped unused and refunds its token.
+    async fn wait(self) -> Result<Permit, Refusal> {
+        let InLine {
+            place,
+            turn,
+            deadline,
+            asker,
+        } = self;
+        match timeout_at(deadline, turn).await {
+            Ok(Ok(outcome)) => {
+                place.forget();
+                outcome
+            }
+            Ok(Err(_)) => Err(Refusal::ShuttingDown),
+            Err(_) => {
+                let now = Instant::now();
+                let mut state = place.host.lock();
+                let refusal = match state.pacing.block(now) {
+                    Some(c) => Refusal::CoolingDown {
+                        remaining: c.until.saturating_duration_since(now),
+                        cause: c.cause,
+                    },
+                    None => Refusal::WaitedTooLong {
+                        waited: now.saturating_duration_since(asker.arrived),
+                        reason: state
+                            .waits
+                            .as_ref()
+                            .map_or(WaitReason::Queue, |w| w.reason_for(asker, now)),
+                    },
+                };
+                state.stats.refused(&refusal);
+                Err(refusal)
+            }
+        }
+    }
+}
+
+/// A place in a host's queue. Dropped before [`QueuedTurn::forget`], it leaves the queue.
+struct QueuedTurn {
+    host: Arc<Host>,
+    id: u64,
+}
+
+impl QueuedTurn {
+    fn forget(mut self) {
+        self.id = u64::MAX;
+    }
+}
+
+impl Drop for QueuedTurn {
+    fn drop(&mut self) {
+        if self.id == u64::MAX {
+            return;
+        }
+        let mut state = self.host.lock();
+        {
+            let removed = state.queue.remove_first(|w| w.id == self.id);
+            drop(state);
+            drop(removed);
+            self.host.wake.notify_one();
+        }
+    }
+}

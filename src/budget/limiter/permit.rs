@@ -1,0 +1,338 @@
+//! A request's turn: the [`Permit`] that holds a host slot and a global slot while the request is
+//! in flight, through which its [`Answer`] is reported. Dropping the permit ends the turn; a request that
+//! never left gets its token back (a cancelled request spends nothing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
+
+use super::budget::Budget;
+use super::egress::Downlink;
+use super::host::{Host, HostState};
+use super::refusal::refuse_queue;
+use super::shadow::ShadowVerdict;
+use super::waits::{StoreTrip, Verdict};
+use crate::config::HostPolicy;
+use crate::pacing::policy::{Answer, CooldownCause, Observation, Reaction, WaitReason};
+use crate::store::Lease;
+
+/// Response bytes a permit counts before it charges them to its host (and to the byte ceiling of
+/// all hosts): one lock per this many bytes, not one per frame. The rest is charged when the
+/// turn ends, before its slot comes free.
+const BILL_EVERY: u64 = 64 * 1024;
+
+/// Response bytes of a host with a byte budget that go to the shared store's byte budget at
+/// once, in one round trip off the body's path; the rest goes when the turn ends.
+const STORE_BILL_EVERY: u64 = 1024 * 1024;
+
+/// The right to send one request to a host now: holds one of the host's concurrency slots and one
+/// global slot until dropped. Dropped without [`Permit::mark_sent`], it also gives its token back,
+/// because a request that never left must not spend budget (invariant 5, Cancellation, in `docs/ARCHITECTURE.md`).
+#[derive(Debug)]
+pub struct Permit {
+    host: Arc<Host>,
+    budget: Budget,
+    _global: Option<OwnedSemaphorePermit>,
+    sent_at: Option<Instant>,
+    waited: Duration,
+    /// Whether the request had to queue for its turn: only then may a healthy answer raise the rate.
+    limited: bool,
+    /// What held it longest while it waited (`waits.rs`).
+    reason: WaitReason,
+    /// The shared store's round trip for this turn, if any.
+    trip: StoreTrip,
+    /// The turn's slot in the shared store, for a shared turn.
+    /// (Boxed: a lease is large, and a local turn, the usual kind, has none; the response body
+    /// carries the permit.)
+    lease: Option<Box<Lease>>,
+    /// The generation of the allowance this turn was spent from (`ahead.rs`), for a shared
+    /// host's turn leased ahead.
+    ahead: Option<u32>,
+    /// What courtesy would have done, for a report-only host's request (which took no token).
+    shadow: Option<Box<ShadowVerdict>>,
+    /// The ceiling on response bytes of all hosts together, if set (`None` for a report-only
+    /// host's request: it holds nobody back).
+    downlink: Option<Arc<Downlink>>,
+    /// Response bytes counted and not yet charged.
+    unbilled: u64,
+}
+
+impl Permit {
+    pub(super) fn new(
+        host: Arc<Host>,
+        limiter: &super::Limiter,
+        global: Option<OwnedSemaphorePermit>,
+        waited: Duration,
+        limited: bool,
+    ) -> Self {
+        Permit {
+            host,
+            budget: limiter.budget.clone(),
+            _global: global,
+            sent_at: None,
+            waited,
+            limited,
+            reason: WaitReason::None,
+            trip: StoreTrip::default(),
+            lease: None,
+            ahead: None,
+            shadow: None,
+            downlink: limiter.downlink.clone(),
+            unbilled: 0,
+        }
+    }
+
+    /// Counts `bytes` of the response body that just went by to the client: they are charged to
+    /// the host's byte budget (and the ceiling of all hosts) every [`BILL_EVERY`] bytes and when
+    /// the turn ends. Counting never slows the body; a debt holds the host's next turn.
+    pub fn count_bytes(&mut self, bytes: usize) {
+        self.unbilled = self.unbilled.saturating_add(bytes as u64);
+        if self.unbilled >= BILL_EVERY {
+            let now = Instant::now();
+            let bytes = std::mem::take(&mut self.unbilled);
+            let mut state = self.host.lock();
+            charge(&mut state, bytes, now);
+            self.bill_store(&mut state, bytes, false, now);
+            drop(state);
+            if let Some(downlink) = &self.downlink {
+                downlink.charge(bytes, now);
+            }
+        }
+    }
+
+    /// With a shared budget and a byte budget: counts `bytes` for the store's byte budget and
+    /// bills them (off the body's path) every [`STORE_BILL_EVERY`] and at the end of the turn,
+    /// so that every instance's next turn of the host waits for the debt. Under the host's lock.
+    fn bill_store(&self, state: &mut HostState, bytes: u64, end: bool, now: Instant) {
+        if self.shadow.is_some() || state.policy.pacing.max_bytes_per_second.is_none() {
+            return;
+        }
+        let Some(store) = self.budget.store().filter(|s| !s.in_fallback()) else {
+            return;
+        };
+        let limits = super::budget::shared_limits(state, store, now);
+        let turns = state.shared_turns();
+        turns.unbilled = turns.unbilled.saturating_add(bytes);
+        if turns.unbilled == 0 || (!end && turns.unbilled < STORE_BILL_EVERY) {
+            return;
+        }
+        let Some((rate, _)) = limits.bytes else {
+            return;
+        };
+        let bytes = std::mem::take(&mut turns.unbilled);
+        let store = store.clone();
+        let host = self.host.clone();
+        tokio::spawn(async move { store.bill(&host.key, bytes, rate).await });
+    }
+
+    /// Makes this the permit of a report-only host's request: forwarded at once, with what
+    /// courtesy would have done.
+    pub(super) fn with_shadow(mut self, verdict: ShadowVerdict) -> Self {
+        self.shadow = Some(Box::new(verdict));
+        self.downlink = None;
+        self
+    }
+
+    /// For a report-only host (`enforce = false`), what courtesy would have done with this request.
+    pub fn shadow(&self) -> Option<ShadowVerdict> {
+        self.shadow.as_deref().copied()
+    }
+
+    /// Makes this a shared turn that holds `lease` in the store.
+    pub(super) fn with_lease(mut self, lease: Lease) -> Self {
+        self.lease = Some(Box::new(lease));
+        self
+    }
+
+    /// Makes this a shared turn spent from the allowance of generation `generation`.
+    pub(super) fn with_ahead(mut self, generation: u32) -> Self {
+        self.ahead = Some(generation);
+        self
+    }
+
+    /// When a shared turn started on the store's clock, for the wave rule: its lease's start, or
+    /// for a turn spent from an allowance, when it was sent.
+    fn lease_start(&self) -> Option<i64> {
+        if let Some(lease) = self.lease.as_deref() {
+            return Some(lease.starts_us());
+        }
+        let store = self.budget.store().filter(|_| self.ahead.is_some())?;
+        Some(store.clock_at(self.sent_at.unwrap_or_else(Instant::now)))
+    }
+
+    /// Records that the request is about to go out: from here on its token is spent for good.
+    pub fn mark_sent(&mut self) {
+        self.sent_at = Some(Instant::now());
+    }
+
+    /// Feeds an upstream answer back into the host's pacing: adapts the rate, starts or extends a
+    /// cooldown and, with `on_cooldown = "reject"`, answers everything queued for the host at once.
+    /// With a shared budget the lesson goes to the store in the background.
+    pub fn report(&self, answer: &Answer) -> Reaction {
+        self.report_inner(answer).0
+    }
+
+    /// Like [`Permit::report`]; with a shared budget, a cooldown the answer started is in the
+    /// store (or the store is found away) before this returns, so that no instance sends inside
+    /// a window the client has already heard of.
+    pub async fn report_settled(&self, answer: &Answer) -> Reaction {
+        let (reaction, teaching) = self.report_inner(answer);
+        if let Some(task) = teaching.filter(|_| reaction.cooldown.is_some()) {
+            let _ = task.await;
+        }
+        reaction
+    }
+
+    fn report_inner(&self, answer: &Answer) -> (Reaction, Option<tokio::task::JoinHandle<()>>) {
+        let now = Instant::now();
+        let mut state = self.host.lock();
+        let observation = Observation {
+            answer: *answer,
+            sent_at: self.sent_at.unwrap_or(now),
+            limited: self.limited,
+            others_in_flight: state.in_flight.current.saturating_sub(1),
+        };
+        let (reaction, teaching) = self.budget.report(
+            &self.host,
+            &mut state,
+            &observation,
+            self.lease_start(),
+            now,
+        );
+        state.stats.answered(answer.status);
+        let refused = if reaction.cooldown.is_some() {
+            refuse_queue(&mut state, now)
+        } else {
+            Vec::new()
+        };
+        drop(state);
+        for (waiter, refusal) in refused {
+            let _ = waiter.reply.send(Err(refusal));
+        }
+        self.host.wake.notify_one();
+        (reaction, teaching)
+    }
+
+    /// Pauses this permit's host for a soft block (a challenge page was seen in its response).
+    /// Returns the pause if a new one started (so the caller logs and alerts once).
+    pub fn soft_block(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut state = self.host.lock();
+        let pause = self.budget.pause_for_block(
+            &self.host,
+            &mut state,
+            CooldownCause::SoftBlock,
+            self.lease_start(),
+            now,
+        )?;
+        let refused = refuse_queue(&mut state, now);
+        drop(state);
+        for (waiter, refusal) in refused {
+            let _ = waiter.reply.send(Err(refusal));
+        }
+        self.host.wake.notify_one();
+        Some(pause)
+    }
+
+    /// How long the request waited in the queue for this permit.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// What held the request longest while it waited for this permit
+    /// ([`WaitReason::None`]: it did not wait).
+    pub fn wait_reason(&self) -> WaitReason {
+        self.reason
+    }
+
+    /// The shared store's round trip that gave this turn: how long before the turn it began and
+    /// how long it lasted.
+    pub fn store_trip(&self) -> Option<(Duration, Duration)> {
+        self.trip.is_some().then(|| {
+            (
+                Duration::from_micros(u64::from(self.trip.began_before_us)),
+                Duration::from_micros(u64::from(self.trip.lasted_us)),
+            )
+        })
+    }
+
+    /// The host's rate in effect now, for log lines.
+    pub fn host_rate(&self) -> f64 {
+        self.host.lock().pacing.effective_rate(Instant::now())
+    }
+
+    /// The policy of this permit's host.
+    pub fn policy(&self) -> Arc<HostPolicy> {
+        self.host.lock().policy.clone()
+    }
+
+    /// The host key this permit is for.
+    pub fn host_key(&self) -> &str {
+        &self.host.key
+    }
+}
+
+/// Charges `bytes` of response body to the host: its byte budget and its counter.
+fn charge(state: &mut HostState, bytes: u64, now: Instant) {
+    state.pacing.charge_bytes(bytes, now);
+    state.stats.add_response_bytes(bytes);
+}
+
+/// Gives `permit` to the first request in the host's queue that still waits, with the time it
+/// waited; gives it back (`Some`) when none does. Called under the host's lock: a permit that comes back is
+/// dropped after the lock is released (its drop locks too), which ends the turn unused.
+pub(super) fn hand_to_head(
+    state: &mut HostState,
+    mut permit: Permit,
+    now: Instant,
+) -> Option<Permit> {
+    while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
+        // Gone before its turn: it used none of its job's share.
+        state.queue.discard_front();
+    }
+    while let Some(waiter) = state.queue.pop_front() {
+        permit.waited = now.saturating_duration_since(waiter.arrived);
+        let verdict = match &mut state.waits {
+            Some(waits) => waits.verdict(waiter.asker(), now),
+            None => Verdict::default(),
+        };
+        (permit.reason, permit.trip) = (verdict.reason, verdict.trip);
+        match waiter.reply.send(Ok(permit)) {
+            Ok(()) => return None,
+            // The request went away: the next in line gets the turn.
+            Err(Ok(back)) => permit = back,
+            // Only a permit was sent, so only a permit comes back.
+            Err(Err(_)) => return None,
+        }
+    }
+    Some(permit)
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        let lease = self.lease.take().map(|lease| *lease);
+        let now = Instant::now();
+        let bytes = std::mem::take(&mut self.unbilled);
+        let mut state = self.host.lock();
+        // The last bytes are charged before the slot comes free: the next turn sees them.
+        if bytes > 0 {
+            charge(&mut state, bytes, now);
+            if let Some(downlink) = &self.downlink {
+                downlink.charge(bytes, now);
+            }
+        }
+        self.bill_store(&mut state, bytes, true, now);
+        // A report-only request took no token: there is none to give back.
+        let spent = self.sent_at.is_some() || self.shadow.is_some();
+        let settle = self
+            .budget
+            .end_turn(&mut state, spent, lease, self.ahead, now);
+        let wake = settle || !state.queue.is_empty();
+        drop(state);
+        if wake {
+            self.host.wake.notify_one();
+        }
+    }
+}

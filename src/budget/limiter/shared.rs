@@ -1,0 +1,347 @@
+//! The limiter's side of a shared budget: asking the store for a host's next turn, waiting for
+//! it and handing it to the head of the queue; and applying the store's hints (a slot came free,
+//! a cooldown began through another instance, an operator acted through one).
+//!
+//! One reservation is in flight per host and instance, so that a thousand queued requests cost
+//! one round trip per turn, not a thousand; it asks for one turn per request waiting (within this
+//! instance's free slots, at most 16), and the store grants the ones that start within 2 ms, so a
+//! host whose turns come faster than a round trip gets several per call. A turn reserved ahead belongs to the dispatcher,
+//! not to a request: if the head leaves meanwhile, the next in line gets it; if nobody waits any
+//! more, or the host closes meanwhile (a hint), the turns left go back to the store unused.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{sleep, Instant};
+
+use super::budget::FINE_MIN_RATE;
+use super::egress::EgressToken;
+use super::host::Host;
+use super::permit::{hand_to_head, Permit};
+use super::refusal::refuse_queue;
+use super::Limiter;
+use crate::pacing::policy::CooldownCause;
+use crate::store::{AheadAsk, Hint, Limits, Reservation, Store};
+
+/// The most turns one reservation asks for: a queue that waits gets up to this many turns per
+/// round trip.
+const MAX_TURNS_PER_CALL: usize = 16;
+
+/// Asks the store for the next turns of `host` (one for each request waiting, within this
+/// instance's free slots, at most [`MAX_TURNS_PER_CALL`]) and sees them through: sleeps until
+/// each reserved instant and gives the turn to the first request still waiting, takes on a
+/// cooldown the store knows of, or waits for a slot or for the horizon. Returns when the
+/// dispatcher should look again.
+pub(super) async fn take_shared_turn(
+    limiter: &Arc<Limiter>,
+    host: &Arc<Host>,
+    store: &Arc<Store>,
+    slot: OwnedSemaphorePermit,
+    token: Option<EgressToken>,
+    limits: Limits,
+) {
+    let mut slots = vec![slot];
+    let (want, waited, ahead) = {
+        let mut state = host.lock();
+        let room = limits.concurrency.saturating_sub(state.in_flight.current) as usize;
+        let want = state.queue.len().min(room).min(MAX_TURNS_PER_CALL);
+        let ahead = settle_with_reservation(&mut state, store, &limits);
+        // How long the next request has waited for its job's turn: since it arrived, or since
+        // its job last got a turn here, whichever is later. The store places instances by it, so
+        // that a job flooding this instance does not hold back another job's request on another
+        // instance (and instances with equal demand take turns).
+        let waited = state
+            .queue
+            .front_with_served_at()
+            .map_or(Duration::ZERO, |(w, served)| {
+                served.map_or(w.arrived, |at| at.max(w.arrived)).elapsed()
+            });
+        (want, waited, ahead)
+    };
+    // With a ceiling on all hosts (an egress token per turn), one turn at a time.
+    if token.is_none() {
+        while slots.len() < want {
+            match limiter.global.clone().try_acquire_owned() {
+                Ok(more) => slots.push(more),
+                Err(_) => break,
+            }
+        }
+    }
+    let want = u32::try_from(slots.len()).unwrap_or(1);
+    // Never dropped half-way: a reservation the store made must be known here to be given back.
+    let reserved = store.reserve(&host.key, limits, want, waited, ahead).await;
+    if let Some(sent) = &ahead {
+        let mut state = host.lock();
+        let turns = state.shared_turns();
+        match &reserved {
+            Ok(Reservation::Ahead { tokens, slots, .. }) => {
+                turns
+                    .ahead
+                    .answered(Some((*tokens, *slots)), sent, Instant::now());
+            }
+            Ok(_) => turns.ahead.answered(None, sent, Instant::now()),
+            Err(_) => turns.ahead.unanswered(sent),
+        }
+    }
+    let Ok(reservation) = reserved else {
+        // The store is away: the next look takes this instance's share locally.
+        return;
+    };
+    match reservation {
+        Reservation::Ahead { view, .. } => {
+            // The dispatcher's next look spends it.
+            granted(host, store, view, Instant::now());
+        }
+        Reservation::Settled => {}
+        Reservation::Go {
+            wait,
+            lease,
+            more,
+            view,
+        } => {
+            let answered = Instant::now();
+            granted(host, store, view, answered);
+            let fine = limits.rate >= FINE_MIN_RATE;
+            let mut token = token;
+            let mut turns = std::iter::once((wait, lease)).chain(more);
+            let mut slots = slots.into_iter();
+            while let Some((wait, lease)) = turns.next() {
+                let Some(slot) = slots.next() else {
+                    store.release(lease, false);
+                    continue;
+                };
+                let handed = if until_turn(limiter, host, answered + wait, fine).await {
+                    // A turn handed to nobody goes back when its permit drops.
+                    hand_over(limiter, host, slot, lease, wait)
+                } else {
+                    // Closed meanwhile (a hint): this turn goes back unused, its lease with it
+                    // (a lease never released would hold one of the host's slots in the store
+                    // until it expires).
+                    store.release(lease, false);
+                    false
+                };
+                if !handed {
+                    // Closed, or nobody waits any more: the turns left go back unused.
+                    for (_, unused) in turns {
+                        store.release(unused, false);
+                    }
+                    return;
+                }
+                if let Some(token) = token.take() {
+                    token.spend();
+                }
+            }
+        }
+        Reservation::Cool {
+            remaining,
+            cause,
+            view,
+        } => {
+            let now = Instant::now();
+            let refused = {
+                let mut state = host.lock();
+                state
+                    .pacing
+                    .adopt_shared(view.rate, view.rate_override, now);
+                close(&mut state.pacing, now + remaining, cause, now);
+                refuse_queue(&mut state, now)
+            };
+            limiter.budget.persist_signal().notify_one();
+            for (waiter, refusal) in refused {
+                let _ = waiter.reply.send(Err(refusal));
+            }
+        }
+        Reservation::Busy { retry_in } | Reservation::Later { retry_in } => {
+            drop(slots);
+            host.lock().shared_turns().listed = true;
+            // A fall to the local budget (or a rejoin) wakes this at once: a queued request
+            // never sleeps on a store that is gone.
+            let changed = store.mode_changed();
+            if store.in_fallback() {
+                return;
+            }
+            tokio::select! {
+                _ = sleep(retry_in.max(Duration::from_millis(1))) => {}
+                _ = host.wake.notified() => {}
+                _ = changed => {}
+            }
+        }
+    }
+}
+
+/// Takes on what the store said with a grant (turns reserved, or an allowance) `at`: its
+/// learned and operator's rates, this instance's standing with the store (its epoch and falls,
+/// no place in the waiting list), and that the wait for the store is over.
+fn granted(host: &Host, store: &Store, view: crate::store::SharedView, at: Instant) {
+    let mut state = host.lock();
+    state.store_answered(at);
+    state.pacing.adopt_shared(view.rate, view.rate_override, at);
+    let turns = state.shared_turns();
+    turns.epoch = store.epoch();
+    turns.falls = store.falls() + 1;
+    turns.listed = false;
+}
+
+/// What this instance says of its allowance of the host with a reservation: the settlement of
+/// the one it holds, and a new one wanted if the host looks roomy (no jitter to apply per turn,
+/// a burst and a cap with room to lease from). Under the host's lock.
+fn settle_with_reservation(
+    state: &mut super::host::HostState,
+    store: &Store,
+    limits: &Limits,
+) -> Option<AheadAsk> {
+    let demand = state.in_flight.current + state.queue.len() as u32;
+    let jitter = state.policy.pacing.jitter > 0.0;
+    let wanted = match state.shared.as_ref() {
+        _ if jitter => None,
+        Some(turns) => turns.ahead.wanted(limits, demand),
+        None => super::ahead::Ahead::default().wanted(limits, demand),
+    };
+    if wanted.is_none() && state.shared.is_none() {
+        return None;
+    }
+    state.shared_turns().ahead.settle(wanted, store.next_seq())
+}
+
+/// Gives this instance's allowance of an idle host back to the store (the span ended, another
+/// instance waits, or only slots that came free are left), or tells the store again of the slots
+/// still in use: one round trip that reserves nothing.
+pub(super) async fn settle_ahead(host: &Arc<Host>, store: &Arc<Store>) {
+    let (sent, limits) = {
+        let mut state = host.lock();
+        let limits = super::budget::shared_limits(&state, store, Instant::now());
+        match state.shared.as_mut() {
+            Some(turns) => (turns.ahead.settle(None, store.next_seq()), limits),
+            None => return,
+        }
+    };
+    let Some(sent) = sent else {
+        return;
+    };
+    let settled = store
+        .reserve(&host.key, limits, 0, Duration::ZERO, Some(sent))
+        .await;
+    let mut state = host.lock();
+    let turns = state.shared_turns();
+    match settled {
+        Ok(_) => turns.ahead.answered(None, &sent, Instant::now()),
+        Err(_) => turns.ahead.unanswered(&sent),
+    }
+}
+
+/// Sleeps until `at` unless the host closes first (a hint): `true` when the turn came, `false`
+/// when the host closed.
+async fn until_turn(limiter: &Arc<Limiter>, host: &Arc<Host>, at: Instant, fine: bool) -> bool {
+    loop {
+        if host.lock().pacing.block(Instant::now()).is_some() {
+            return false;
+        }
+        if Instant::now() >= at {
+            return true;
+        }
+        tokio::select! {
+            _ = limiter.sleep_until(at, fine) => {}
+            _ = host.wake.notified() => {}
+        }
+    }
+}
+
+/// Gives a reserved turn to the first request still waiting (`true`), or back to the store.
+fn hand_over(
+    limiter: &Arc<Limiter>,
+    host: &Arc<Host>,
+    slot: OwnedSemaphorePermit,
+    lease: crate::store::Lease,
+    wait: Duration,
+) -> bool {
+    let now = Instant::now();
+    let mut state = host.lock();
+    state.shared_turns().last_turn_at = Some(now);
+    // Only a request that had to wait for its turn may raise the rate when the answer is healthy.
+    let limited = !wait.is_zero() || state.queue.len() > 1;
+    state.in_flight.start();
+    let permit =
+        Permit::new(host.clone(), limiter, Some(slot), Duration::ZERO, limited).with_lease(lease);
+    let unsent = hand_to_head(&mut state, permit, now);
+    drop(state);
+    // A turn nobody took ends unused: its drop frees the slot and gives the turn to the store.
+    let handed = unsent.is_none();
+    drop(unsent);
+    handed
+}
+
+/// Closes the host until `until`: an operator's pause, or a cooldown (only ever grown).
+fn close(
+    pacing: &mut crate::pacing::policy::Pacing,
+    until: Instant,
+    cause: CooldownCause,
+    now: Instant,
+) {
+    if cause == CooldownCause::Operator {
+        if pacing.operator_paused_until(now).is_none_or(|p| p < until) {
+            pacing.operator_pause(until);
+        }
+    } else {
+        pacing.pause(until, cause, now);
+    }
+}
+
+impl Limiter {
+    /// Applies a hint from the store to a host this instance knows; others learn the store's
+    /// state with their first reservation.
+    pub(crate) fn apply_hint(&self, hint: Hint) {
+        // A slot freed for the instance that waited longest wakes only that one; an instance's
+        // own call to yield is not for it.
+        let me = self.budget.store().map(|store| store.instance());
+        match &hint {
+            Hint::Free(_, Some(target)) if me.is_some_and(|me| me != target) => return,
+            Hint::Yield(_, from) if me.is_some_and(|me| me == from) => return,
+            _ => {}
+        }
+        let key = match &hint {
+            Hint::Free(k, _)
+            | Hint::Cool(k, ..)
+            | Hint::Pause(k, _)
+            | Hint::Resume(k)
+            | Hint::Rate(k, _)
+            | Hint::Yield(k, _) => k,
+        };
+        let Some(host) = self.hosts.get(key.as_str()).map(|e| e.value().clone()) else {
+            return;
+        };
+        let now = Instant::now();
+        let refused = {
+            let mut state = host.lock();
+            match hint {
+                Hint::Free(..) => Vec::new(),
+                Hint::Cool(_, d, cause) => {
+                    close(&mut state.pacing, now + d, cause, now);
+                    refuse_queue(&mut state, now)
+                }
+                Hint::Pause(_, d) => {
+                    close(&mut state.pacing, now + d, CooldownCause::Operator, now);
+                    refuse_queue(&mut state, now)
+                }
+                Hint::Resume(_) => {
+                    state.pacing.operator_resume();
+                    Vec::new()
+                }
+                Hint::Rate(_, rate) => {
+                    state.pacing.set_rate_override(rate, now);
+                    Vec::new()
+                }
+                Hint::Yield(..) => {
+                    if let Some(turns) = state.shared.as_mut() {
+                        turns.ahead.yield_now();
+                    }
+                    Vec::new()
+                }
+            }
+        };
+        for (waiter, refusal) in refused {
+            let _ = waiter.reply.send(Err(refusal));
+        }
+        host.wake.notify_one();
+    }
+}

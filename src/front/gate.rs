@@ -1,0 +1,621 @@
+//! Who gets a connection at all, decided before a byte is read: a client outside
+//! `allow_clients` is closed at accept; a client over `max_connections_per_client`, or any client
+//! while `max_connections` are open, gets a short 503 and a close; a connection that sends nothing
+//! within `header_timeout_seconds` is closed. The caps are kept below the process's file
+//! descriptor limit (raised to its hard limit at start), and when `accept` fails for lack of
+//! descriptors all the same, one spare descriptor is given up to take the waiting connection and
+//! close it, so the listener never spins on the same failure.
+//!
+//! This module admits and refuses connections; serving them is `crate::front::connections`, and what a
+//! request may do is `crate::proxy` and `crate::admin`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::util::locks;
+
+/// File descriptors kept out of the connection caps: upstream connections' share is counted
+/// separately (one per proxied connection), these are for the state file, the CA, the cache, DNS
+/// and the store.
+const RESERVED_FDS: u64 = 128;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the soft limit in force after.
+pub(crate) fn raise_fd_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum) {
+        if current < maximum {
+            limit.current = Some(maximum);
+            match setrlimit(Resource::Nofile, limit) {
+                Ok(()) => info!(from = current, to = maximum, "raised the open file limit"),
+                Err(e) => warn!("cannot raise the open file limit from {current}: {e}"),
+            }
+        }
+    }
+    getrlimit(Resource::Nofile).current
+}
+
+/// The connection caps of one listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// Connections open at once, from all clients.
+    pub(crate) total: usize,
+    /// Connections open at once from one client address.
+    pub(crate) per_client: usize,
+}
+
+/// The most upstream connections that fit beside the listeners' `proxy` and `admin` caps under
+/// `fd_limit`.
+pub(crate) fn upstream_fit(max: usize, proxy: Caps, admin: Caps, fd_limit: Option<u64>) -> usize {
+    let Some(limit) = fd_limit else {
+        return max;
+    };
+    let room = limit.saturating_sub(RESERVED_FDS) as usize;
+    let fit = room
+        .saturating_sub(proxy.total)
+        .saturating_sub(admin.total)
+        .max(1);
+    if fit < max {
+        warn!(
+            fd_limit = limit,
+            max_upstream_connections = fit,
+            "max_upstream_connections lowered to fit the open file limit"
+        );
+    }
+    max.min(fit)
+}
+
+/// The caps of the proxy and admin listeners, lowered to fit `fd_limit` (each proxied
+/// connection may hold an upstream connection too, so it counts twice).
+pub(crate) fn fit_to_fd_limit(proxy: Caps, admin: Caps, fd_limit: Option<u64>) -> (Caps, Caps) {
+    let Some(limit) = fd_limit else {
+        return (proxy, admin);
+    };
+    let room = limit.saturating_sub(RESERVED_FDS) as usize;
+    let admin_total = admin.total.min(room / 8).max(1);
+    let proxy_total = proxy.total.min(room.saturating_sub(admin_total) / 2).max(1);
+    if proxy_total < proxy.total || admin_total < admin.total {
+        warn!(
+            fd_limit = limit,
+            max_connections = proxy_total,
+            admin_max_connections = admin_total,
+            "connection caps lowered to fit the open file limit"
+        );
+    }
+    (
+        Caps {
+            total: proxy_total,
+            per_client: proxy.per_client.min(proxy_total),
+        },
+        Caps {
+            total: admin_total,
+            per_client: admin.per_client.min(admin_total),
+        },
+    )
+}
+
+/// Why a connection was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// `max_connections` are open, every one carrying a request.
+    Total(usize),
+    /// This client has `max_connections_per_client` open, every one carrying a request.
+    PerClient(usize),
+}
+
+/// The open connections of one listener, counted against its caps. Each is idle (kept alive
+/// between requests, or accepted and silent so far) or carrying requests; at a cap the one idle
+/// longest is closed to make room (an idle connection may be closed at any time, RFC 9112 9.6),
+/// and the new one is refused only when none is idle.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    caps: Caps,
+    open: Mutex<Open>,
+}
+
+/// The connections of one listener, under the gate's lock.
+#[derive(Debug, Default)]
+struct Open {
+    /// Connections counted, by id.
+    conns: HashMap<u64, Conn>,
+    /// Connections counted per client address.
+    per_client: HashMap<IpAddr, usize>,
+    /// The idle connections, first those that carried a request then fresh ones, each by when
+    /// they became idle (a sequence number), then id.
+    idle: BTreeSet<IdleKey>,
+    /// The idle connections of each client, the same way.
+    idle_per_client: HashMap<IpAddr, BTreeSet<IdleKey>>,
+    /// The next id and idle sequence number.
+    next: u64,
+}
+
+/// An idle connection's place in the order of eviction: (never carried a request, idle since, id).
+type IdleKey = (bool, u64, u64);
+
+/// One counted connection.
+#[derive(Debug)]
+struct Conn {
+    ip: IpAddr,
+    /// Requests (or a CONNECT tunnel) it carries now.
+    busy: usize,
+    /// Whether it has carried a request: a fresh connection that has not is closed only when no
+    /// kept-alive one is idle (its client may be about to send on it and would not retry, while
+    /// clients expect a kept-alive connection to close and retry on a new one).
+    used: bool,
+    /// When it became idle (a sequence number); meaningful while `busy` is 0.
+    idle_since: u64,
+    /// Cancelled to ask the connection to close (it was idle longest at a cap).
+    close: CancellationToken,
+}
+
+impl Open {
+    fn ticket(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    fn set_idle(&mut self, id: u64) {
+        let seq = self.ticket();
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        conn.idle_since = seq;
+        let key = (!conn.used, seq, id);
+        self.idle.insert(key);
+        self.idle_per_client.entry(conn.ip).or_default().insert(key);
+    }
+
+    fn unset_idle(&mut self, id: u64) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        let key = (!conn.used, conn.idle_since, id);
+        self.idle.remove(&key);
+        if let Some(set) = self.idle_per_client.get_mut(&conn.ip) {
+            set.remove(&key);
+            if set.is_empty() {
+                self.idle_per_client.remove(&conn.ip);
+            }
+        }
+    }
+
+    /// Stops counting `id` (closed, or asked to close); its token is returned.
+    fn forget(&mut self, id: u64) -> Option<CancellationToken> {
+        self.unset_idle(id);
+        let conn = self.conns.remove(&id)?;
+        if let Some(count) = self.per_client.get_mut(&conn.ip) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_client.remove(&conn.ip);
+            }
+        }
+        Some(conn.close)
+    }
+
+    /// Asks the connection idle longest (of `ip`, or of anyone) to close, and stops counting it.
+    fn evict(&mut self, ip: Option<IpAddr>) -> bool {
+        let oldest = match ip {
+            Some(ip) => self
+                .idle_per_client
+                .get(&ip)
+                .and_then(|set| set.first().copied()),
+            None => self.idle.first().copied(),
+        };
+        let Some((_, _, id)) = oldest else {
+            return false;
+        };
+        if let Some(close) = self.forget(id) {
+            close.cancel();
+        }
+        true
+    }
+}
+
+/// One admitted connection: its place is given back when the last clone drops (a CONNECT tunnel
+/// keeps one for its life), or earlier when it is asked to close to make room.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    gate: Arc<Gate>,
+    id: u64,
+    close: CancellationToken,
+}
+
+/// A request (or a CONNECT tunnel) carried by a connection: the connection is not idle, so not
+/// closed to make room, until every `Busy` of it is dropped (at the end of the response body).
+#[derive(Debug)]
+pub(crate) struct Busy {
+    slot: Arc<Slot>,
+}
+
+impl Gate {
+    /// No connections yet, under `caps`.
+    pub(crate) fn new(caps: Caps) -> Arc<Self> {
+        Arc::new(Gate {
+            caps,
+            open: Mutex::new(Open::default()),
+        })
+    }
+
+    /// A place for a connection from `ip` (idle until it carries a request), or why there is
+    /// none. At a cap the connection idle longest (the client's at `per_client`, anyone's at
+    /// `total`) is asked to close and stops counting at once.
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
+        let ip = crate::config::canonical_ip(ip);
+        let mut open = locks::lock(&self.open);
+        if open.per_client.get(&ip).copied().unwrap_or(0) >= self.caps.per_client
+            && !open.evict(Some(ip))
+        {
+            return Err(Refused::PerClient(self.caps.per_client));
+        }
+        if open.conns.len() >= self.caps.total && !open.evict(None) {
+            return Err(Refused::Total(self.caps.total));
+        }
+        let id = open.ticket();
+        let close = CancellationToken::new();
+        open.conns.insert(
+            id,
+            Conn {
+                ip,
+                busy: 0,
+                used: false,
+                idle_since: 0,
+                close: close.clone(),
+            },
+        );
+        *open.per_client.entry(ip).or_insert(0) += 1;
+        open.set_idle(id);
+        Ok(Slot {
+            gate: self.clone(),
+            id,
+            close,
+        })
+    }
+
+    /// Connections counted now.
+    #[cfg(test)]
+    fn open(&self) -> usize {
+        locks::lock(&self.open).conns.len()
+    }
+}
+
+impl Slot {
+    /// Resolves when this connection is asked to close to make room for another.
+    pub(crate) fn evicted(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.close.clone().cancelled_owned()
+    }
+
+    /// Marks the connection as carrying a request until the returned guard drops.
+    pub(crate) fn carrying(self: &Arc<Self>) -> Busy {
+        let mut open = locks::lock(&self.gate.open);
+        if let Some(conn) = open.conns.get(&self.id) {
+            if conn.busy == 0 {
+                open.unset_idle(self.id);
+            }
+        }
+        if let Some(conn) = open.conns.get_mut(&self.id) {
+            conn.busy += 1;
+            conn.used = true;
+        }
+        Busy { slot: self.clone() }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let id = self.slot.id;
+        let mut open = locks::lock(&self.slot.gate.open);
+        let now_idle = match open.conns.get_mut(&id) {
+            Some(conn) => {
+                conn.busy = conn.busy.saturating_sub(1);
+                conn.busy == 0
+            }
+            None => false,
+        };
+        if now_idle {
+            open.set_idle(id);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        locks::lock(&self.gate.open).forget(self.id);
+    }
+}
+
+/// A response body that keeps its connection [`Busy`] until it ends, fails or is dropped.
+#[derive(Debug)]
+pub(crate) struct Carried<B> {
+    body: B,
+    busy: Option<Busy>,
+}
+
+impl<B> Carried<B> {
+    /// `body`, carrying `busy`.
+    pub(crate) fn new(body: B, busy: Busy) -> Self {
+        Carried {
+            body,
+            busy: Some(busy),
+        }
+    }
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for Carried<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(None | Some(Err(_))) => this.busy = None,
+            std::task::Poll::Ready(Some(Ok(_))) if this.body.is_end_stream() => this.busy = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The short answer to a connection over a cap, written without reading the request (it fits in
+/// a fresh socket's send buffer; if it does not, the close alone is the answer).
+pub(crate) fn refuse_busy(stream: &TcpStream, why: Refused) {
+    let reason = match why {
+        Refused::Total(n) => format!("{n} connections are open (max_connections)"),
+        Refused::PerClient(n) => {
+            format!("this client has {n} connections open (max_connections_per_client)")
+        }
+    };
+    let body = format!("courtesy: 503 (connection_limit_reached): {reason}\n");
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nproxy-status: courtesy; error=connection_limit_reached; \
+         details=\"{reason}\"\r\nretry-after: 1\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.try_write(head.as_bytes());
+}
+
+/// `served` (a request's answer on `slot`'s connection), with the connection marked as carrying
+/// the request from now until the answer's body has been sent.
+pub(crate) fn carry<B>(
+    slot: &Arc<Slot>,
+    served: impl std::future::Future<Output = Result<hyper::Response<B>, std::convert::Infallible>>,
+) -> impl std::future::Future<Output = Result<hyper::Response<Carried<B>>, std::convert::Infallible>>
+{
+    let busy = slot.carrying();
+    async move {
+        let response = served.await?;
+        Ok(response.map(|body| Carried::new(body, busy)))
+    }
+}
+
+/// Waits up to `timeout` for the client's first byte; `false` when none came (or it hung up),
+/// or when `stopping` (shutdown) or `evicted` (its place given to a newer connection) came
+/// first: a silent connection has nothing to finish.
+pub(crate) async fn first_byte(
+    stream: &TcpStream,
+    timeout: Duration,
+    stopping: impl std::future::Future<Output = ()>,
+    evicted: impl std::future::Future<Output = ()>,
+) -> bool {
+    let mut one = [0u8; 1];
+    tokio::select! {
+        peeked = tokio::time::timeout(timeout, stream.peek(&mut one)) => {
+            matches!(peeked, Ok(Ok(n)) if n > 0)
+        }
+        () = stopping => false,
+        () = evicted => false,
+    }
+}
+
+/// A spare file descriptor, given up when `accept` fails for lack of them so that the waiting
+/// connection can be taken and closed instead of failing again at once.
+#[derive(Debug)]
+pub(crate) struct Spare {
+    file: Option<std::fs::File>,
+    last_warning: Option<Instant>,
+}
+
+impl Spare {
+    /// Holds one descriptor (of `/dev/null`).
+    pub(crate) fn new() -> Self {
+        Spare {
+            file: std::fs::File::open("/dev/null").ok(),
+            last_warning: None,
+        }
+    }
+
+    /// The accepted connection, or `None` after handling a failed accept: out of descriptors, the
+    /// waiting connection is accepted on the spare one and closed; any other error pauses the
+    /// listener briefly. A warning at most once a second.
+    pub(crate) async fn accepted(
+        &mut self,
+        accepted: io::Result<(TcpStream, SocketAddr)>,
+        listener: &TcpListener,
+    ) -> Option<(TcpStream, SocketAddr)> {
+        let e = match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                return Some((stream, peer));
+            }
+            Err(e) => e,
+        };
+        let now = Instant::now();
+        if self
+            .last_warning
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+        {
+            warn!("accept failed: {e}; refusing new connections until descriptors are free");
+            self.last_warning = Some(now);
+        }
+        if is_out_of_descriptors(&e) {
+            self.file = None;
+            if let Some(Ok((stream, _))) = listener.accept().now_or_never() {
+                drop(stream);
+            }
+            self.file = std::fs::File::open("/dev/null").ok();
+            if self.file.is_none() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+}
+
+/// Whether `e` is this machine running out of something (descriptors, buffers, memory, local
+/// ports): a local failure, never the target's.
+pub(crate) fn is_local_exhaustion(e: &io::Error) -> bool {
+    // EMFILE, ENFILE, ENOBUFS, ENOMEM, EADDRNOTAVAIL (no local port left).
+    matches!(e.raw_os_error(), Some(24 | 23 | 105 | 12 | 99))
+}
+
+/// EMFILE or ENFILE.
+fn is_out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(24 | 23))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `slot` was asked to close.
+    fn is_evicted(slot: &Slot) -> bool {
+        slot.evicted().now_or_never().is_some()
+    }
+
+    /// A place for a connection from `ip` in `gate`, which must be given.
+    fn admitted(gate: &Arc<Gate>, ip: &str) -> Arc<Slot> {
+        Arc::new(gate.admit(ip.parse().unwrap()).unwrap())
+    }
+
+    #[test]
+    fn caps_per_client_and_in_total_and_places_come_back() {
+        let gate = Gate::new(Caps {
+            total: 3,
+            per_client: 2,
+        });
+        let a: IpAddr = "127.0.0.1".parse().unwrap();
+        let a1 = admitted(&gate, "127.0.0.1");
+        let a2 = admitted(&gate, "127.0.0.1");
+        let (_c1, _c2) = (a1.carrying(), a2.carrying());
+        assert_eq!(gate.admit(a).unwrap_err(), Refused::PerClient(2));
+        let b1 = admitted(&gate, "::ffff:127.0.0.2");
+        let _c3 = b1.carrying();
+        assert_eq!(
+            gate.admit("127.0.0.3".parse().unwrap()).unwrap_err(),
+            Refused::Total(3)
+        );
+        drop((_c1, a1));
+        assert_eq!(gate.open(), 2);
+        assert!(gate.admit(a).is_ok());
+    }
+
+    #[test]
+    fn at_the_per_client_cap_the_longest_idle_connection_makes_room() {
+        let gate = Gate::new(Caps {
+            total: 100,
+            per_client: 3,
+        });
+        let fresh = admitted(&gate, "127.0.0.1");
+        let older = admitted(&gate, "127.0.0.1");
+        let newer = admitted(&gate, "127.0.0.1");
+        // `older` and `newer` each carried a request; `older`'s ended first.
+        drop(older.carrying());
+        drop(newer.carrying());
+        let fourth = admitted(&gate, "127.0.0.1");
+        assert!(
+            is_evicted(&older),
+            "the longest idle kept-alive one goes first"
+        );
+        assert!(!is_evicted(&fresh) && !is_evicted(&newer));
+        assert_eq!(gate.open(), 3);
+        // Dropping the evicted slot later does not give its place back twice.
+        drop(older);
+        assert_eq!(gate.open(), 3);
+        // Kept-alive ones go before a fresh one that never carried a request.
+        let fifth = admitted(&gate, "127.0.0.1");
+        assert!(is_evicted(&newer) && !is_evicted(&fresh));
+        // Then the fresh one; then, with every one carrying a request, a refusal.
+        let (_c4, _c5) = (fourth.carrying(), fifth.carrying());
+        let sixth = admitted(&gate, "127.0.0.1");
+        assert!(is_evicted(&fresh));
+        let _c6 = sixth.carrying();
+        assert_eq!(
+            gate.admit("127.0.0.1".parse().unwrap()).unwrap_err(),
+            Refused::PerClient(3)
+        );
+        // Another client is not touched by this one's cap.
+        assert!(gate.admit("127.0.0.2".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn at_the_total_cap_anyones_idle_connection_makes_room() {
+        let gate = Gate::new(Caps {
+            total: 2,
+            per_client: 2,
+        });
+        let a = admitted(&gate, "127.0.0.1");
+        let b = admitted(&gate, "127.0.0.2");
+        let _busy = b.carrying();
+        let c = admitted(&gate, "127.0.0.3");
+        assert!(is_evicted(&a) && !is_evicted(&b));
+        let _busy_too = c.carrying();
+        assert_eq!(
+            gate.admit("127.0.0.4".parse().unwrap()).unwrap_err(),
+            Refused::Total(2)
+        );
+    }
+
+    #[test]
+    fn running_out_locally_is_told_from_the_hosts_failures() {
+        for errno in [24, 23, 105, 12, 99] {
+            assert!(is_local_exhaustion(&io::Error::from_raw_os_error(errno)));
+        }
+        assert!(!is_local_exhaustion(&io::Error::from_raw_os_error(111)));
+        assert!(!is_local_exhaustion(&io::Error::other("x")));
+    }
+
+    #[test]
+    fn caps_fit_under_the_fd_limit() {
+        let proxy = Caps {
+            total: 10_000,
+            per_client: 512,
+        };
+        let admin = Caps {
+            total: 64,
+            per_client: 16,
+        };
+        let (p, a) = fit_to_fd_limit(proxy, admin, Some(1024));
+        assert!(
+            p.total * 2 + a.total + RESERVED_FDS as usize <= 1024,
+            "{p:?} {a:?}"
+        );
+        assert!(p.per_client <= p.total);
+        assert_eq!(
+            fit_to_fd_limit(proxy, admin, Some(1_000_000)),
+            (proxy, admin)
+        );
+    }
+}

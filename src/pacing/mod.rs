@@ -1,0 +1,6 @@
+//! What a host's answers teach and how fast it may be asked: pure pacing state, feedback from answers, block pages, robots.txt rules.
+
+pub(crate) mod blocks;
+pub(crate) mod feedback;
+pub mod policy;
+pub(crate) mod robots;

@@ -1,0 +1,1037 @@
+//! The shared budget's store: Redis (or Valkey), where several instances with the same
+//! `[shared] redis_url` and `key_prefix` keep one budget per host, so that the site sees one
+//! courtesy.
+//!
+//! One script call reserves each turn (`reserve`, the only round trip before a request), and
+//! releases the host's turns that ended meanwhile (`releases.rs`); a lesson (`report`) runs after
+//! the answer, off the request's path. Pub/sub hints
+//! (`hints.rs`) wake an instance early (a slot came free, a cooldown began elsewhere) but are
+//! never the truth: the store is. When the store fails or is slower than `timeout_ms`, the instance
+//! falls back to its share of every budget (`share`) and keeps every cooldown it knows; the
+//! heartbeat (`heartbeat.rs`) finds the store again and the instance rejoins without a burst.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `mod.rs` | the store's calls and the mode (shared or fallback) |
+//! | `connection.rs` | how the store is reached: one server, a Redis Cluster, or Sentinel's master |
+//! | `scripts.rs` | the Lua, with the semantics of every field |
+//! | `hints.rs` | the pub/sub subscriber |
+//! | `releases.rs` | ended turns: carried by the host's next reservation, or released on their own |
+//! | `heartbeat.rs` | live instances, lease renewal, finding the store again |
+//!
+//! It decides nothing about pacing itself: the limiter asks it for turns through its budget seam.
+
+#[cfg(test)]
+mod ahead_tests;
+mod connection;
+mod heartbeat;
+mod hints;
+mod releases;
+mod scripts;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::config::SharedSettings;
+use crate::pacing::policy::CooldownCause;
+use crate::util::locks::lock;
+
+pub(crate) use connection::{is_tls_url, topology};
+pub(crate) use heartbeat::run_heartbeat;
+pub(crate) use hints::{run_hints, Hint};
+pub(crate) use releases::run_releases;
+
+/// The fewest turns an allowance holds (the script's `AHEAD_MIN`): fewer would not pay for the
+/// round trip that settles it.
+pub(crate) const AHEAD_MIN: u32 = 16;
+
+/// How far ahead a turn may be reserved. Beyond it the instance sleeps and asks again: a turn
+/// reserved long before it is used holds a concurrency slot and cannot learn of a cooldown that
+/// starts meanwhile except through a hint.
+const HORIZON: Duration = Duration::from_secs(1);
+
+/// How long an instance's place in a host's waiting list lasts unless it asks again (it asks
+/// at least four times as often).
+const WAITING_PLACE: Duration = Duration::from_secs(3);
+
+/// How long an idle host's shared state outlives its last use: the learned rate is worth keeping
+/// a day.
+const IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How long the shared state of a host that has not answered yet outlives its last use. Any
+/// client may name any `host:port`; one that never resolves or connects has nothing worth a day
+/// in the store, and a day of keys per invented name would let a client fill a team's Redis
+/// (issue 35: 2,000 names in under a second). A minute covers what the state is for while the
+/// host is being tried: every call while requests flow extends it, so pacing, leases and a
+/// cooldown (which keeps its key until it ends) are never cut short; a host's first answer
+/// (`Store::report`, sent once per host by each instance) raises it to [`IDLE_TTL`], and a
+/// shorter TTL never shortens a longer one another instance set (`keep_at_least`).
+pub(crate) const UNANSWERED_TTL: Duration = Duration::from_secs(60);
+
+/// The store of one group of instances.
+#[derive(Debug)]
+pub(crate) struct Store {
+    settings: SharedSettings,
+    /// How the store is reached (`connection.rs`).
+    conn: connection::Connection,
+    /// This instance's id in the store (leases and the live set).
+    instance: String,
+    /// The pub/sub channel of the hints.
+    channel: String,
+    fallback: AtomicBool,
+    /// Counts the times this instance rejoined the store; a host's first turn after a rejoin
+    /// starts with an empty bucket.
+    epoch: AtomicU32,
+    /// The most live instances counted by the recent heartbeats.
+    seen: AtomicU32,
+    /// The live instances counted by the last heartbeat.
+    live_now: AtomicU32,
+    next_lease: AtomicU64,
+    /// Leases in flight, by host, for the heartbeat to renew.
+    live: Mutex<HashMap<Arc<str>, Vec<String>>>,
+    /// Turns that ended, by host, for the host's next reservation to release (`releases.rs`),
+    /// and whether each request left.
+    ended: Mutex<releases::EndedTurns>,
+    /// Wakes the releaser of turns no reservation carries.
+    turn_ended: tokio::sync::Notify,
+    /// The store's clock as last read (µs) and the local instant of that reading, for the
+    /// deadlines of reservations.
+    clock: Mutex<Option<(Instant, i64)>>,
+    /// Counts the times this instance fell back: a host's first local turn after a fall starts
+    /// with an empty bucket, since its shared turns just went.
+    falls: AtomicU32,
+    /// Why this instance is in fallback (the first word of the cause) and when that was logged.
+    fallen_for: Mutex<Option<(String, Instant)>>,
+    /// Wakes every host waiting on the store (a slot, the horizon) when the mode changes.
+    mode_changed: tokio::sync::Notify,
+    /// This store, for the leases it grants (a dropped lease releases itself through it).
+    me: std::sync::Weak<Store>,
+    scripts: Scripts,
+    /// Round trips to the store, for `/metrics`.
+    pub(crate) round_trip: Histogram,
+    /// Failed or timed-out calls by operation, for `/metrics`.
+    pub(crate) errors: Family<OpLabel, Counter>,
+}
+
+/// The `op` label of `courtesy_shared_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub(crate) struct OpLabel {
+    /// The call that failed.
+    pub(crate) op: Op,
+}
+
+impl OpLabel {
+    /// A family with every operation's counter at zero from the start, so that `rate()` and
+    /// the alerts see a store that never failed rather than no data at all.
+    fn family() -> Family<OpLabel, Counter> {
+        let family = Family::default();
+        for op in Op::ALL {
+            let _ = family.get_or_create(&OpLabel { op });
+        }
+        family
+    }
+}
+
+/// A call to the store: one per script.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum Op {
+    Reserve,
+    Report,
+    Release,
+    Operator,
+    Heartbeat,
+    Renew,
+    Withdraw,
+    Bill,
+}
+
+impl Op {
+    /// Every operation (a new one is added here too, for its series at zero).
+    const ALL: [Op; 8] = [
+        Op::Reserve,
+        Op::Report,
+        Op::Release,
+        Op::Operator,
+        Op::Heartbeat,
+        Op::Renew,
+        Op::Withdraw,
+        Op::Bill,
+    ];
+
+    /// Its label value.
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Reserve => "reserve",
+            Op::Report => "report",
+            Op::Release => "release",
+            Op::Operator => "operator",
+            Op::Heartbeat => "heartbeat",
+            Op::Renew => "renew",
+            Op::Withdraw => "withdraw",
+            Op::Bill => "bill",
+        }
+    }
+}
+
+impl prometheus_client::encoding::EncodeLabelValue for Op {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        self.as_str().encode(encoder)
+    }
+}
+
+#[derive(Debug)]
+struct Scripts {
+    reserve: redis::Script,
+    release: redis::Script,
+    report: redis::Script,
+    operator: redis::Script,
+    heartbeat: redis::Script,
+    renew: redis::Script,
+    withdraw: redis::Script,
+    bill: redis::Script,
+}
+
+/// What the store says about one host besides a turn: the learned rate and an operator's rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SharedView {
+    /// The rate the instances learned together.
+    pub(crate) rate: f64,
+    /// An operator's rate, set through any instance.
+    pub(crate) rate_override: Option<f64>,
+}
+
+/// The store's answer to "may this host's next request go?".
+#[derive(Debug)]
+pub(crate) enum Reservation {
+    /// A turn is reserved `wait` from now.
+    Go {
+        /// How long until the turn.
+        wait: Duration,
+        /// The concurrency slot it holds.
+        lease: Lease,
+        /// The turns reserved after it in the same call, each with how long until it.
+        more: Vec<(Duration, Lease)>,
+        /// The host's shared state.
+        view: SharedView,
+    },
+    /// An allowance: this many turns and concurrency slots, spent here without a round trip
+    /// each until the instance comes back (`scripts::RESERVE`, "Allowances").
+    Ahead {
+        /// Turns to spend.
+        tokens: u32,
+        /// Concurrency slots they may use at once.
+        slots: u32,
+        /// The host's shared state.
+        view: SharedView,
+    },
+    /// The host is closed for `remaining` more.
+    Cool {
+        /// How long it stays closed.
+        remaining: Duration,
+        /// Why.
+        cause: CooldownCause,
+        /// The host's shared state.
+        view: SharedView,
+    },
+    /// Every concurrency slot is taken, or instances that waited longer come first: ask again
+    /// in `retry_in` or at a hint. This instance holds a place in the host's waiting list.
+    Busy {
+        /// When to ask again if no hint comes first.
+        retry_in: Duration,
+    },
+    /// The call wanted no turn: it only settled the instance's allowance.
+    Settled,
+    /// The next turn is beyond the reservation horizon: ask again in `retry_in`.
+    Later {
+        /// When to ask again.
+        retry_in: Duration,
+    },
+}
+
+/// A reserved turn's concurrency slot in the store, released when the turn ends: by
+/// [`Store::release`], or, on any path that forgets to, when it is dropped (as a turn whose
+/// request may have left: no token is given back). A lease no live instance holds would keep
+/// one of the host's slots in the store until it expired (`lease_seconds`).
+#[derive(Debug)]
+pub(crate) struct Lease {
+    turn: Option<LeaseTurn>,
+    store: std::sync::Weak<Store>,
+}
+
+/// What the store needs to release a turn.
+#[derive(Debug)]
+pub(super) struct LeaseTurn {
+    host: Arc<str>,
+    member: String,
+    /// The `tat` the reservation wrote and its interval, to undo it if the turn is never used.
+    tat: String,
+    interval: i64,
+    /// When the turn starts on the store's clock (µs), for the wave rule.
+    starts_us: i64,
+}
+
+impl Lease {
+    /// When the turn starts on the store's clock (µs), for the wave rule.
+    pub(crate) fn starts_us(&self) -> i64 {
+        self.turn.as_ref().map_or(0, |t| t.starts_us)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let (Some(turn), Some(store)) = (self.turn.take(), self.store.upgrade()) {
+            store.end(turn, true);
+        }
+    }
+}
+
+/// What one answer taught, in the terms the store keeps (see `scripts::REPORT`).
+#[derive(Debug, Clone)]
+pub(crate) struct Lesson {
+    /// A cooldown that started or grew, and its cause.
+    pub(crate) cooldown: Option<(Duration, CooldownCause)>,
+    /// The instance's rate before and after the answer.
+    pub(crate) rate_before: f64,
+    /// See `rate_before`.
+    pub(crate) rate_after: f64,
+    /// A standing cap on the rate (Crawl-delay, a RateLimit policy), shared for an hour.
+    pub(crate) cap: Option<f64>,
+    /// Whether the host has answered (this answer or an earlier one): see [`Limits::answered`].
+    pub(crate) answered: bool,
+}
+
+/// How long a host's keys outlive a call about it when nothing else uses them: a day once it
+/// has answered, a minute until then ([`UNANSWERED_TTL`]).
+fn idle_ttl(answered: bool) -> Duration {
+    if answered {
+        IDLE_TTL
+    } else {
+        UNANSWERED_TTL
+    }
+}
+
+/// The limits of one host that a reservation needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    /// The rate this instance would use (its caps included).
+    pub(crate) rate: f64,
+    /// The configured rate.
+    pub(crate) configured_rate: f64,
+    /// Burst and concurrency as configured (for all instances together).
+    pub(crate) burst: u32,
+    /// See `burst`.
+    pub(crate) concurrency: u32,
+    /// Whether this host's turn is the first since this instance rejoined the store.
+    pub(crate) rejoin: bool,
+    /// The byte budget (`max_bytes_per_second`, its burst), for all instances together.
+    pub(crate) bytes: Option<(u64, u64)>,
+    /// Whether the host has answered here (a response of any status came back): until then its
+    /// keys live [`UNANSWERED_TTL`], not [`IDLE_TTL`].
+    pub(crate) answered: bool,
+}
+
+/// What an instance says of its allowance of a host with a reservation (`scripts::RESERVE`,
+/// "Allowances"): in absolute terms, so that a late copy of an older call changes nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct AheadAsk {
+    /// Orders the calls: the store ignores one not above the last it applied.
+    pub(crate) seq: u64,
+    /// Turns spent from allowances of this host since the record began (a running count).
+    pub(crate) spent: u64,
+    /// Turns wanted ahead (`0`: none, give everything back).
+    pub(crate) want_tokens: u32,
+    /// Slots wanted with them.
+    pub(crate) want_slots: u32,
+    /// Slots that still carry requests sent on an allowance: held until they end.
+    pub(crate) in_use: u32,
+}
+
+/// The bounds a reported rate moves within.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RateBounds {
+    /// See `HostPolicy::min_rate`.
+    pub(crate) min_rate: f64,
+    /// The highest rate adaptation may reach.
+    pub(crate) ceiling: f64,
+    /// The configured rate.
+    pub(crate) configured_rate: f64,
+    /// The configured burst.
+    pub(crate) burst: u32,
+}
+
+/// An operator's action as the store applies it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StoreAction {
+    /// Pause for this long.
+    Pause(Duration),
+    /// End the operator's pause.
+    Resume,
+    /// Pin the rate, or (`None`) return to the learned one.
+    Rate(Option<f64>),
+}
+
+/// The store could not be used (an error, or no answer within `timeout_ms`).
+#[derive(Debug)]
+pub(crate) struct StoreDown(pub(crate) String);
+
+impl Store {
+    /// A store for `settings`; nothing is connected yet (the first call connects, and a store
+    /// that cannot be reached starts this instance in fallback, not as a start-up failure).
+    pub(crate) fn new(settings: &SharedSettings) -> Result<Arc<Store>, String> {
+        // rediss:// goes through rustls, on the same provider as the rest of courtesy.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let conn = connection::Connection::open(settings)?;
+        let instance = format!("{:016x}", rand::random::<u64>());
+        Ok(Arc::new_cyclic(|me| Store {
+            channel: format!("{}:hints", settings.key_prefix),
+            settings: settings.clone(),
+            conn,
+            instance,
+            fallback: AtomicBool::new(false),
+            epoch: AtomicU32::new(0),
+            seen: AtomicU32::new(0),
+            live_now: AtomicU32::new(0),
+            next_lease: AtomicU64::new(0),
+            live: Mutex::new(HashMap::new()),
+            ended: Mutex::new(HashMap::new()),
+            turn_ended: tokio::sync::Notify::new(),
+            clock: Mutex::new(None),
+            falls: AtomicU32::new(0),
+            mode_changed: tokio::sync::Notify::new(),
+            fallen_for: Mutex::new(None),
+            me: me.clone(),
+            scripts: Scripts {
+                reserve: scripts::script(scripts::RESERVE),
+                release: scripts::script(scripts::RELEASE),
+                report: scripts::script(scripts::REPORT),
+                operator: scripts::script(scripts::OPERATOR),
+                heartbeat: scripts::script(scripts::HEARTBEAT),
+                renew: scripts::script(scripts::RENEW),
+                withdraw: scripts::script(scripts::WITHDRAW),
+                bill: scripts::script(scripts::BILL),
+            },
+            round_trip: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            errors: OpLabel::family(),
+        }))
+    }
+
+    /// This instance's id in the store (a `free` hint may name it).
+    pub(crate) fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Whether the instance keeps its share of the budget locally because the store failed.
+    pub(crate) fn in_fallback(&self) -> bool {
+        self.fallback.load(Ordering::Acquire)
+    }
+
+    /// The fall count: a host whose last turn was before this instance's latest fall takes its
+    /// first local turn with an empty bucket (its shared turns just went).
+    pub(crate) fn falls(&self) -> u32 {
+        self.falls.load(Ordering::Acquire)
+    }
+
+    /// Resolves when this instance falls back or rejoins after the call (a future created before
+    /// the change sees it, polled or not).
+    pub(crate) fn mode_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.mode_changed.notified()
+    }
+
+    /// The rejoin count: a host whose last turn was in an earlier epoch starts with an empty
+    /// bucket.
+    pub(crate) fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The share of each budget this instance keeps in fallback: `1/instances`, or one over the
+    /// most live instances seen recently.
+    pub(crate) fn share(&self) -> f64 {
+        1.0 / f64::from(self.expected().max(1))
+    }
+
+    /// How many instances share the budgets: `instances`, or the most seen recently (0 before
+    /// the store was ever reached).
+    fn expected(&self) -> u32 {
+        self.settings
+            .instances
+            .unwrap_or_else(|| self.seen.load(Ordering::Acquire))
+    }
+
+    /// The part of each shared budget the instances on the store may use together: all of it
+    /// while every instance expected (`instances`, or the most seen recently) is live on the
+    /// store; less while some are not, because an instance cut off from the store keeps its
+    /// share locally (so that all of them together never exceed one budget).
+    pub(crate) fn live_part(&self) -> f64 {
+        let expected = self.expected();
+        let live = self.live_now.load(Ordering::Acquire);
+        if expected == 0 || live == 0 || live >= expected {
+            1.0
+        } else {
+            f64::from(live) / f64::from(expected)
+        }
+    }
+
+    /// How many live instances the last heartbeats counted.
+    pub(crate) fn instances_seen(&self) -> u32 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// The settings in force.
+    pub(crate) fn settings(&self) -> &SharedSettings {
+        &self.settings
+    }
+
+    fn budget_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:b", self.settings.key_prefix)
+    }
+
+    fn lease_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:l", self.settings.key_prefix)
+    }
+
+    fn waiting_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:q", self.settings.key_prefix)
+    }
+
+    fn waiting_expiry_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:qx", self.settings.key_prefix)
+    }
+
+    fn ahead_key(&self, host: &str) -> String {
+        format!("{}:{{{host}}}:a", self.settings.key_prefix)
+    }
+
+    fn instances_key(&self) -> String {
+        format!("{}:instances", self.settings.key_prefix)
+    }
+
+    /// Runs one script call within the timeout; a failure switches this instance to fallback.
+    async fn call(
+        &self,
+        op: Op,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<Value, StoreDown> {
+        let started = Instant::now();
+        let result =
+            tokio::time::timeout(self.settings.timeout, self.conn.script(invocation)).await;
+        let error = match result {
+            Ok(Ok(value)) => {
+                self.round_trip.observe(started.elapsed().as_secs_f64());
+                return Ok(value);
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {} ms", self.settings.timeout.as_millis()),
+        };
+        self.errors.get_or_create(&OpLabel { op }).inc();
+        self.fall_back(&error);
+        Err(StoreDown(error))
+    }
+
+    /// Switches to fallback (once, logged at `warn`).
+    pub(crate) fn fall_back(&self, why: &str) {
+        if !self.fallback.swap(true, Ordering::AcqRel) {
+            self.falls.fetch_add(1, Ordering::AcqRel);
+            // Hosts waiting on the store (for a slot, the horizon, their place in line) look
+            // again at once, and take this instance's share locally.
+            self.mode_changed.notify_waiters();
+            if self.settings.instances.is_none() && self.instances_seen() == 0 {
+                tracing::warn!(
+                    "the store was never reached, so this instance does not know how many share \
+                     the budgets and keeps all of each: set [shared] instances"
+                );
+            }
+            tracing::warn!(
+                store = %self.settings.redacted_url(),
+                share = self.share(),
+                "shared budget store unreachable ({why}): each host keeps this instance's share \
+                 of its budget until it answers again"
+            );
+            *lock(&self.fallen_for) = Some((kind_of(why), Instant::now()));
+            return;
+        }
+        // Still away, for another reason (a timeout, then a refusal of the ACL): said too, at
+        // most every ten seconds, so that the log shows what keeps the store away.
+        let mut last = lock(&self.fallen_for);
+        let kind = kind_of(why);
+        if last
+            .as_ref()
+            .is_some_and(|(k, at)| *k != kind && at.elapsed() >= CAUSE_LOG_EVERY)
+        {
+            tracing::warn!(
+                store = %self.settings.redacted_url(),
+                "shared budget store still unreachable, now: {why}"
+            );
+            *last = Some((kind, Instant::now()));
+        }
+    }
+
+    /// Loads every script into the store, so that the first calls after a start or a store
+    /// restart do not each meet `NOSCRIPT` on the request's path.
+    pub(crate) async fn load_scripts(&self) {
+        let s = &self.scripts;
+        for script in [
+            &s.reserve,
+            &s.release,
+            &s.report,
+            &s.operator,
+            &s.heartbeat,
+            &s.renew,
+            &s.withdraw,
+            &s.bill,
+        ] {
+            let loaded = tokio::time::timeout(self.settings.timeout, self.conn.load_script(script));
+            if !matches!(loaded.await, Ok(Ok(_))) {
+                return;
+            }
+        }
+    }
+
+    /// Switches back to the shared budget after the store answered again (`why`: what answered).
+    pub(crate) fn rejoin(&self, why: &str) -> bool {
+        let rejoined = self.fallback.swap(false, Ordering::AcqRel);
+        if rejoined {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+            self.mode_changed.notify_waiters();
+            // Turns that ended while the store was away are released now.
+            self.turn_ended.notify_one();
+            tracing::warn!(
+                store = %self.settings.redacted_url(),
+                "shared budget store answers again ({why}): back on the shared budget"
+            );
+        }
+        rejoined
+    }
+
+    /// Asks the store for the next turn of `host` (one round trip); `waited` is how long this
+    /// instance's oldest request for it has waited (its place in the host's waiting list);
+    /// `ahead`, this instance's allowance of the host, settled by the same call.
+    pub(crate) async fn reserve(
+        &self,
+        host: &Arc<str>,
+        limits: Limits,
+        want: u32,
+        waited: Duration,
+        ahead: Option<AheadAsk>,
+    ) -> Result<Reservation, StoreDown> {
+        let member = format!(
+            "{}:{}",
+            self.instance,
+            self.next_lease.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut invocation = self.scripts.reserve.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .key(self.lease_key(host))
+            .key(self.waiting_key(host))
+            .key(self.waiting_expiry_key(host))
+            .key(self.ahead_key(host))
+            .arg("")
+            .arg(limits.rate.to_string())
+            .arg(limits.configured_rate.to_string())
+            .arg(limits.burst.max(1))
+            .arg(limits.concurrency.max(1))
+            .arg(micros(self.settings.lease))
+            .arg(&member)
+            .arg(micros(HORIZON))
+            .arg(if limits.rejoin { "1" } else { "0" })
+            .arg(micros(idle_ttl(limits.answered)))
+            .arg(&self.channel)
+            .arg(&**host)
+            .arg(want)
+            .arg(&self.instance)
+            .arg(micros(waited))
+            .arg(self.deadline_us())
+            .arg(micros(WAITING_PLACE))
+            .arg(ahead.map_or(String::new(), |a| {
+                format!(
+                    "{}|{}|{}|{}|{}",
+                    a.seq, a.spent, a.want_tokens, a.want_slots, a.in_use
+                )
+            }))
+            .arg(limits.bytes.map_or(String::new(), |(rate, burst)| {
+                format!("{}|{burst}", rate.max(1))
+            }));
+        // The host's turns that ended meanwhile are released by this same call (even one past
+        // its deadline); if the call fails they are kept for the next, since a release is
+        // idempotent.
+        let ended = self.take_ended(host);
+        for (turn, sent, _) in &ended {
+            invocation
+                .arg(&turn.member)
+                .arg(if *sent { "0" } else { "1" })
+                .arg(&turn.tat)
+                .arg(turn.interval);
+        }
+        let value = match self.call(Op::Reserve, &invocation).await {
+            Ok(value) => value,
+            Err(down) => {
+                self.keep_ended(ended);
+                return Err(down);
+            }
+        };
+        let text = value_text(&value)
+            .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
+        let reply = ReserveReply::parse(text)
+            .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
+        self.read_clock(reply.now);
+        let wait = Duration::from_micros(reply.micros.max(0) as u64);
+        let view = SharedView {
+            rate: reply.rate,
+            rate_override: reply.rate_override,
+        };
+        let lease = |member: String, tat: String, starts_us: i64| Lease {
+            turn: Some(LeaseTurn {
+                host: host.clone(),
+                member,
+                tat,
+                interval: reply.interval,
+                starts_us,
+            }),
+            store: self.me.clone(),
+        };
+        Ok(match reply.kind.as_str() {
+            "go" => {
+                {
+                    let mut live = lock(&self.live);
+                    let members = live.entry(host.clone()).or_default();
+                    members.push(member.clone());
+                    members.extend((0..reply.more.len()).map(|i| format!("{member}.{}", i + 2)));
+                }
+                // Every turn after the first starts later by what its start is past the first's.
+                let more: Vec<(Duration, Lease)> = reply
+                    .more
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (tat, start))| {
+                        let after = Duration::from_micros((start - reply.start).max(0) as u64);
+                        let member = format!("{member}.{}", i + 2);
+                        (wait + after, lease(member, tat.clone(), *start))
+                    })
+                    .collect();
+                Reservation::Go {
+                    wait,
+                    lease: lease(member, reply.tat.clone(), reply.start),
+                    more,
+                    view,
+                }
+            }
+            "ahead" => Reservation::Ahead {
+                tokens: reply.tat.parse().unwrap_or(0),
+                slots: u32::try_from(reply.interval).unwrap_or(0),
+                view,
+            },
+            "cool" => Reservation::Cool {
+                remaining: wait,
+                cause: CooldownCause::from_word(Some(&reply.cause)),
+                view,
+            },
+            "busy" | "behind" => Reservation::Busy { retry_in: wait },
+            "settled" => Reservation::Settled,
+            // Answered past its deadline (the clock read was off by more than a round trip):
+            // nothing was reserved, ask again.
+            "stale" => Reservation::Later {
+                retry_in: Duration::from_millis(1),
+            },
+            _ => Reservation::Later { retry_in: wait },
+        })
+    }
+
+    /// The deadline of a call sent now, on the store's clock (µs): the store's time as last
+    /// read, moved on by the local time since, plus the timeout. The reading is late by up to
+    /// a round trip, so the deadline is early by as much, never late; `0` (none) before the
+    /// first reading.
+    fn deadline_us(&self) -> i64 {
+        match *lock(&self.clock) {
+            None => 0,
+            Some((at, store_us)) => store_us
+                .saturating_add(micros(at.elapsed()))
+                .saturating_add(micros(self.settings.timeout)),
+        }
+    }
+
+    /// The store's clock at the local instant `at` (µs), from the last reading (`0` before
+    /// any): when a turn spent from an allowance started, for the wave rule.
+    pub(crate) fn clock_at(&self, at: Instant) -> i64 {
+        match *lock(&self.clock) {
+            None => 0,
+            Some((read, store_us)) => {
+                let after = micros(at.saturating_duration_since(read));
+                let before = micros(read.saturating_duration_since(at));
+                store_us.saturating_add(after).saturating_sub(before)
+            }
+        }
+    }
+
+    /// A number above every one this instance used before: orders its allowance's calls.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_lease.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Notes the store's clock as a reply just told it.
+    fn read_clock(&self, store_us: i64) {
+        if store_us > 0 {
+            *lock(&self.clock) = Some((Instant::now(), store_us));
+        }
+    }
+
+    /// Takes this instance out of `host`'s waiting list (its queue for the host emptied), so
+    /// that the others do not wait for a place nobody will use.
+    pub(crate) async fn withdraw(&self, host: &str) {
+        let mut invocation = self.scripts.withdraw.prepare_invoke();
+        invocation
+            .key(self.waiting_key(host))
+            .key(self.waiting_expiry_key(host))
+            .key(self.budget_key(host))
+            .arg(&self.instance)
+            .arg(&self.channel)
+            .arg(host);
+        // A failure leaves the place to expire (`WAITING_PLACE`).
+        let _ = self.call(Op::Withdraw, &invocation).await;
+    }
+
+    /// Releases one ended turn with a round trip of its own (see `releases.rs` for the usual
+    /// way): frees its slot and, for a request that never left, gives its token back. `false`
+    /// when the store did not answer (the turn is still to release).
+    async fn release_now(&self, turn: &LeaseTurn, sent: bool) -> bool {
+        let mut invocation = self.scripts.release.prepare_invoke();
+        invocation
+            .key(self.budget_key(&turn.host))
+            .key(self.lease_key(&turn.host))
+            .key(self.waiting_key(&turn.host))
+            .arg("")
+            .arg(&turn.member)
+            .arg(if sent { "0" } else { "1" })
+            .arg(&turn.tat)
+            .arg(turn.interval)
+            .arg(&self.channel)
+            .arg(&*turn.host);
+        self.call(Op::Release, &invocation).await.is_ok()
+    }
+
+    /// Applies what an answer taught to the shared state; returns the learned rate and the
+    /// cooldown left, as the store has them now.
+    pub(crate) async fn report(
+        &self,
+        host: &str,
+        lesson: &Lesson,
+        starts_us: i64,
+        bounds: RateBounds,
+    ) -> Result<(f64, Duration), StoreDown> {
+        let (cool, cause) = match lesson.cooldown {
+            Some((d, cause)) => (micros(d), cause.word()),
+            None => (0, String::new()),
+        };
+        let mut invocation = self.scripts.report.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .arg("")
+            .arg(cool)
+            .arg(cause)
+            .arg(lesson.rate_before.to_string())
+            .arg(lesson.rate_after.to_string())
+            .arg(starts_us)
+            .arg(bounds.min_rate.to_string())
+            .arg(bounds.ceiling.to_string())
+            .arg(bounds.configured_rate.to_string())
+            .arg(bounds.burst.max(1))
+            .arg(lesson.cap.map(|c| c.to_string()).unwrap_or_default())
+            .arg(micros(Duration::from_secs(3600)))
+            .arg(&self.channel)
+            .arg(host)
+            .arg(micros(idle_ttl(lesson.answered)));
+        let value = self.call(Op::Report, &invocation).await?;
+        let (rate, left): (String, i64) = redis::from_redis_value(value)
+            .map_err(|e| StoreDown(format!("the report script answered {e}")))?;
+        Ok((
+            rate.parse().unwrap_or(bounds.configured_rate),
+            Duration::from_micros(left.max(0) as u64),
+        ))
+    }
+
+    /// Charges `bytes` of response body to `host`'s shared byte budget of `rate` bytes per
+    /// second, so that every instance's next turn waits for the debt (`scripts::BILL`).
+    pub(crate) async fn bill(&self, host: &str, bytes: u64, rate: u64) {
+        let mut invocation = self.scripts.bill.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .arg("")
+            .arg(bytes)
+            .arg(rate.max(1))
+            .arg(micros(IDLE_TTL));
+        // A bill the store did not take is lost with the fall to fallback, where each instance
+        // keeps its share of the byte budget locally.
+        let _ = self.call(Op::Bill, &invocation).await;
+    }
+
+    /// Applies an operator's action for every instance.
+    pub(crate) async fn operator(&self, host: &str, action: StoreAction) -> Result<(), StoreDown> {
+        let (word, value) = match action {
+            StoreAction::Pause(d) => ("pause", micros(d).to_string()),
+            StoreAction::Resume => ("resume", String::new()),
+            StoreAction::Rate(Some(r)) => ("rate", r.to_string()),
+            StoreAction::Rate(None) => ("unrate", String::new()),
+        };
+        let mut invocation = self.scripts.operator.prepare_invoke();
+        invocation
+            .key(self.budget_key(host))
+            .arg("")
+            .arg(word)
+            .arg(value)
+            .arg(&self.channel)
+            .arg(host)
+            .arg(micros(IDLE_TTL));
+        self.call(Op::Operator, &invocation).await.map(|_| ())
+    }
+}
+
+/// How often a new cause of being away from the store is logged while in fallback.
+const CAUSE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The kind of a store failure, for telling one cause from another: its first word (`NOPERM`,
+/// `no answer`, `Connection refused`...).
+fn kind_of(why: &str) -> String {
+    why.split([':', ' ']).next().unwrap_or("").to_string()
+}
+
+/// A duration in whole microseconds, as the scripts count.
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The reservation script's reply, `{kind, µs, cause, rate, override, tat, interval, start}`.
+#[derive(Debug)]
+struct ReserveReply {
+    kind: String,
+    micros: i64,
+    cause: String,
+    rate: f64,
+    rate_override: Option<f64>,
+    tat: String,
+    interval: i64,
+    start: i64,
+    /// The store's clock when it answered (µs).
+    now: i64,
+    /// The turns after the first: the `tat` each wrote, and its start.
+    more: Vec<(String, i64)>,
+}
+
+/// The reservation script's first eight fields: kind, µs, cause, learned rate, operator rate,
+/// tat, interval, start.
+pub(super) type ReserveTuple = (String, i64, String, String, String, String, i64, i64);
+
+/// A reservation reply's further turns: the `tat` each wrote, and its start.
+pub(super) type FurtherTurns = Vec<(String, i64)>;
+
+/// Splits the reservation script's reply (one `|`-separated string) into its first eight fields,
+/// the further turns (`tat`, start) and the store's clock; `None` for any other shape.
+#[cfg(test)]
+pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, FurtherTurns, i64)> {
+    reserve_fields_of(value_text(value)?)
+}
+
+/// A script's reply as text (a bulk or simple string), or `None`.
+fn value_text(value: &Value) -> Option<&str> {
+    match value {
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
+        Value::SimpleString(text) => Some(text.as_str()),
+        _ => None,
+    }
+}
+
+/// [`reserve_fields`] of the reply's text.
+fn reserve_fields_of(text: &str) -> Option<(ReserveTuple, FurtherTurns, i64)> {
+    let mut fields = text.split('|');
+    let mut text_field = || fields.next().map(str::to_string);
+    let kind = text_field()?;
+    let micros = text_field()?.parse().ok()?;
+    let cause = text_field()?;
+    let rate = text_field()?;
+    let rate_override = text_field()?;
+    let tat = text_field()?;
+    let interval = text_field()?.parse().ok()?;
+    let start = text_field()?.parse().ok()?;
+    let now = text_field()?.parse().ok()?;
+    let mut more = Vec::new();
+    while let Some(tat) = fields.next() {
+        let start = fields.next()?.parse().ok()?;
+        more.push((tat.to_string(), start));
+    }
+    Some((
+        (
+            kind,
+            micros,
+            cause,
+            rate,
+            rate_override,
+            tat,
+            interval,
+            start,
+        ),
+        more,
+        now,
+    ))
+}
+
+impl ReserveReply {
+    fn parse(text: &str) -> Option<ReserveReply> {
+        let ((kind, micros, cause, rate, rate_override, tat, interval, start), more, now) =
+            reserve_fields_of(text)?;
+        Some(ReserveReply {
+            kind,
+            micros,
+            cause,
+            rate: rate
+                .parse()
+                .ok()
+                .filter(|r: &f64| r.is_finite() && *r > 0.0)?,
+            rate_override: rate_override
+                .parse()
+                .ok()
+                .filter(|r: &f64| r.is_finite() && *r > 0.0),
+            tat,
+            interval,
+            start,
+            now,
+            more,
+        })
+    }
+}
+
+#[cfg(test)]
+mod op_label_tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_has_its_series_at_zero_from_the_start() {
+        let mut registry = prometheus_client::registry::Registry::with_prefix("courtesy");
+        registry.register("shared_errors", "errors", OpLabel::family());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
+        for op in [
+            "reserve",
+            "report",
+            "release",
+            "operator",
+            "heartbeat",
+            "renew",
+            "withdraw",
+            "bill",
+        ] {
+            let line = format!("courtesy_shared_errors_total{{op=\"{op}\"}} 0");
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
+    }
+}

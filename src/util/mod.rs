@@ -1,0 +1,8 @@
+//! Helpers with no knowledge of proxies or hosts: atomic files, poison-tolerant locks, memory release, batched log writing, scratch directories for tests.
+
+pub(crate) mod files;
+pub(crate) mod heap;
+pub(crate) mod locks;
+pub mod log_writer;
+#[cfg(test)]
+pub(crate) mod scratch;
