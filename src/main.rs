@@ -379,7 +379,7 @@ fn check_host(file: &Path, host: &str) -> anyhow::Result<()> {
     // that `Slow.Test.:8080` meets the rule `slow.test:8080` as the proxy's requests do.
     let (name, port) = courtesy::host_name::split(host)?;
     let port = port.unwrap_or(443);
-    let shown = courtesy::keys::host_key(&name, port);
+    let shown = courtesy::wire::host_key::host_key(&name, port);
     let mut out = String::new();
     match config.rule_for(&name, port) {
         Some(rule) => outln!(

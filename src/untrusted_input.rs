@@ -69,7 +69,7 @@ proptest! {
 
     #[test]
     fn hosts_files(text in texty()) {
-        bounded("a hosts file", || crate::upstream::resolve::StaticHosts::parse(&text).map(|h| h.len()).ok());
+        bounded("a hosts file", || crate::wire::hosts_file::StaticHosts::parse(&text).map(|h| h.len()).ok());
     }
 
     #[test]
@@ -79,14 +79,14 @@ proptest! {
             "(0x[0-9a-fA-F]{0,10}|0[0-7]{0,12}|[0-9]{1,11})(\\.(0x[0-9a-fA-F]{0,4}|0[0-7]{0,4}|[0-9]{1,5})){0,4}\\.?",
         ],
     ) {
-        let ip = bounded("a numeric host", || crate::upstream::resolve::numeric_ipv4(&text));
+        let ip = bounded("a numeric host", || crate::wire::literal::numeric_ipv4(&text));
         if let Some(ip) = ip {
             // An address reads back as itself.
             let dotted = ip.to_string();
-            prop_assert_eq!(crate::upstream::resolve::numeric_ipv4(&dotted), Some(ip));
-            prop_assert_eq!(crate::upstream::resolve::literal_ip(&dotted), Some(std::net::IpAddr::V4(ip)));
+            prop_assert_eq!(crate::wire::literal::numeric_ipv4(&dotted), Some(ip));
+            prop_assert_eq!(crate::wire::literal::literal_ip(&dotted), Some(std::net::IpAddr::V4(ip)));
         }
-        let _ = bounded("a host literal", || crate::upstream::resolve::literal_ip(&text));
+        let _ = bounded("a host literal", || crate::wire::literal::literal_ip(&text));
     }
 
     #[test]

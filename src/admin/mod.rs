@@ -449,7 +449,7 @@ pub(crate) fn names_listener(host: &str, own: SocketAddr) -> bool {
     if port != own.port() {
         return false;
     }
-    let ip = match crate::upstream::resolve::literal_ip(&name) {
+    let ip = match crate::wire::literal::literal_ip(&name) {
         Some(ip) => ip,
         None if name == "localhost" => std::net::Ipv4Addr::LOCALHOST.into(),
         None => return false,

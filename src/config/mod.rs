@@ -24,8 +24,11 @@
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`], [`TelemetrySettings`], [`SharedSettings`]: their keys and defaults |
 //! | `parent.rs` | [`UpstreamProxy`] and [`Route`]: parent proxy URLs, parsed and redacted |
+//! | `block_markers.rs` | [`BlockMarkers`]: what a challenge page contains, the defaults, the matcher |
+//! | `redis_url.rs` | `[shared] redis_url` read: one server, a Cluster's seeds, a master's Sentinels |
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
 
+mod block_markers;
 mod choices;
 mod file;
 mod include;
@@ -36,6 +39,7 @@ mod parent;
 mod pattern;
 mod policy;
 mod read;
+pub(crate) mod redis_url;
 pub mod reference;
 mod settings;
 mod suggest;
@@ -50,8 +54,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
-pub use crate::pacing::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
-pub(crate) use crate::upstream::resolve::canonical_ip;
+use crate::wire::literal::canonical_ip;
+pub use block_markers::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 pub use choices::{
     CacheMode, ClientAuth, Controller, HttpsMode, KeyMode, OnCooldown, Priority, ResourceKind,
 };

@@ -13,7 +13,7 @@ use super::keys::kinds::{between, Count, Flag, Maybe, Millis, Rate, Seconds, Wor
 use super::keys::process::HeaderText;
 use super::keys::{keys, Group, Key};
 use super::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind, Route};
-use crate::pacing::blocks::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
+use crate::config::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 
 /// The pacing rules for one host, fully resolved (defaults merged with the most specific rule),
 /// grouped by concern. The file stays flat: every key of every group is a key of `[defaults]`

@@ -17,7 +17,7 @@ use super::keys::process::{
     Address, ExistingFile, KeyPrefix, Networks, Path, Ports, StoreUrl, Token, Webhook,
 };
 use super::{ClientAuth, Route};
-use crate::upstream::resolve::StaticHosts;
+use crate::wire::hosts_file::StaticHosts;
 
 keys! {
     /// Settings of the proxy process itself (`[proxy]`).

@@ -249,7 +249,7 @@ impl Gate {
     /// none. At a cap the connection idle longest (the client's at `per_client`, anyone's at
     /// `total`) is asked to close and stops counting at once.
     pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
-        let ip = crate::config::canonical_ip(ip);
+        let ip = crate::wire::literal::canonical_ip(ip);
         let mut open = locks::lock(&self.open);
         if open.per_client.get(&ip).copied().unwrap_or(0) >= self.caps.per_client
             && !open.evict(Some(ip))

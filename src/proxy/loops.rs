@@ -20,8 +20,9 @@ use super::failure::Failure;
 use super::target::Target;
 use crate::config::UpstreamProxy;
 use crate::proxy::response::{ProxyError, PROXY_NAME};
-use crate::upstream::resolve::{literal_ip, Destinations, DnsError, Resolver};
+use crate::upstream::resolve::{Destinations, DnsError, Resolver};
 use crate::util::locks;
+use crate::wire::literal::literal_ip;
 
 /// How long a name whose addresses all passed [`LoopGuard::refuse_destination`] is not looked up
 /// again for that check.

@@ -1,7 +1,7 @@
 //! Where a request goes: the target host and port read from a request line, a CONNECT authority
 //! or a robots.txt redirect, and the `Host` header that goes with it.
 //!
-//! This module only parses; the budget key it yields is [`crate::budget::limiter::host_key`].
+//! This module only parses; the budget key it yields is [`crate::wire::host_key::host_key`].
 
 use std::net::IpAddr;
 
@@ -87,7 +87,7 @@ impl Target {
         // spelling escapes the host's budget, rules, cooldowns and pauses.
         let host = crate::wire::host_name::canonical(host)
             .map_err(|e| Failure::bad_request(e.to_string()))?;
-        let ip = crate::upstream::resolve::literal_ip(&host);
+        let ip = crate::wire::literal::literal_ip(&host);
         Ok(Target {
             host,
             port,
@@ -98,7 +98,7 @@ impl Target {
 
     /// The `host:port` key of this target (`key = "host"`).
     pub(crate) fn key(&self) -> String {
-        crate::budget::limiter::host_key(&self.host, self.port)
+        crate::wire::host_key::host_key(&self.host, self.port)
     }
 
     /// `scheme://host:port`: the origin a robots.txt answers for (RFC 9309), as the robots cache
@@ -108,7 +108,7 @@ impl Target {
         origin.push_str(scheme);
         origin.push_str("://");
         // Writing into a String cannot fail.
-        let _ = crate::budget::keys::write_host_key(&mut origin, &self.host, self.port);
+        let _ = crate::wire::host_key::write_host_key(&mut origin, &self.host, self.port);
         origin
     }
 
@@ -128,7 +128,7 @@ impl Target {
 /// log lines and spans name the target by.
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::budget::keys::write_host_key(f, &self.host, self.port)
+        crate::wire::host_key::write_host_key(f, &self.host, self.port)
     }
 }
 

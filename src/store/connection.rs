@@ -28,6 +28,7 @@ use redis::{Client, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::watch;
 
 use super::Store;
+use crate::config::redis_url::{topology, SentinelTarget, Topology};
 use crate::config::SharedSettings;
 use crate::util::locks::lock;
 
@@ -35,140 +36,6 @@ use crate::util::locks::lock;
 /// in practice until the caller's `timeout_ms` ends it, since a slot can take longer than a few
 /// tries to migrate on a busy machine (each try waits 5 ms more than the last, up to 25 ms).
 const REFUSED_TRIES: u32 = 200;
-
-/// Where the store is, as `[shared] redis_url` says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Topology {
-    /// One server: the URL as given.
-    Single(String),
-    /// A Redis Cluster: one `redis://` (or `rediss://`) URL per seed node, each with the
-    /// userinfo and database of the URL.
-    Cluster(Vec<String>),
-    /// A master found through Redis Sentinel.
-    Sentinel(SentinelTarget),
-}
-
-/// A `redis+sentinel://` URL, read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SentinelTarget {
-    /// One URL per sentinel (no password: the userinfo is the master's).
-    pub(crate) sentinels: Vec<String>,
-    /// The name the sentinels know the master by.
-    pub(crate) master: String,
-    /// `redis` or `rediss`.
-    scheme: &'static str,
-    /// `user:password@` of the master, or empty.
-    userinfo: String,
-    /// The master's database.
-    db: i64,
-}
-
-impl SentinelTarget {
-    /// The URL of the master at `host:port`.
-    fn master_url(&self, host: &str, port: u16) -> String {
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host.to_string()
-        };
-        format!(
-            "{}://{}{host}:{port}/{}",
-            self.scheme, self.userinfo, self.db
-        )
-    }
-}
-
-/// Reads `url` into a [`Topology`]; the error says what is wrong without the password.
-pub(crate) fn topology(url: &str) -> Result<Topology, String> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| "no scheme".to_string())?;
-    let (base, kind) = match scheme {
-        "redis" | "rediss" => {
-            redis::Client::open(url).map_err(|e| e.to_string())?;
-            return Ok(Topology::Single(url.to_string()));
-        }
-        "redis+cluster" => ("redis", "cluster"),
-        "rediss+cluster" => ("rediss", "cluster"),
-        "redis+sentinel" => ("redis", "sentinel"),
-        "rediss+sentinel" => ("rediss", "sentinel"),
-        other => return Err(format!("unknown scheme {other}://")),
-    };
-    // The userinfo ends at the last '@' (a password may hold one, percent-encoded or not).
-    let (userinfo, after) = match rest.rfind('@') {
-        Some(i) => (&rest[..=i], &rest[i + 1..]),
-        None => ("", rest),
-    };
-    let (hosts, path) = after.split_once('/').unwrap_or((after, ""));
-    let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
-    if hosts.iter().any(|h| h.is_empty()) {
-        return Err(format!("{scheme}:// needs host:port[,host:port…]"));
-    }
-    let default_port = if kind == "cluster" { 6379 } else { 26379 };
-    let with_port = |h: &str| {
-        let has_port = h.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']'));
-        if has_port {
-            h.to_string()
-        } else {
-            format!("{h}:{default_port}")
-        }
-    };
-    let check = |u: &str| {
-        redis::Client::open(u)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    };
-    if kind == "cluster" {
-        let path = path.trim_end_matches('/');
-        if !path.is_empty() && path != "0" {
-            return Err("a Redis Cluster has database 0 only".into());
-        }
-        let nodes: Vec<String> = hosts
-            .iter()
-            .map(|h| format!("{base}://{userinfo}{}", with_port(h)))
-            .collect();
-        for node in &nodes {
-            check(node)?;
-        }
-        return Ok(Topology::Cluster(nodes));
-    }
-    let mut parts = path.split('/');
-    let master = parts.next().unwrap_or("").to_string();
-    if master.is_empty() {
-        return Err(format!(
-            "{scheme}:// needs the master's name: …/<master_name>[/<db>]"
-        ));
-    }
-    let db = match parts.next() {
-        None | Some("") => 0,
-        Some(d) => d
-            .parse::<i64>()
-            .ok()
-            .filter(|d| *d >= 0)
-            .ok_or_else(|| format!("the database must be a number, got {d:?}"))?,
-    };
-    let sentinels: Vec<String> = hosts
-        .iter()
-        .map(|h| format!("{base}://{}", with_port(h)))
-        .collect();
-    for s in &sentinels {
-        check(s)?;
-    }
-    let target = SentinelTarget {
-        sentinels,
-        master,
-        scheme: if base == "rediss" { "rediss" } else { "redis" },
-        userinfo: userinfo.to_string(),
-        db,
-    };
-    check(&target.master_url("127.0.0.1", 6379))?;
-    Ok(Topology::Sentinel(target))
-}
-
-/// Whether `url` speaks TLS (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`).
-pub(crate) fn is_tls_url(url: &str) -> bool {
-    url.starts_with("rediss://") || url.starts_with("rediss+")
-}
 
 /// The connection to the store, of the kind its URL says.
 pub(crate) enum Connection {
@@ -687,44 +554,6 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn single_urls_stay_as_given() {
-        assert_eq!(
-            topology("redis://:pw@127.0.0.1:6379/2"),
-            Ok(Topology::Single("redis://:pw@127.0.0.1:6379/2".into()))
-        );
-        assert!(topology("http://127.0.0.1").is_err());
-    }
-
-    #[test]
-    fn a_cluster_url_gives_one_url_per_seed_with_the_userinfo() {
-        assert_eq!(
-            topology("rediss+cluster://u:p@h1:7000,h2:7001,h3"),
-            Ok(Topology::Cluster(vec![
-                "rediss://u:p@h1:7000".into(),
-                "rediss://u:p@h2:7001".into(),
-                "rediss://u:p@h3:6379".into(),
-            ]))
-        );
-        assert!(topology("redis+cluster://h1:7000,,h2:7001").is_err());
-        assert!(topology("redis+cluster://h1:7000/3").is_err());
-    }
-
-    #[test]
-    fn a_sentinel_url_names_the_master_and_its_database() {
-        let Ok(Topology::Sentinel(t)) = topology("redis+sentinel://:pw@s1:1,s2/mymaster/4") else {
-            panic!("a sentinel URL");
-        };
-        assert_eq!(t.sentinels, vec!["redis://s1:1", "redis://s2:26379"]);
-        assert_eq!(t.master, "mymaster");
-        assert_eq!(
-            t.master_url("10.0.0.1", 6380),
-            "redis://:pw@10.0.0.1:6380/4"
-        );
-        assert!(topology("redis+sentinel://s1:1").is_err());
-        assert!(topology("redis+sentinel://s1:1/m/x").is_err());
-    }
 
     #[test]
     fn node_addresses_carry_no_password() {

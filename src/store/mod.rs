@@ -46,7 +46,6 @@ use crate::config::SharedSettings;
 use crate::pacing::policy::CooldownCause;
 use crate::util::locks::lock;
 
-pub(crate) use connection::{is_tls_url, topology};
 pub(crate) use heartbeat::run_heartbeat;
 pub(crate) use hints::{run_hints, Hint};
 pub(crate) use releases::run_releases;

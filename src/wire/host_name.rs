@@ -8,7 +8,7 @@
 //! `xn--bcher-kva.example`); IPv6 in its RFC 5952 form (`0:0:0:0:0:0:0:1` and `::0001` are `::1`),
 //! IPv4-mapped IPv6 as its IPv4 address, and every numeric IPv4 spelling (`127.1`, `0x7f000001`)
 //! as its dotted quad. The port is not part of the name; callers key `host:port` with an explicit
-//! port ([`crate::budget::keys::host_key`]).
+//! port ([`crate::wire::host_key::host_key`]).
 //!
 //! A name that is not a host (bad IDNA, an empty label as in `a..b`, two trailing dots, a
 //! character no host name has) is an [`InvalidHost`], never a name of its own.
@@ -63,7 +63,7 @@ pub fn canonical(host: &str) -> Result<String, InvalidHost> {
         return Err(invalid("brackets hold an IPv6 address only"));
     }
     // An IPv6 literal (always with a colon; a name never has one) or any IPv4 spelling.
-    match crate::upstream::resolve::literal_ip(bare) {
+    match crate::wire::literal::literal_ip(bare) {
         Some(ip) => return Ok(address(ip)),
         None if bare.contains(':') => return Err(invalid("not an IPv6 address")),
         None => {}
@@ -113,9 +113,9 @@ pub fn canonical(host: &str) -> Result<String, InvalidHost> {
 /// writes), without brackets.
 pub fn address(ip: IpAddr) -> String {
     match ip {
-        IpAddr::V4(v4) => crate::upstream::resolve::dotted_quad(v4),
+        IpAddr::V4(v4) => crate::wire::literal::dotted_quad(v4),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => crate::upstream::resolve::dotted_quad(v4),
+            Some(v4) => crate::wire::literal::dotted_quad(v4),
             None => v6.to_string(),
         },
     }
@@ -293,8 +293,8 @@ mod tests {
                 Ok((key.clone(), Some(port)))
             );
             prop_assert_eq!(
-                crate::budget::keys::host_key(&canonical(&spelled).unwrap_or_default(), port),
-                crate::budget::keys::host_key(&key, port)
+                crate::wire::host_key::host_key(&canonical(&spelled).unwrap_or_default(), port),
+                crate::wire::host_key::host_key(&key, port)
             );
         }
 

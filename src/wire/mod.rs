@@ -1,3 +1,10 @@
-//! How a host is spelled and named: one canonical spelling per host, so that every other layer compares names, not spellings.
+//! How a host is spelled and named, and the words every layer shares: one canonical spelling per
+//! host (`host_name`), the spellings that are addresses (`literal`), the `host:port` key
+//! (`host_key`), the hosts file (`hosts_file`), and RFC 9209's error types (`proxy_status`).
+//! Pure: no I/O, nothing above it.
 
+pub mod host_key;
 pub mod host_name;
+pub(crate) mod hosts_file;
+pub(crate) mod literal;
+pub(crate) mod proxy_status;

@@ -64,8 +64,9 @@ pub use waits::StoreTrip;
 
 pub use crate::pacing::policy::WaitReason;
 
-pub use crate::budget::keys::{host_key, BudgetKey};
+pub use crate::budget::keys::BudgetKey;
 use crate::config::{Config, LiveConfig};
+pub use crate::wire::host_key::host_key;
 use budget::Budget;
 use egress::{Downlink, Egress};
 use host::Waiter;

@@ -57,7 +57,7 @@ impl Names {
     pub(crate) fn list(&self) -> Vec<String> {
         self.seen
             .iter()
-            .map(|(host, port, _)| crate::budget::keys::host_key(host, *port))
+            .map(|(host, port, _)| crate::wire::host_key::host_key(host, *port))
             .collect()
     }
 

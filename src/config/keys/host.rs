@@ -8,8 +8,8 @@ use serde::Deserialize;
 
 use super::kinds::{array, quoted_words, Kind};
 use super::Say;
+use crate::config::BlockMarkers;
 use crate::config::{ConfigWord, OffPeak, ResourceKind, Route};
-use crate::pacing::blocks::BlockMarkers;
 
 /// `backoff_statuses`: HTTP statuses other than 429; a bad entry is reported and left out.
 pub struct Statuses;

@@ -215,7 +215,7 @@ impl Kind<String, http::Uri> for Webhook {
                     at,
                     &format!(
                         "{label} {key} must be an http:// or https:// URL, got {:?}",
-                        crate::observe::alerts::redacted(&url)
+                        crate::util::redact::redacted(&url)
                     ),
                 );
                 None
@@ -241,7 +241,7 @@ pub struct StoreUrl;
 
 impl Kind<String, String> for StoreUrl {
     fn check(&self, url: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
-        if let Err(e) = crate::store::topology(&url) {
+        if let Err(e) = crate::config::redis_url::topology(&url) {
             let label = say.label;
             let shown = crate::config::SharedSettings::new(&url).redacted_url();
             say.error(

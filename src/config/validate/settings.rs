@@ -11,7 +11,7 @@ use crate::config::file::Section;
 use crate::config::{
     AdminSettings, AlertSettings, ProxySettings, Route, SharedSettings, TelemetrySettings,
 };
-use crate::upstream::resolve::StaticHosts;
+use crate::wire::hosts_file::StaticHosts;
 
 impl Validator<'_> {
     /// `[proxy]` over the built-in settings; listening beyond loopback needs `allow_clients`.
@@ -138,7 +138,7 @@ impl Validator<'_> {
             // Of the wrong type: said already.
             return None;
         }
-        let tls = crate::store::is_tls_url(&s.redis_url);
+        let tls = crate::config::redis_url::is_tls_url(&s.redis_url);
         if let Some(path) = s.ca_file.take() {
             let at = section.at("ca_file").unwrap_or(0);
             if !tls {

@@ -60,7 +60,7 @@ impl Telemetry {
             return Ok(None);
         };
         let url = traces_url(endpoint);
-        let shown = crate::observe::alerts::redacted(&url);
+        let shown = crate::util::redact::redacted(&url);
         let client = client::OtlpClient::new(tls, settings.timeout);
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::decode::Encoding;
-use super::markers::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 use super::scan::{header_block, BodyScan, Verdict};
+use crate::config::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 
 /// One corpus page as served.
 struct Served {

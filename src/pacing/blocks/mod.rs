@@ -1,19 +1,18 @@
-//! What a block looks like: the markers of challenge pages (`markers.rs`), and finding a block in
+//! What a block looks like: the markers of challenge pages (`crate::config::block_markers`, since
+//! the operator may replace them), and finding a block in
 //! a response (`scan.rs`): a bot-management vendor's challenge header, markers in the first bytes
 //! of a text body (decoded on the side when compressed, `decode.rs`) on a challenge status or a
 //! small page, a redirect to a block path.
 //!
 //! A *soft block* is such a page; a *hard block* is `hard_block_after` 403s in a row, which the
 //! pure pacing state counts (`crate::pacing::policy`, which also makes repeated block pauses grow). This
-//! module only describes and detects; it holds no state and depends on nothing else in courtesy.
+//! module only describes and detects; it holds no state and depends on the config alone.
 //! What courtesy does about a block (the pause, the count, the log line, the webhook) is
 //! `crate::proxy`'s `blocked.rs`.
 
 mod decode;
-mod markers;
 mod scan;
 
-pub use markers::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 pub use scan::{header_block, is_block_redirect, scan_wanted, BodyScan, Verdict};
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use http::header::{CONTENT_ENCODING, CONTENT_TYPE, LOCATION};
 use http::HeaderMap;
 
 use super::decode::{decode_prefix, Encoding};
-use super::markers::BlockMarkers;
+use crate::config::BlockMarkers;
 
 /// Scans the first `limit` bytes of a body for block markers (without regard to ASCII case),
 /// across chunk edges, without holding the body back.

@@ -20,7 +20,7 @@ use http::Response;
 
 use super::{ParentError, ParentErrorKind};
 use crate::config::UpstreamProxy;
-use crate::proxy::response::ProxyError;
+use crate::wire::proxy_status::ProxyError;
 
 /// The parent's own failure, if `response` (to an absolute-form request through `parent`) is one.
 pub(crate) fn own_answer<B>(parent: &UpstreamProxy, response: &Response<B>) -> Option<ParentError> {

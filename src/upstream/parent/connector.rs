@@ -18,8 +18,8 @@ use tokio::net::TcpStream;
 
 use super::{connect_parent, open, ParentError, ParentErrorKind};
 use crate::config::{ParentScheme, UpstreamProxy};
-use crate::proxy::response::ProxyError;
 use crate::upstream::resolve::Resolver;
+use crate::wire::proxy_status::ProxyError;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

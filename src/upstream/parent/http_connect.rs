@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{basic_auth, ParentError, ParentErrorKind};
 use crate::config::UpstreamProxy;
-use crate::proxy::response::ProxyError;
+use crate::wire::proxy_status::ProxyError;
 
 /// A parent's answer to CONNECT longer than this is not an answer.
 const MAX_ANSWER: usize = 16 * 1024;

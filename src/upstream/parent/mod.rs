@@ -31,8 +31,8 @@ use http::StatusCode;
 use tokio::net::TcpStream;
 
 use crate::config::{ParentScheme, UpstreamProxy};
-use crate::proxy::response::ProxyError;
 use crate::upstream::resolve::{DnsError, Resolver};
+use crate::wire::proxy_status::ProxyError;
 
 pub(crate) use answer::own_answer;
 

@@ -9,8 +9,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{OpenError, ParentError, ParentErrorKind};
 use crate::config::UpstreamProxy;
-use crate::proxy::response::ProxyError;
 use crate::upstream::resolve::Resolver;
+use crate::wire::proxy_status::ProxyError;
 
 const VERSION: u8 = 5;
 const NO_AUTH: u8 = 0x00;

@@ -11,6 +11,7 @@
 //! This module judges addresses; resolving names is `super::Resolver`, which asks it about every
 //! address before one is dialed.
 
+use crate::wire::literal::canonical_ip;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;
@@ -68,18 +69,6 @@ impl Destinations {
                 }
             }
         })
-    }
-}
-
-/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) as the plain IPv4 address they map, so that an
-/// address is judged (and a rule matched) the same in either form.
-pub fn canonical_ip(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
     }
 }
 

@@ -20,8 +20,6 @@
 //! through.
 
 mod guard;
-mod hosts;
-mod literal;
 mod pins;
 
 use std::future::Future;
@@ -34,13 +32,10 @@ use std::time::Duration;
 use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-pub use guard::{canonical_ip, Destinations, Forbidden};
-pub use hosts::StaticHosts;
-/// The IPv4 reading alone, for the property tests of untrusted input.
-#[cfg(test)]
-pub use literal::numeric_ipv4;
-pub use literal::{dotted_quad, literal_ip};
+pub use guard::{Destinations, Forbidden};
 use pins::Pins;
+
+use crate::wire::hosts_file::StaticHosts;
 
 /// The TCP connector under [`GuardedConnector`]: hyper-util's, handed addresses only.
 pub type Connector = HttpConnector<Resolver>;
@@ -119,7 +114,7 @@ impl Resolver {
     /// address is refused rather than tried in turn.
     pub async fn lookup_target(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, DnsError> {
         let host = host.trim_end_matches('.');
-        let addrs: Vec<SocketAddr> = match literal::literal_ip(host) {
+        let addrs: Vec<SocketAddr> = match crate::wire::literal::literal_ip(host) {
             Some(ip) => vec![SocketAddr::new(ip, port)],
             None => {
                 if host.eq_ignore_ascii_case("localhost")

@@ -4,7 +4,7 @@
 //! `017700000001`, `0`. A check that compares spellings instead of addresses lets every one of
 //! these through; this module turns them all into the one address they mean.
 //!
-//! This module only parses; what an address may be used for is `super::guard`.
+//! This module only parses; what an address may be used for is `crate::upstream::resolve`'s guard.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -123,6 +123,18 @@ fn number(part: &[u8]) -> Option<u64> {
             .checked_add(u64::from(digit))?;
     }
     Some(value)
+}
+
+/// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) as the plain IPv4 address they map, so that an
+/// address is judged (and a rule matched) the same in either form.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    }
 }
 
 #[cfg(test)]
