@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use super::keys::keys;
-use super::keys::kinds::{between, Count, Maybe, Seconds, Word};
-use super::keys::process::{HeaderText, JobName, Sha256Hex, Token};
+use super::key_tables::keys;
+use super::key_tables::kinds::{between, Count, Maybe, Seconds, Word};
+use super::key_tables::process::{HeaderText, JobName, Sha256Hex, Token};
 use super::Priority;
 
 keys! {

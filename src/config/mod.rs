@@ -15,11 +15,11 @@
 //! | `file.rs` | the file's sections as written, each entry with its place (stage one) |
 //! | `read.rs` | reading the TOML into sections; syntax errors, unknown sections |
 //! | `include.rs` | `include = [...]`: the `[[host]]` and `[[job]]` tables of other files (presets) |
-//! | `keys/` | the key tables: every key once, with its doc, default, range and kind |
+//! | `key_tables/` | the key tables: every key once, with its doc, default, range and kind |
 //! | `reference.rs` | the reference page and `config/courtesy.toml`, made from the key tables |
 //! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
-//! | `policy.rs` | [`HostPolicy`], its groups of keys and their defaults, the [`OffPeak`] window |
+//! | `host_policy.rs` | [`HostPolicy`], its groups of keys and their defaults, the [`OffPeak`] window |
 //! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`], [`Controller`] |
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`], [`TelemetrySettings`], [`SharedSettings`]: their keys and defaults |
@@ -31,13 +31,13 @@
 mod block_markers;
 mod choices;
 mod file;
+mod host_policy;
 mod include;
 mod job;
-pub mod keys;
+pub mod key_tables;
 mod live;
 mod parent;
 mod pattern;
-mod policy;
 mod read;
 pub(crate) mod redis_url;
 pub mod reference;
@@ -59,13 +59,14 @@ pub use block_markers::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 pub use choices::{
     CacheMode, ClientAuth, Controller, HttpsMode, KeyMode, OnCooldown, Priority, ResourceKind,
 };
+pub use host_policy::{
+    Adaptive, BlockSettings, BudgetScope, CooldownSettings, Forward, HostPolicy, OffPeak,
+    PacingSettings, Robots,
+};
 pub use job::JobSettings;
 pub use live::LiveConfig;
 pub use parent::{ParentCredentials, ParentScheme, Route, UpstreamProxy, SOCKS_DEFAULT_PORT};
 pub use pattern::{HostPattern, HostRule};
-pub use policy::{
-    Adaptive, Blocks, BudgetScope, Cooldown, Forward, HostPolicy, OffPeak, Pacing, Robots,
-};
 pub use settings::{
     AdminSettings, AlertSettings, ProxySettings, SharedSettings, TelemetrySettings,
 };

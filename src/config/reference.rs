@@ -3,7 +3,7 @@
 //! key's doc, default and range are written once. `tests/docs.rs` checks both files against what
 //! is made here (and rewrites them with `COURTESY_WRITE_DOCS=1`).
 
-use super::keys::{Group, Key};
+use super::key_tables::{Group, Key};
 use super::{
     AdminSettings, AlertSettings, HostPolicy, JobSettings, ProxySettings, SharedSettings,
     TelemetrySettings,

@@ -10,10 +10,10 @@ use ipnet::IpNet;
 
 use toml::Spanned;
 
-use super::keys::host::Parent;
-use super::keys::keys;
-use super::keys::kinds::{Count, Flag, Maybe, Mebibytes, Millis, Number, Seconds, Word};
-use super::keys::process::{
+use super::key_tables::host::Parent;
+use super::key_tables::keys;
+use super::key_tables::kinds::{Count, Flag, Maybe, Mebibytes, Millis, Number, Seconds, Word};
+use super::key_tables::process::{
     Address, ExistingFile, KeyPrefix, Networks, Path, Ports, StoreUrl, Token, Webhook,
 };
 use super::{ClientAuth, Route};

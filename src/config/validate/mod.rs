@@ -11,7 +11,7 @@ mod policy;
 mod settings;
 
 use super::file::Section;
-use super::keys::{read_section, Key, Say};
+use super::key_tables::{read_section, Key, Say};
 use super::{line_of, ConfigErrors, UpstreamProxy};
 
 /// Collects the problems of one config text while its sections are validated.

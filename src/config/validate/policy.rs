@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Validator;
 use crate::config::file::Section;
-use crate::config::keys::Say;
+use crate::config::key_tables::Say;
 use crate::config::{HostPattern, HostPolicy, HostRule};
 
 impl Validator<'_> {

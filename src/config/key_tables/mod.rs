@@ -184,27 +184,27 @@ macro_rules! keys {
             pub const DOC: &'static [&'static str] = &[$($sdoc),*];
 
             /// Its keys, as the file spells them, in the order the docs list them.
-            pub const $KEYS: &'static [$crate::config::keys::Key<$owner>] = &[$(
-                $crate::config::keys::Key {
+            pub const $KEYS: &'static [$crate::config::key_tables::Key<$owner>] = &[$(
+                $crate::config::key_tables::Key {
                     name: stringify!($key),
                     doc: &[$($doc),*],
-                    takes: || $crate::config::keys::kinds::Kind::<$fty, $ty>::takes(&$kind),
+                    takes: || $crate::config::key_tables::kinds::Kind::<$fty, $ty>::takes(&$kind),
                     shown: |owner: &$owner| {
-                        $crate::config::keys::kinds::Kind::<$fty, $ty>::show(
+                        $crate::config::key_tables::kinds::Kind::<$fty, $ty>::show(
                             &$kind,
                             &$Group::within(owner).$field,
                         )
                     },
-                    example: $crate::config::keys::first_of([$(Some($example),)? None]),
-                    secret: || $crate::config::keys::kinds::Kind::<$fty, $ty>::secret(&$kind),
+                    example: $crate::config::key_tables::first_of([$(Some($example),)? None]),
+                    secret: || $crate::config::key_tables::kinds::Kind::<$fty, $ty>::secret(&$kind),
                     read: |value, say, owner: &mut $owner| {
                         let kind = $kind;
-                        let secret = $crate::config::keys::kinds::Kind::<$fty, $ty>::secret(&kind);
+                        let secret = $crate::config::key_tables::kinds::Kind::<$fty, $ty>::secret(&kind);
                         let Some(file) = say.typed::<$fty>(value, stringify!($key), secret) else {
                             return;
                         };
                         let at = value.span().start;
-                        let checked = $crate::config::keys::kinds::Kind::<$fty, $ty>::check(
+                        let checked = $crate::config::key_tables::kinds::Kind::<$fty, $ty>::check(
                             &kind, file, at, stringify!($key), say,
                         );
                         if let Some(x) = checked {

@@ -7,11 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::keys::host::{Agent, FileOffPeak, Markers, OffPeakWindow, Parent, Resources, Statuses};
-use super::keys::kinds::Kind as _;
-use super::keys::kinds::{between, Count, Flag, Maybe, Millis, Rate, Seconds, Word};
-use super::keys::process::HeaderText;
-use super::keys::{keys, Group, Key};
+use super::key_tables::host::{
+    Agent, FileOffPeak, Markers, OffPeakWindow, Parent, Resources, Statuses,
+};
+use super::key_tables::kinds::Kind as _;
+use super::key_tables::kinds::{between, Count, Flag, Maybe, Millis, Rate, Seconds, Word};
+use super::key_tables::process::HeaderText;
+use super::key_tables::{keys, Group, Key};
 use super::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind, Route};
 use crate::config::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 
@@ -23,15 +25,15 @@ pub struct HostPolicy {
     /// What one budget is kept for, and whether courtesy acts on it.
     pub scope: BudgetScope,
     /// How fast requests leave: the token bucket and the queue in front of it.
-    pub pacing: Pacing,
+    pub pacing: PacingSettings,
     /// How the rate adapts to what the server says.
     pub adaptive: Adaptive,
     /// How the host cools down after 429s, overload and failures.
-    pub cooldown: Cooldown,
+    pub cooldown: CooldownSettings,
     /// robots.txt.
     pub robots: Robots,
     /// Challenge pages, 403 walls and the resources not fetched at all.
-    pub blocks: Blocks,
+    pub blocks: BlockSettings,
     /// How a request leaves: what a CONNECT becomes, the response store, a parent proxy.
     pub forward: Forward,
     /// What courtesy stamps on the requests to the host: User-Agent, From.
@@ -43,11 +45,11 @@ impl HostPolicy {
     /// `upstream_proxy`), group by group with each group's doc, in the order the docs list them.
     pub const GROUPS: [Group<HostPolicy>; 8] = [
         (BudgetScope::DOC, BudgetScope::KEYS),
-        (Pacing::DOC, Pacing::KEYS),
+        (PacingSettings::DOC, PacingSettings::KEYS),
         (Adaptive::DOC, Adaptive::KEYS),
-        (Cooldown::DOC, Cooldown::KEYS),
+        (CooldownSettings::DOC, CooldownSettings::KEYS),
         (Robots::DOC, Robots::KEYS),
-        (Blocks::DOC, Blocks::KEYS),
+        (BlockSettings::DOC, BlockSettings::KEYS),
         (Forward::DOC, Forward::KEYS),
         (Identity::DOC, Identity::KEYS),
     ];
@@ -113,7 +115,7 @@ keys! {
 keys! {
     /// How fast requests leave for one host: the token bucket and the queue in front of it. The
     /// seed article's defaults: one request per second, one in flight.
-    pub struct Pacing in HostPolicy.pacing as KEYS {
+    pub struct PacingSettings in HostPolicy.pacing as KEYS {
         /// Requests per second the host may receive (the token bucket's refill rate).
         rate: f64 = 1.0, from rate: f64, Rate { max: 1_000_000.0 };
         /// Requests that may leave back to back after an idle spell (the bucket's capacity).
@@ -207,7 +209,7 @@ keys! {
 
 keys! {
     /// How the host cools down after 429s, overload and failures.
-    pub struct Cooldown in HostPolicy.cooldown as KEYS {
+    pub struct CooldownSettings in HostPolicy.cooldown as KEYS {
         /// Statuses that mean "overloaded": back off (429 always means "throttled").
         backoff_statuses: Vec<u16> = vec![500, 502, 503, 504],
             from backoff_statuses: Vec<i64>, Statuses;
@@ -261,7 +263,7 @@ keys! {
 
 keys! {
     /// Challenge pages, 403 walls, and the resources not fetched at all.
-    pub struct Blocks in HostPolicy.blocks as KEYS {
+    pub struct BlockSettings in HostPolicy.blocks as KEYS {
         /// How much of a text response is scanned for block markers as it streams (of a gzip,
         /// deflate, br or zstd one: a copy of its first bytes, decoded on the side).
         scan_bytes: usize = 64 * 1024,
