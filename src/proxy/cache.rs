@@ -120,10 +120,10 @@ fn private_file(path: &Path) -> std::io::Result<fs::File> {
 }
 
 /// The response store, shared by all requests. Every read and write runs on the store's own
-/// thread, in the order asked ([`Store::head_off_workers`] and [`Store::get_off_workers`] wait for
+/// thread, in the order asked ([`ResponseStore::head_off_workers`] and [`ResponseStore::get_off_workers`] wait for
 /// their answer without blocking a worker): no file is read or written on an async worker, and a
 /// response whose body reached its client is found by the client's next request.
-pub struct Store {
+pub struct ResponseStore {
     core: Arc<Core>,
     jobs: mpsc::Sender<Job>,
 }
@@ -158,18 +158,18 @@ enum Job {
     Flush(mpsc::Sender<()>),
 }
 
-impl std::fmt::Debug for Store {
+impl std::fmt::Debug for ResponseStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
+        f.debug_struct("ResponseStore")
             .field("dir", &self.core.dir)
             .finish()
     }
 }
 
-impl Store {
+impl ResponseStore {
     /// Opens (and indexes) the store in `dir`, bounded to `max_bytes`, and starts its writer
     /// thread (it ends when the store and its last writer are gone).
-    pub fn open(dir: PathBuf, max_bytes: u64) -> Store {
+    pub fn open(dir: PathBuf, max_bytes: u64) -> ResponseStore {
         let mut entries: Vec<(SystemTime, String, u64)> = Vec::new();
         if let Ok(read) = fs::read_dir(&dir) {
             for e in read.flatten() {
@@ -203,7 +203,7 @@ impl Store {
         if let Err(e) = started {
             warn!("cannot start the cache writer ({e}); responses will not be stored");
         }
-        Store { core, jobs }
+        ResponseStore { core, jobs }
     }
 
     fn name(url: &str) -> String {
@@ -213,26 +213,26 @@ impl Store {
     }
 
     /// The stored head for `url`, if any (and marks it recently used). Reads a file: on the
-    /// request path, [`Store::head_off_workers`].
+    /// request path, [`ResponseStore::head_off_workers`].
     #[cfg(test)]
     pub fn head(&self, url: &str) -> Option<Head> {
         self.core.head(url)
     }
 
     /// The stored head and body for `url`, if any. Reads up to [`MAX_ENTRY_BYTES`] from disk: on
-    /// the request path, [`Store::get_off_workers`].
+    /// the request path, [`ResponseStore::get_off_workers`].
     #[cfg(test)]
     pub fn get(&self, url: &str) -> Option<(Head, Bytes)> {
         self.core.get(url)
     }
 
-    /// [`Store::head`] on the store's thread, after every write asked for before (so a response
+    /// [`ResponseStore::head`] on the store's thread, after every write asked for before (so a response
     /// that has reached its client is found).
     pub async fn head_off_workers(&self, url: &str) -> Option<Head> {
         self.read(url, false).await.map(|(head, _)| head)
     }
 
-    /// [`Store::get`] on the store's thread, after every write asked for before.
+    /// [`ResponseStore::get`] on the store's thread, after every write asked for before.
     pub async fn get_off_workers(&self, url: &str) -> Option<(Head, Bytes)> {
         self.read(url, true).await
     }
@@ -254,7 +254,7 @@ impl Store {
         let id = WRITERS.fetch_add(1, Ordering::Relaxed);
         let tmp = self.core.dir.join(format!(
             "{}.tmp-{}-{id}",
-            Store::name(&head.url),
+            ResponseStore::name(&head.url),
             std::process::id()
         ));
         self.jobs.send(Job::Start { id, tmp }).ok()?;
@@ -285,7 +285,7 @@ impl Store {
 
 impl Core {
     fn head(&self, url: &str) -> Option<Head> {
-        let name = Store::name(url);
+        let name = ResponseStore::name(url);
         let text = fs::read_to_string(self.dir.join(format!("{name}.json"))).ok()?;
         let head: Head = serde_json::from_str(&text).ok()?;
         if head.url != url {
@@ -297,7 +297,7 @@ impl Core {
 
     fn get(&self, url: &str) -> Option<(Head, Bytes)> {
         let head = self.head(url)?;
-        let body = fs::read(self.dir.join(format!("{}.body", Store::name(url)))).ok()?;
+        let body = fs::read(self.dir.join(format!("{}.body", ResponseStore::name(url)))).ok()?;
         (body.len() as u64 == head.size).then(|| (head, Bytes::from(body)))
     }
 
@@ -365,7 +365,7 @@ impl Core {
     }
 
     fn commit(&self, mut head: Head, tmp: &Path, size: u64) {
-        let name = Store::name(&head.url);
+        let name = ResponseStore::name(&head.url);
         head.size = size;
         let body = self.dir.join(format!("{name}.body"));
         let meta = self.dir.join(format!("{name}.json"));
@@ -619,7 +619,7 @@ mod tests {
 
     #[test]
     fn entries_appear_only_when_complete() {
-        let store = Store::open(temp("complete"), 1 << 20);
+        let store = ResponseStore::open(temp("complete"), 1 << 20);
         let url = "http://a.test/page";
         let mut w = store
             .writer(head_of(url, StatusCode::OK, &headers()))
@@ -644,7 +644,7 @@ mod tests {
     #[test]
     fn the_store_is_bounded_and_evicts_the_least_recently_used() {
         let dir = temp("bounded");
-        let store = Store::open(dir.clone(), 25);
+        let store = ResponseStore::open(dir.clone(), 25);
         for name in ["a", "b", "c"] {
             let mut w = store
                 .writer(head_of(
@@ -667,7 +667,7 @@ mod tests {
         );
         assert!(store.get("http://t/a").is_some() && store.get("http://t/c").is_some());
         // Reopening finds the entries again.
-        let again = Store::open(dir, 25);
+        let again = ResponseStore::open(dir, 25);
         assert_eq!(again.total_bytes(), 20);
     }
 

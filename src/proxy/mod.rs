@@ -119,7 +119,7 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     blocks: Arc<Blocks>,
     robots: RobotsCache,
-    cache: Arc<cache::Store>,
+    cache: Arc<cache::ResponseStore>,
     loops: loops::LoopGuard,
     connections: Connections,
     jobs: Arc<Jobs>,
@@ -189,7 +189,7 @@ impl Proxy {
             blocks: Arc::new(Blocks::new(metrics.clone(), alerts)),
             metrics,
             robots: RobotsCache::new(),
-            cache: Arc::new(cache::Store::open(
+            cache: Arc::new(cache::ResponseStore::open(
                 start.proxy.state_dir.join("cache"),
                 start.proxy.cache_max_bytes,
             )),
