@@ -219,9 +219,12 @@ impl Config {
     }
 
     /// What is allowed but probably a mistake, one sentence each: `allow_clients` that lets
-    /// every address in (an open proxy, if the listener is reachable).
+    /// every address in (an open proxy, if the listener is reachable); a `[[job]]` without a
+    /// token while other machines may connect (only loopback clients can claim it, so crawlers
+    /// elsewhere get a 407 for a job the file names).
     pub fn warnings(&self) -> Vec<String> {
-        self.proxy
+        let open = self
+            .proxy
             .allow_clients
             .iter()
             .filter(|net| net.prefix_len() == 0)
@@ -230,8 +233,24 @@ impl Config {
                     "[proxy] allow_clients has {net}: every address may use courtesy (an open \
                      proxy wherever the listener can be reached); name the crawlers' networks"
                 )
-            })
-            .collect()
+            });
+        let remote_clients = self
+            .proxy
+            .allow_clients
+            .iter()
+            .any(|net| !net.addr().is_loopback());
+        let tokenless = self
+            .jobs
+            .iter()
+            .filter(|job| remote_clients && job.token.is_none() && job.token_sha256.is_none())
+            .map(|job| {
+                format!(
+                    "[[job]] {} has no token: only clients on this machine may claim it, so a \
+                     crawler elsewhere gets a 407; give it a token (or token_sha256)",
+                    job.name
+                )
+            });
+        open.chain(tokenless).collect()
     }
 
     /// An error when the admin listener `addr` is beyond loopback without an `[admin] token`:

@@ -468,3 +468,20 @@ fn the_controller_and_its_knobs_are_read_per_host_and_checked() {
         ]
     );
 }
+
+#[test]
+fn a_job_without_a_token_is_a_warning_only_when_other_machines_may_connect() {
+    let jobs = "[[job]]\nname = \"sidecar\"\n\n[[job]]\nname = \"team\"\ntoken = \"a-long-random-token-for-team\"\n";
+    let local = parse(jobs).unwrap();
+    assert!(local.warnings().is_empty(), "{:?}", local.warnings());
+    let shared = parse(&format!(
+        "[proxy]\nlisten = \"0.0.0.0:3128\"\nallow_clients = [\"10.0.0.0/8\"]\n\n{jobs}"
+    ))
+    .unwrap();
+    let warnings = shared.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("[[job]] sidecar has no token"),
+        "{warnings:?}"
+    );
+}
