@@ -25,7 +25,7 @@ use super::timing::{self, Held, Trail};
 use super::unread::BodyOnEntry;
 use super::{Asking, Proxy};
 use crate::budget::jobs::{priority_of, Caller, QuotaTicket};
-use crate::budget::limiter::{BudgetKey, Permit, ShadowVerdict, WaitReason};
+use crate::budget::limiter::{BudgetKey, Permit, ShadowReason, ShadowVerdict, WaitReason};
 use crate::config::HostPolicy;
 use crate::observe::telemetry::{RequestTrace, Requested};
 use crate::pacing::blocks::{header_block, is_block_redirect};
@@ -230,7 +230,7 @@ impl Proxy {
         (target, budget): (&Target, &BudgetKey),
         host_policy: &HostPolicy,
         trace: Option<&RequestTrace>,
-    ) -> Result<Option<&'static str>, Response<ProxyBody>> {
+    ) -> Result<Option<ShadowReason>, Response<ProxyBody>> {
         // A report-only host (`enforce = false`) is told what would have refused the request, and
         // the request goes on.
         let mut shadow_refused = None;
@@ -240,7 +240,7 @@ impl Proxy {
                 info!(%reason, "skipped locally");
                 return Err(Failure::denied(reason).into_response());
             }
-            shadow_refused = Some("skip_resources");
+            shadow_refused = Some(ShadowReason::SkipResources);
         }
         if host_policy.robots.obey && req.uri().path() != "/robots.txt" && shadow_refused.is_none()
         {
@@ -253,7 +253,7 @@ impl Proxy {
                 if host_policy.scope.enforce {
                     return Err(refused);
                 }
-                shadow_refused = Some("robots");
+                shadow_refused = Some(ShadowReason::Robots);
             }
         }
         Ok(shadow_refused)
@@ -416,7 +416,7 @@ impl Proxy {
         if verdict.waits || verdict.would_refuse.is_some() || verdict.inside_window {
             info!(
                 would_wait_ms = verdict.would_wait.as_millis() as u64,
-                would_refuse = verdict.would_refuse,
+                would_refuse = verdict.would_refuse.map(ShadowReason::as_str),
                 inside_window = verdict.inside_window,
                 "report-only: forwarded at once"
             );
@@ -543,13 +543,14 @@ fn with_quota_headers(mut outcome: Outcome, caller: &Caller) -> Outcome {
 fn quota(
     asking: &Asking,
     host_policy: &HostPolicy,
-    shadow_refused: Option<&'static str>,
-) -> Result<(QuotaTicket, Option<&'static str>), std::time::Duration> {
+    shadow_refused: Option<ShadowReason>,
+) -> Result<(QuotaTicket, Option<ShadowReason>), std::time::Duration> {
     match asking.caller.reserve(std::time::Instant::now()) {
         Ok(ticket) => Ok((ticket, shadow_refused)),
-        Err(_) if !host_policy.scope.enforce => {
-            Ok((QuotaTicket::none(), shadow_refused.or(Some("quota"))))
-        }
+        Err(_) if !host_policy.scope.enforce => Ok((
+            QuotaTicket::none(),
+            shadow_refused.or(Some(ShadowReason::Quota)),
+        )),
         Err(retry_after) => Err(retry_after),
     }
 }
