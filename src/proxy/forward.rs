@@ -31,6 +31,7 @@ use crate::observe::telemetry::{RequestTrace, Requested};
 use crate::pacing::blocks::{header_block, is_block_redirect};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response;
+use crate::wire::scheme::Scheme;
 use std::sync::Arc;
 
 impl Proxy {
@@ -88,7 +89,7 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         target: Target,
-        scheme: &'static str,
+        scheme: Scheme,
         client: SocketAddr,
         asking: &Asking,
     ) -> Response<ProxyBody> {
@@ -98,14 +99,14 @@ impl Proxy {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
-        match format!("{scheme}://{}{path}", target.authority).parse() {
+        match format!("{}://{}{path}", scheme.as_str(), target.authority).parse() {
             Ok(uri) => *req.uri_mut() = uri,
             Err(_) => {
                 let failure = Failure::bad_request(format!("cannot make a URL of {:?}", req.uri()));
                 return self.refused_at_once(entry, failure, req).await;
             }
         }
-        let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target, scheme);
+        let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target, scheme = scheme.as_str());
         let mut trail = Trail::default();
         let (response, unread) = self
             .forward_to(req, target, asking, &mut trail)
@@ -162,11 +163,7 @@ impl Proxy {
         if let Some(telemetry) = &self.telemetry {
             let asked = Requested {
                 method: req.method().as_str(),
-                scheme: if req.uri().scheme_str() == Some("https") {
-                    "https"
-                } else {
-                    "http"
-                },
+                scheme: Scheme::of_uri_or_http(req.uri()),
                 host: &target.host,
                 port: target.port,
                 job: asking.caller.name(),
@@ -280,7 +277,9 @@ impl Proxy {
         parts
             .headers
             .append(VIA, via_for(parts.version, self.loops.via()));
-        if let Ok(host) = HeaderValue::from_str(target.host_header(parts.uri.scheme_str())) {
+        if let Ok(host) =
+            HeaderValue::from_str(target.host_header(Scheme::of_uri_or_http(&parts.uri)))
+        {
             parts.headers.insert(HOST, host);
         }
         parts.version = Version::HTTP_11;
