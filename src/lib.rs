@@ -11,7 +11,7 @@
 //! | layer | holds |
 //! |---|---|
 //! | `util` | helpers that know nothing of proxies: atomic files, poison-tolerant locks, memory release, batched log lines, URLs shown without their secrets |
-//! | `wire` | how a host is spelled: the canonical name, address literals, the `host:port` key, the hosts file; RFC 9209's error types |
+//! | `wire` | how a host is spelled: the canonical name, address literals, the `host:port` key, the hosts file; RFC 9209's error types; the URL scheme (`http`, `https`) |
 //! | `config` | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; block markers; the store's URL read; the config in force |
 //! | `upstream` | reaching an origin: DNS with a timeout and the destinations never dialed, parent proxies, TLS (local CA, leaves, client config) |
 //! | `pacing` | **pure** per-host pacing (`policy`: token bucket, adaptive rate, cooldowns, blocks; takes `now`), answers → feedback, block pages, robots.txt rules |

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::limiter::{HostSnapshot, Limiter, SHADOW_REASONS};
+use crate::budget::limiter::{HostSnapshot, Limiter, ShadowReason};
 use crate::config::{Controller, HttpsMode, KeyMode, OnCooldown};
 
 /// `GET /hosts`: the hosts shown (a page in key order, or the `limit` most in need of attention) and the totals
@@ -409,11 +409,11 @@ impl HostView {
             shadow: s.shadow.map(|c| ShadowView {
                 would_wait: c.would_wait,
                 would_wait_seconds: round3(c.would_wait_seconds),
-                would_refuse: SHADOW_REASONS
+                would_refuse: ShadowReason::ALL
                     .iter()
                     .zip(c.would_refuse)
                     .filter(|(_, n)| *n > 0)
-                    .map(|(r, n)| (r.to_string(), n))
+                    .map(|(r, n)| (r.as_str().to_string(), n))
                     .collect(),
                 inside_window: c.inside_window,
             }),

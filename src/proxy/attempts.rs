@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::budget::jobs::{Caller, JobState, QuotaTicket};
 use crate::budget::limiter::lanes::JobTag;
-use crate::budget::limiter::{Admission, BudgetKey};
+use crate::budget::limiter::{Admission, BudgetKey, ShadowReason};
 use crate::proxy::response::ProxyError;
 
 /// What a forwarded request ends as: the client's answer, and the client's body when it was never
@@ -36,7 +36,7 @@ pub(super) struct Attempts {
     /// The client's (or the CONNECT's) `Courtesy-On-Cooldown`, for the client's own send.
     asked: Option<OnCooldown>,
     /// What would have refused a report-only host's request, reported with its first turn.
-    shadow_refused: Option<&'static str>,
+    shadow_refused: Option<ShadowReason>,
     /// The request's job, as the host's queue sees it (`None`: "anonymous").
     job: Option<JobTag>,
     /// What courtesy keeps for the job (its report-only counts).
@@ -64,7 +64,7 @@ impl Attempts {
         body: Incoming,
         replayable: bool,
         asked: Asked,
-        shadow_refused: Option<&'static str>,
+        shadow_refused: Option<ShadowReason>,
     ) -> Self {
         let replay = replayable.then(|| Replay::of(&parts));
         Attempts {

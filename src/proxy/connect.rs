@@ -44,6 +44,7 @@ use crate::proxy::body::ProxyBody;
 use crate::proxy::response::ProxyError;
 use crate::upstream::parent::tcp::{self, TcpFault};
 use crate::upstream::parent::{self, OpenError};
+use crate::wire::scheme::Scheme;
 
 /// How long a client may take to send its first bytes (and its TLS ClientHello) after the 200.
 const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
@@ -169,7 +170,7 @@ impl Proxy {
         let stream = Prefixed::new(Bytes::from(first), io);
         match (opening, leaf) {
             (Opening::PlainHttp, _) => {
-                self.serve_inside(stream, target, "http", client, asking)
+                self.serve_inside(stream, target, Scheme::Http, client, asking)
                     .await
             }
             (Opening::Tls, Some(leaf)) => {
@@ -221,7 +222,7 @@ impl Proxy {
         };
         match start.into_stream(config).await {
             Ok(tls) => {
-                self.serve_inside(tls, target, "https", client, asking)
+                self.serve_inside(tls, target, Scheme::Https, client, asking)
                     .await
             }
             Err(e) => debug!("TLS handshake with the client failed: {e}"),
@@ -233,7 +234,7 @@ impl Proxy {
         self: Arc<Self>,
         stream: S,
         target: Target,
-        scheme: &'static str,
+        scheme: Scheme,
         client: SocketAddr,
         asking: Asking,
     ) where

@@ -25,12 +25,13 @@ use super::timing::{self, Held, Trail};
 use super::unread::BodyOnEntry;
 use super::{Asking, Proxy};
 use crate::budget::jobs::{priority_of, Caller, QuotaTicket};
-use crate::budget::limiter::{BudgetKey, Permit, ShadowVerdict, WaitReason};
+use crate::budget::limiter::{BudgetKey, Permit, ShadowReason, ShadowVerdict, WaitReason};
 use crate::config::HostPolicy;
 use crate::observe::telemetry::{RequestTrace, Requested};
 use crate::pacing::blocks::{header_block, is_block_redirect};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response;
+use crate::wire::scheme::Scheme;
 use std::sync::Arc;
 
 impl Proxy {
@@ -88,7 +89,7 @@ impl Proxy {
         &self,
         mut req: Request<Incoming>,
         target: Target,
-        scheme: &'static str,
+        scheme: Scheme,
         client: SocketAddr,
         asking: &Asking,
     ) -> Response<ProxyBody> {
@@ -98,14 +99,14 @@ impl Proxy {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
-        match format!("{scheme}://{}{path}", target.authority).parse() {
+        match format!("{}://{}{path}", scheme.as_str(), target.authority).parse() {
             Ok(uri) => *req.uri_mut() = uri,
             Err(_) => {
                 let failure = Failure::bad_request(format!("cannot make a URL of {:?}", req.uri()));
                 return self.refused_at_once(entry, failure, req).await;
             }
         }
-        let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target, scheme);
+        let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target, scheme = scheme.as_str());
         let mut trail = Trail::default();
         let (response, unread) = self
             .forward_to(req, target, asking, &mut trail)
@@ -162,11 +163,7 @@ impl Proxy {
         if let Some(telemetry) = &self.telemetry {
             let asked = Requested {
                 method: req.method().as_str(),
-                scheme: if req.uri().scheme_str() == Some("https") {
-                    "https"
-                } else {
-                    "http"
-                },
+                scheme: Scheme::of_uri_or_http(req.uri()),
                 host: &target.host,
                 port: target.port,
                 job: asking.caller.name(),
@@ -230,7 +227,7 @@ impl Proxy {
         (target, budget): (&Target, &BudgetKey),
         host_policy: &HostPolicy,
         trace: Option<&RequestTrace>,
-    ) -> Result<Option<&'static str>, Response<ProxyBody>> {
+    ) -> Result<Option<ShadowReason>, Response<ProxyBody>> {
         // A report-only host (`enforce = false`) is told what would have refused the request, and
         // the request goes on.
         let mut shadow_refused = None;
@@ -240,7 +237,7 @@ impl Proxy {
                 info!(%reason, "skipped locally");
                 return Err(Failure::denied(reason).into_response());
             }
-            shadow_refused = Some("skip_resources");
+            shadow_refused = Some(ShadowReason::SkipResources);
         }
         if host_policy.robots.obey && req.uri().path() != "/robots.txt" && shadow_refused.is_none()
         {
@@ -253,7 +250,7 @@ impl Proxy {
                 if host_policy.scope.enforce {
                     return Err(refused);
                 }
-                shadow_refused = Some("robots");
+                shadow_refused = Some(ShadowReason::Robots);
             }
         }
         Ok(shadow_refused)
@@ -280,7 +277,9 @@ impl Proxy {
         parts
             .headers
             .append(VIA, via_for(parts.version, self.loops.via()));
-        if let Ok(host) = HeaderValue::from_str(target.host_header(parts.uri.scheme_str())) {
+        if let Ok(host) =
+            HeaderValue::from_str(target.host_header(Scheme::of_uri_or_http(&parts.uri)))
+        {
             parts.headers.insert(HOST, host);
         }
         parts.version = Version::HTTP_11;
@@ -416,7 +415,7 @@ impl Proxy {
         if verdict.waits || verdict.would_refuse.is_some() || verdict.inside_window {
             info!(
                 would_wait_ms = verdict.would_wait.as_millis() as u64,
-                would_refuse = verdict.would_refuse,
+                would_refuse = verdict.would_refuse.map(ShadowReason::as_str),
                 inside_window = verdict.inside_window,
                 "report-only: forwarded at once"
             );
@@ -543,13 +542,14 @@ fn with_quota_headers(mut outcome: Outcome, caller: &Caller) -> Outcome {
 fn quota(
     asking: &Asking,
     host_policy: &HostPolicy,
-    shadow_refused: Option<&'static str>,
-) -> Result<(QuotaTicket, Option<&'static str>), std::time::Duration> {
+    shadow_refused: Option<ShadowReason>,
+) -> Result<(QuotaTicket, Option<ShadowReason>), std::time::Duration> {
     match asking.caller.reserve(std::time::Instant::now()) {
         Ok(ticket) => Ok((ticket, shadow_refused)),
-        Err(_) if !host_policy.scope.enforce => {
-            Ok((QuotaTicket::none(), shadow_refused.or(Some("quota"))))
-        }
+        Err(_) if !host_policy.scope.enforce => Ok((
+            QuotaTicket::none(),
+            shadow_refused.or(Some(ShadowReason::Quota)),
+        )),
         Err(retry_after) => Err(retry_after),
     }
 }

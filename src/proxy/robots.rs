@@ -19,6 +19,7 @@ use crate::config::HostPolicy;
 use crate::pacing::robots::{self, Fetched, Step, Verdict};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response::{self, ProxyError};
+use crate::wire::scheme::Scheme;
 
 /// Why robots.txt was not fetched, when the request must be answered without a verdict.
 #[derive(Debug)]
@@ -41,7 +42,7 @@ impl Proxy {
         budget: &BudgetKey,
         policy: &HostPolicy,
     ) -> Option<Response<ProxyBody>> {
-        let scheme = req.uri().scheme_str().unwrap_or("http");
+        let scheme = Scheme::of_uri_or_http(req.uri());
         let user_agent = req.headers().get(USER_AGENT).cloned();
         let agent = robots::agent_for(
             policy.robots.user_agent.as_deref(),
@@ -107,17 +108,17 @@ impl Proxy {
     async fn fetch_robots(
         &self,
         target: &Target,
-        scheme: &str,
+        scheme: Scheme,
         user_agent: Option<HeaderValue>,
     ) -> Result<Fetched, NotFetched> {
-        let mut url = format!("{scheme}://{}/robots.txt", target.authority);
+        let mut url = format!("{}://{}/robots.txt", scheme.as_str(), target.authority);
         let mut fresh_retry = false;
         let mut hops = 0;
         while hops <= robots::MAX_REDIRECTS {
             let Ok(uri) = url.parse::<Uri>() else {
                 return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
             };
-            let Ok(next) = Target::of_any(&uri) else {
+            let Ok((next, next_scheme)) = Target::of_any(&uri) else {
                 return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
             };
             if let Some(refused) = self.refuse_destination(&next).await {
@@ -141,7 +142,7 @@ impl Proxy {
                 headers.insert(USER_AGENT, ua.clone());
             }
             headers.insert(VIA, self.loops.via().clone());
-            if let Ok(host) = HeaderValue::from_str(next.host_header(uri.scheme_str())) {
+            if let Ok(host) = HeaderValue::from_str(next.host_header(next_scheme)) {
                 headers.insert(HOST, host);
             }
             // The permit is held until the body is read: the fetch is in flight until then.
@@ -178,11 +179,7 @@ impl Proxy {
                 url = if location.starts_with("http://") || location.starts_with("https://") {
                     location.to_string()
                 } else {
-                    let base = format!(
-                        "{}://{}",
-                        uri.scheme_str().unwrap_or("http"),
-                        next.authority
-                    );
+                    let base = format!("{}://{}", next_scheme.as_str(), next.authority);
                     format!("{base}/{}", location.trim_start_matches('/'))
                 };
                 continue;

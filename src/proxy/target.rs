@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use http::Uri;
 
 use super::failure::Failure;
+use crate::wire::scheme::Scheme;
 
 /// Where a request goes: the canonical host ([`crate::wire::host_name::canonical`], no brackets), an
 /// explicit port, and the authority as sent.
@@ -30,37 +31,35 @@ impl Target {
                  (is HTTP_PROXY pointing at courtesy?)",
             ));
         };
-        match uri.scheme_str() {
-            Some(s) if s.eq_ignore_ascii_case("http") => {}
-            Some(s) if s.eq_ignore_ascii_case("https") => {
+        match Scheme::of_uri(uri) {
+            Some(Scheme::Http) => {}
+            Some(Scheme::Https) => {
                 return Err(Failure::bad_request(
                     "https:// URLs go through CONNECT (set HTTPS_PROXY)",
                 ))
             }
-            _ => return Err(Failure::bad_request("only http:// URLs can be forwarded")),
+            None => return Err(Failure::bad_request("only http:// URLs can be forwarded")),
         }
         Target::new(
             authority.host(),
-            authority.port_u16().unwrap_or(80),
+            authority.port_u16().unwrap_or(Scheme::Http.default_port()),
             authority.as_str(),
         )
     }
 
-    /// The target of any absolute http:// or https:// URL (robots.txt redirects).
-    pub(crate) fn of_any(uri: &Uri) -> Result<Target, Failure> {
+    /// The target of any absolute http:// or https:// URL (robots.txt redirects), and its scheme.
+    pub(crate) fn of_any(uri: &Uri) -> Result<(Target, Scheme), Failure> {
         let authority = uri
             .authority()
             .ok_or_else(|| Failure::bad_request("no authority"))?;
-        let default = match uri.scheme_str() {
-            Some(s) if s.eq_ignore_ascii_case("https") => 443,
-            Some(s) if s.eq_ignore_ascii_case("http") => 80,
-            _ => return Err(Failure::bad_request("only http and https")),
-        };
-        Target::new(
+        let scheme =
+            Scheme::of_uri(uri).ok_or_else(|| Failure::bad_request("only http and https"))?;
+        let target = Target::new(
             authority.host(),
-            authority.port_u16().unwrap_or(default),
+            authority.port_u16().unwrap_or(scheme.default_port()),
             authority.as_str(),
-        )
+        )?;
+        Ok((target, scheme))
     }
 
     /// The target of a CONNECT: authority-form `host:port`, port required.
@@ -103,7 +102,8 @@ impl Target {
 
     /// `scheme://host:port`: the origin a robots.txt answers for (RFC 9309), as the robots cache
     /// keys it. Made on every request that obeys robots.txt, without `format!`.
-    pub(crate) fn origin_key(&self, scheme: &str) -> String {
+    pub(crate) fn origin_key(&self, scheme: Scheme) -> String {
+        let scheme = scheme.as_str();
         let mut origin = String::with_capacity(scheme.len() + self.host.len() + 11);
         origin.push_str(scheme);
         origin.push_str("://");
@@ -113,10 +113,10 @@ impl Target {
     }
 
     /// The `Host` header for this target: the authority, without the scheme's default port.
-    pub(crate) fn host_header(&self, scheme: Option<&str>) -> &str {
+    pub(crate) fn host_header(&self, scheme: Scheme) -> &str {
         let default = match scheme {
-            Some("https") => ":443",
-            _ => ":80",
+            Scheme::Https => ":443",
+            Scheme::Http => ":80",
         };
         self.authority
             .strip_suffix(default)
@@ -148,7 +148,7 @@ mod tests {
         let c = Target::of_connect(&"a.test:443".parse().unwrap()).unwrap();
         assert_eq!(c.key(), "a.test:443");
         assert_eq!(c.to_string(), c.key());
-        assert_eq!(c.origin_key("https"), "https://a.test:443");
+        assert_eq!(c.origin_key(Scheme::Https), "https://a.test:443");
         let v6 = Target::of_request(&"http://[::1]:8080/".parse().unwrap()).unwrap();
         assert_eq!(v6.to_string(), v6.key());
         assert!(Target::of_request(&"http://user:pass@a.test/".parse().unwrap()).is_err());

@@ -1,19 +1,24 @@
-//! Start, accept, stop: [`run`] builds the shared parts (config in force, limiter, proxy, admin),
-//! accepts on the proxy and admin ports with one task per connection, and shuts down gracefully.
+//! Start, accept, stop: [`run`] is three steps. [`Parts::build`] makes everything both ports
+//! share (the config in force, limiter, store, proxy, admin, background tasks); [`Parts::serve`]
+//! accepts on the proxy and admin ports with one task per connection until shutdown is asked for;
+//! [`Parts::drain`] shuts down in order.
 //!
-//! Shutdown order: stop accepting, refuse everything still queued (503), let requests in flight
-//! (plain, and inside CONNECT tunnels) finish within `shutdown_grace_seconds`, save the state, then
-//! return. This module does not answer requests itself (`proxy`, `admin`), and the work beside
-//! serving (state saver, sweeper, SIGHUP) is `tasks`.
+//! Shutdown order: stop accepting, refuse everything still queued (503), stop the sweeper, let
+//! requests in flight (plain, and inside CONNECT tunnels) finish within `shutdown_grace_seconds`,
+//! save the state, then return. This module does not answer requests itself (`proxy`, `admin`),
+//! and the work beside serving (state saver, sweeper, SIGHUP) is `tasks`.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::admin::reload::reload;
@@ -24,6 +29,7 @@ use crate::config::{Config, LiveConfig};
 use crate::front::connections::Connections;
 use crate::front::gate::{self, Caps, Gate, Slot, Spare};
 use crate::observe::metrics::Metrics;
+use crate::observe::telemetry::Telemetry;
 use crate::proxy::{Proxy, UpstreamSetup};
 use crate::serve::state;
 use crate::serve::tasks::{hangup_signals, Background};
@@ -61,14 +67,350 @@ impl Listeners {
     }
 }
 
-/// Serves until `shutdown` completes, then shuts down gracefully.
+/// Serves until `shutdown` completes, then shuts down gracefully: build, serve, drain.
 pub async fn run(
     listeners: Listeners,
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let proxy_addr = listeners.proxy.local_addr()?;
-    let admin_addr = listeners.admin.local_addr()?;
+    let (mut parts, mut ports) = Parts::build(listeners, config).await?;
+    info!(
+        proxy = %ports.proxy.addr,
+        admin = %ports.admin.addr,
+        config = %parts.live.get().source,
+        "courtesy listening"
+    );
+    parts.serve(&mut ports, shutdown).await;
+    parts.drain(ports).await;
+    info!("courtesy stopped");
+    Ok(())
+}
+
+/// Everything both ports share, made once at start by [`Parts::build`], used by
+/// [`Parts::serve`] and taken apart by [`Parts::drain`]: one struct, so that neither needs a
+/// dozen arguments.
+struct Parts {
+    /// The config in force: `allow_clients` at accept, the grace at shutdown.
+    live: LiveConfig,
+    /// The budgets; refuses what is queued at shutdown.
+    limiter: Arc<Limiter>,
+    /// The proxy port's service.
+    proxy: Arc<Proxy>,
+    /// The admin port's service.
+    admin: Arc<Admin>,
+    /// Every connection task the drain waits for (the admin port's while serving included).
+    connections: Connections,
+    /// The HTTP server settings of both ports.
+    http: auto::Builder<TokioExecutor>,
+    /// `header_timeout_seconds`: how long a new connection may stay silent.
+    header_timeout: Duration,
+    /// The state saver, the sweeper, the store's tasks.
+    background: Background,
+    /// The trace exporter, flushed last.
+    telemetry: Option<Arc<Telemetry>>,
+    /// SIGHUPs, each a reload.
+    hangups: mpsc::Receiver<()>,
+}
+
+/// Both listening ports.
+struct Ports {
+    /// Where clients send proxy requests.
+    proxy: Port,
+    /// The admin API, open until the drain ends.
+    admin: Port,
+}
+
+/// One listening port: its socket, the caps its connections count against, its spare
+/// descriptor. Both ports accept through [`Port::admit`].
+struct Port {
+    listener: TcpListener,
+    /// The address it listens on, for the log.
+    addr: SocketAddr,
+    gate: Arc<Gate>,
+    spare: Spare,
+}
+
+/// A connection accepted and admitted by [`Port::admit`], with its place under the port's caps.
+struct Accepted {
+    stream: TcpStream,
+    peer: SocketAddr,
+    slot: Slot,
+}
+
+impl Parts {
+    /// Checks the listeners against `config`, fits the connection caps under the open file limit,
+    /// and makes the shared parts in the order their start-up lines are logged; the store (with
+    /// `[shared]`) is asked once here, and the background tasks started last.
+    async fn build(listeners: Listeners, config: Config) -> anyhow::Result<(Parts, Ports)> {
+        let proxy_addr = listeners.proxy.local_addr()?;
+        let admin_addr = listeners.admin.local_addr()?;
+        check_addresses(&config, proxy_addr, admin_addr)?;
+        let mut config = config;
+        let (proxy_caps, admin_caps) = fit_to_descriptors(&mut config);
+        if crate::util::files::tighten_dir(&config.proxy.state_dir)? {
+            warn!(dir = %config.proxy.state_dir.display(), "the state directory was open to others; made it 0700");
+        }
+        for warning in config.warnings() {
+            warn!("{warning}");
+        }
+        let ca = LocalCa::load_or_create(&config.proxy.state_dir)?;
+        let interceptor = Arc::new(Interceptor::new(ca));
+        let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;
+        let config = Arc::new(config);
+        let live = LiveConfig::new(config.clone());
+        let limiter = start_limiter(&config, &live).await?;
+        let mut metrics = Metrics::new(config.admin.metrics_max_hosts);
+        if let Some(store) = limiter.store() {
+            metrics = metrics.with_shared(store);
+        }
+        let metrics = Arc::new(metrics);
+        let connections = Connections::new();
+        // One resolver for keys and connections: the address a `key = "ip"` budget was made from is
+        // the one connected to.
+        let keyer = Keyer::new(
+            Resolver::new(
+                config.proxy.connect_timeout,
+                config.proxy.static_hosts.clone(),
+            )
+            .refusing(Destinations::new(
+                vec![proxy_addr, admin_addr],
+                config.proxy.deny_destinations.clone(),
+                config.proxy.allow_destinations.clone(),
+            )),
+        );
+        let telemetry = Telemetry::start(&config.telemetry, upstream_tls.clone())?;
+        let proxy = Arc::new(
+            Proxy::new(
+                live.clone(),
+                limiter.clone(),
+                vec![proxy_addr, admin_addr],
+                interceptor.clone(),
+                UpstreamSetup {
+                    keyer: keyer.clone(),
+                    tls: upstream_tls,
+                },
+                metrics.clone(),
+                connections.clone(),
+            )
+            .with_telemetry(telemetry.clone()),
+        );
+        let admin = Arc::new(
+            Admin::new(
+                live.clone(),
+                limiter.clone(),
+                keyer,
+                metrics.clone(),
+                interceptor,
+            )
+            .with_jobs(proxy.jobs().clone())
+            .listening_on(admin_addr),
+        );
+        let background = Background::start(
+            limiter.clone(),
+            proxy.clone(),
+            metrics,
+            config.proxy.idle_host,
+        );
+        let parts = Parts {
+            live,
+            limiter,
+            proxy,
+            admin,
+            connections,
+            http: Connections::builder_with(
+                false,
+                config.proxy.header_timeout,
+                config.proxy.max_request_head_bytes,
+            ),
+            header_timeout: config.proxy.header_timeout,
+            background,
+            telemetry,
+            hangups: hangup_signals(),
+        };
+        let ports = Ports {
+            proxy: Port::new(listeners.proxy, proxy_addr, proxy_caps),
+            admin: Port::new(listeners.admin, admin_addr, admin_caps),
+        };
+        Ok((parts, ports))
+    }
+
+    /// Accepts on both ports, one task per connection, and reloads the config on SIGHUP, until
+    /// `shutdown` completes.
+    async fn serve(&mut self, ports: &mut Ports, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = ports.proxy.listener.accept() => {
+                    if let Some(accepted) = ports.proxy.admit(accepted, &self.live).await {
+                        self.serve_proxy(accepted);
+                    }
+                }
+                accepted = ports.admin.listener.accept() => {
+                    if let Some(accepted) = ports.admin.admit(accepted, &self.live).await {
+                        self.serve_admin(accepted);
+                    }
+                }
+                Some(()) = self.hangups.recv() => {
+                    if let Err(errors) = reload(&self.limiter) {
+                        warn!("SIGHUP: the new config was rejected, the old one stays:\n{}", errors.join("\n"));
+                    }
+                }
+                () = &mut shutdown => break,
+            }
+        }
+    }
+
+    /// Serves a connection of the proxy port on a task the drain waits for: closed if silent for
+    /// `header_timeout_seconds`, its place kept while it carries a request (or a CONNECT tunnel).
+    fn serve_proxy(&self, accepted: Accepted) {
+        let Accepted { stream, peer, slot } = accepted;
+        let proxy = self.proxy.clone();
+        let slot = Arc::new(slot);
+        let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
+        let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            // A CONNECT tunnel keeps the connection's place for its life.
+            req.extensions_mut().insert(slot.clone());
+            // Carried until its response has been sent: not closed to make room meanwhile.
+            gate::carry(&slot, proxy.clone().serve(req, peer))
+        });
+        let (http, tasks, header_timeout) = (
+            self.http.clone(),
+            self.connections.clone(),
+            self.header_timeout,
+        );
+        self.connections.spawn(async move {
+            if !gate::first_byte(&stream, header_timeout, tasks.stopping(), evicted).await {
+                debug!(client = %peer, "closed before its first byte: header_timeout_seconds, or its place was needed");
+                return;
+            }
+            // hyper's own answer to a head it cannot parse gets its Proxy-Status here.
+            let conn = http
+                .serve_connection_with_upgrades(TokioIo::new(ParseRefusals::new(stream)), service)
+                .into_owned();
+            if let Err(e) = tasks.serve_until(conn, evicted_later).await {
+                debug!(client = %peer, "client connection ended: {e}");
+            }
+        });
+    }
+
+    /// Serves a connection of the admin port while courtesy serves: on a task the drain waits
+    /// for, like the proxy port's.
+    fn serve_admin(&self, accepted: Accepted) {
+        let Accepted { stream, peer, slot } = accepted;
+        let admin = self.admin.clone();
+        let slot = Arc::new(slot);
+        let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
+        let service = service_fn(move |req| gate::carry(&slot, admin.clone().serve(req, peer)));
+        let (http, tasks, header_timeout) = (
+            self.http.clone(),
+            self.connections.clone(),
+            self.header_timeout,
+        );
+        self.connections.spawn(async move {
+            if !gate::first_byte(&stream, header_timeout, tasks.stopping(), evicted).await {
+                return;
+            }
+            let conn = http
+                .serve_connection(TokioIo::new(stream), service)
+                .into_owned();
+            if let Err(e) = tasks.serve_until(conn, evicted_later).await {
+                debug!(client = %peer, "admin connection ended: {e}");
+            }
+        });
+    }
+
+    /// Serves a connection of the admin port during the drain, on a task of its own that the
+    /// drain does not wait for (so that `/readyz` and `/metrics` can be read meanwhile).
+    fn serve_admin_draining(&self, accepted: Accepted) {
+        let Accepted { stream, peer, slot } = accepted;
+        let admin = self.admin.clone();
+        let service = service_fn(move |req| admin.clone().serve(req, peer));
+        let conn = self
+            .http
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        tokio::spawn(async move {
+            let _slot = slot;
+            if let Err(e) = conn.await {
+                debug!(client = %peer, "admin connection during the drain ended: {e}");
+            }
+        });
+    }
+
+    /// The ordered shutdown: stop accepting on the proxy port, refuse everything queued (503),
+    /// stop the sweeper, give connections in flight up to `shutdown_grace_seconds` (the admin
+    /// port still answering), then stop the background tasks, whose state saver writes once more,
+    /// and flush the traces.
+    async fn drain(self, ports: Ports) {
+        let Ports {
+            proxy: proxy_port,
+            admin: mut admin_port,
+        } = ports;
+        drop(proxy_port);
+        info!("shutting down: refusing queued requests, finishing those in flight");
+        self.limiter.shutdown();
+        self.background.stop_sweeping();
+        let grace = self.live.get().proxy.shutdown_grace;
+        // The admin port stays open while requests drain, so that `/readyz` says 503 (draining) and
+        // `/metrics` can still be read; its connections are not waited for.
+        let drained = self.connections.shut_down(grace);
+        tokio::pin!(drained);
+        let finished = loop {
+            tokio::select! {
+                finished = &mut drained => break finished,
+                accepted = admin_port.listener.accept() => {
+                    if let Some(accepted) = admin_port.admit(accepted, &self.live).await {
+                        self.serve_admin_draining(accepted);
+                    }
+                }
+            }
+        };
+        drop(admin_port);
+        if !finished {
+            warn!(
+                grace_s = grace.as_secs_f64(),
+                "requests still in flight after shutdown_grace_seconds; closing them"
+            );
+        }
+        self.background.finish().await;
+        if let Some(telemetry) = self.telemetry {
+            telemetry.shut_down().await;
+        }
+    }
+}
+
+impl Port {
+    /// `listener`, bound at `addr`, under `caps`.
+    fn new(listener: TcpListener, addr: SocketAddr, caps: Caps) -> Port {
+        Port {
+            listener,
+            addr,
+            gate: Gate::new(caps),
+            spare: Spare::new(),
+        }
+    }
+
+    /// What became of one `accept` on this port: the connection with its place, or `None` when
+    /// the accept failed (the spare descriptor used, a short pause) or the connection was refused
+    /// and closed (`admit`). Both ports, serving and draining, accept through here.
+    async fn admit(
+        &mut self,
+        accepted: std::io::Result<(TcpStream, SocketAddr)>,
+        live: &LiveConfig,
+    ) -> Option<Accepted> {
+        let (stream, peer) = self.spare.accepted(accepted, &self.listener).await?;
+        let slot = admit(live, &self.gate, &stream, peer)?;
+        Some(Accepted { stream, peer, slot })
+    }
+}
+
+/// Refuses listeners that `config` forbids: the addresses of `[proxy] listen` and `admin_listen`
+/// as bound (a port 0 bound already has its number).
+fn check_addresses(
+    config: &Config,
+    proxy_addr: SocketAddr,
+    admin_addr: SocketAddr,
+) -> anyhow::Result<()> {
     config
         .check_listen("[proxy] listen", proxy_addr)
         .map_err(anyhow::Error::msg)?;
@@ -78,7 +420,12 @@ pub async fn run(
     config
         .check_admin_listen("[proxy] admin_listen", admin_addr)
         .map_err(anyhow::Error::msg)?;
-    let mut config = config;
+    Ok(())
+}
+
+/// Raises the open file limit and fits under it the caps of both ports (returned: proxy, admin)
+/// and `max_upstream_connections` (lowered in `config`).
+fn fit_to_descriptors(config: &mut Config) -> (Caps, Caps) {
     let fd_limit = gate::raise_fd_limit();
     let (proxy_caps, admin_caps) = gate::fit_to_fd_limit(
         Caps {
@@ -97,22 +444,16 @@ pub async fn run(
         admin_caps,
         fd_limit,
     );
-    if crate::util::files::tighten_dir(&config.proxy.state_dir)? {
-        warn!(dir = %config.proxy.state_dir.display(), "the state directory was open to others; made it 0700");
-    }
-    for warning in config.warnings() {
-        warn!("{warning}");
-    }
-    let ca = LocalCa::load_or_create(&config.proxy.state_dir)?;
-    let interceptor = Arc::new(Interceptor::new(ca));
-    let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;
-    let config = Arc::new(config);
-    let live = LiveConfig::new(config.clone());
+    (proxy_caps, admin_caps)
+}
+
+/// The limiter, local or on the `[shared]` store (checked once: a store of another kind than the
+/// URL says is refused, one that does not answer starts this instance in fallback), with the
+/// hosts of the state file restored.
+async fn start_limiter(config: &Config, live: &LiveConfig) -> anyhow::Result<Arc<Limiter>> {
     let limiter = match &config.shared {
         Some(settings) => {
             let store = crate::store::Store::new(settings).map_err(anyhow::Error::msg)?;
-            // A store of another kind than the URL says is refused here; one that does not
-            // answer starts this instance in fallback.
             store.check_at_start().await.map_err(anyhow::Error::msg)?;
             info!(store = %settings.redacted_url(), prefix = %settings.key_prefix, "budgets shared with the instances on this store");
             Limiter::with_store(live.clone(), store)
@@ -120,169 +461,7 @@ pub async fn run(
         None => Limiter::with_live(live.clone()),
     };
     limiter.restore(&state::load(&config.proxy.state_dir));
-    let mut metrics = Metrics::new(config.admin.metrics_max_hosts);
-    if let Some(store) = limiter.store() {
-        metrics = metrics.with_shared(store);
-    }
-    let metrics = Arc::new(metrics);
-    let connections = Connections::new();
-    // One resolver for keys and connections: the address a `key = "ip"` budget was made from is
-    // the one connected to.
-    let keyer = Keyer::new(
-        Resolver::new(
-            config.proxy.connect_timeout,
-            config.proxy.static_hosts.clone(),
-        )
-        .refusing(Destinations::new(
-            vec![proxy_addr, admin_addr],
-            config.proxy.deny_destinations.clone(),
-            config.proxy.allow_destinations.clone(),
-        )),
-    );
-    let telemetry =
-        crate::observe::telemetry::Telemetry::start(&config.telemetry, upstream_tls.clone())?;
-    let proxy = Arc::new(
-        Proxy::new(
-            live.clone(),
-            limiter.clone(),
-            vec![proxy_addr, admin_addr],
-            interceptor.clone(),
-            UpstreamSetup {
-                keyer: keyer.clone(),
-                tls: upstream_tls,
-            },
-            metrics.clone(),
-            connections.clone(),
-        )
-        .with_telemetry(telemetry.clone()),
-    );
-    let admin = Arc::new(
-        Admin::new(
-            live.clone(),
-            limiter.clone(),
-            keyer,
-            metrics.clone(),
-            interceptor,
-        )
-        .with_jobs(proxy.jobs().clone())
-        .listening_on(admin_addr),
-    );
-    let background = Background::start(
-        limiter.clone(),
-        proxy.clone(),
-        metrics,
-        config.proxy.idle_host,
-    );
-    let mut hangups = hangup_signals();
-    info!(proxy = %proxy_addr, admin = %admin_addr, config = %config.source, "courtesy listening");
-
-    let header_timeout = config.proxy.header_timeout;
-    let builder =
-        Connections::builder_with(false, header_timeout, config.proxy.max_request_head_bytes);
-    let proxy_gate = Gate::new(proxy_caps);
-    let admin_gate = Gate::new(admin_caps);
-    let mut proxy_spare = Spare::new();
-    let mut admin_spare = Spare::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listeners.proxy.accept() => {
-                let Some((stream, peer)) = proxy_spare.accepted(accepted, &listeners.proxy).await else { continue };
-                let Some(slot) = admit(&live, &proxy_gate, &stream, peer) else { continue };
-                let proxy = proxy.clone();
-                let slot = Arc::new(slot);
-                let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
-                let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    // A CONNECT tunnel keeps the connection's place for its life.
-                    req.extensions_mut().insert(slot.clone());
-                    // Carried until its response has been sent: not closed to make room meanwhile.
-                    gate::carry(&slot, proxy.clone().serve(req, peer))
-                });
-                let (builder, tasks) = (builder.clone(), connections.clone());
-                connections.spawn(async move {
-                    if !gate::first_byte(&stream, header_timeout, tasks.stopping(), evicted).await {
-                        debug!(client = %peer, "closed before its first byte: header_timeout_seconds, or its place was needed");
-                        return;
-                    }
-                    // hyper's own answer to a head it cannot parse gets its Proxy-Status here.
-                    let conn = builder
-                        .serve_connection_with_upgrades(TokioIo::new(ParseRefusals::new(stream)), service)
-                        .into_owned();
-                    if let Err(e) = tasks.serve_until(conn, evicted_later).await {
-                        debug!(client = %peer, "client connection ended: {e}");
-                    }
-                });
-            }
-            accepted = listeners.admin.accept() => {
-                let Some((stream, peer)) = admin_spare.accepted(accepted, &listeners.admin).await else { continue };
-                let Some(slot) = admit(&live, &admin_gate, &stream, peer) else { continue };
-                let admin = admin.clone();
-                let slot = Arc::new(slot);
-                let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
-                let service = service_fn(move |req| gate::carry(&slot, admin.clone().serve(req, peer)));
-                let (builder, tasks) = (builder.clone(), connections.clone());
-                connections.spawn(async move {
-                    if !gate::first_byte(&stream, header_timeout, tasks.stopping(), evicted).await {
-                        return;
-                    }
-                    let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                    if let Err(e) = tasks.serve_until(conn, evicted_later).await {
-                        debug!(client = %peer, "admin connection ended: {e}");
-                    }
-                });
-            }
-            Some(()) = hangups.recv() => {
-                if let Err(errors) = reload(&limiter) {
-                    warn!("SIGHUP: the new config was rejected, the old one stays:\n{}", errors.join("\n"));
-                }
-            }
-            () = &mut shutdown => break,
-        }
-    }
-    let Listeners {
-        proxy: proxy_listener,
-        admin: admin_listener,
-    } = listeners;
-    drop(proxy_listener);
-    info!("shutting down: refusing queued requests, finishing those in flight");
-    limiter.shutdown();
-    background.stop_sweeping();
-    let grace = live.get().proxy.shutdown_grace;
-    // The admin port stays open while requests drain, so that `/readyz` says 503 (draining) and
-    // `/metrics` can still be read; its connections are not waited for.
-    let drained = connections.shut_down(grace);
-    tokio::pin!(drained);
-    let finished = loop {
-        tokio::select! {
-            finished = &mut drained => break finished,
-            accepted = admin_listener.accept() => {
-                let Some((stream, peer)) = admin_spare.accepted(accepted, &admin_listener).await else { continue };
-                let Some(slot) = admit(&live, &admin_gate, &stream, peer) else { continue };
-                let admin = admin.clone();
-                let service = service_fn(move |req| admin.clone().serve(req, peer));
-                let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    if let Err(e) = conn.await {
-                        debug!(client = %peer, "admin connection during the drain ended: {e}");
-                    }
-                });
-            }
-        }
-    };
-    drop(admin_listener);
-    if !finished {
-        warn!(
-            grace_s = grace.as_secs_f64(),
-            "requests still in flight after shutdown_grace_seconds; closing them"
-        );
-    }
-    background.finish().await;
-    if let Some(telemetry) = telemetry {
-        telemetry.shut_down().await;
-    }
-    info!("courtesy stopped");
-    Ok(())
+    Ok(limiter)
 }
 
 /// The place of a connection from `peer`, or `None` when it was refused (and closed): a client

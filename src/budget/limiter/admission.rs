@@ -15,8 +15,9 @@ use tokio::time::{timeout_at, Instant};
 use super::budget::{Kept, Turn};
 use super::host::{Host, HostState, Waiter};
 use super::lanes::{JobTag, Priority};
+use super::shadow::{self, ShadowReason};
 use super::waits::Asker;
-use super::{dispatch, shadow, Limiter, Permit, Refusal};
+use super::{dispatch, Limiter, Permit, Refusal};
 use crate::budget::keys::BudgetKey;
 use crate::config::OnCooldown;
 use crate::pacing::policy::WaitReason;
@@ -27,7 +28,7 @@ use crate::pacing::policy::WaitReason;
 pub struct Admission<'a> {
     key: Cow<'a, BudgetKey>,
     on_cooldown: Option<OnCooldown>,
-    refused: Option<&'static str>,
+    refused: Option<ShadowReason>,
     job: Option<JobTag>,
     priority: Priority,
 }
@@ -65,7 +66,7 @@ impl<'a> Admission<'a> {
     /// For a report-only host (`enforce = false`), a refusal decided before the budget
     /// (robots.txt, `skip_resources`) that the request is forwarded despite, so that its
     /// [`super::ShadowVerdict`] counts it.
-    pub fn refused(mut self, refused: Option<&'static str>) -> Self {
+    pub fn refused(mut self, refused: Option<ShadowReason>) -> Self {
         self.refused = refused;
         self
     }

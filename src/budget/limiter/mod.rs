@@ -56,7 +56,7 @@ pub use admission::Admission;
 pub use host::Host;
 pub use permit::Permit;
 pub use refusal::Refusal;
-pub use shadow::{ShadowCounts, ShadowVerdict, SHADOW_REASONS};
+pub use shadow::{ShadowCounts, ShadowReason, ShadowVerdict};
 pub use stats::HostStats;
 pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
 pub use sweep::Swept;

@@ -15,16 +15,63 @@ use super::lanes::JobTag;
 use crate::config::OnCooldown;
 use crate::pacing::policy::CooldownCause;
 
-/// Why a request would have been refused; the words of `courtesy_shadow_would_refuse_total`.
-pub const SHADOW_REASONS: [&str; 7] = [
-    "cooling_down",
-    "paused",
-    "queue_full",
-    "waited_too_long",
-    "robots",
-    "skip_resources",
-    "quota",
-];
+/// Why a report-only host's request would have been refused, had courtesy enforced: one closed
+/// set, carried as itself from the judgement to the counts, the metrics, the admin JSON and the
+/// log, and spelled only by [`ShadowReason::as_str`] (its words are public: metric label values and
+/// JSON keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ShadowReason {
+    /// A cooldown in reject mode (`on_cooldown = "reject"`).
+    CoolingDown = 0,
+    /// An operator's pause in reject mode.
+    Paused,
+    /// The host's queue would have been full (`max_queue`).
+    QueueFull,
+    /// Its turn would have come after `max_wait_seconds`.
+    WaitedTooLong,
+    /// robots.txt disallows it.
+    Robots,
+    /// A resource kind the host skips (`skip_resources`).
+    SkipResources,
+    /// The job's quota was spent.
+    Quota,
+}
+
+impl ShadowReason {
+    /// How many reasons there are (for tables indexed by reason).
+    pub const COUNT: usize = 7;
+
+    /// Every reason, in the order of their numbers (the order of [`ShadowCounts::would_refuse`]).
+    pub const ALL: [ShadowReason; ShadowReason::COUNT] = [
+        ShadowReason::CoolingDown,
+        ShadowReason::Paused,
+        ShadowReason::QueueFull,
+        ShadowReason::WaitedTooLong,
+        ShadowReason::Robots,
+        ShadowReason::SkipResources,
+        ShadowReason::Quota,
+    ];
+
+    /// The reason as one word: the `reason` label of `courtesy_shadow_would_refuse_total`, the
+    /// key in `/hosts`' `shadow.would_refuse`, the `would_refuse` of the log line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ShadowReason::CoolingDown => "cooling_down",
+            ShadowReason::Paused => "paused",
+            ShadowReason::QueueFull => "queue_full",
+            ShadowReason::WaitedTooLong => "waited_too_long",
+            ShadowReason::Robots => "robots",
+            ShadowReason::SkipResources => "skip_resources",
+            ShadowReason::Quota => "quota",
+        }
+    }
+
+    /// The reason's place in [`ShadowReason::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
 
 /// What courtesy would have done with one request, had it enforced.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -34,8 +81,8 @@ pub struct ShadowVerdict {
     pub would_wait: Duration,
     /// Whether it would have waited at all.
     pub waits: bool,
-    /// Why it would have been refused, one of [`SHADOW_REASONS`].
-    pub would_refuse: Option<&'static str>,
+    /// Why it would have been refused.
+    pub would_refuse: Option<ShadowReason>,
     /// Whether it arrived inside a window the server announced (Retry-After, RateLimit reset).
     pub inside_window: bool,
     /// How long it would have waited with its job's fair share of the host's turns (the jobs
@@ -50,8 +97,8 @@ pub struct ShadowCounts {
     pub would_wait: u64,
     /// How long they would have waited, in all.
     pub would_wait_seconds: f64,
-    /// Requests that would have been refused, by reason (in [`SHADOW_REASONS`]'s order).
-    pub would_refuse: [u64; SHADOW_REASONS.len()],
+    /// Requests that would have been refused, by reason (in [`ShadowReason::ALL`]'s order).
+    pub would_refuse: [u64; ShadowReason::COUNT],
     /// Requests that arrived inside a window the server announced.
     pub inside_window: u64,
 }
@@ -63,9 +110,7 @@ impl ShadowCounts {
             self.would_wait_seconds += verdict.would_wait.as_secs_f64();
         }
         if let Some(reason) = verdict.would_refuse {
-            if let Some(i) = SHADOW_REASONS.iter().position(|r| *r == reason) {
-                self.would_refuse[i] += 1;
-            }
+            self.would_refuse[reason.index()] += 1;
         }
         if verdict.inside_window {
             self.inside_window += 1;
@@ -98,7 +143,7 @@ const MAX_SHADOW_JOBS: usize = 64;
 /// refusal already decided before the budget (robots.txt, `skip_resources`).
 pub(super) fn judge(
     state: &mut HostState,
-    refused: Option<&'static str>,
+    refused: Option<ShadowReason>,
     job: Option<&JobTag>,
     now: Instant,
 ) -> ShadowVerdict {
@@ -138,9 +183,9 @@ fn schedule(
     let policy = state.policy.clone();
     if let Some(c) = block.filter(|_| policy.cooldown.on_cooldown == OnCooldown::Reject) {
         verdict.would_refuse = Some(if c.cause == CooldownCause::Operator {
-            "paused"
+            ShadowReason::Paused
         } else {
-            "cooling_down"
+            ShadowReason::CoolingDown
         });
         return;
     }
@@ -155,11 +200,11 @@ fn schedule(
     }
     let wait = start.saturating_duration_since(now);
     if wait > policy.pacing.max_wait {
-        verdict.would_refuse = Some("waited_too_long");
+        verdict.would_refuse = Some(ShadowReason::WaitedTooLong);
         return;
     }
     if wait.as_secs_f64() * rate >= policy.pacing.max_queue as f64 {
-        verdict.would_refuse = Some("queue_full");
+        verdict.would_refuse = Some(ShadowReason::QueueFull);
         return;
     }
     shadow.tat = Some(tat.max(start) + interval);
@@ -238,6 +283,26 @@ mod tests {
         )
     }
 
+    #[test]
+    fn every_reason_has_its_place_and_its_word() {
+        for (i, reason) in ShadowReason::ALL.into_iter().enumerate() {
+            assert_eq!(reason.index(), i);
+        }
+        let words: Vec<&str> = ShadowReason::ALL.map(ShadowReason::as_str).to_vec();
+        assert_eq!(
+            words,
+            [
+                "cooling_down",
+                "paused",
+                "queue_full",
+                "waited_too_long",
+                "robots",
+                "skip_resources",
+                "quota"
+            ]
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn requests_at_once_would_have_waited_their_turns() {
         let host = host(2.0, 2);
@@ -264,10 +329,13 @@ mod tests {
             now,
         );
         let v = judge(&mut state, None, None, now);
-        assert_eq!(v.would_refuse, Some("cooling_down"));
+        assert_eq!(
+            v.would_refuse.map(ShadowReason::as_str),
+            Some("cooling_down")
+        );
         assert!(v.inside_window);
-        let v = judge(&mut state, Some("robots"), None, now);
-        assert_eq!(v.would_refuse, Some("robots"));
+        let v = judge(&mut state, Some(ShadowReason::Robots), None, now);
+        assert_eq!(v.would_refuse.map(ShadowReason::as_str), Some("robots"));
         let counts = state.shadow.as_ref().unwrap().counts;
         assert_eq!(counts.would_refuse[0], 1);
         assert_eq!(counts.would_refuse[4], 1);

@@ -442,10 +442,10 @@ impl Metrics {
             self.shadow.would_wait.remove(&label);
             self.shadow.would_wait_seconds.remove(&label);
             self.shadow.inside_window.remove(&label);
-            for reason in crate::budget::limiter::SHADOW_REASONS {
+            for reason in crate::budget::limiter::ShadowReason::ALL {
                 self.shadow.would_refuse.remove(&ReasonLabels {
                     host: host.clone(),
-                    reason: reason.to_string(),
+                    reason: reason.as_str().to_string(),
                 });
             }
         }
@@ -531,7 +531,7 @@ impl Metrics {
                 .would_refuse
                 .get_or_create(&ReasonLabels {
                     host: label.host.clone(),
-                    reason: reason.to_string(),
+                    reason: reason.as_str().to_string(),
                 })
                 .inc();
         }

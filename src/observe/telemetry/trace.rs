@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::Telemetry;
 use crate::pacing::policy::WaitReason;
+use crate::wire::scheme::Scheme;
 
 /// The W3C trace context header.
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -33,7 +34,7 @@ pub(crate) struct Requested<'a> {
     /// The method.
     pub(crate) method: &'a str,
     /// `http` or `https`.
-    pub(crate) scheme: &'static str,
+    pub(crate) scheme: Scheme,
     /// The target host and port.
     pub(crate) host: &'a str,
     /// Its port.
@@ -73,7 +74,7 @@ impl RequestTrace {
             .with_start_time(anchor.1)
             .with_attributes([
                 KeyValue::new("http.request.method", asked.method.to_string()),
-                KeyValue::new("url.scheme", asked.scheme),
+                KeyValue::new("url.scheme", asked.scheme.as_str()),
                 KeyValue::new("server.address", asked.host.to_string()),
                 KeyValue::new("server.port", i64::from(asked.port)),
                 KeyValue::new("courtesy.job", asked.job.to_string()),

@@ -36,6 +36,7 @@ pub use guard::{Destinations, Forbidden};
 use pins::Pins;
 
 use crate::wire::hosts_file::StaticHosts;
+use crate::wire::scheme::Scheme;
 
 /// The TCP connector under [`GuardedConnector`]: hyper-util's, handed addresses only.
 pub type Connector = HttpConnector<Resolver>;
@@ -255,14 +256,14 @@ impl tower::Service<http::Uri> for GuardedConnector {
         let (inner, resolver) = (self.inner.clone(), self.resolver.clone());
         Box::pin(async move {
             let host = uri.host().ok_or("the upstream URL has no host")?;
-            let https = uri.scheme_str() == Some("https");
-            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+            let scheme = Scheme::of_uri_or_http(&uri);
+            let port = uri.port_u16().unwrap_or(scheme.default_port());
             let host = host.trim_start_matches('[').trim_end_matches(']');
             let addrs = resolver.lookup_target(host, port).await?;
-            let scheme = if https { "https" } else { "http" };
             let mut last: Option<BoxError> = None;
             for addr in addrs {
-                let Ok(literal) = format!("{scheme}://{addr}/").parse::<http::Uri>() else {
+                let Ok(literal) = format!("{}://{addr}/", scheme.as_str()).parse::<http::Uri>()
+                else {
                     continue;
                 };
                 match tower::ServiceExt::oneshot(inner.clone(), literal).await {
