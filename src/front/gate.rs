@@ -248,7 +248,7 @@ impl Gate {
     /// A place for a connection from `ip` (idle until it carries a request), or why there is
     /// none. At a cap the connection idle longest (the client's at `per_client`, anyone's at
     /// `total`) is asked to close and stops counting at once.
-    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
+    pub(crate) fn let_in(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
         let ip = crate::wire::literal::canonical_ip(ip);
         let mut open = locks::lock(&self.open);
         if open.per_client.get(&ip).copied().unwrap_or(0) >= self.caps.per_client
@@ -507,7 +507,7 @@ mod tests {
 
     /// A place for a connection from `ip` in `gate`, which must be given.
     fn admitted(gate: &Arc<Gate>, ip: &str) -> Arc<Slot> {
-        Arc::new(gate.admit(ip.parse().unwrap()).unwrap())
+        Arc::new(gate.let_in(ip.parse().unwrap()).unwrap())
     }
 
     #[test]
@@ -520,16 +520,16 @@ mod tests {
         let a1 = admitted(&gate, "127.0.0.1");
         let a2 = admitted(&gate, "127.0.0.1");
         let (_c1, _c2) = (a1.carrying(), a2.carrying());
-        assert_eq!(gate.admit(a).unwrap_err(), Refused::PerClient(2));
+        assert_eq!(gate.let_in(a).unwrap_err(), Refused::PerClient(2));
         let b1 = admitted(&gate, "::ffff:127.0.0.2");
         let _c3 = b1.carrying();
         assert_eq!(
-            gate.admit("127.0.0.3".parse().unwrap()).unwrap_err(),
+            gate.let_in("127.0.0.3".parse().unwrap()).unwrap_err(),
             Refused::Total(3)
         );
         drop((_c1, a1));
         assert_eq!(gate.open(), 2);
-        assert!(gate.admit(a).is_ok());
+        assert!(gate.let_in(a).is_ok());
     }
 
     #[test]
@@ -563,11 +563,11 @@ mod tests {
         assert!(is_evicted(&fresh));
         let _c6 = sixth.carrying();
         assert_eq!(
-            gate.admit("127.0.0.1".parse().unwrap()).unwrap_err(),
+            gate.let_in("127.0.0.1".parse().unwrap()).unwrap_err(),
             Refused::PerClient(3)
         );
         // Another client is not touched by this one's cap.
-        assert!(gate.admit("127.0.0.2".parse().unwrap()).is_ok());
+        assert!(gate.let_in("127.0.0.2".parse().unwrap()).is_ok());
     }
 
     #[test]
@@ -583,7 +583,7 @@ mod tests {
         assert!(is_evicted(&a) && !is_evicted(&b));
         let _busy_too = c.carrying();
         assert_eq!(
-            gate.admit("127.0.0.4".parse().unwrap()).unwrap_err(),
+            gate.let_in("127.0.0.4".parse().unwrap()).unwrap_err(),
             Refused::Total(2)
         );
     }

@@ -121,7 +121,7 @@ struct Ports {
 }
 
 /// One listening port: its socket, the caps its connections count against, its spare
-/// descriptor. Both ports accept through [`Port::admit`].
+/// descriptor. Both ports accept through [`Port::let_in`].
 struct Port {
     listener: TcpListener,
     /// The address it listens on, for the log.
@@ -130,7 +130,7 @@ struct Port {
     spare: Spare,
 }
 
-/// A connection accepted and admitted by [`Port::admit`], with its place under the port's caps.
+/// A connection accepted and admitted by [`Port::let_in`], with its place under the port's caps.
 struct Accepted {
     stream: TcpStream,
     peer: SocketAddr,
@@ -241,12 +241,12 @@ impl Parts {
         loop {
             tokio::select! {
                 accepted = ports.proxy.listener.accept() => {
-                    if let Some(accepted) = ports.proxy.admit(accepted, &self.live).await {
+                    if let Some(accepted) = ports.proxy.let_in(accepted, &self.live).await {
                         self.serve_proxy(accepted);
                     }
                 }
                 accepted = ports.admin.listener.accept() => {
-                    if let Some(accepted) = ports.admin.admit(accepted, &self.live).await {
+                    if let Some(accepted) = ports.admin.let_in(accepted, &self.live).await {
                         self.serve_admin(accepted);
                     }
                 }
@@ -359,7 +359,7 @@ impl Parts {
             tokio::select! {
                 finished = &mut drained => break finished,
                 accepted = admin_port.listener.accept() => {
-                    if let Some(accepted) = admin_port.admit(accepted, &self.live).await {
+                    if let Some(accepted) = admin_port.let_in(accepted, &self.live).await {
                         self.serve_admin_draining(accepted);
                     }
                 }
@@ -392,14 +392,14 @@ impl Port {
 
     /// What became of one `accept` on this port: the connection with its place, or `None` when
     /// the accept failed (the spare descriptor used, a short pause) or the connection was refused
-    /// and closed (`admit`). Both ports, serving and draining, accept through here.
-    async fn admit(
+    /// and closed (`let_in`). Both ports, serving and draining, accept through here.
+    async fn let_in(
         &mut self,
         accepted: std::io::Result<(TcpStream, SocketAddr)>,
         live: &LiveConfig,
     ) -> Option<Accepted> {
         let (stream, peer) = self.spare.accepted(accepted, &self.listener).await?;
-        let slot = admit(live, &self.gate, &stream, peer)?;
+        let slot = let_in(live, &self.gate, &stream, peer)?;
         Some(Accepted { stream, peer, slot })
     }
 }
@@ -466,7 +466,7 @@ async fn start_limiter(config: &Config, live: &LiveConfig) -> anyhow::Result<Arc
 
 /// The place of a connection from `peer`, or `None` when it was refused (and closed): a client
 /// outside `allow_clients` before a byte is read, one over a cap with a short 503.
-fn admit(
+fn let_in(
     live: &LiveConfig,
     gate: &Arc<Gate>,
     stream: &TcpStream,
@@ -476,7 +476,7 @@ fn admit(
         debug!(client = %peer, "closed at accept: not in [proxy] allow_clients");
         return None;
     }
-    match gate.admit(peer.ip()) {
+    match gate.let_in(peer.ip()) {
         Ok(slot) => Some(slot),
         Err(why) => {
             debug!(client = %peer, ?why, "refused at accept: connection cap");
