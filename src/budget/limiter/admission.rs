@@ -13,8 +13,9 @@ use tokio::sync::oneshot;
 use tokio::time::{timeout_at, Instant};
 
 use super::budget::{Kept, Turn};
-use super::host::{Host, HostState, Waiter};
+use super::host::{Dispatcher, Enqueued, Host, HostState};
 use super::lanes::{JobTag, Priority};
+use super::permit::Paced;
 use super::shadow::{self, ShadowReason};
 use super::waits::Asker;
 use super::{dispatch, Limiter, Permit, Refusal};
@@ -128,29 +129,29 @@ impl Limiter {
         loop {
             let entry = self.host(&request.key);
             let mut state = entry.lock();
-            if state.retired {
+            if state.is_retired() {
                 continue;
             }
-            if let Some(names) = &mut state.names {
+            if let Some(names) = state.names_mut() {
                 names.note(&request.key);
             }
             if self.shutting_down.load(Ordering::Acquire) {
                 return TryNow::Refused(Refusal::ShuttingDown);
             }
             let now = Instant::now();
-            state.last_active = now;
-            if !state.policy.scope.enforce {
+            state.touch(now);
+            if !state.policy().scope.enforce {
                 let verdict = shadow::judge(&mut state, request.refused, request.job.as_ref(), now);
-                state.in_flight.start();
+                state.in_flight_mut().start();
                 drop(state);
-                let permit = Permit::new(entry, self, None, Duration::ZERO, false);
+                let permit = Permit::new(entry, self, None, Paced::AtOnce);
                 return TryNow::Now(permit.with_shadow(verdict));
             }
             let answer = request
                 .on_cooldown
-                .unwrap_or(state.policy.cooldown.on_cooldown);
+                .unwrap_or(state.policy().cooldown.on_cooldown);
             if let Some(c) = state
-                .pacing
+                .pacing()
                 .block(now)
                 .filter(|_| answer == OnCooldown::Reject)
             {
@@ -158,12 +159,12 @@ impl Limiter {
                     remaining: c.until.saturating_duration_since(now),
                     cause: c.cause,
                 };
-                state.stats.refused(&refusal);
+                state.stats_mut().refused(&refusal);
                 return TryNow::Refused(refusal);
             }
             // What the request waits for if it is the first in line (else: those ahead of it).
             let mut first_waits = None;
-            if state.queue.is_empty() {
+            if state.queue().is_empty() {
                 let turn = self.budget.take_turn(
                     &mut state,
                     &self.global,
@@ -172,72 +173,60 @@ impl Limiter {
                     now,
                 );
                 match turn {
-                    Turn::Go(global) => {
+                    Turn::Go { slot } => {
                         drop(state);
-                        let permit = Permit::new(entry, self, Some(global), Duration::ZERO, false);
+                        let permit = Permit::new(entry, self, Some(slot), Paced::AtOnce);
                         return TryNow::Now(permit);
                     }
-                    Turn::GoAhead(global, generation) => {
+                    Turn::GoAhead { slot, generation } => {
                         drop(state);
-                        let permit = Permit::new(entry, self, Some(global), Duration::ZERO, false);
+                        let permit = Permit::new(entry, self, Some(slot), Paced::AtOnce);
                         return TryNow::Now(permit.with_ahead(generation));
                     }
-                    _ => {}
+                    Turn::NotNow(not_now) => first_waits = Some(not_now.reason()),
                 }
-                first_waits = Some(turn.reason());
             }
             let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
-            let max_queue = state.policy.pacing.max_queue;
-            if state.queue.len() >= max_queue {
+            let max_queue = state.policy().pacing.max_queue;
+            if state.queue().len() >= max_queue {
                 // A job over its share of the room gives its last place to another job's request.
-                if let Some(over) = state.queue.over_share(job, max_queue) {
-                    if let Some(evicted) = state.queue.pop_back_of(over) {
-                        let refusal = queue_full(&state, now);
-                        state.stats.refused(&refusal);
-                        // Its waiter may have gone (then the send fails and nothing is owed).
-                        let _ = evicted.reply.send(Err(refusal));
-                        entry.wake.notify_one();
-                    }
+                if let Some(evicted) = state.evict_over_share(job, max_queue) {
+                    let refusal = queue_full(&state, now);
+                    state.stats_mut().refused(&refusal);
+                    // Its waiter may have gone (then the send fails and nothing is owed).
+                    let _ = evicted.reply.send(Err(refusal));
+                    entry.wake.notify_one();
                 }
             }
-            if state.queue.len() >= max_queue {
+            if state.queue().len() >= max_queue {
                 let refusal = queue_full(&state, now);
-                state.stats.refused(&refusal);
+                state.stats_mut().refused(&refusal);
                 return TryNow::Refused(refusal);
             }
             let (tx, turn) = oneshot::channel();
-            let id = state.next_id;
-            state.next_id += 1;
-            let behind_own = state.queue.waiting_for(job);
-            let waiter = Waiter {
-                id,
-                arrived: now,
-                on_cooldown: request.on_cooldown,
-                behind_own,
-                reply: tx,
-            };
-            state.queue.push(job, request.priority, waiter);
+            let Enqueued { asker, dispatcher } =
+                state.enqueue((job, request.priority), request.on_cooldown, tx, now);
             if let Some(reason) = first_waits {
-                state.front_waits(id, reason, now);
+                state.front_waits(asker.id, reason, now);
             }
-            let deadline = now + state.policy.pacing.max_wait;
-            if !state.dispatcher_running {
-                state.dispatcher_running = true;
-                tokio::spawn(dispatch::dispatch(self.clone(), entry.clone()));
-            } else if state.queue.len() == 1 {
+            let deadline = now + state.policy().pacing.max_wait;
+            match dispatcher {
+                Dispatcher::Start => {
+                    tokio::spawn(dispatch::dispatch(self.clone(), entry.clone()));
+                }
                 // A dispatcher that keeps an allowance while the queue is empty waits to be told.
-                entry.wake.notify_one();
+                Dispatcher::Wake => entry.wake.notify_one(),
+                Dispatcher::Running => {}
             }
             drop(state);
             return TryNow::InLine(InLine {
-                place: QueuedTurn { host: entry, id },
+                place: QueuedTurn {
+                    host: entry,
+                    id: asker.id,
+                },
                 turn,
                 deadline,
-                asker: Asker {
-                    id,
-                    arrived: now,
-                    behind_own,
-                },
+                asker,
             });
         }
     }
@@ -245,11 +234,11 @@ impl Limiter {
 
 /// The refusal of a request the host's full queue has no room for, with when to come back.
 fn queue_full(state: &HostState, now: Instant) -> Refusal {
-    let rate = state.pacing.effective_rate(now);
-    let ahead = state.queue.len() as f64 + 1.0;
+    let rate = state.pacing().effective_rate(now);
+    let ahead = state.queue().len() as f64 + 1.0;
     let retry_after = Duration::from_secs_f64((ahead / rate).clamp(1.0, 3600.0));
     Refusal::QueueFull {
-        max_queue: state.policy.pacing.max_queue,
+        max_queue: state.policy().pacing.max_queue,
         retry_after,
     }
 }
@@ -274,7 +263,7 @@ impl InLine {
             Err(_) => {
                 let now = Instant::now();
                 let mut state = place.host.lock();
-                let refusal = match state.pacing.block(now) {
+                let refusal = match state.pacing().block(now) {
                     Some(c) => Refusal::CoolingDown {
                         remaining: c.until.saturating_duration_since(now),
                         cause: c.cause,
@@ -282,12 +271,11 @@ impl InLine {
                     None => Refusal::WaitedTooLong {
                         waited: now.saturating_duration_since(asker.arrived),
                         reason: state
-                            .waits
-                            .as_ref()
+                            .waits()
                             .map_or(WaitReason::Queue, |w| w.reason_for(asker, now)),
                     },
                 };
-                state.stats.refused(&refusal);
+                state.stats_mut().refused(&refusal);
                 Err(refusal)
             }
         }
@@ -313,7 +301,7 @@ impl Drop for QueuedTurn {
         }
         let mut state = self.host.lock();
         {
-            let removed = state.queue.remove_first(|w| w.id == self.id);
+            let removed = state.remove(self.id);
             drop(state);
             drop(removed);
             self.host.wake.notify_one();

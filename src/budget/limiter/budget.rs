@@ -5,7 +5,7 @@
 //! [`Budget::Local`] keeps each host's token bucket, concurrency count and cooldowns in this
 //! process (`Pacing` and `InFlight` inside the host's state). [`Budget::Shared`] keeps them in a
 //! store shared by several instances (`crate::store`): a turn is then a reservation the dispatcher
-//! asks the store for ([`Turn::AskStore`], see `shared.rs`), and every answer's lesson goes to the
+//! asks the store for ([`NotNow::AskStore`], see `shared.rs`), and every answer's lesson goes to the
 //! store after it. While the store cannot be reached, the shared budget is the local one at this
 //! instance's share. Chosen once at start-up; callers do not change.
 
@@ -49,37 +49,79 @@ pub(crate) enum Budget {
 #[derive(Debug)]
 pub(crate) enum Turn {
     /// Yes: a token is spent and a host slot taken; here is the global slot.
-    Go(OwnedSemaphorePermit),
-    /// Not before this instant (a token arrives then, a cooldown ends...: the reason says
-    /// which); with `true`, worth timing to the sub-millisecond.
-    NotBefore(Instant, bool, WaitReason),
+    Go {
+        /// The global in-flight slot the turn holds.
+        slot: OwnedSemaphorePermit,
+    },
+    /// Yes, from this instance's allowance of a shared host (`ahead.rs`): a turn and a host slot
+    /// are spent; here is the global slot.
+    GoAhead {
+        /// The global in-flight slot the turn holds.
+        slot: OwnedSemaphorePermit,
+        /// The generation of the allowance the turn was spent from.
+        generation: u32,
+    },
+    /// Not now: what the next request waits for.
+    NotNow(NotNow),
+}
+
+/// Why the next request of a host may not go now, and what the one who asked keeps meanwhile:
+/// what a dispatcher waits for (it matches on this, see `dispatch.rs`).
+#[derive(Debug)]
+pub(crate) enum NotNow {
+    /// Not before `at` (a token arrives then, a cooldown ends...: `reason` says which).
+    NotBefore {
+        /// The instant the turn may come.
+        at: Instant,
+        /// Worth timing to the sub-millisecond (a host paced at [`FINE_MIN_RATE`] or more).
+        precise: bool,
+        /// What the request waits for.
+        reason: WaitReason,
+    },
     /// Every host slot is taken: wait until one comes free.
     NoHostSlot,
     /// The ceiling on all hosts together (`global_rate`) has no token: wait in its line.
     NoEgressToken,
     /// The global in-flight cap is full; the egress token already taken is kept.
-    NoGlobalSlot(Option<EgressToken>),
+    NoGlobalSlot {
+        /// The token of the ceiling on all hosts already taken, if any.
+        egress: Option<EgressToken>,
+    },
     /// Jitter held this turn back; the global slot and egress token are kept for the next look.
-    Held(OwnedSemaphorePermit, Option<EgressToken>),
-    /// The shared store keeps the budget: ask it (outside the lock) for a turn within `Limits`,
+    Held {
+        /// The global slot taken.
+        slot: OwnedSemaphorePermit,
+        /// The token of the ceiling on all hosts taken, if any.
+        egress: Option<EgressToken>,
+    },
+    /// The shared store keeps the budget: ask it (outside the lock) for a turn within `limits`,
     /// holding this global slot (and egress token) meanwhile.
-    AskStore(OwnedSemaphorePermit, Option<EgressToken>, Limits),
-    /// Yes, from this instance's allowance of a shared host (`ahead.rs`), of this generation:
-    /// a turn and a host slot are spent; here is the global slot.
-    GoAhead(OwnedSemaphorePermit, u32),
+    AskStore {
+        /// The global slot taken.
+        slot: OwnedSemaphorePermit,
+        /// The token of the ceiling on all hosts taken, if any.
+        egress: Option<EgressToken>,
+        /// The limits of the reservation.
+        limits: Limits,
+    },
 }
 
-impl Turn {
-    /// What the next request waits for after this answer ([`WaitReason::None`] for `Go`).
+impl From<NotNow> for Turn {
+    fn from(not_now: NotNow) -> Self {
+        Turn::NotNow(not_now)
+    }
+}
+
+impl NotNow {
+    /// What the next request waits for.
     pub(crate) fn reason(&self) -> WaitReason {
         match self {
-            Turn::Go(_) | Turn::GoAhead(..) => WaitReason::None,
-            Turn::NotBefore(_, _, why) => *why,
-            Turn::NoHostSlot => WaitReason::Concurrency,
-            Turn::NoEgressToken | Turn::NoGlobalSlot(_) => WaitReason::GlobalCap,
+            NotNow::NotBefore { reason, .. } => *reason,
+            NotNow::NoHostSlot => WaitReason::Concurrency,
+            NotNow::NoEgressToken | NotNow::NoGlobalSlot { .. } => WaitReason::GlobalCap,
             // Jitter is part of the host's pacing.
-            Turn::Held(..) => WaitReason::Rate,
-            Turn::AskStore(..) => WaitReason::SharedStore,
+            NotNow::Held { .. } => WaitReason::Rate,
+            NotNow::AskStore { .. } => WaitReason::SharedStore,
         }
     }
 }
@@ -108,68 +150,91 @@ impl Budget {
     ) -> Turn {
         // A byte debt of all hosts together holds every host's next turn.
         if let Some(at) = downlink.map(|d| d.ready_at(now)).filter(|at| *at > now) {
-            return Turn::NotBefore(at, false, WaitReason::GlobalCap);
+            return NotNow::NotBefore {
+                at,
+                precise: false,
+                reason: WaitReason::GlobalCap,
+            }
+            .into();
         }
         match self {
             Budget::Local { .. } => {
-                let cap = state.policy.pacing.concurrency;
+                let cap = state.policy().pacing.concurrency;
                 local_turn(state, global, egress, kept, cap, now)
             }
             Budget::Shared { store, .. } if store.in_fallback() => {
-                let burst = state.policy.pacing.burst;
-                state.pacing.set_share(store.share(), burst, now);
+                let burst = state.policy().pacing.burst;
+                state.pacing_mut().set_share(store.share(), burst, now);
                 // The first local turn after a fall comes at the share's pace after the last
                 // shared turn this instance took: the switch releases no burst.
                 let fell = store.falls() + 1;
                 if let Some(turns) = state
-                    .shared
-                    .as_mut()
+                    .shared_mut()
                     .filter(|t| t.falls != 0 && t.falls != fell)
                 {
                     turns.falls = fell;
                     let since = turns
                         .last_turn_at
                         .map_or(Duration::MAX, |at| now.saturating_duration_since(at));
-                    state.pacing.refilled_since_last_turn(since, now);
+                    state.pacing_mut().refilled_since_last_turn(since, now);
                 }
-                let cap = state.pacing.share_of(state.policy.pacing.concurrency);
+                let cap = state.pacing().share_of(state.policy().pacing.concurrency);
                 local_turn(state, global, egress, kept, cap, now)
             }
             Budget::Shared { store, .. } => {
-                let burst = state.policy.pacing.burst;
-                state.pacing.set_share(1.0, burst, now);
-                if !state.in_flight.has_room(state.policy.pacing.concurrency) {
-                    return Turn::NoHostSlot;
+                let burst = state.policy().pacing.burst;
+                state.pacing_mut().set_share(1.0, burst, now);
+                if !state
+                    .in_flight()
+                    .has_room(state.policy().pacing.concurrency)
+                {
+                    return NotNow::NoHostSlot.into();
                 }
                 // What this instance knows closes the host without asking (a cooldown learned
                 // here, or kept from before the store went away).
-                if let Some(block) = state.pacing.block(now) {
-                    return Turn::NotBefore(
-                        block.until,
-                        false,
-                        WaitReason::of_cooldown(block.cause),
-                    );
+                if let Some(block) = state.pacing().block(now) {
+                    return NotNow::NotBefore {
+                        at: block.until,
+                        precise: false,
+                        reason: WaitReason::of_cooldown(block.cause),
+                    }
+                    .into();
                 }
                 // This instance's own byte debt with the host (byte budgets are per instance).
-                if let Some((_, at)) = state.pacing.byte_debt(now).filter(|(_, at)| *at > now) {
-                    return Turn::NotBefore(at, false, WaitReason::ByteBudget);
+                if let Some((_, at)) = state
+                    .pacing_mut()
+                    .byte_debt(now)
+                    .filter(|(_, at)| *at > now)
+                {
+                    return NotNow::NotBefore {
+                        at,
+                        precise: false,
+                        reason: WaitReason::ByteBudget,
+                    }
+                    .into();
                 }
                 let (token, slot) = match egress_and_slot(global, egress, kept, now) {
                     Ok(both) => both,
-                    Err(turn) => return turn,
+                    Err(not_now) => return not_now.into(),
                 };
                 // A turn leased ahead, spent without a round trip.
-                if let Some(turns) = state.shared.as_mut() {
+                if let Some(turns) = state.shared_mut() {
                     if let Some(generation) = turns.ahead.try_spend(now) {
                         turns.last_turn_at = Some(now);
-                        state.in_flight.start();
+                        state.in_flight_mut().start();
                         if let Some(token) = token {
                             token.spend();
                         }
-                        return Turn::GoAhead(slot, generation);
+                        return Turn::GoAhead { slot, generation };
                     }
                 }
-                Turn::AskStore(slot, token, shared_limits(state, store, now))
+                let limits = shared_limits(state, store, now);
+                NotNow::AskStore {
+                    slot,
+                    egress: token,
+                    limits,
+                }
+                .into()
             }
         }
     }
@@ -184,9 +249,9 @@ impl Budget {
         lease_start: Option<i64>,
         now: Instant,
     ) -> (Reaction, Option<JoinHandle<()>>) {
-        let policy = state.policy.clone();
+        let policy = state.policy().clone();
         let reaction = state
-            .pacing
+            .pacing_mut()
             .observe(observation, &policy, now, rand::random::<f64>());
         let mut teaching = None;
         if reaction.cooldown.is_some() || reaction.hard_block {
@@ -194,14 +259,14 @@ impl Budget {
         }
         // An answer that changed nothing teaches the store nothing: no round trip for it, except
         // the host's first answer here, which keeps its keys a day (`shared::UNANSWERED_TTL`).
-        let first_answer = observation.answer.status.is_some() && !state.stats.has_answered();
+        let first_answer = observation.answer.status.is_some() && !state.stats().has_answered();
         let taught = reaction.cooldown.is_some()
             || reaction.rate_after != reaction.rate_before
             || first_answer;
         if let (Budget::Shared { store, .. }, Some(start), true) = (self, lease_start, taught) {
             let cooldown = reaction.cooldown.map(|window| {
                 let cause = state
-                    .pacing
+                    .pacing()
                     .cooldown(now)
                     .map_or(CooldownCause::Restored, |c| c.cause);
                 (window, cause)
@@ -210,8 +275,8 @@ impl Budget {
                 cooldown,
                 rate_before: reaction.rate_before,
                 rate_after: reaction.rate_after,
-                cap: state.pacing.standing_cap(),
-                answered: observation.answer.status.is_some() || state.stats.has_answered(),
+                cap: state.pacing().standing_cap(),
+                answered: observation.answer.status.is_some() || state.stats().has_answered(),
             };
             teaching = teach(store, host, lesson, start, &policy);
         }
@@ -228,15 +293,15 @@ impl Budget {
         lease_start: Option<i64>,
         now: Instant,
     ) -> Option<Duration> {
-        let policy = state.policy.clone();
-        let before = state.pacing.rate();
-        let pause = state.pacing.pause_for_block(cause, &policy, now)?;
+        let policy = state.policy().clone();
+        let before = state.pacing().rate();
+        let pause = state.pacing_mut().pause_for_block(cause, &policy, now)?;
         self.persist_signal().notify_one();
         if let (Budget::Shared { store, .. }, Some(start)) = (self, lease_start) {
             let lesson = Lesson {
                 cooldown: Some((pause, cause)),
                 rate_before: before,
-                rate_after: state.pacing.rate(),
+                rate_after: state.pacing().rate(),
                 cap: None,
                 // A block is seen in a response.
                 answered: true,
@@ -301,18 +366,17 @@ impl Budget {
         ahead: Option<u32>,
         now: Instant,
     ) -> bool {
-        state.in_flight.finish();
+        state.in_flight_mut().finish();
         if let Some(generation) = ahead {
             return state
-                .shared
-                .as_mut()
+                .shared_mut()
                 .is_some_and(|turns| turns.ahead.end(generation, sent));
         }
         match (self, lease) {
             (Budget::Shared { store, .. }, Some(lease)) => store.release(lease, sent),
             _ => {
                 if !sent {
-                    state.pacing.refund(now);
+                    state.pacing_mut().refund(now);
                 }
             }
         }
@@ -326,16 +390,16 @@ pub(super) fn shared_limits(state: &HostState, store: &Store, now: Instant) -> L
     let part = store.live_part();
     let scaled = |whole: u32| (f64::from(whole) * part).floor().max(1.0) as u32;
     Limits {
-        rate: state.pacing.effective_rate(now) * part,
-        configured_rate: state.policy.pacing.rate,
-        burst: scaled(state.policy.pacing.burst),
-        concurrency: scaled(state.policy.pacing.concurrency),
-        rejoin: state.shared.as_ref().map_or(0, |t| t.epoch) != store.epoch(),
-        answered: state.stats.has_answered(),
-        bytes: state.policy.pacing.max_bytes_per_second.map(|rate| {
+        rate: state.pacing().effective_rate(now) * part,
+        configured_rate: state.policy().pacing.rate,
+        burst: scaled(state.policy().pacing.burst),
+        concurrency: scaled(state.policy().pacing.concurrency),
+        rejoin: state.shared().map_or(0, |t| t.epoch) != store.epoch(),
+        answered: state.stats().has_answered(),
+        bytes: state.policy().pacing.max_bytes_per_second.map(|rate| {
             let burst = crate::pacing::policy::ByteBudget::default_burst(
                 rate,
-                state.policy.pacing.max_bytes_burst,
+                state.policy().pacing.max_bytes_burst,
             );
             let part = |whole: u64| ((whole as f64) * part).floor() as u64;
             (part(rate).max(1), part(burst))
@@ -351,12 +415,12 @@ fn egress_and_slot(
     egress: Option<&Arc<Egress>>,
     kept: Kept,
     now: Instant,
-) -> Result<(Option<EgressToken>, OwnedSemaphorePermit), Turn> {
+) -> Result<(Option<EgressToken>, OwnedSemaphorePermit), NotNow> {
     let token = match egress {
         None => None,
         Some(egress) => match kept.egress.or_else(|| egress.try_take(now)) {
             Some(token) => Some(token),
-            None => return Err(Turn::NoEgressToken),
+            None => return Err(NotNow::NoEgressToken),
         },
     };
     match kept
@@ -364,7 +428,7 @@ fn egress_and_slot(
         .or_else(|| global.clone().try_acquire_owned().ok())
     {
         Some(slot) => Ok((token, slot)),
-        None => Err(Turn::NoGlobalSlot(token)),
+        None => Err(NotNow::NoGlobalSlot { egress: token }),
     }
 }
 
@@ -377,32 +441,41 @@ fn local_turn(
     cap: u32,
     now: Instant,
 ) -> Turn {
-    if !state.in_flight.has_room(cap) {
-        return Turn::NoHostSlot;
+    if !state.in_flight().has_room(cap) {
+        return NotNow::NoHostSlot.into();
     }
-    let (ready, why) = state.pacing.next_turn(now);
+    let (ready, reason) = state.pacing_mut().next_turn(now);
     if ready > now {
-        let fine = state.pacing.pacing_rate() >= FINE_MIN_RATE;
-        return Turn::NotBefore(ready, fine, why);
+        let precise = state.pacing().pacing_rate() >= FINE_MIN_RATE;
+        return NotNow::NotBefore {
+            at: ready,
+            precise,
+            reason,
+        }
+        .into();
     }
     let (token, slot) = match egress_and_slot(global, egress, kept, now) {
         Ok(both) => both,
-        Err(turn) => return turn,
+        Err(not_now) => return not_now.into(),
     };
-    let jitter = state.policy.pacing.jitter;
+    let jitter = state.policy().pacing.jitter;
     let sample = if jitter > 0.0 {
         rand::random::<f64>()
     } else {
         0.0
     };
-    if !state.pacing.try_take(now, jitter, sample) {
-        return Turn::Held(slot, token);
+    if !state.pacing_mut().try_take(now, jitter, sample) {
+        return NotNow::Held {
+            slot,
+            egress: token,
+        }
+        .into();
     }
-    state.in_flight.start();
+    state.in_flight_mut().start();
     if let Some(token) = token {
         token.spend();
     }
-    Turn::Go(slot)
+    Turn::Go { slot }
 }
 
 /// Sends an answer's lesson to the store in a task of its own; the learned rate it answers with
@@ -434,8 +507,8 @@ fn teach(
         if let Ok((rate, _)) = store.report(&host.key, &lesson, start, bounds).await {
             let now = Instant::now();
             let mut state = host.lock();
-            let rate_override = state.pacing.rate_override();
-            state.pacing.adopt_shared(rate, rate_override, now);
+            let rate_override = state.pacing().rate_override();
+            state.pacing_mut().adopt_shared(rate, rate_override, now);
         }
     }))
 }

@@ -6,17 +6,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{sleep_until, Instant};
 
 use super::ahead::Keep;
-use super::budget::{Kept, Turn};
-use super::egress::EgressToken;
-use super::host::Host;
-use super::permit::{hand_to_head, Permit};
+use super::budget::{Kept, NotNow, Turn};
+use super::host::{DispatcherDone, Host};
+use super::permit::{hand_to_head, Paced, Permit};
 use super::shared::{settle_ahead, take_shared_turn};
 use super::Limiter;
-use crate::store::Limits;
 
 /// How long before a token's instant the dispatcher hands over from tokio's millisecond timer to an
 /// OS sleep with nanosecond resolution: tokio wakes up to about 1.5 ms late, and the OS sleep should
@@ -54,23 +51,16 @@ impl Limiter {
     }
 }
 
-/// What the dispatcher does next after one look at the host.
+/// What the dispatcher does next after one look at the host: its own states, or what the budget's
+/// answer says to wait for ([`NotNow`], matched on as it is).
 enum Next {
-    /// The queue is empty: the task ends (with `true`, giving up this instance's place in the
-    /// host's waiting list in the shared store).
-    Exit(bool),
-    /// The head needs a token that arrives at this instant; with `true`, timed to the sub-millisecond.
-    SleepUntil(Instant, bool),
-    /// The head needs a host slot.
-    WaitForSlot,
-    /// The head is ready but the global cap is full.
-    WaitForGlobal,
-    /// The head is ready but the ceiling on all hosts has no token: wait in its line.
-    WaitForEgress,
-    /// Look again at once (a turn was given, or jitter held it back).
+    /// The queue is empty: the task ends (giving up this instance's place in the host's waiting
+    /// list in the shared store, if it held one).
+    Exit(DispatcherDone),
+    /// Look again at once (a turn was given).
     Again,
-    /// Ask the shared store for a turn, with this global slot (and egress token).
-    AskStore(OwnedSemaphorePermit, Option<EgressToken>, Limits),
+    /// Not now: wait for what the budget said (and keep what it kept).
+    Wait(NotNow),
     /// The queue is empty but an allowance is held: wait until this instant or a wake-up.
     KeepAhead(Instant),
     /// The queue is empty: give the allowance back to the store (or refresh the slots kept).
@@ -85,12 +75,10 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
         let next = {
             let mut state = host.lock();
             let now = Instant::now();
-            while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
-                state.queue.discard_front();
-            }
+            state.drop_gone_fronts();
             let keep = match limiter.budget.store() {
-                Some(store) if state.queue.is_empty() && !store.in_fallback() => {
-                    state.shared.as_ref().map_or(Keep::Nothing, |t| {
+                Some(store) if state.queue().is_empty() && !store.in_fallback() => {
+                    state.shared().map_or(Keep::Nothing, |t| {
                         let closing = limiter.shutting_down.load(Ordering::Acquire);
                         t.ahead.keep(now, store.settings().lease, closing)
                     })
@@ -102,17 +90,8 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                     Keep::Until(at) => Next::KeepAhead(at),
                     _ => Next::SettleAhead,
                 }
-            } else if state.queue.is_empty() {
-                state.dispatcher_running = false;
-                // An idle host keeps no queue buffer: there may be a million of them.
-                state.queue.shrink();
-                state.waits = None;
-                Next::Exit(
-                    state
-                        .shared
-                        .as_mut()
-                        .is_some_and(|t| std::mem::take(&mut t.listed)),
-                )
+            } else if let Some(done) = state.dispatcher_done() {
+                Next::Exit(done)
             } else {
                 let ceilings = (limiter.egress.as_ref(), limiter.downlink.as_ref());
                 let turn = limiter.budget.take_turn(
@@ -122,47 +101,35 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                     std::mem::take(&mut kept),
                     now,
                 );
-                // What the front waits for from now on (`waits.rs`); a turn given needs no note.
-                let waiting = !matches!(turn, Turn::Go(_) | Turn::GoAhead(..));
-                if let Some(front) = state.queue.front().map(|w| w.id).filter(|_| waiting) {
-                    state.front_waits(front, turn.reason(), now);
-                }
                 match turn {
-                    Turn::NoHostSlot => Next::WaitForSlot,
-                    Turn::NotBefore(at, fine, _) => Next::SleepUntil(at, fine),
-                    Turn::NoEgressToken => Next::WaitForEgress,
-                    Turn::NoGlobalSlot(token) => {
-                        kept.egress = token;
-                        Next::WaitForGlobal
-                    }
-                    Turn::Held(slot, token) => {
-                        kept = Kept {
-                            slot: Some(slot),
-                            egress: token,
-                        };
-                        Next::Again
-                    }
-                    Turn::AskStore(slot, token, limits) => Next::AskStore(slot, token, limits),
-                    Turn::Go(slot) => {
+                    Turn::Go { slot } => {
                         let permit =
-                            Permit::new(host.clone(), &limiter, Some(slot), Duration::ZERO, true);
+                            Permit::new(host.clone(), &limiter, Some(slot), Paced::Limited);
                         unsent = hand_to_head(&mut state, permit, now);
                         Next::Again
                     }
-                    Turn::GoAhead(slot, generation) => {
+                    Turn::GoAhead { slot, generation } => {
                         let permit =
-                            Permit::new(host.clone(), &limiter, Some(slot), Duration::ZERO, true)
+                            Permit::new(host.clone(), &limiter, Some(slot), Paced::Limited)
                                 .with_ahead(generation);
                         unsent = hand_to_head(&mut state, permit, now);
                         Next::Again
+                    }
+                    Turn::NotNow(not_now) => {
+                        // What the front waits for from now on (`waits.rs`); a turn given needs
+                        // no note.
+                        if let Some(front) = state.queue().front().map(|w| w.id) {
+                            state.front_waits(front, not_now.reason(), now);
+                        }
+                        Next::Wait(not_now)
                     }
                 }
             }
         };
         drop(unsent);
         match next {
-            Next::Exit(listed) => {
-                if let (true, Some(store)) = (listed, limiter.budget.store()) {
+            Next::Exit(DispatcherDone { leave_waiting_list }) => {
+                if let (true, Some(store)) = (leave_waiting_list, limiter.budget.store()) {
                     let store = store.clone();
                     let key = host.key.clone();
                     tokio::spawn(async move { store.withdraw(&key).await });
@@ -170,12 +137,6 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                 return;
             }
             Next::Again => {}
-            Next::AskStore(slot, token, limits) => {
-                if let Some(store) = limiter.budget.store() {
-                    let store = store.clone();
-                    take_shared_turn(&limiter, &host, &store, slot, token, limits).await;
-                }
-            }
             Next::KeepAhead(at) => {
                 tokio::select! {
                     _ = sleep_until(at) => {}
@@ -187,18 +148,35 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                     settle_ahead(&host, store).await;
                 }
             }
-            Next::SleepUntil(at, fine) => {
+            Next::Wait(NotNow::AskStore {
+                slot,
+                egress,
+                limits,
+            }) => {
+                if let Some(store) = limiter.budget.store() {
+                    let store = store.clone();
+                    take_shared_turn(&limiter, &host, &store, slot, egress, limits).await;
+                }
+            }
+            Next::Wait(NotNow::Held { slot, egress }) => {
+                kept = Kept {
+                    slot: Some(slot),
+                    egress,
+                };
+            }
+            Next::Wait(NotNow::NotBefore { at, precise, .. }) => {
                 kept = Kept::default();
                 tokio::select! {
-                    _ = limiter.sleep_until(at, fine) => {}
+                    _ = limiter.sleep_until(at, precise) => {}
                     _ = host.wake.notified() => {}
                 }
             }
-            Next::WaitForSlot => {
+            Next::Wait(NotNow::NoHostSlot) => {
                 kept = Kept::default();
                 host.wake.notified().await;
             }
-            Next::WaitForGlobal => {
+            Next::Wait(NotNow::NoGlobalSlot { egress }) => {
+                kept.egress = egress;
                 tokio::select! {
                     slot = limiter.global.clone().acquire_owned() => {
                         kept.slot = slot.ok();
@@ -206,7 +184,7 @@ pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
                     _ = host.wake.notified() => {}
                 }
             }
-            Next::WaitForEgress => {
+            Next::Wait(NotNow::NoEgressToken) => {
                 if let Some(egress) = &limiter.egress {
                     let line = egress.wait();
                     tokio::select! {

@@ -88,43 +88,54 @@ pub struct Limiter {
     /// The most hosts known at a sweep since memory was last handed back to the OS.
     peak_hosts: AtomicUsize,
     /// Whether the last stretch of each wait for a token is an OS sleep (sub-millisecond) rather
-    /// than tokio's timer (whole milliseconds, about 1 ms late).
+    /// than tokio's timer (whole milliseconds, about 1 ms late): [`Timer::Fine`].
     fine_waits: bool,
+}
+
+/// How a limiter times the last stretch of each wait for a token (see `Limiter::sleep_until`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Timer {
+    /// An OS sleep, to the sub-millisecond.
+    Fine,
+    /// tokio's timer alone (whole milliseconds, about 1 ms late): a test on the paused clock
+    /// spends no real time on the last stretch.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Coarse,
 }
 
 impl Limiter {
     /// A limiter with no hosts yet; policies come from `config`. Turns are timed to within a tenth
     /// of a millisecond.
     pub fn new(config: Arc<Config>) -> Arc<Self> {
-        Self::build(LiveConfig::new(config), true)
+        Self::build(LiveConfig::new(config), Timer::Fine)
     }
 
     /// A limiter that reads its policies from `config`, shared with the rest of courtesy (a reload
     /// through [`Limiter::reload`] replaces it for everyone).
     pub fn with_live(config: LiveConfig) -> Arc<Self> {
-        Self::build(config, true)
+        Self::build(config, Timer::Fine)
     }
 
     /// Like [`Limiter::with_live`], with every host's budget kept in `store`, shared with the other
     /// instances on it.
     pub(crate) fn with_store(config: LiveConfig, store: Arc<crate::store::Store>) -> Arc<Self> {
         let persist = Arc::new(tokio::sync::Notify::new());
-        Self::with_budget(config, Budget::Shared { persist, store }, true)
+        Self::with_budget(config, Budget::Shared { persist, store }, Timer::Fine)
     }
 
     /// A limiter that waits on tokio's timer alone: turns may come about 1 ms late, but a test on
     /// the paused clock spends no real time on the last stretch of each wait.
     #[cfg(test)]
     fn coarse(config: Arc<Config>) -> Arc<Self> {
-        Self::build(LiveConfig::new(config), false)
+        Self::build(LiveConfig::new(config), Timer::Coarse)
     }
 
-    fn build(config: LiveConfig, fine_waits: bool) -> Arc<Self> {
+    fn build(config: LiveConfig, timer: Timer) -> Arc<Self> {
         let persist = Arc::new(tokio::sync::Notify::new());
-        Self::with_budget(config, Budget::Local { persist }, fine_waits)
+        Self::with_budget(config, Budget::Local { persist }, timer)
     }
 
-    fn with_budget(config: LiveConfig, budget: Budget, fine_waits: bool) -> Arc<Self> {
+    fn with_budget(config: LiveConfig, budget: Budget, timer: Timer) -> Arc<Self> {
         Arc::new(Limiter {
             hosts: DashMap::new(),
             budget,
@@ -143,7 +154,7 @@ impl Limiter {
             config,
             shutting_down: AtomicBool::new(false),
             peak_hosts: AtomicUsize::new(0),
-            fine_waits,
+            fine_waits: timer == Timer::Fine,
         })
     }
 
@@ -174,9 +185,9 @@ impl Limiter {
         for host in hosts {
             let drained: Vec<Waiter> = {
                 let mut state = host.lock();
-                let drained: Vec<Waiter> = state.queue.drain();
+                let drained: Vec<Waiter> = state.drain();
                 for _ in &drained {
-                    state.stats.refused(&Refusal::ShuttingDown);
+                    state.stats_mut().refused(&Refusal::ShuttingDown);
                 }
                 drained
             };

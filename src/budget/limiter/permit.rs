@@ -13,7 +13,7 @@ use super::egress::Downlink;
 use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
 use super::shadow::ShadowVerdict;
-use super::waits::{StoreTrip, Verdict};
+use super::waits::Verdict;
 use crate::config::HostPolicy;
 use crate::pacing::policy::{Answer, CooldownCause, Observation, Reaction, WaitReason};
 use crate::store::Lease;
@@ -30,19 +30,131 @@ const STORE_BILL_EVERY: u64 = 1024 * 1024;
 /// The right to send one request to a host now: holds one of the host's concurrency slots and one
 /// global slot until dropped. Dropped without [`Permit::mark_sent`], it also gives its token back,
 /// because a request that never left must not spend budget (invariant 5, Cancellation, in `docs/ARCHITECTURE.md`).
+///
+/// Its concerns are kept apart, each in a part of its own: the slots the turn holds
+/// ([`Slots`]), the response bytes it counts and charges ([`Bytes`]), how long and why the
+/// request waited ([`WaitRecord`]), what reporting the answer needs ([`Report`]), and the turn's
+/// part in the shared store ([`StoreTurn`]).
 #[derive(Debug)]
 pub struct Permit {
     host: Arc<Host>,
     budget: Budget,
+    /// Held, never read: dropped with the permit, it frees the global slot.
+    _slots: Slots,
+    bytes: Bytes,
+    wait: WaitRecord,
+    report: Report,
+    store_turn: StoreTurn,
+}
+
+/// Whether the pace held a request back before its turn: only then may a healthy answer raise
+/// the host's rate (an answer to a request that went at once says nothing of a higher one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Paced {
+    /// The turn was free when the request asked for it.
+    AtOnce,
+    /// The request waited for its turn: the pace limited it.
+    Limited,
+}
+
+/// The slots a turn holds while its request is in flight: one of its host's concurrency slots
+/// (counted in the host's `InFlight`, freed by `Budget::end_turn` when the permit drops) and one
+/// global slot (`max_in_flight`, freed with this). A report-only host's request holds no global
+/// slot; a token of the ceiling on all hosts was spent when the turn was taken.
+#[derive(Debug)]
+struct Slots {
+    /// The global in-flight slot, held until the permit drops.
     _global: Option<OwnedSemaphorePermit>,
-    sent_at: Option<Instant>,
+}
+
+/// The response bytes a turn counts and where they are charged: the host's byte budget (under
+/// its lock), and the ceiling on all hosts together.
+#[derive(Debug)]
+struct Bytes {
+    /// Response bytes counted and not yet charged.
+    unbilled: u64,
+    /// The ceiling on response bytes of all hosts together, if set (`None` for a report-only
+    /// host's request: it holds nobody back).
+    downlink: Option<Arc<Downlink>>,
+}
+
+impl Bytes {
+    /// Counts `bytes` that went by; the bytes due for charging once [`BILL_EVERY`] are counted.
+    fn count(&mut self, bytes: usize) -> Option<u64> {
+        self.unbilled = self.unbilled.saturating_add(bytes as u64);
+        (self.unbilled >= BILL_EVERY).then(|| self.take_rest())
+    }
+
+    /// The bytes counted and not yet charged, taken (the end of the turn).
+    fn take_rest(&mut self) -> u64 {
+        std::mem::take(&mut self.unbilled)
+    }
+
+    /// Charges `bytes` to the ceiling on all hosts, if there is one. Outside the host's lock.
+    fn charge_downlink(&self, bytes: u64, now: Instant) {
+        if let Some(downlink) = &self.downlink {
+            downlink.charge(bytes, now);
+        }
+    }
+}
+
+/// How long and why a request waited for its turn, filled when its turn is handed to it
+/// ([`hand_to_head`]); zero and [`WaitReason::None`] for a turn taken at once.
+#[derive(Debug, Clone, Copy, Default)]
+struct WaitRecord {
+    /// From its arrival to its turn.
     waited: Duration,
-    /// Whether the request had to queue for its turn: only then may a healthy answer raise the rate.
-    limited: bool,
-    /// What held it longest while it waited (`waits.rs`).
-    reason: WaitReason,
-    /// The shared store's round trip for this turn, if any.
-    trip: StoreTrip,
+    /// What held it longest, and the shared store's round trip for its turn (`waits.rs`).
+    verdict: Verdict,
+}
+
+impl WaitRecord {
+    /// The shared store's round trip that gave this turn: how long before the turn it began and
+    /// how long it lasted.
+    fn store_trip(&self) -> Option<(Duration, Duration)> {
+        let trip = self.verdict.trip;
+        trip.is_some().then(|| {
+            (
+                Duration::from_micros(u64::from(trip.began_before_us)),
+                Duration::from_micros(u64::from(trip.lasted_us)),
+            )
+        })
+    }
+}
+
+/// What reporting the request's answer needs: when it left, whether the pace held it, and for a
+/// report-only host what courtesy would have done.
+#[derive(Debug)]
+struct Report {
+    /// When the request left (`None`: not yet, or never; then its token is given back).
+    sent_at: Option<Instant>,
+    /// Whether the request had to queue for its turn.
+    paced: Paced,
+    /// What courtesy would have done, for a report-only host's request (which took no token).
+    shadow: Option<Box<ShadowVerdict>>,
+}
+
+impl Report {
+    /// What the pacing learns from `answer`, with `others` requests of the host in flight.
+    fn observation(&self, answer: &Answer, others: u32, now: Instant) -> Observation {
+        Observation {
+            answer: *answer,
+            sent_at: self.sent_at.unwrap_or(now),
+            limited: self.paced == Paced::Limited,
+            others_in_flight: others,
+        }
+    }
+
+    /// Whether the turn's token is spent for good: the request left, or it took none (a
+    /// report-only host's request), so there is none to give back.
+    fn spent(&self) -> bool {
+        self.sent_at.is_some() || self.shadow.is_some()
+    }
+}
+
+/// A turn's part in the shared store: its lease, or the allowance it was spent from.
+#[derive(Debug, Default)]
+struct StoreTurn {
     /// The turn's slot in the shared store, for a shared turn.
     /// (Boxed: a lease is large, and a local turn, the usual kind, has none; the response body
     /// carries the permit.)
@@ -50,37 +162,54 @@ pub struct Permit {
     /// The generation of the allowance this turn was spent from (`ahead.rs`), for a shared
     /// host's turn leased ahead.
     ahead: Option<u32>,
-    /// What courtesy would have done, for a report-only host's request (which took no token).
-    shadow: Option<Box<ShadowVerdict>>,
-    /// The ceiling on response bytes of all hosts together, if set (`None` for a report-only
-    /// host's request: it holds nobody back).
-    downlink: Option<Arc<Downlink>>,
-    /// Response bytes counted and not yet charged.
-    unbilled: u64,
+}
+
+impl StoreTurn {
+    /// When a shared turn started on the store's clock, for the wave rule: its lease's start, or
+    /// for a turn spent from an allowance, when it was `sent` (now if not yet).
+    fn lease_start(&self, budget: &Budget, sent: Option<Instant>) -> Option<i64> {
+        if let Some(lease) = self.lease.as_deref() {
+            return Some(lease.starts_us());
+        }
+        let store = budget.store().filter(|_| self.ahead.is_some())?;
+        Some(store.clock_at(sent.unwrap_or_else(Instant::now)))
+    }
+}
+
+/// Why bytes are billed to the shared store's byte budget now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StoreBill {
+    /// Bytes went by: billed once [`STORE_BILL_EVERY`] are due.
+    Counted,
+    /// The turn ends: whatever is due is billed.
+    TurnEnd,
 }
 
 impl Permit {
+    /// A permit for a turn of `host` just taken, holding `global` (`None`: a report-only
+    /// host's request), `paced` or not. How long it waited is filled when the turn is handed
+    /// to a waiting request ([`hand_to_head`]).
     pub(super) fn new(
         host: Arc<Host>,
         limiter: &super::Limiter,
         global: Option<OwnedSemaphorePermit>,
-        waited: Duration,
-        limited: bool,
+        paced: Paced,
     ) -> Self {
         Permit {
             host,
             budget: limiter.budget.clone(),
-            _global: global,
-            sent_at: None,
-            waited,
-            limited,
-            reason: WaitReason::None,
-            trip: StoreTrip::default(),
-            lease: None,
-            ahead: None,
-            shadow: None,
-            downlink: limiter.downlink.clone(),
-            unbilled: 0,
+            _slots: Slots { _global: global },
+            bytes: Bytes {
+                unbilled: 0,
+                downlink: limiter.downlink.clone(),
+            },
+            wait: WaitRecord::default(),
+            report: Report {
+                sent_at: None,
+                paced,
+                shadow: None,
+            },
+            store_turn: StoreTurn::default(),
         }
     }
 
@@ -88,25 +217,21 @@ impl Permit {
     /// the host's byte budget (and the ceiling of all hosts) every [`BILL_EVERY`] bytes and when
     /// the turn ends. Counting never slows the body; a debt holds the host's next turn.
     pub fn count_bytes(&mut self, bytes: usize) {
-        self.unbilled = self.unbilled.saturating_add(bytes as u64);
-        if self.unbilled >= BILL_EVERY {
+        if let Some(bytes) = self.bytes.count(bytes) {
             let now = Instant::now();
-            let bytes = std::mem::take(&mut self.unbilled);
             let mut state = self.host.lock();
             charge(&mut state, bytes, now);
-            self.bill_store(&mut state, bytes, false, now);
+            self.bill_store(&mut state, bytes, StoreBill::Counted, now);
             drop(state);
-            if let Some(downlink) = &self.downlink {
-                downlink.charge(bytes, now);
-            }
+            self.bytes.charge_downlink(bytes, now);
         }
     }
 
     /// With a shared budget and a byte budget: counts `bytes` for the store's byte budget and
     /// bills them (off the body's path) every [`STORE_BILL_EVERY`] and at the end of the turn,
     /// so that every instance's next turn of the host waits for the debt. Under the host's lock.
-    fn bill_store(&self, state: &mut HostState, bytes: u64, end: bool, now: Instant) {
-        if self.shadow.is_some() || state.policy.pacing.max_bytes_per_second.is_none() {
+    fn bill_store(&self, state: &mut HostState, bytes: u64, why: StoreBill, now: Instant) {
+        if self.report.shadow.is_some() || state.policy().pacing.max_bytes_per_second.is_none() {
             return;
         }
         let Some(store) = self.budget.store().filter(|s| !s.in_fallback()) else {
@@ -115,7 +240,7 @@ impl Permit {
         let limits = super::budget::shared_limits(state, store, now);
         let turns = state.shared_turns();
         turns.unbilled = turns.unbilled.saturating_add(bytes);
-        if turns.unbilled == 0 || (!end && turns.unbilled < STORE_BILL_EVERY) {
+        if turns.unbilled == 0 || (why == StoreBill::Counted && turns.unbilled < STORE_BILL_EVERY) {
             return;
         }
         let Some((rate, _)) = limits.bytes else {
@@ -130,41 +255,37 @@ impl Permit {
     /// Makes this the permit of a report-only host's request: forwarded at once, with what
     /// courtesy would have done.
     pub(super) fn with_shadow(mut self, verdict: ShadowVerdict) -> Self {
-        self.shadow = Some(Box::new(verdict));
-        self.downlink = None;
+        self.report.shadow = Some(Box::new(verdict));
+        self.bytes.downlink = None;
         self
     }
 
     /// For a report-only host (`enforce = false`), what courtesy would have done with this request.
     pub fn shadow(&self) -> Option<ShadowVerdict> {
-        self.shadow.as_deref().copied()
+        self.report.shadow.as_deref().copied()
     }
 
     /// Makes this a shared turn that holds `lease` in the store.
     pub(super) fn with_lease(mut self, lease: Lease) -> Self {
-        self.lease = Some(Box::new(lease));
+        self.store_turn.lease = Some(Box::new(lease));
         self
     }
 
     /// Makes this a shared turn spent from the allowance of generation `generation`.
     pub(super) fn with_ahead(mut self, generation: u32) -> Self {
-        self.ahead = Some(generation);
+        self.store_turn.ahead = Some(generation);
         self
     }
 
-    /// When a shared turn started on the store's clock, for the wave rule: its lease's start, or
-    /// for a turn spent from an allowance, when it was sent.
+    /// When a shared turn started on the store's clock, for the wave rule.
     fn lease_start(&self) -> Option<i64> {
-        if let Some(lease) = self.lease.as_deref() {
-            return Some(lease.starts_us());
-        }
-        let store = self.budget.store().filter(|_| self.ahead.is_some())?;
-        Some(store.clock_at(self.sent_at.unwrap_or_else(Instant::now)))
+        self.store_turn
+            .lease_start(&self.budget, self.report.sent_at)
     }
 
     /// Records that the request is about to go out: from here on its token is spent for good.
     pub fn mark_sent(&mut self) {
-        self.sent_at = Some(Instant::now());
+        self.report.sent_at = Some(Instant::now());
     }
 
     /// Feeds an upstream answer back into the host's pacing: adapts the rate, starts or extends a
@@ -188,12 +309,8 @@ impl Permit {
     fn report_inner(&self, answer: &Answer) -> (Reaction, Option<tokio::task::JoinHandle<()>>) {
         let now = Instant::now();
         let mut state = self.host.lock();
-        let observation = Observation {
-            answer: *answer,
-            sent_at: self.sent_at.unwrap_or(now),
-            limited: self.limited,
-            others_in_flight: state.in_flight.current.saturating_sub(1),
-        };
+        let others = state.in_flight().current.saturating_sub(1);
+        let observation = self.report.observation(answer, others, now);
         let (reaction, teaching) = self.budget.report(
             &self.host,
             &mut state,
@@ -201,7 +318,7 @@ impl Permit {
             self.lease_start(),
             now,
         );
-        state.stats.answered(answer.status);
+        state.stats_mut().answered(answer.status);
         let refused = if reaction.cooldown.is_some() {
             refuse_queue(&mut state, now)
         } else {
@@ -238,34 +355,29 @@ impl Permit {
 
     /// How long the request waited in the queue for this permit.
     pub fn waited(&self) -> Duration {
-        self.waited
+        self.wait.waited
     }
 
     /// What held the request longest while it waited for this permit
     /// ([`WaitReason::None`]: it did not wait).
     pub fn wait_reason(&self) -> WaitReason {
-        self.reason
+        self.wait.verdict.reason
     }
 
     /// The shared store's round trip that gave this turn: how long before the turn it began and
     /// how long it lasted.
     pub fn store_trip(&self) -> Option<(Duration, Duration)> {
-        self.trip.is_some().then(|| {
-            (
-                Duration::from_micros(u64::from(self.trip.began_before_us)),
-                Duration::from_micros(u64::from(self.trip.lasted_us)),
-            )
-        })
+        self.wait.store_trip()
     }
 
     /// The host's rate in effect now, for log lines.
     pub fn host_rate(&self) -> f64 {
-        self.host.lock().pacing.effective_rate(Instant::now())
+        self.host.lock().pacing().effective_rate(Instant::now())
     }
 
     /// The policy of this permit's host.
     pub fn policy(&self) -> Arc<HostPolicy> {
-        self.host.lock().policy.clone()
+        self.host.lock().policy().clone()
     }
 
     /// The host key this permit is for.
@@ -276,8 +388,8 @@ impl Permit {
 
 /// Charges `bytes` of response body to the host: its byte budget and its counter.
 fn charge(state: &mut HostState, bytes: u64, now: Instant) {
-    state.pacing.charge_bytes(bytes, now);
-    state.stats.add_response_bytes(bytes);
+    state.pacing_mut().charge_bytes(bytes, now);
+    state.stats_mut().add_response_bytes(bytes);
 }
 
 /// Gives `permit` to the first request in the host's queue that still waits, with the time it
@@ -288,17 +400,13 @@ pub(super) fn hand_to_head(
     mut permit: Permit,
     now: Instant,
 ) -> Option<Permit> {
-    while state.queue.front().is_some_and(|w| w.reply.is_closed()) {
-        // Gone before its turn: it used none of its job's share.
-        state.queue.discard_front();
-    }
-    while let Some(waiter) = state.queue.pop_front() {
-        permit.waited = now.saturating_duration_since(waiter.arrived);
-        let verdict = match &mut state.waits {
-            Some(waits) => waits.verdict(waiter.asker(), now),
-            None => Verdict::default(),
+    // Gone before its turn: it used none of its job's share.
+    state.drop_gone_fronts();
+    while let Some(waiter) = state.pop_front() {
+        permit.wait = WaitRecord {
+            waited: now.saturating_duration_since(waiter.arrived),
+            verdict: state.verdict(waiter.asker(), now),
         };
-        (permit.reason, permit.trip) = (verdict.reason, verdict.trip);
         match waiter.reply.send(Ok(permit)) {
             Ok(()) => return None,
             // The request went away: the next in line gets the turn.
@@ -312,24 +420,22 @@ pub(super) fn hand_to_head(
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let lease = self.lease.take().map(|lease| *lease);
+        let lease = self.store_turn.lease.take().map(|lease| *lease);
         let now = Instant::now();
-        let bytes = std::mem::take(&mut self.unbilled);
+        let bytes = self.bytes.take_rest();
         let mut state = self.host.lock();
         // The last bytes are charged before the slot comes free: the next turn sees them.
         if bytes > 0 {
             charge(&mut state, bytes, now);
-            if let Some(downlink) = &self.downlink {
-                downlink.charge(bytes, now);
-            }
+            self.bytes.charge_downlink(bytes, now);
         }
-        self.bill_store(&mut state, bytes, true, now);
+        self.bill_store(&mut state, bytes, StoreBill::TurnEnd, now);
         // A report-only request took no token: there is none to give back.
-        let spent = self.sent_at.is_some() || self.shadow.is_some();
+        let spent = self.report.spent();
         let settle = self
             .budget
-            .end_turn(&mut state, spent, lease, self.ahead, now);
-        let wake = settle || !state.queue.is_empty();
+            .end_turn(&mut state, spent, lease, self.store_turn.ahead, now);
+        let wake = settle || !state.queue().is_empty();
         drop(state);
         if wake {
             self.host.wake.notify_one();

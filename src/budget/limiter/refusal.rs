@@ -68,12 +68,12 @@ impl Refusal {
 /// own `Courtesy-On-Cooldown`, else the host's `on_cooldown`) out with its refusal (to be sent
 /// after the lock is released).
 pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, Refusal)> {
-    let policy = state.policy.cooldown.on_cooldown;
+    let policy = state.policy().cooldown.on_cooldown;
     let rejects = |w: &Waiter| w.on_cooldown.unwrap_or(policy) == OnCooldown::Reject;
-    if !state.queue.iter().any(rejects) {
+    if !state.queue().iter().any(rejects) {
         return Vec::new();
     }
-    let Some(c) = state.pacing.block(now) else {
+    let Some(c) = state.pacing().block(now) else {
         return Vec::new();
     };
     let refusal = Refusal::CoolingDown {
@@ -81,11 +81,11 @@ pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, 
         cause: c.cause,
     };
     // Those that asked to be held (or whose host holds) keep their places.
-    let refused = state.queue.take_where(rejects);
+    let refused = state.take_where(rejects);
     let refused: Vec<(Waiter, Refusal)> =
         refused.into_iter().map(|w| (w, refusal.clone())).collect();
     for _ in &refused {
-        state.stats.refused(&refusal);
+        state.stats_mut().refused(&refusal);
     }
     refused
 }

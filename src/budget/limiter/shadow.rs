@@ -147,7 +147,7 @@ pub(super) fn judge(
     job: Option<&JobTag>,
     now: Instant,
 ) -> ShadowVerdict {
-    let block = state.pacing.block(now);
+    let block = state.pacing().block(now);
     let mut verdict = ShadowVerdict {
         inside_window: block.is_some_and(|c| {
             matches!(
@@ -164,11 +164,7 @@ pub(super) fn judge(
     if verdict.would_refuse.is_none() {
         verdict.job_would_wait = fair_wait(state, job, block, now);
     }
-    state
-        .shadow
-        .get_or_insert_with(Box::default)
-        .counts
-        .count(&verdict);
+    state.shadow_mut().counts.count(&verdict);
     verdict
 }
 
@@ -180,7 +176,7 @@ fn schedule(
     verdict: &mut ShadowVerdict,
     now: Instant,
 ) {
-    let policy = state.policy.clone();
+    let policy = state.policy().clone();
     if let Some(c) = block.filter(|_| policy.cooldown.on_cooldown == OnCooldown::Reject) {
         verdict.would_refuse = Some(if c.cause == CooldownCause::Operator {
             ShadowReason::Paused
@@ -189,10 +185,10 @@ fn schedule(
         });
         return;
     }
-    let rate = state.pacing.effective_rate(now).max(1e-9);
+    let rate = state.pacing().effective_rate(now).max(1e-9);
     let interval = Duration::from_secs_f64((1.0 / rate).min(86_400.0));
     let tolerance = interval * policy.pacing.burst.saturating_sub(1);
-    let shadow = state.shadow.get_or_insert_with(Box::default);
+    let shadow = state.shadow_mut();
     let tat = shadow.tat.map_or(now, |t| t.max(now));
     let mut start = tat.checked_sub(tolerance).unwrap_or(now).max(now);
     if let Some(c) = block {
@@ -208,7 +204,7 @@ fn schedule(
         return;
     }
     shadow.tat = Some(tat.max(start) + interval);
-    let slot_free = state.in_flight.has_room(policy.pacing.concurrency);
+    let slot_free = state.in_flight().has_room(policy.pacing.concurrency);
     verdict.would_wait = wait;
     verdict.waits = !wait.is_zero() || !slot_free;
 }
@@ -222,11 +218,12 @@ fn fair_wait(
     block: Option<crate::pacing::policy::Cooldown>,
     now: Instant,
 ) -> Duration {
-    let rate = state.pacing.effective_rate(now).max(1e-9);
+    let rate = state.pacing().effective_rate(now).max(1e-9);
     let interval = (1.0 / rate).min(86_400.0);
-    let tolerance =
-        Duration::from_secs_f64(interval * f64::from(state.policy.pacing.burst.saturating_sub(1)));
-    let shadow = state.shadow.get_or_insert_with(Box::default);
+    let tolerance = Duration::from_secs_f64(
+        interval * f64::from(state.policy().pacing.burst.saturating_sub(1)),
+    );
+    let shadow = state.shadow_mut();
     shadow.jobs.retain(|j| j.tat > now);
     let (name, weight) = job.map_or(("anonymous", 1.0), |j| (&*j.name, j.weight.max(1e-3)));
     let others: f64 = shadow
@@ -313,7 +310,7 @@ mod tests {
             .collect();
         // Burst 2 at once, then one every 0.5 s.
         assert_eq!(waits, vec![0.0, 0.0, 0.5, 1.0, 1.5]);
-        let counts = state.shadow.as_ref().unwrap().counts;
+        let counts = state.shadow().unwrap().counts;
         assert_eq!(counts.would_wait, 3);
         assert!((counts.would_wait_seconds - 3.0).abs() < 1e-6);
     }
@@ -323,7 +320,7 @@ mod tests {
         let host = host(10.0, 1);
         let now = Instant::now();
         let mut state = host.lock();
-        state.pacing.pause(
+        state.pacing_mut().pause(
             now + Duration::from_secs(30),
             CooldownCause::Status(429),
             now,
@@ -336,7 +333,7 @@ mod tests {
         assert!(v.inside_window);
         let v = judge(&mut state, Some(ShadowReason::Robots), None, now);
         assert_eq!(v.would_refuse.map(ShadowReason::as_str), Some("robots"));
-        let counts = state.shadow.as_ref().unwrap().counts;
+        let counts = state.shadow().unwrap().counts;
         assert_eq!(counts.would_refuse[0], 1);
         assert_eq!(counts.would_refuse[4], 1);
         assert_eq!(counts.inside_window, 2);

@@ -18,7 +18,7 @@ use tokio::time::{sleep, Instant};
 use super::budget::FINE_MIN_RATE;
 use super::egress::EgressToken;
 use super::host::Host;
-use super::permit::{hand_to_head, Permit};
+use super::permit::{hand_to_head, Paced, Permit};
 use super::refusal::refuse_queue;
 use super::Limiter;
 use crate::pacing::policy::CooldownCause;
@@ -44,15 +44,15 @@ pub(super) async fn take_shared_turn(
     let mut slots = vec![slot];
     let (want, waited, ahead) = {
         let mut state = host.lock();
-        let room = limits.concurrency.saturating_sub(state.in_flight.current) as usize;
-        let want = state.queue.len().min(room).min(MAX_TURNS_PER_CALL);
+        let room = limits.concurrency.saturating_sub(state.in_flight().current) as usize;
+        let want = state.queue().len().min(room).min(MAX_TURNS_PER_CALL);
         let ahead = settle_with_reservation(&mut state, store, &limits);
         // How long the next request has waited for its job's turn: since it arrived, or since
         // its job last got a turn here, whichever is later. The store places instances by it, so
         // that a job flooding this instance does not hold back another job's request on another
         // instance (and instances with equal demand take turns).
         let waited = state
-            .queue
+            .queue()
             .front_with_served_at()
             .map_or(Duration::ZERO, |(w, served)| {
                 served.map_or(w.arrived, |at| at.max(w.arrived)).elapsed()
@@ -142,9 +142,9 @@ pub(super) async fn take_shared_turn(
             let refused = {
                 let mut state = host.lock();
                 state
-                    .pacing
+                    .pacing_mut()
                     .adopt_shared(view.rate, view.rate_override, now);
-                close(&mut state.pacing, now + remaining, cause, now);
+                close(state.pacing_mut(), now + remaining, cause, now);
                 refuse_queue(&mut state, now)
             };
             limiter.budget.persist_signal().notify_one();
@@ -176,7 +176,9 @@ pub(super) async fn take_shared_turn(
 fn granted(host: &Host, store: &Store, view: crate::store::SharedView, at: Instant) {
     let mut state = host.lock();
     state.store_answered(at);
-    state.pacing.adopt_shared(view.rate, view.rate_override, at);
+    state
+        .pacing_mut()
+        .adopt_shared(view.rate, view.rate_override, at);
     let turns = state.shared_turns();
     turns.epoch = store.epoch();
     turns.falls = store.falls() + 1;
@@ -191,14 +193,14 @@ fn settle_with_reservation(
     store: &Store,
     limits: &Limits,
 ) -> Option<AheadAsk> {
-    let demand = state.in_flight.current + state.queue.len() as u32;
-    let jitter = state.policy.pacing.jitter > 0.0;
-    let wanted = match state.shared.as_ref() {
+    let demand = state.in_flight().current + state.queue().len() as u32;
+    let jitter = state.policy().pacing.jitter > 0.0;
+    let wanted = match state.shared() {
         _ if jitter => None,
         Some(turns) => turns.ahead.wanted(limits, demand),
         None => super::ahead::Ahead::default().wanted(limits, demand),
     };
-    if wanted.is_none() && state.shared.is_none() {
+    if wanted.is_none() && state.shared().is_none() {
         return None;
     }
     state.shared_turns().ahead.settle(wanted, store.next_seq())
@@ -211,7 +213,7 @@ pub(super) async fn settle_ahead(host: &Arc<Host>, store: &Arc<Store>) {
     let (sent, limits) = {
         let mut state = host.lock();
         let limits = super::budget::shared_limits(&state, store, Instant::now());
-        match state.shared.as_mut() {
+        match state.shared_mut() {
             Some(turns) => (turns.ahead.settle(None, store.next_seq()), limits),
             None => return,
         }
@@ -234,7 +236,7 @@ pub(super) async fn settle_ahead(host: &Arc<Host>, store: &Arc<Store>) {
 /// when the host closed.
 async fn until_turn(limiter: &Arc<Limiter>, host: &Arc<Host>, at: Instant, fine: bool) -> bool {
     loop {
-        if host.lock().pacing.block(Instant::now()).is_some() {
+        if host.lock().pacing().block(Instant::now()).is_some() {
             return false;
         }
         if Instant::now() >= at {
@@ -259,10 +261,13 @@ fn hand_over(
     let mut state = host.lock();
     state.shared_turns().last_turn_at = Some(now);
     // Only a request that had to wait for its turn may raise the rate when the answer is healthy.
-    let limited = !wait.is_zero() || state.queue.len() > 1;
-    state.in_flight.start();
-    let permit =
-        Permit::new(host.clone(), limiter, Some(slot), Duration::ZERO, limited).with_lease(lease);
+    let paced = if !wait.is_zero() || state.queue().len() > 1 {
+        Paced::Limited
+    } else {
+        Paced::AtOnce
+    };
+    state.in_flight_mut().start();
+    let permit = Permit::new(host.clone(), limiter, Some(slot), paced).with_lease(lease);
     let unsent = hand_to_head(&mut state, permit, now);
     drop(state);
     // A turn nobody took ends unused: its drop frees the slot and gives the turn to the store.
@@ -316,23 +321,23 @@ impl Limiter {
             match hint {
                 Hint::Free(..) => Vec::new(),
                 Hint::Cool(_, d, cause) => {
-                    close(&mut state.pacing, now + d, cause, now);
+                    close(state.pacing_mut(), now + d, cause, now);
                     refuse_queue(&mut state, now)
                 }
                 Hint::Pause(_, d) => {
-                    close(&mut state.pacing, now + d, CooldownCause::Operator, now);
+                    close(state.pacing_mut(), now + d, CooldownCause::Operator, now);
                     refuse_queue(&mut state, now)
                 }
                 Hint::Resume(_) => {
-                    state.pacing.operator_resume();
+                    state.pacing_mut().operator_resume();
                     Vec::new()
                 }
                 Hint::Rate(_, rate) => {
-                    state.pacing.set_rate_override(rate, now);
+                    state.pacing_mut().set_rate_override(rate, now);
                     Vec::new()
                 }
                 Hint::Yield(..) => {
-                    if let Some(turns) = state.shared.as_mut() {
+                    if let Some(turns) = state.shared_mut() {
                         turns.ahead.yield_now();
                     }
                     Vec::new()

@@ -150,7 +150,7 @@ impl Limiter {
         let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
         for host in hosts {
             let state = host.lock();
-            for (job, n) in state.queue.waiting_by_job() {
+            for (job, n) in state.queue().waiting_by_job() {
                 *waiting.entry(job.to_string()).or_insert(0) += n;
             }
         }
@@ -200,7 +200,7 @@ impl Limiter {
     ) -> Result<HostSnapshot, OperatorError> {
         let entry = loop {
             let entry = self.host(key);
-            if !entry.lock().retired {
+            if !entry.lock().is_retired() {
                 break entry;
             }
         };
@@ -209,27 +209,27 @@ impl Limiter {
         let mut refused: Vec<(Waiter, Refusal)> = Vec::new();
         {
             let mut state = entry.lock();
-            state.last_active = now;
+            state.touch(now);
             match action {
                 OperatorAction::Pause(length) => {
-                    state.pacing.operator_pause(now + length);
+                    state.pacing_mut().operator_pause(now + length);
                     refused = refuse_queue(&mut state, now);
                 }
-                OperatorAction::Resume => state.pacing.operator_resume(),
+                OperatorAction::Resume => state.pacing_mut().operator_resume(),
                 OperatorAction::SetRate { rate, force } => {
                     if !rate.is_finite() || rate <= 0.0 {
                         return Err(OperatorError::BadRate(rate));
                     }
-                    let ceiling = ceiling(&state.policy);
+                    let ceiling = ceiling(state.policy());
                     if rate > ceiling && !force {
                         return Err(OperatorError::AboveCeiling { rate, ceiling });
                     }
-                    state.pacing.set_rate_override(Some(rate), now);
-                    state.forced = rate > ceiling;
+                    state.pacing_mut().set_rate_override(Some(rate), now);
+                    state.set_forced(rate > ceiling);
                 }
                 OperatorAction::ClearRate => {
-                    state.pacing.set_rate_override(None, now);
-                    state.forced = false;
+                    state.pacing_mut().set_rate_override(None, now);
+                    state.set_forced(false);
                 }
             }
         }
@@ -260,14 +260,14 @@ impl Limiter {
     pub fn set_robots_cap_for(&self, key: &BudgetKey, rate: Option<f64>) -> bool {
         let entry = self.host(key);
         let mut state = entry.lock();
-        let rate = match &mut state.names {
+        let rate = match state.names_mut() {
             Some(names) => names.set_cap(key, rate),
             None => rate,
         };
-        if state.pacing.robots_cap() == rate {
+        if state.pacing().robots_cap() == rate {
             return false;
         }
-        state.pacing.set_robots_cap(rate, Instant::now());
+        state.pacing_mut().set_robots_cap(rate, Instant::now());
         drop(state);
         entry.wake.notify_one();
         true
@@ -305,11 +305,11 @@ impl Limiter {
                 let mut state = host.lock();
                 let (name, port) = host.policy_name(&state);
                 let policy = config.policy_for(&name, port);
-                let old = state.policy.clone();
+                let old = state.policy().clone();
                 state
-                    .pacing
+                    .pacing_mut()
                     .apply_policy(&old, &policy, now, std::time::SystemTime::now());
-                state.policy = policy;
+                state.set_policy(policy);
             }
             host.wake.notify_one();
         }
@@ -324,8 +324,8 @@ impl Limiter {
         let mut out = Vec::new();
         for host in hosts {
             let state = host.lock();
-            let record = state.pacing.record(now);
-            let fresh_rate = Pacing::initial_rate(&state.policy);
+            let record = state.pacing().record(now);
+            let fresh_rate = Pacing::initial_rate(state.policy());
             let worth_keeping = record.cooldown.is_some()
                 || record.operator_pause.is_some()
                 || record.rate_override.is_some()
@@ -338,7 +338,7 @@ impl Limiter {
                     host: name,
                     port,
                     pacing: record,
-                    forced: state.forced,
+                    forced: state.forced(),
                 });
             }
         }
@@ -361,10 +361,10 @@ impl Limiter {
             };
             let entry = self.host(&key);
             let mut state = entry.lock();
-            let policy = state.policy.clone();
-            state.pacing.restore(&record.pacing, &policy, now);
-            state.forced = record.forced;
-            state.last_active = now;
+            let policy = state.policy().clone();
+            state.pacing_mut().restore(&record.pacing, &policy, now);
+            state.set_forced(record.forced);
+            state.touch(now);
         }
     }
 }
@@ -381,16 +381,16 @@ fn ceiling(policy: &HostPolicy) -> f64 {
 fn snapshot_of(host: &Host) -> HostSnapshot {
     let now = Instant::now();
     let mut state = host.lock();
-    let block = state.pacing.block(now);
+    let block = state.pacing().block(now);
     let byte_debt = state
-        .pacing
+        .pacing_mut()
         .byte_debt(now)
         .map(|(debt, at)| (debt, at.saturating_duration_since(now)));
     let (name, port) = host.policy_name(&state);
-    let (at, why) = state.pacing.next_turn(now);
+    let (at, why) = state.pacing_mut().next_turn(now);
     let next_turn = (at > now).then(|| (at.saturating_duration_since(now), why));
-    let front_waits = match &state.waits {
-        Some(waits) if !state.queue.is_empty() => Some(waits.waiting_for()),
+    let front_waits = match state.waits() {
+        Some(waits) if !state.queue().is_empty() => Some(waits.waiting_for()),
         _ => None,
     };
     HostSnapshot {
@@ -398,33 +398,32 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
         kind: host.kind,
         host: name,
         port,
-        names: state.names.as_ref().map(|n| n.list()).unwrap_or_default(),
-        names_truncated: state.names.as_ref().is_some_and(|n| n.truncated),
-        policy: state.policy.clone(),
-        rate: state.pacing.effective_rate(now),
-        own_rate: state.pacing.rate(),
-        queued: state.queue.len(),
+        names: state.names().map(|n| n.list()).unwrap_or_default(),
+        names_truncated: state.names().is_some_and(|n| n.truncated),
+        policy: state.policy().clone(),
+        rate: state.pacing().effective_rate(now),
+        own_rate: state.pacing().rate(),
+        queued: state.queue().len(),
         waiting_by_job: state
-            .queue
+            .queue()
             .waiting_by_job()
             .map(|(job, n)| (job.to_string(), n))
             .collect(),
-        in_flight: state.in_flight.current,
+        in_flight: state.in_flight().current,
         block_remaining: block.map(|b| b.until.saturating_duration_since(now)),
         block,
         operator_pause_remaining: state
-            .pacing
+            .pacing()
             .operator_paused_until(now)
             .map(|p| p.saturating_duration_since(now)),
-        rate_override: state.pacing.rate_override(),
-        forced: state.forced,
-        stats: state.stats.clone(),
-        shadow: (!state.policy.scope.enforce)
-            .then(|| state.shadow.as_ref().map(|s| s.counts).unwrap_or_default()),
+        rate_override: state.pacing().rate_override(),
+        forced: state.forced(),
+        stats: state.stats().clone(),
+        shadow: (!state.policy().scope.enforce)
+            .then(|| state.shadow().map(|s| s.counts).unwrap_or_default()),
         byte_debt,
         ahead: state
-            .shared
-            .as_ref()
+            .shared()
             .map(|t| t.ahead.view())
             .filter(|&(turns, slots, _)| turns > 0 || slots > 0),
         next_turn,

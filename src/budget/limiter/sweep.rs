@@ -30,19 +30,8 @@ impl Limiter {
     pub fn sweep_idle(&self, idle: Duration) -> Swept {
         let now = Instant::now();
         let before = self.hosts.len();
-        self.hosts.retain(|_, host| {
-            let mut state = host.lock();
-            let policy = state.policy.clone();
-            let forget = state.queue.is_empty()
-                && state.in_flight.current == 0
-                && !state.dispatcher_running
-                && now.saturating_duration_since(state.last_active) >= idle
-                && state.pacing.is_fresh(&policy, now);
-            if forget {
-                state.retired = true;
-            }
-            !forget
-        });
+        self.hosts
+            .retain(|_, host| !host.lock().retire_if_idle(idle, now));
         let after = self.hosts.len();
         let peak = self
             .peak_hosts
