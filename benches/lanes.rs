@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use std::hint::black_box;
 use std::time::Duration;
 
-use courtesy::limiter::lanes::{JobTag, Lanes, Priority};
+use courtesy::lanes::{JobTag, Lanes, Priority};
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use courtesy::config::{Config, HostPolicy};
-use courtesy::limiter::Limiter;
+use courtesy::Limiter;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 /// Tasks admitting at once in the contended case.

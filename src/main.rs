@@ -191,9 +191,9 @@ async fn shutdown_signal() {
 
 /// Sets up logging to stderr in batches (see `courtesy::log_writer`): a line per response must
 /// not cost a system call or a thread wake-up per request. Lines are never dropped.
-fn init_tracing(format: LogFormat) -> anyhow::Result<courtesy::log_writer::FlushGuard> {
+fn init_tracing(format: LogFormat) -> anyhow::Result<courtesy::FlushGuard> {
     use tracing_subscriber::EnvFilter;
-    let (writer, guard) = courtesy::log_writer::BatchedWriter::start(Box::new(std::io::stderr()))
+    let (writer, guard) = courtesy::BatchedWriter::start(Box::new(std::io::stderr()))
         .context("cannot start the log writer thread")?;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -243,9 +243,9 @@ fn ca(config: Option<&Path>, regenerate: bool) -> anyhow::Result<()> {
     let config = load(config)?;
     let dir = &config.proxy.state_dir;
     let ca = if regenerate {
-        courtesy::tls::LocalCa::regenerate(dir)?
+        courtesy::LocalCa::regenerate(dir)?
     } else {
-        courtesy::tls::LocalCa::load_or_create(dir)?
+        courtesy::LocalCa::load_or_create(dir)?
     };
     let path = ca.cert_path();
     let p = path.display();
@@ -379,7 +379,7 @@ fn check_host(file: &Path, host: &str) -> anyhow::Result<()> {
     // that `Slow.Test.:8080` meets the rule `slow.test:8080` as the proxy's requests do.
     let (name, port) = courtesy::host_name::split(host)?;
     let port = port.unwrap_or(443);
-    let shown = courtesy::wire::host_key::host_key(&name, port);
+    let shown = courtesy::host_key(&name, port);
     let mut out = String::new();
     match config.rule_for(&name, port) {
         Some(rule) => outln!(

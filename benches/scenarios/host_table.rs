@@ -1,4 +1,4 @@
-//! Scenario 2a, the host table in process: `courtesy::limiter::Limiter` with N distinct hosts (1k,
+//! Scenario 2a, the host table in process: `courtesy::Limiter` with N distinct hosts (1k,
 //! 10k, 100k, 1M when it fits): RSS per known host, then `sweep` and RSS again, which says what a
 //! crawl over many hosts costs in memory and whether forgetting hosts gives it back. Each N runs in
 //! a child process of this binary (`--child-limiter N`), so that one N's heap does not blur the
@@ -28,7 +28,7 @@ pub fn child_limiter(n: usize) -> anyhow::Result<()> {
     rt.block_on(async move {
         let config = courtesy::config::Config::parse(LIMITER_TOML, "scenarios.toml")
             .map_err(|e| anyhow!("{e}"))?;
-        let limiter = courtesy::limiter::Limiter::new(Arc::new(config));
+        let limiter = courtesy::Limiter::new(Arc::new(config));
         let mut key = String::with_capacity(32);
         let fill = |prefix: char, key: &mut String, i: usize| {
             key.clear();
@@ -81,9 +81,9 @@ pub fn child_limiter(n: usize) -> anyhow::Result<()> {
             insert.as_micros(),
             sweep.as_micros(),
             limiter.host_count(),
-            std::mem::size_of::<courtesy::limiter::Host>(),
-            std::mem::size_of::<courtesy::policy::Pacing>(),
-            std::mem::size_of::<courtesy::limiter::HostStats>(),
+            std::mem::size_of::<courtesy::Host>(),
+            std::mem::size_of::<courtesy::Pacing>(),
+            std::mem::size_of::<courtesy::HostStats>(),
             std::mem::size_of::<Option<courtesy::config::OffPeak>>(),
         );
         Ok(())

@@ -28,7 +28,7 @@ use crate::report::{row, Section};
 /// The size of the future a closure returns, without calling it.
 fn future_size<F, Fut>(_f: F) -> usize
 where
-    F: FnOnce(Arc<courtesy::proxy::Proxy>, Request<Incoming>, SocketAddr) -> Fut,
+    F: FnOnce(Arc<courtesy::Proxy>, Request<Incoming>, SocketAddr) -> Fut,
 {
     std::mem::size_of::<Fut>()
 }
@@ -36,7 +36,7 @@ where
 /// The size of the future a closure over a `Limiter` returns, without calling it.
 fn admit_size<F, Fut>(_f: F) -> usize
 where
-    F: FnOnce(Arc<courtesy::limiter::Limiter>) -> Fut,
+    F: FnOnce(Arc<courtesy::Limiter>) -> Fut,
 {
     std::mem::size_of::<Fut>()
 }

@@ -10,7 +10,7 @@ use crate::budget::limiter::{HostSnapshot, WaitReason};
 use crate::pacing::policy::CooldownCause;
 
 /// The sentence(s) for `s`, with wall-clock times from `now_wall` (UTC).
-pub fn explain(s: &HostSnapshot, now_wall: SystemTime) -> String {
+pub(crate) fn explain(s: &HostSnapshot, now_wall: SystemTime) -> String {
     if !s.policy.scope.enforce {
         return "report-only (enforce = false): every request leaves at once; courtesy counts what \
                 it would have done"
@@ -145,7 +145,7 @@ fn seconds(d: Duration) -> String {
 
 /// A wall-clock instant as `HH:MM:SS.mmm UTC` (the date is left out: these are minutes or
 /// hours ahead).
-pub fn clock(at: SystemTime) -> String {
+pub(crate) fn clock(at: SystemTime) -> String {
     let ms = at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -36,7 +36,7 @@ const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// State for the admin service.
 #[derive(Debug)]
-pub struct Admin {
+pub(crate) struct Admin {
     config: LiveConfig,
     limiter: Arc<Limiter>,
     keyer: Keyer,
@@ -52,7 +52,7 @@ pub struct Admin {
 impl Admin {
     /// The admin service over the config in force and the shared limiter; `keyer` finds the
     /// budget a `host:port` spends (the proxy's own, so that both find the same one).
-    pub fn new(
+    pub(crate) fn new(
         config: LiveConfig,
         limiter: Arc<Limiter>,
         keyer: Keyer,
@@ -71,19 +71,19 @@ impl Admin {
     }
 
     /// This service, showing the proxy's table of jobs (`Proxy::jobs`).
-    pub fn with_jobs(mut self, jobs: Arc<Jobs>) -> Self {
+    pub(crate) fn with_jobs(mut self, jobs: Arc<Jobs>) -> Self {
         self.jobs = jobs;
         self
     }
 
     /// This service, answering on the admin listener at `addr`.
-    pub fn listening_on(mut self, addr: SocketAddr) -> Self {
+    pub(crate) fn listening_on(mut self, addr: SocketAddr) -> Self {
         self.own = Some(addr);
         self
     }
 
     /// Answers one admin request. Never fails: errors are responses.
-    pub async fn serve(
+    pub(crate) async fn serve(
         self: Arc<Self>,
         req: Request<Incoming>,
         client: SocketAddr,

@@ -14,7 +14,7 @@ use crate::config::Config;
 /// directory, upstream TLS settings, `hosts_file`, `deny_destinations` and `allow_destinations`, the shared store (`[shared]`), traces (`[telemetry]`) and setting or lifting
 /// `global_rate` (and `global_bytes_per_second`) need a restart; a change to them is reported and ignored.
 /// On errors the old config stays.
-pub fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
+pub(crate) fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     let old = limiter.config();
     let path = std::path::Path::new(&old.source);
     if !path.is_file() {

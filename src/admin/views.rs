@@ -431,7 +431,7 @@ impl HostView {
 }
 
 /// Milliseconds since the Unix epoch (0 before it).
-pub fn unix_ms(at: SystemTime) -> u64 {
+pub(crate) fn unix_ms(at: SystemTime) -> u64 {
     at.duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)

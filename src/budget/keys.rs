@@ -71,7 +71,7 @@ impl BudgetKey {
 }
 
 /// The registrable domain of `host` (eTLD+1), or `host` itself where it has none.
-pub fn domain_key(host: &str) -> String {
+pub(crate) fn domain_key(host: &str) -> String {
     let host = host.trim_end_matches('.');
     if let Ok(ip) = host.parse::<IpAddr>() {
         return address_key(ip);
@@ -80,7 +80,7 @@ pub fn domain_key(host: &str) -> String {
 }
 
 /// The key of an address: as written, IPv6 in brackets.
-pub fn address_key(ip: IpAddr) -> String {
+pub(crate) fn address_key(ip: IpAddr) -> String {
     match ip {
         IpAddr::V4(v4) => v4.to_string(),
         IpAddr::V6(v6) => format!("[{v6}]"),

@@ -7,7 +7,6 @@
 //! so work handed off by a CONNECT upgrade is never cut short by an early exit.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -15,7 +14,6 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::debug;
 
 /// How long a client may take to send a request's headers inside a CONNECT tunnel (the
 /// listeners' own is `header_timeout_seconds`).
@@ -77,21 +75,6 @@ impl Connections {
         F: Future<Output = ()> + Send + 'static,
     {
         self.tasks.spawn(task);
-    }
-
-    /// Serves `conn` from `peer` on a task of its own (see [`Connections::serve`]); its end is
-    /// logged at debug as a `kind` connection.
-    pub fn spawn_serving<C>(&self, conn: C, peer: SocketAddr, kind: &'static str)
-    where
-        C: GracefulConnection + Send + 'static,
-        C::Error: std::fmt::Display + Send,
-    {
-        let served = self.serve(conn);
-        self.spawn(async move {
-            if let Err(e) = served.await {
-                debug!(client = %peer, "{kind} connection ended: {e}");
-            }
-        });
     }
 
     /// Serves `conn` to its end; once shutdown begins, asks it to finish what is in flight and close.

@@ -18,7 +18,7 @@ use crate::config::LiveConfig;
 use crate::util::redact::redacted;
 
 /// The webhook sender.
-pub struct Alerts {
+pub(crate) struct Alerts {
     config: LiveConfig,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
@@ -31,7 +31,7 @@ impl std::fmt::Debug for Alerts {
 
 impl Alerts {
     /// A sender that verifies https webhooks with `tls`.
-    pub fn new(config: LiveConfig, tls: rustls::ClientConfig) -> Self {
+    pub(crate) fn new(config: LiveConfig, tls: rustls::ClientConfig) -> Self {
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -48,7 +48,7 @@ impl Alerts {
     }
 
     /// Posts `{"event": "host_blocked", ...}` to the webhook, if one is configured.
-    pub fn host_blocked(&self, host: &str, cause: &str, detail: &str, pause: Duration) {
+    pub(crate) fn host_blocked(&self, host: &str, cause: &str, detail: &str, pause: Duration) {
         let config = self.config.get();
         let Some(url) = config.alerts.webhook.clone() else {
             return;

@@ -26,7 +26,7 @@ pub enum Feedback {
 }
 
 /// Classifies an upstream status. `backoff_statuses` is the host's configured list.
-pub fn classify(status: StatusCode, backoff_statuses: &[u16]) -> Feedback {
+pub(crate) fn classify(status: StatusCode, backoff_statuses: &[u16]) -> Feedback {
     match status.as_u16() {
         429 => Feedback::Throttled,
         s if backoff_statuses.contains(&s) => Feedback::Overloaded,
@@ -38,7 +38,7 @@ pub fn classify(status: StatusCode, backoff_statuses: &[u16]) -> Feedback {
 /// Parses `Retry-After`: delay-seconds or an HTTP-date in any of RFC 9110's three formats
 /// (IMF-fixdate, RFC 850, asctime). A date in the past gives zero; anything unparsable gives `None`
 /// (the caller then backs off on its own schedule).
-pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // An absurd number of digits saturates instead of failing; the caller caps it anyway.
@@ -101,7 +101,7 @@ impl ServerBudget {
 /// time in seconds (or in milliseconds above 10^12). The quota comes from the same fields
 /// (`q=`, an older `RateLimit-Policy: 10;w=1`, `limit=`) and from `RateLimit-Limit` and
 /// `X-RateLimit-Limit` (`10`, or draft-01's `10, 10;w=1`).
-pub fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudget> {
+pub(crate) fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudget> {
     // Every field read below is named `ratelimit…` or `x-ratelimit…`, and most responses carry
     // none: one pass over the names, instead of eight lookups that each hash a name.
     if !headers.keys().any(names_a_rate_limit) {

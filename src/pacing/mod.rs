@@ -2,5 +2,5 @@
 
 pub(crate) mod blocks;
 pub(crate) mod feedback;
-pub mod policy;
+pub(crate) mod policy;
 pub(crate) mod robots;

@@ -19,19 +19,19 @@ use tokio::time::Instant;
 use crate::util::locks::lock;
 
 /// How long a fetched robots.txt (or a 4xx) is trusted.
-pub const CACHE_FOR: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const CACHE_FOR: Duration = Duration::from_secs(24 * 3600);
 /// How long "everything disallowed" lasts after a 5xx, 429 or failure before courtesy retries.
-pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(60);
+pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(60);
 /// The most of a robots.txt that is read (RFC 9309 asks parsers for at least 500 KiB).
-pub const MAX_BYTES: usize = 500 * 1024;
+pub(crate) const MAX_BYTES: usize = 500 * 1024;
 /// Redirects followed when fetching robots.txt.
-pub const MAX_REDIRECTS: usize = 5;
+pub(crate) const MAX_REDIRECTS: usize = 5;
 /// Distinct user-agent groups parsed per host (the rest fall back to `*`).
 const MAX_AGENTS: usize = 16;
 
 /// What a fetch of robots.txt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fetched {
+pub(crate) enum Fetched {
     /// A 2xx with this body (at most [`MAX_BYTES`]).
     Rules(Vec<u8>),
     /// A 4xx: there are no rules.
@@ -42,7 +42,7 @@ pub enum Fetched {
 
 /// The verdict for one request.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Go ahead; `crawl_delay` is the group's Crawl-delay in seconds, if any.
     Allowed {
         /// Crawl-delay of the matching group.
@@ -56,7 +56,7 @@ pub enum Verdict {
 }
 
 /// What a request must do about robots.txt.
-pub enum Step {
+pub(crate) enum Step {
     /// The rules are known.
     Known(Verdict),
     /// Nobody is fetching and the rules are unknown or stale: this caller fetches, then calls
@@ -93,19 +93,19 @@ struct Entry {
 
 /// The robots.txt cache of every host (key: scheme and `host:port`).
 #[derive(Debug, Default)]
-pub struct RobotsCache {
+pub(crate) struct RobotsCache {
     entries: DashMap<String, Arc<Entry>>,
 }
 
 /// The right and duty to fetch one host's robots.txt.
-pub struct FetchGuard {
+pub(crate) struct FetchGuard {
     entry: Arc<Entry>,
     finished: bool,
 }
 
 impl FetchGuard {
     /// Records what the fetch came to and wakes every waiting request.
-    pub fn finish(mut self, fetched: Fetched) {
+    pub(crate) fn finish(mut self, fetched: Fetched) {
         let now = Instant::now();
         let state = match fetched {
             Fetched::Rules(txt) => State::Rules {
@@ -139,12 +139,12 @@ impl Drop for FetchGuard {
 
 impl RobotsCache {
     /// An empty cache.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         RobotsCache::default()
     }
 
     /// What a request for `path` (path and query) by `agent` to the host `key` must do.
-    pub fn step(&self, key: &str, agent: &str, path: &str) -> Step {
+    pub(crate) fn step(&self, key: &str, agent: &str, path: &str) -> Step {
         // The common case (a known host) takes a shard read lock and allocates nothing.
         let found = self.entries.get(key).map(|e| e.value().clone());
         let entry = found.unwrap_or_else(|| {
@@ -217,7 +217,7 @@ impl RobotsCache {
 impl RobotsCache {
     /// Forgets entries whose answer has expired (they would be fetched again anyway), so that the
     /// cache follows the hosts in use. Returns how many were dropped.
-    pub fn sweep(&self) -> usize {
+    pub(crate) fn sweep(&self) -> usize {
         let now = Instant::now();
         let before = self.entries.len();
         self.entries.retain(|_, entry| match &*lock(&entry.state) {
@@ -232,14 +232,14 @@ impl RobotsCache {
 
     /// Whether no host has an entry (tests check that a sweep empties the cache).
     #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 }
 
 /// The robots.txt group for a client: `configured` if set, else the product token of its
 /// User-Agent (`python-requests/2.31` → `python-requests`), else `*`.
-pub fn agent_for(configured: Option<&str>, user_agent: Option<&str>) -> String {
+pub(crate) fn agent_for(configured: Option<&str>, user_agent: Option<&str>) -> String {
     if let Some(agent) = configured {
         return agent.to_string();
     }

@@ -28,7 +28,7 @@ use crate::proxy::IdleMark;
 
 /// The error a response body to the client can end with: the upstream's, or courtesy cutting a
 /// silent one.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The body of every response courtesy sends to a client.
 #[derive(Debug)]
@@ -206,7 +206,7 @@ impl Silence {
 
 /// The error that ends a body the origin left silent for `read_timeout_seconds`.
 #[derive(Debug)]
-pub struct SilentOrigin(pub Duration);
+pub(crate) struct SilentOrigin(pub Duration);
 
 impl std::fmt::Display for SilentOrigin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -221,7 +221,7 @@ impl std::fmt::Display for SilentOrigin {
 impl std::error::Error for SilentOrigin {}
 
 /// What to do when a block marker is found: called once with the response's permit and the marker.
-pub type OnBlockMarker = Box<dyn Fn(&Permit, &str) + Send + Sync>;
+pub(crate) type OnBlockMarker = Box<dyn Fn(&Permit, &str) + Send + Sync>;
 
 /// A body's scan for block markers, with what to do when one is found.
 pub struct MarkerScan {

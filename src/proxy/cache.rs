@@ -24,11 +24,11 @@ use serde::{Deserialize, Serialize};
 use tracing::{debug, warn};
 
 /// The largest body stored; larger responses stream through unstored.
-pub const MAX_ENTRY_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const MAX_ENTRY_BYTES: u64 = 8 * 1024 * 1024;
 
 /// A stored response head.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Head {
+pub(crate) struct Head {
     /// The absolute URL.
     pub url: String,
     /// The status (200).
@@ -51,7 +51,7 @@ pub struct Head {
 
 impl Head {
     /// The headers as a map (invalid ones skipped).
-    pub fn header_map(&self) -> HeaderMap {
+    pub(crate) fn header_map(&self) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (k, v) in &self.headers {
             if let (Ok(k), Ok(v)) = (
@@ -65,12 +65,12 @@ impl Head {
     }
 
     /// The status as a `StatusCode`.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.status).unwrap_or(StatusCode::OK)
     }
 
     /// Whether `request` sends what the stored response varies on, as the request it answered did.
-    pub fn matches(&self, request: &HeaderMap) -> bool {
+    pub(crate) fn matches(&self, request: &HeaderMap) -> bool {
         self.vary
             .iter()
             .all(|(name, value)| joined(request, name).as_deref() == value.as_deref())
@@ -90,7 +90,10 @@ fn joined(headers: &HeaderMap, name: &str) -> Option<String> {
 
 /// The request headers `response` varies on with their values in `request`; `None` for
 /// `Vary: *` (never answered from a store).
-pub fn vary_of(response: &HeaderMap, request: &HeaderMap) -> Option<Vec<(String, Option<String>)>> {
+pub(crate) fn vary_of(
+    response: &HeaderMap,
+    request: &HeaderMap,
+) -> Option<Vec<(String, Option<String>)>> {
     let mut vary = Vec::new();
     for value in response.get_all(http::header::VARY) {
         for name in value.to_str().unwrap_or("*").split(',') {
@@ -123,7 +126,7 @@ fn private_file(path: &Path) -> std::io::Result<fs::File> {
 /// thread, in the order asked ([`ResponseStore::head_off_workers`] and [`ResponseStore::get_off_workers`] wait for
 /// their answer without blocking a worker): no file is read or written on an async worker, and a
 /// response whose body reached its client is found by the client's next request.
-pub struct ResponseStore {
+pub(crate) struct ResponseStore {
     core: Arc<Core>,
     jobs: mpsc::Sender<Job>,
 }
@@ -169,7 +172,7 @@ impl std::fmt::Debug for ResponseStore {
 impl ResponseStore {
     /// Opens (and indexes) the store in `dir`, bounded to `max_bytes`, and starts its writer
     /// thread (it ends when the store and its last writer are gone).
-    pub fn open(dir: PathBuf, max_bytes: u64) -> ResponseStore {
+    pub(crate) fn open(dir: PathBuf, max_bytes: u64) -> ResponseStore {
         let mut entries: Vec<(SystemTime, String, u64)> = Vec::new();
         if let Ok(read) = fs::read_dir(&dir) {
             for e in read.flatten() {
@@ -215,25 +218,25 @@ impl ResponseStore {
     /// The stored head for `url`, if any (and marks it recently used). Reads a file: on the
     /// request path, [`ResponseStore::head_off_workers`].
     #[cfg(test)]
-    pub fn head(&self, url: &str) -> Option<Head> {
+    pub(crate) fn head(&self, url: &str) -> Option<Head> {
         self.core.head(url)
     }
 
     /// The stored head and body for `url`, if any. Reads up to [`MAX_ENTRY_BYTES`] from disk: on
     /// the request path, [`ResponseStore::get_off_workers`].
     #[cfg(test)]
-    pub fn get(&self, url: &str) -> Option<(Head, Bytes)> {
+    pub(crate) fn get(&self, url: &str) -> Option<(Head, Bytes)> {
         self.core.get(url)
     }
 
     /// [`ResponseStore::head`] on the store's thread, after every write asked for before (so a response
     /// that has reached its client is found).
-    pub async fn head_off_workers(&self, url: &str) -> Option<Head> {
+    pub(crate) async fn head_off_workers(&self, url: &str) -> Option<Head> {
         self.read(url, false).await.map(|(head, _)| head)
     }
 
     /// [`ResponseStore::get`] on the store's thread, after every write asked for before.
-    pub async fn get_off_workers(&self, url: &str) -> Option<(Head, Bytes)> {
+    pub(crate) async fn get_off_workers(&self, url: &str) -> Option<(Head, Bytes)> {
         self.read(url, true).await
     }
 
@@ -249,7 +252,7 @@ impl ResponseStore {
     }
 
     /// Starts storing a response for `url`.
-    pub fn writer(&self, head: Head) -> Option<Writer> {
+    pub(crate) fn writer(&self, head: Head) -> Option<Writer> {
         static WRITERS: AtomicU64 = AtomicU64::new(0);
         let id = WRITERS.fetch_add(1, Ordering::Relaxed);
         let tmp = self.core.dir.join(format!(
@@ -269,7 +272,7 @@ impl ResponseStore {
 
     /// Waits until the writer thread has done everything asked of it so far.
     #[cfg(test)]
-    pub fn flush(&self) {
+    pub(crate) fn flush(&self) {
         let (done, wait) = mpsc::channel();
         if self.jobs.send(Job::Flush(done)).is_ok() {
             let _ = wait.recv();
@@ -278,7 +281,7 @@ impl ResponseStore {
 
     /// Bytes stored (tests check the bound).
     #[cfg(test)]
-    pub fn total_bytes(&self) -> u64 {
+    pub(crate) fn total_bytes(&self) -> u64 {
         self.core.total.load(Ordering::Relaxed)
     }
 }
@@ -463,7 +466,7 @@ impl Drop for Writer {
 }
 
 /// A head for `url` from a response's status and headers.
-pub fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Head {
+pub(crate) fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Head {
     let get = |name: &str| {
         headers
             .get(name)
@@ -493,7 +496,7 @@ pub fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Head {
 /// `Set-Cookie`), and, for a request with `Authorization`, only a response that says `public`,
 /// `s-maxage` or `must-revalidate` (RFC 9111 3.5; courtesy keys such an entry by the credentials
 /// as well, so it never answers another client).
-pub fn storable_for(status: StatusCode, response: &HeaderMap, request: &HeaderMap) -> bool {
+pub(crate) fn storable_for(status: StatusCode, response: &HeaderMap, request: &HeaderMap) -> bool {
     if !storable(status, response)
         || personal(request, response)
         || vary_of(response, request).is_none()
@@ -517,12 +520,12 @@ pub fn storable_for(status: StatusCode, response: &HeaderMap, request: &HeaderMa
 /// answer that sets one (`Set-Cookie` replayed to another client would hand it the first one's
 /// session). RFC 9111 3.5 names only `Authorization`; cookies are the same thing in practice,
 /// which is why shared caches (Squid, Varnish's default) pass both by.
-pub fn personal(request: &HeaderMap, response: &HeaderMap) -> bool {
+pub(crate) fn personal(request: &HeaderMap, response: &HeaderMap) -> bool {
     request.contains_key(http::header::COOKIE) || response.contains_key(http::header::SET_COOKIE)
 }
 
 /// Whether a response may be stored at all: a 200 that does not say `no-store` or `private`.
-pub fn storable(status: StatusCode, headers: &HeaderMap) -> bool {
+pub(crate) fn storable(status: StatusCode, headers: &HeaderMap) -> bool {
     let cache_control = headers
         .get_all(http::header::CACHE_CONTROL)
         .iter()

@@ -11,7 +11,7 @@ use crate::config::OnCooldown;
 
 /// A client's own answer to a cooldown for this request (`hold` or `reject`), overriding the
 /// host's `on_cooldown`. Never forwarded.
-pub const ON_COOLDOWN_HEADER: &str = "courtesy-on-cooldown";
+pub(super) const ON_COOLDOWN_HEADER: &str = "courtesy-on-cooldown";
 
 /// [`ON_COOLDOWN_HEADER`] as a header name made at compile time (looked up on every request).
 const ON_COOLDOWN: HeaderName = HeaderName::from_static(ON_COOLDOWN_HEADER);
@@ -65,7 +65,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// Removes hop-by-hop headers: the fixed list and every header named in `Connection`.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     strip(headers, &[]);
 }
 

@@ -59,7 +59,7 @@ use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
 pub(crate) use table::IdleMark;
-pub use upstream::upstream_idle_timeout;
+pub(crate) use upstream::upstream_idle_timeout;
 
 /// The proxy's parsers of untrusted input, for the crate's property tests.
 #[cfg(test)]

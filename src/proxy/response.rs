@@ -13,11 +13,13 @@ use http::{Response, StatusCode};
 use crate::budget::limiter::Refusal;
 use crate::proxy::body::ProxyBody;
 
-pub use crate::wire::proxy_status::{ProxyError, PROXY_NAME};
+pub(crate) use crate::wire::proxy_status::ProxyError;
+
+pub(crate) use crate::wire::proxy_status::PROXY_NAME;
 
 /// A locally made response: `status`, a `Proxy-Status` naming `error` with `details`, a short text
 /// body, and `Retry-After` (whole seconds, rounded up) where waiting helps.
-pub fn local(
+pub(crate) fn local(
     status: StatusCode,
     error: ProxyError,
     details: &str,
@@ -47,7 +49,7 @@ pub fn local(
 }
 
 /// The answer for a client outside `[proxy] allow_clients`.
-pub fn client_not_allowed(ip: std::net::IpAddr) -> Response<ProxyBody> {
+pub(crate) fn client_not_allowed(ip: std::net::IpAddr) -> Response<ProxyBody> {
     local(
         StatusCode::FORBIDDEN,
         ProxyError::HttpRequestDenied,
@@ -61,7 +63,7 @@ pub fn client_not_allowed(ip: std::net::IpAddr) -> Response<ProxyBody> {
 
 /// The answer for proxy credentials courtesy does not accept (`client_auth`): 407 with
 /// `Proxy-Authenticate: Basic realm="courtesy"`, so that a client asks again with them.
-pub fn proxy_auth_required(why: &str) -> Response<ProxyBody> {
+pub(crate) fn proxy_auth_required(why: &str) -> Response<ProxyBody> {
     let mut response = local(
         StatusCode::PROXY_AUTHENTICATION_REQUIRED,
         ProxyError::HttpRequestDenied,
@@ -77,7 +79,7 @@ pub fn proxy_auth_required(why: &str) -> Response<ProxyBody> {
 
 /// The answer for a job past its quota (`max_requests` per `per_seconds`): a local 429 until
 /// its window frees.
-pub fn quota_reached(job: &str, retry_after: Duration) -> Response<ProxyBody> {
+pub(crate) fn quota_reached(job: &str, retry_after: Duration) -> Response<ProxyBody> {
     local(
         StatusCode::TOO_MANY_REQUESTS,
         ProxyError::ConnectionLimitReached,
@@ -87,7 +89,7 @@ pub fn quota_reached(job: &str, retry_after: Duration) -> Response<ProxyBody> {
 }
 
 /// The local answer for a pacing refusal.
-pub fn refusal(refusal: &Refusal, host: &str) -> Response<ProxyBody> {
+pub(crate) fn refusal(refusal: &Refusal, host: &str) -> Response<ProxyBody> {
     match refusal {
         Refusal::QueueFull {
             max_queue,

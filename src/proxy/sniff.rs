@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// What the first bytes inside a tunnel look like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Opening {
+pub(crate) enum Opening {
     /// A TLS handshake record.
     Tls,
     /// An HTTP/1 request line (or the HTTP/2 preface).
@@ -22,7 +22,7 @@ pub enum Opening {
 }
 
 /// Tells TLS from plain HTTP by the first bytes of a stream.
-pub fn classify_opening(bytes: &[u8]) -> Opening {
+pub(crate) fn classify_opening(bytes: &[u8]) -> Opening {
     match bytes.first() {
         None => Opening::Undecided,
         Some(0x16) => Opening::Tls,
@@ -40,14 +40,14 @@ pub fn classify_opening(bytes: &[u8]) -> Opening {
 }
 
 /// A stream with bytes already read from it put back in front.
-pub struct Prefixed<S> {
+pub(super) struct Prefixed<S> {
     prefix: Bytes,
     inner: S,
 }
 
 impl<S> Prefixed<S> {
     /// `inner`, reading `prefix` first.
-    pub fn new(prefix: Bytes, inner: S) -> Self {
+    pub(super) fn new(prefix: Bytes, inner: S) -> Self {
         Prefixed { prefix, inner }
     }
 }

@@ -93,7 +93,7 @@ impl Upstreams {
 /// How long an idle upstream connection is kept: 90 s, or less when idle hosts are forgotten
 /// sooner (`idle_host_seconds`), since a host courtesy no longer knows should not keep a socket
 /// and its buffers.
-pub fn upstream_idle_timeout(idle_host: Duration) -> Duration {
+pub(crate) fn upstream_idle_timeout(idle_host: Duration) -> Duration {
     Duration::from_secs(90).min(idle_host)
 }
 
@@ -141,7 +141,7 @@ where
 
 /// The body courtesy sends upstream: the client's, streamed, or nothing (a retry, robots.txt).
 #[derive(Debug)]
-pub enum UpstreamBody {
+pub(super) enum UpstreamBody {
     /// The client's request body, streamed through.
     Client(Incoming),
     /// No body.

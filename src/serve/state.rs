@@ -19,7 +19,7 @@ use crate::config::KeyMode;
 use crate::pacing::policy::{CooldownCause, PacingRecord};
 
 /// File name under `state_dir`.
-pub const STATE_FILE: &str = "state.json";
+pub(crate) const STATE_FILE: &str = "state.json";
 const FORMAT: &str = "courtesy-state";
 const VERSION: u32 = 1;
 
@@ -51,12 +51,12 @@ struct SavedHost {
 }
 
 /// The path of the state file in `dir`.
-pub fn path(dir: &Path) -> PathBuf {
+pub(crate) fn path(dir: &Path) -> PathBuf {
     dir.join(STATE_FILE)
 }
 
 /// Serializes `records` as the state file's text, with `now` and `wall_now` read together.
-pub fn encode(records: &[HostRecord], now: Instant, wall_now: SystemTime) -> String {
+pub(crate) fn encode(records: &[HostRecord], now: Instant, wall_now: SystemTime) -> String {
     // Window ends are rounded up to the next millisecond: a restored window may end a little
     // later than the one saved, never earlier (a cooldown never shortens, a restart included).
     let to_wall = |at: Instant| unix_ms_up(wall_now + at.saturating_duration_since(now));
@@ -84,7 +84,11 @@ pub fn encode(records: &[HostRecord], now: Instant, wall_now: SystemTime) -> Str
 }
 
 /// Parses a state file's text; windows already over are dropped.
-pub fn decode(text: &str, now: Instant, wall_now: SystemTime) -> Result<Vec<HostRecord>, String> {
+pub(crate) fn decode(
+    text: &str,
+    now: Instant,
+    wall_now: SystemTime,
+) -> Result<Vec<HostRecord>, String> {
     let file: StateFile = serde_json::from_str(text).map_err(|e| e.to_string())?;
     if file.format != FORMAT || file.version != VERSION {
         return Err(format!(
@@ -118,7 +122,7 @@ pub fn decode(text: &str, now: Instant, wall_now: SystemTime) -> Result<Vec<Host
 }
 
 /// Writes the state file if its content changed since `last`; returns the new content.
-pub fn save(dir: &Path, records: &[HostRecord], last: &str) -> Option<String> {
+pub(crate) fn save(dir: &Path, records: &[HostRecord], last: &str) -> Option<String> {
     let text = encode(records, Instant::now(), SystemTime::now());
     // The timestamp changes every time; compare the hosts only.
     let hosts_part = |t: &str| t.split_once("\"hosts\"").map(|(_, h)| h.to_string());
@@ -137,7 +141,7 @@ pub fn save(dir: &Path, records: &[HostRecord], last: &str) -> Option<String> {
 
 /// Reads the state file: what it holds, or nothing (with a warning) if it is missing, corrupt or
 /// foreign.
-pub fn load(dir: &Path) -> Vec<HostRecord> {
+pub(crate) fn load(dir: &Path) -> Vec<HostRecord> {
     let file = path(dir);
     let text = match std::fs::read_to_string(&file) {
         Ok(t) => t,

@@ -12,7 +12,7 @@ use super::scripts::{script, RELEASE, REPORT, RESERVE};
 use crate::pacing::policy::{Bucket, CooldownCause};
 
 #[path = "../../tests/support/redis.rs"]
-#[allow(dead_code)]
+#[allow(dead_code, unreachable_pub)]
 pub(super) mod server;
 
 use server::RedisServer as TestRedis;

@@ -2,4 +2,4 @@
 
 pub(crate) mod parent;
 pub(crate) mod resolve;
-pub mod tls;
+pub(crate) mod tls;

@@ -10,7 +10,7 @@
 /// Returns free heap pages to the OS. A no-op on platforms without glibc. Takes a few
 /// milliseconds per hundred MiB of heap and briefly holds the allocator's arena locks, so it is
 /// meant for after a large sweep, not for every request.
-pub fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         #[allow(unsafe_code)]

@@ -3,7 +3,7 @@
 pub(crate) mod files;
 pub(crate) mod heap;
 pub(crate) mod locks;
-pub mod log_writer;
+pub(crate) mod log_writer;
 pub(crate) mod redact;
 #[cfg(test)]
 pub(crate) mod scratch;

@@ -11,7 +11,11 @@ pub fn host_key(host: &str, port: u16) -> String {
 
 /// Writes the `host:port` key of `host`:`port` to `out` (a `String`, a log field): made on
 /// every request, so written piece by piece rather than through `format!`.
-pub fn write_host_key<W: std::fmt::Write>(out: &mut W, host: &str, port: u16) -> std::fmt::Result {
+pub(crate) fn write_host_key<W: std::fmt::Write>(
+    out: &mut W,
+    host: &str,
+    port: u16,
+) -> std::fmt::Result {
     if host.contains(':') {
         out.write_char('[')?;
         out.write_str(host)?;

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The address `host` spells, if it is one (brackets around IPv6 allowed; IPv4-mapped IPv6 read
 /// as the IPv4 address it maps), or `None` for a name.
-pub fn literal_ip(host: &str) -> Option<IpAddr> {
+pub(crate) fn literal_ip(host: &str) -> Option<IpAddr> {
     let bare = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
@@ -29,7 +29,7 @@ pub fn literal_ip(host: &str) -> Option<IpAddr> {
 /// `v4` in its one canonical spelling, `a.b.c.d`: the host key of every spelling of it. Written
 /// byte by byte, since a target's address is spelled on every request and `Display` for an
 /// address goes through the formatting machinery (1.4k instructions, against about 100 here).
-pub fn dotted_quad(v4: Ipv4Addr) -> String {
+pub(crate) fn dotted_quad(v4: Ipv4Addr) -> String {
     let mut out = String::with_capacity(15);
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
@@ -54,7 +54,7 @@ pub fn dotted_quad(v4: Ipv4Addr) -> String {
 /// large for its room, an empty part or any other character makes it a name, not an address.
 /// Read on every request (the target, the loop guard, the destination check), so it reads bytes
 /// once and gives up at the first byte a number cannot have.
-pub fn numeric_ipv4(host: &str) -> Option<Ipv4Addr> {
+pub(crate) fn numeric_ipv4(host: &str) -> Option<Ipv4Addr> {
     let bytes = host.as_bytes();
     let bytes = bytes.strip_suffix(b".").unwrap_or(bytes);
     // Every part starts with a digit (`0x` too): a name almost always fails on its first byte.
@@ -127,7 +127,7 @@ fn number(part: &[u8]) -> Option<u64> {
 
 /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) as the plain IPv4 address they map, so that an
 /// address is judged (and a rule matched) the same in either form.
-pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6
             .to_ipv4_mapped()

@@ -4,7 +4,7 @@
 //! URL schemes courtesy forwards (`scheme`).
 //! Pure: no I/O, nothing above it.
 
-pub mod host_key;
+pub(crate) mod host_key;
 pub mod host_name;
 pub(crate) mod hosts_file;
 pub(crate) mod literal;

@@ -3,11 +3,11 @@
 //! proxy writes it into the answer (`crate::proxy::response`).
 
 /// The name courtesy gives itself in `Proxy-Status` and `Via`.
-pub const PROXY_NAME: &str = "courtesy";
+pub(crate) const PROXY_NAME: &str = "courtesy";
 
 /// The RFC 9209 error types courtesy uses, as one closed set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     /// The name did not resolve.
     DnsError,
     /// Resolving the name took longer than the connect timeout.
@@ -51,7 +51,7 @@ pub enum ProxyError {
 
 impl ProxyError {
     /// The token registered in RFC 9209's Proxy Error Types registry.
-    pub fn token(self) -> &'static str {
+    pub(crate) fn token(self) -> &'static str {
         match self {
             ProxyError::DnsError => "dns_error",
             ProxyError::DnsTimeout => "dns_timeout",

@@ -7,7 +7,7 @@ use http::Uri;
 
 /// `http` or `https`: the scheme of a request courtesy forwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     /// `http://`: plain HTTP, default port 80.
     Http,
     /// `https://`: HTTP over TLS, default port 443.
@@ -16,7 +16,7 @@ pub enum Scheme {
 
 impl Scheme {
     /// The scheme of `uri`, in any case; `None` for a URI without one or with another.
-    pub fn of_uri(uri: &Uri) -> Option<Scheme> {
+    pub(crate) fn of_uri(uri: &Uri) -> Option<Scheme> {
         match uri.scheme_str() {
             Some(s) if s.eq_ignore_ascii_case("http") => Some(Scheme::Http),
             Some(s) if s.eq_ignore_ascii_case("https") => Some(Scheme::Https),
@@ -26,12 +26,12 @@ impl Scheme {
 
     /// The scheme of `uri`, `http` unless it says `https` (a request whose URI has passed
     /// [`Scheme::of_uri`] on the way in, or none at all).
-    pub fn of_uri_or_http(uri: &Uri) -> Scheme {
+    pub(crate) fn of_uri_or_http(uri: &Uri) -> Scheme {
         Scheme::of_uri(uri).unwrap_or(Scheme::Http)
     }
 
     /// The scheme as written in a URL, lower case: `http` or `https`.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Scheme::Http => "http",
             Scheme::Https => "https",
@@ -39,7 +39,7 @@ impl Scheme {
     }
 
     /// The port a URL of this scheme means when it names none.
-    pub const fn default_port(self) -> u16 {
+    pub(crate) const fn default_port(self) -> u16 {
         match self {
             Scheme::Http => 80,
             Scheme::Https => 443,

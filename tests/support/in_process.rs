@@ -72,7 +72,7 @@ impl Courtesy {
     async fn start_with(mut config: courtesy::config::Config, state_dir: &Path) -> Courtesy {
         config.proxy.state_dir = state_dir.to_path_buf();
         // Make the CA before returning, so tests can read ca.pem at once (run() then loads it).
-        courtesy::tls::LocalCa::load_or_create(state_dir).expect("local CA");
+        courtesy::LocalCa::load_or_create(state_dir).expect("local CA");
         let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, admin_addr) = (proxy.local_addr().unwrap(), admin.local_addr().unwrap());

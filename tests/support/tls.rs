@@ -58,7 +58,7 @@ impl TestCa {
                 .unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         let key = rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
-        let config = rustls::ServerConfig::builder_with_provider(courtesy::tls::provider())
+        let config = rustls::ServerConfig::builder_with_provider(courtesy::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
@@ -75,7 +75,7 @@ pub fn client_tls_trusting(ca: &Path) -> rustls::ClientConfig {
     for cert in rustls_pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
-    rustls::ClientConfig::builder_with_provider(courtesy::tls::provider())
+    rustls::ClientConfig::builder_with_provider(courtesy::provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots)

@@ -12,11 +12,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Failures of one address answered at once; the next ones are delayed.
-pub const FREE_STRIKES: u32 = 3;
+pub(super) const FREE_STRIKES: u32 = 3;
 /// The delay of the first slowed failure; it doubles per failure.
 const FIRST_DELAY: Duration = Duration::from_millis(50);
 /// The longest delay of one answer.
-pub const MAX_DELAY: Duration = Duration::from_secs(5);
+pub(super) const MAX_DELAY: Duration = Duration::from_secs(5);
 /// An address with no failure for this long starts again with a clean slate.
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// Addresses with failures remembered at once.

@@ -23,26 +23,26 @@ use http::HeaderMap;
 
 use crate::budget::limiter::lanes::JobTag;
 use crate::config::{ClientAuth, Config, JobSettings, Priority};
-pub use guard::AuthGuard;
-pub use quota::{QuotaLeft, QuotaTicket};
+pub(crate) use guard::AuthGuard;
+pub(crate) use quota::{QuotaLeft, QuotaTicket};
 
-pub use crate::budget::limiter::lanes::ANONYMOUS;
+pub(crate) use crate::budget::limiter::lanes::ANONYMOUS;
 
 /// Where the names of jobs no `[[job]]` names go past [`MAX_UNNAMED_JOBS`] (and the label
 /// metrics give every job not configured).
-pub const OTHER: &str = "other";
+pub(crate) const OTHER: &str = "other";
 
 /// Jobs no `[[job]]` names that are kept apart (for fairness and the log); more share "other",
 /// so that clients inventing usernames cannot grow the table.
-pub const MAX_UNNAMED_JOBS: usize = 1000;
+pub(crate) const MAX_UNNAMED_JOBS: usize = 1000;
 
 /// What a 407 says to wrong credentials, the same for a name no `[[job]]` gives (where one is
 /// required) and a wrong or missing token, so that the answer does not tell which names exist.
-pub const NOT_ACCEPTED: &str =
+pub(crate) const NOT_ACCEPTED: &str =
     "the proxy credentials are not accepted: check the job's name and token in the proxy URL";
 
 /// The request header that says a request's class within its job (`high`, `normal`, `low`).
-pub const PRIORITY_HEADER: &str = "courtesy-priority";
+pub(crate) const PRIORITY_HEADER: &str = "courtesy-priority";
 
 /// What courtesy keeps per job, across requests and config reloads.
 #[derive(Debug)]
@@ -193,7 +193,7 @@ impl NotAccepted {
 /// address by its /64 (one host or household gets a whole /64 and may pick any address in it,
 /// so a share per address would be a share per pick), an IPv4-mapped one as IPv4. It begins with
 /// `@`, which no job name may contain.
-pub fn client_lane(client: IpAddr) -> Arc<str> {
+pub(crate) fn client_lane(client: IpAddr) -> Arc<str> {
     let client = match client {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
         v4 => v4,
@@ -209,7 +209,7 @@ pub fn client_lane(client: IpAddr) -> Arc<str> {
 }
 
 /// How long a name no `[[job]]` gives stays in the table after its last request.
-pub const UNNAMED_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
+pub(crate) const UNNAMED_IDLE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The table of job states, shared by every request.
 #[derive(Debug, Default)]
@@ -435,7 +435,7 @@ fn fits_a_name(name: &str) -> bool {
 /// `default`; a value that is none of the words is an error to answer with 400. Only a configured
 /// job's requests are `honoured`: the others keep `default` (arrival order within the client's
 /// share), whatever they say, so that no anonymous client goes ahead of another.
-pub fn priority_of(
+pub(crate) fn priority_of(
     headers: &mut HeaderMap,
     default: Priority,
     honoured: bool,

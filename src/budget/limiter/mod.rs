@@ -52,21 +52,20 @@ use dashmap::DashMap;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-pub use admission::Admission;
+pub(crate) use admission::Admission;
 pub use host::Host;
-pub use permit::Permit;
-pub use refusal::Refusal;
-pub use shadow::{ShadowCounts, ShadowReason, ShadowVerdict};
+pub(crate) use permit::Permit;
+pub(crate) use refusal::Refusal;
+pub(crate) use shadow::{ShadowCounts, ShadowReason, ShadowVerdict};
 pub use stats::HostStats;
-pub use steer::{HostRecord, HostSnapshot, OperatorAction, OperatorError};
-pub use sweep::Swept;
-pub use waits::StoreTrip;
+pub(crate) use steer::{HostRecord, HostSnapshot, OperatorAction};
+pub(crate) use sweep::Swept;
 
-pub use crate::pacing::policy::WaitReason;
+pub(crate) use crate::pacing::policy::WaitReason;
 
-pub use crate::budget::keys::BudgetKey;
+pub(crate) use crate::budget::keys::BudgetKey;
 use crate::config::{Config, LiveConfig};
-pub use crate::wire::host_key::host_key;
+pub(crate) use crate::wire::host_key::host_key;
 use budget::Budget;
 use egress::{Downlink, Egress};
 use host::Waiter;

@@ -7,7 +7,7 @@ use super::Refusal;
 use crate::pacing::policy::CooldownCause;
 
 /// How many recent statuses a host remembers.
-pub const LAST_STATUSES: usize = 10;
+pub(super) const LAST_STATUSES: usize = 10;
 
 /// Counters of one host since it was first seen (or last forgotten). 32-bit and saturating: they
 /// are for people reading `/hosts` (the Prometheus counters are separate), and every byte of a

@@ -40,7 +40,7 @@ pub(crate) struct HeadWait {
 /// that it began and how long it lasted (both 0: there was none). Eight bytes, carried by the
 /// permit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StoreTrip {
+pub(crate) struct StoreTrip {
     /// How long before the turn the request for it went to the store, in µs.
     pub began_before_us: u32,
     /// How long the store took to answer, in µs.
@@ -49,7 +49,7 @@ pub struct StoreTrip {
 
 impl StoreTrip {
     /// Whether there was a round trip.
-    pub fn is_some(self) -> bool {
+    pub(crate) fn is_some(self) -> bool {
         self.began_before_us != 0 || self.lasted_us != 0
     }
 }

@@ -12,7 +12,7 @@ use crate::config::BlockMarkers;
 use crate::config::{ConfigWord, OffPeak, ResourceKind, Route};
 
 /// `backoff_statuses`: HTTP statuses other than 429; a bad entry is reported and left out.
-pub struct Statuses;
+pub(crate) struct Statuses;
 
 impl Kind<Vec<i64>, Vec<u16>> for Statuses {
     fn check(
@@ -48,7 +48,7 @@ impl Kind<Vec<i64>, Vec<u16>> for Statuses {
 }
 
 /// `block_markers`: strings of at least 3 characters, matched case-insensitively.
-pub struct Markers;
+pub(crate) struct Markers;
 
 impl Kind<Vec<String>, Arc<BlockMarkers>> for Markers {
     fn check(
@@ -80,7 +80,7 @@ impl Kind<Vec<String>, Arc<BlockMarkers>> for Markers {
 }
 
 /// `skip_resources`: words of [`ResourceKind`]; a bad entry is reported and left out.
-pub struct Resources;
+pub(crate) struct Resources;
 
 impl Kind<Vec<String>, Vec<ResourceKind>> for Resources {
     fn check(
@@ -123,7 +123,7 @@ impl Kind<Vec<String>, Vec<ResourceKind>> for Resources {
 }
 
 /// `robots_user_agent`: a product token; empty means "the client's own".
-pub struct Agent;
+pub(crate) struct Agent;
 
 impl Kind<String, Option<String>> for Agent {
     fn check(
@@ -149,14 +149,14 @@ impl Kind<String, Option<String>> for Agent {
 /// `off_peak = { hours, timezone, rate }`, as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileOffPeak {
+pub(crate) struct FileOffPeak {
     hours: String,
     timezone: String,
     rate: f64,
 }
 
 /// `off_peak`: a daily window in a time zone, with its own rate.
-pub struct OffPeakWindow;
+pub(crate) struct OffPeakWindow;
 
 impl Kind<FileOffPeak, Option<OffPeak>> for OffPeakWindow {
     fn check(
@@ -231,7 +231,7 @@ fn parse_off_peak(file: &FileOffPeak) -> Result<OffPeak, String> {
 /// `upstream_proxy`: `"direct"` or a parent proxy URL. Its message never repeats the value: it
 /// may hold a password. That the parent is not courtesy itself is checked with `listen`, by the
 /// section.
-pub struct Parent;
+pub(crate) struct Parent;
 
 impl Kind<String, Route> for Parent {
     fn check(&self, url: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<Route> {

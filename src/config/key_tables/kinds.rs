@@ -12,7 +12,7 @@ use super::Say;
 use crate::config::ConfigWord;
 
 /// How the file's value `F` becomes the value `Out` a setting holds.
-pub trait Kind<F, Out> {
+pub(crate) trait Kind<F, Out> {
     /// The value, checked; `None` after `say` has been told what is wrong (the setting then keeps
     /// the value it had: the default, or `[defaults]` for a host rule).
     fn check(&self, value: F, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<Out>;
@@ -30,7 +30,7 @@ pub trait Kind<F, Out> {
 }
 
 /// A number in `min..=max`; `unit` follows the bounds in messages (`/s`).
-pub struct Number {
+pub(crate) struct Number {
     /// The smallest value allowed.
     pub min: f64,
     /// The largest value allowed.
@@ -40,7 +40,7 @@ pub struct Number {
 }
 
 /// `min..=max`, without a unit.
-pub const fn between(min: f64, max: f64) -> Number {
+pub(crate) const fn between(min: f64, max: f64) -> Number {
     Number { min, max, unit: "" }
 }
 
@@ -67,7 +67,7 @@ impl Kind<f64, f64> for Number {
 }
 
 /// A rate of requests per second: above 0, at most `max`.
-pub struct Rate {
+pub(crate) struct Rate {
     /// The largest rate allowed.
     pub max: f64,
 }
@@ -95,7 +95,7 @@ impl Kind<f64, f64> for Rate {
 }
 
 /// A whole number in `min..=max`, held as any integer type it fits.
-pub struct Count {
+pub(crate) struct Count {
     /// The smallest value allowed.
     pub min: i64,
     /// The largest value allowed.
@@ -139,7 +139,7 @@ where
 }
 
 /// A number of seconds in `min..=max`, held as a `Duration`.
-pub struct Seconds {
+pub(crate) struct Seconds {
     /// The shortest time allowed, in seconds.
     pub min: f64,
     /// The longest time allowed, in seconds.
@@ -172,7 +172,7 @@ impl Kind<f64, Duration> for Seconds {
 }
 
 /// A whole number of milliseconds in the range of its [`Count`], held as a `Duration`.
-pub struct Millis(pub Count);
+pub(crate) struct Millis(pub Count);
 
 impl Kind<i64, Duration> for Millis {
     fn check(&self, n: i64, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<Duration> {
@@ -190,7 +190,7 @@ impl Kind<i64, Duration> for Millis {
 }
 
 /// A whole number of MiB in the range of its [`Count`], held as bytes.
-pub struct Mebibytes(pub Count);
+pub(crate) struct Mebibytes(pub Count);
 
 impl Kind<i64, u64> for Mebibytes {
     fn check(&self, n: i64, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<u64> {
@@ -210,7 +210,7 @@ impl Kind<i64, u64> for Mebibytes {
 }
 
 /// `true` or `false`.
-pub struct Flag;
+pub(crate) struct Flag;
 
 impl Kind<bool, bool> for Flag {
     fn check(&self, b: bool, _: usize, _: &str, _: &mut Say<'_, '_>) -> Option<bool> {
@@ -227,7 +227,7 @@ impl Kind<bool, bool> for Flag {
 }
 
 /// One word of a closed set, as its enum value (see [`ConfigWord`]).
-pub struct Word;
+pub(crate) struct Word;
 
 impl<T: ConfigWord> Kind<String, T> for Word {
     fn check(&self, word: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<T> {
@@ -255,7 +255,7 @@ impl<T: ConfigWord> Kind<String, T> for Word {
 }
 
 /// A key that is unset unless the file sets it: the inner kind's value, or `None`.
-pub struct Maybe<K>(pub K);
+pub(crate) struct Maybe<K>(pub K);
 
 impl<F, Out, K: Kind<F, Out>> Kind<F, Option<Out>> for Maybe<K> {
     fn check(&self, value: F, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<Option<Out>> {

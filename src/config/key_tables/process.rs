@@ -14,7 +14,7 @@ use super::Say;
 use crate::config::pattern::parse_network;
 
 /// An `ip:port` socket address.
-pub struct Address;
+pub(crate) struct Address;
 
 impl Kind<String, SocketAddr> for Address {
     fn check(
@@ -46,7 +46,7 @@ impl Kind<String, SocketAddr> for Address {
 
 /// A list of CIDR networks or single addresses; a bad entry is reported on its own line and
 /// left out.
-pub struct Networks;
+pub(crate) struct Networks;
 
 impl Kind<Vec<Spanned<String>>, Vec<IpNet>> for Networks {
     fn check(
@@ -85,7 +85,7 @@ impl Kind<Vec<Spanned<String>>, Vec<IpNet>> for Networks {
 }
 
 /// A list of TCP ports; a bad entry is reported on its own line and left out.
-pub struct Ports;
+pub(crate) struct Ports;
 
 impl Kind<Vec<Spanned<i64>>, Vec<u16>> for Ports {
     fn check(
@@ -123,7 +123,7 @@ impl Kind<Vec<Spanned<i64>>, Vec<u16>> for Ports {
 
 /// A path, `~/` read as the home directory; it need not exist yet (a directory courtesy makes,
 /// a file the section checks).
-pub struct Path;
+pub(crate) struct Path;
 
 impl Kind<String, PathBuf> for Path {
     fn check(&self, path: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<PathBuf> {
@@ -146,7 +146,7 @@ impl Kind<String, PathBuf> for Path {
 }
 
 /// A file that must exist when the config is read.
-pub struct ExistingFile;
+pub(crate) struct ExistingFile;
 
 impl Kind<String, PathBuf> for ExistingFile {
     fn check(&self, path: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<PathBuf> {
@@ -169,7 +169,7 @@ impl Kind<String, PathBuf> for ExistingFile {
 }
 
 /// The admin API's bearer token: at least 16 printable characters without spaces. Never shown.
-pub struct Token;
+pub(crate) struct Token;
 
 impl Kind<String, String> for Token {
     fn check(&self, token: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
@@ -199,7 +199,7 @@ impl Kind<String, String> for Token {
 }
 
 /// An `http://` or `https://` URL that may hold a secret in its path: shown redacted.
-pub struct Webhook;
+pub(crate) struct Webhook;
 
 impl Kind<String, http::Uri> for Webhook {
     fn check(&self, url: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<http::Uri> {
@@ -237,7 +237,7 @@ impl Kind<String, http::Uri> for Webhook {
 }
 
 /// The store's URL: one server, a Cluster's seeds or Sentinels. Messages show it redacted.
-pub struct StoreUrl;
+pub(crate) struct StoreUrl;
 
 impl Kind<String, String> for StoreUrl {
     fn check(&self, url: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
@@ -272,7 +272,7 @@ impl Kind<String, String> for StoreUrl {
 }
 
 /// The prefix of the store's keys: 1 to 64 letters, digits or `-_.:`.
-pub struct KeyPrefix;
+pub(crate) struct KeyPrefix;
 
 impl Kind<String, String> for KeyPrefix {
     fn check(&self, p: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
@@ -310,7 +310,7 @@ pub(crate) fn expand_home(path: &str) -> PathBuf {
 
 /// A job's name, as a client puts it in its proxy URL's username: 1 to 64 letters, digits or
 /// `-_.`; `anonymous` and `other` are courtesy's own.
-pub struct JobName;
+pub(crate) struct JobName;
 
 impl Kind<String, String> for JobName {
     fn check(&self, name: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
@@ -347,7 +347,7 @@ impl Kind<String, String> for JobName {
 }
 
 /// The SHA-256 of a token, as 64 hex digits (a token the file need not hold).
-pub struct Sha256Hex;
+pub(crate) struct Sha256Hex;
 
 impl Kind<String, [u8; 32]> for Sha256Hex {
     fn check(&self, hex: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<[u8; 32]> {
@@ -383,7 +383,7 @@ impl Kind<String, [u8; 32]> for Sha256Hex {
 }
 
 /// Text courtesy puts in a request header (`User-Agent`, `From`): printable, one line.
-pub struct HeaderText;
+pub(crate) struct HeaderText;
 
 impl Kind<String, String> for HeaderText {
     fn check(&self, text: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {

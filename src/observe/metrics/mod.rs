@@ -27,7 +27,7 @@ use prometheus_client::registry::Registry;
 use crate::budget::limiter::{Limiter, Refusal};
 
 /// The label value for hosts beyond `metrics_max_hosts`.
-pub const OTHER: &str = "other";
+pub(crate) const OTHER: &str = "other";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HostLabel {
@@ -56,7 +56,7 @@ const REQUEST_OUTCOMES: [&str; 11] = [
 ];
 
 /// Every `outcome` of `courtesy_blocks_total`.
-pub const BLOCK_KINDS: [&str; 2] = ["soft_block", "hard_block"];
+pub(crate) const BLOCK_KINDS: [&str; 2] = ["soft_block", "hard_block"];
 
 fn seconds_histogram() -> Histogram {
     // 1 ms to about 65 s.

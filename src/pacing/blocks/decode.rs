@@ -47,7 +47,7 @@ impl Encoding {
 
 /// Decodes `input` (the first bytes of a body coded as `encoding`) into at most `limit` bytes.
 /// A decoding error keeps what was decoded before it: the copy may be cut short.
-pub fn decode_prefix(encoding: Encoding, input: &[u8], limit: usize) -> Vec<u8> {
+pub(super) fn decode_prefix(encoding: Encoding, input: &[u8], limit: usize) -> Vec<u8> {
     let limit = limit as u64;
     match encoding {
         Encoding::Plain => input[..input.len().min(limit as usize)].to_vec(),

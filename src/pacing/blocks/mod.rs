@@ -13,7 +13,15 @@
 mod decode;
 mod scan;
 
-pub use scan::{header_block, is_block_redirect, scan_wanted, BodyScan, Verdict};
+pub(crate) use scan::header_block;
+
+pub(crate) use scan::is_block_redirect;
+
+pub(crate) use scan::scan_wanted;
+
+pub(crate) use scan::BodyScan;
+
+pub(crate) use scan::Verdict;
 
 #[cfg(test)]
 mod corpus;

@@ -17,7 +17,7 @@ use crate::config::BlockMarkers;
 
 /// Scans the first `limit` bytes of a body for block markers (without regard to ASCII case),
 /// across chunk edges, without holding the body back.
-pub struct BlockScan {
+pub(super) struct BlockScan {
     markers: Arc<BlockMarkers>,
     remaining: usize,
     /// The last bytes seen (shorter than the longest marker), so a marker split across chunks
@@ -35,7 +35,7 @@ impl std::fmt::Debug for BlockScan {
 
 impl BlockScan {
     /// A scanner for `markers` over the first `limit` bytes.
-    pub fn new(markers: Arc<BlockMarkers>, limit: usize) -> Self {
+    pub(super) fn new(markers: Arc<BlockMarkers>, limit: usize) -> Self {
         BlockScan {
             markers,
             remaining: limit,
@@ -45,7 +45,7 @@ impl BlockScan {
 
     /// Looks at the next chunk; returns the marker found, if any. One pass over the chunk for all
     /// markers, no copy of it: only the seam with the previous chunk is copied.
-    pub fn feed(&mut self, chunk: &[u8]) -> Option<String> {
+    pub(super) fn feed(&mut self, chunk: &[u8]) -> Option<String> {
         let take = chunk.len().min(self.remaining);
         self.remaining -= take;
         let chunk = &chunk[..take];
@@ -75,7 +75,7 @@ impl BlockScan {
     }
 
     /// Whether the scan limit is reached.
-    pub fn done(&self) -> bool {
+    pub(super) fn done(&self) -> bool {
         self.remaining == 0
     }
 }
@@ -83,19 +83,19 @@ impl BlockScan {
 /// The statuses a challenge page comes with: 403 (Cloudflare, Akamai, DataDome, PerimeterX,
 /// Imperva), 405 (AWS WAF's captcha), 429 (Google's `/sorry/`), 503 (Cloudflare's older
 /// challenge). A marker in such an answer's first bytes is a block whatever the page's size.
-pub fn challenge_status(status: u16) -> bool {
+pub(super) fn challenge_status(status: u16) -> bool {
     matches!(status, 403 | 405 | 429 | 503)
 }
 
 /// A body at most this long (decoded) is a *small page*: on a status other than the
 /// [`challenge_status`]es, a marker counts only in a small page. An interstitial is a few KiB; a
 /// real page that carries a widget, a vendor's script or a quoted marker is larger.
-pub const SMALL_PAGE: usize = 32 * 1024;
+pub(super) const SMALL_PAGE: usize = 32 * 1024;
 
 /// A bot-management vendor's own word, in a header, that the response is a challenge whatever
 /// its body: Cloudflare's `cf-mitigated: challenge`, AWS WAF's `x-amzn-waf-action: captcha` or
 /// `challenge`. Names what was seen.
-pub fn header_block(headers: &HeaderMap) -> Option<&'static str> {
+pub(crate) fn header_block(headers: &HeaderMap) -> Option<&'static str> {
     let says = |name: &str, words: &[&str]| {
         headers
             .get_all(name)
@@ -114,7 +114,7 @@ pub fn header_block(headers: &HeaderMap) -> Option<&'static str> {
 
 /// How a body worth scanning is coded, or `None` when it is not worth scanning: only text, HTML
 /// or JSON, plain or coded as `gzip`, `deflate`, `br` or `zstd`.
-pub fn scan_wanted(headers: &HeaderMap) -> Option<Encoding> {
+pub(crate) fn scan_wanted(headers: &HeaderMap) -> Option<Encoding> {
     // Read on every response: compared without regard to case, nothing allocated.
     let textual = headers
         .get(CONTENT_TYPE)
@@ -255,7 +255,7 @@ fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// Whether a redirect points at a block page (Google's `/sorry/` and the like): one of `markers`
 /// that is a path (starts with `/`) in its `Location`.
-pub fn is_block_redirect(parts: &http::response::Parts, markers: &BlockMarkers) -> bool {
+pub(crate) fn is_block_redirect(parts: &http::response::Parts, markers: &BlockMarkers) -> bool {
     if !parts.status.is_redirection() {
         return false;
     }

@@ -16,7 +16,7 @@ const EPSILON: f64 = 1e-9;
 /// Jitter never lets a request leave earlier than the bucket allows: it only stretches a wait for a
 /// token by a random extra of up to `jitter / rate`, so `rate` stays a ceiling (invariant 1, Rate).
 #[derive(Debug, Clone)]
-pub struct Bucket {
+pub(crate) struct Bucket {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -28,7 +28,7 @@ pub struct Bucket {
 
 impl Bucket {
     /// A full bucket. `rate` must be > 0 and `burst` ≥ 1 (the config guarantees both).
-    pub fn new(rate: f64, burst: u32, now: Instant) -> Self {
+    pub(crate) fn new(rate: f64, burst: u32, now: Instant) -> Self {
         let burst = f64::from(burst.max(1));
         Bucket {
             rate: rate.max(f64::MIN_POSITIVE),
@@ -40,29 +40,29 @@ impl Bucket {
     }
 
     /// Tokens per second currently in effect.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.rate
     }
 
     /// Tokens available at `now` (fractional).
-    pub fn tokens(&mut self, now: Instant) -> f64 {
+    pub(crate) fn tokens(&mut self, now: Instant) -> f64 {
         self.refill(now);
         self.tokens
     }
 
     /// Whether the bucket is full at `now`, that is, indistinguishable from a fresh one.
-    pub fn is_full(&mut self, now: Instant) -> bool {
+    pub(crate) fn is_full(&mut self, now: Instant) -> bool {
         self.tokens(now) >= self.burst
     }
 
     /// Changes the rate from `now` on. Tokens earned so far at the old rate are kept.
-    pub fn set_rate(&mut self, rate: f64, now: Instant) {
+    pub(crate) fn set_rate(&mut self, rate: f64, now: Instant) {
         self.refill(now);
         self.rate = rate.max(f64::MIN_POSITIVE);
     }
 
     /// Changes the burst from `now` on; tokens above the new burst are dropped.
-    pub fn set_burst(&mut self, burst: u32, now: Instant) {
+    pub(crate) fn set_burst(&mut self, burst: u32, now: Instant) {
         self.refill(now);
         self.burst = f64::from(burst.max(1));
         self.tokens = self.tokens.min(self.burst);
@@ -77,7 +77,7 @@ impl Bucket {
     }
 
     /// The earliest instant at which a request may take a token, `now` if one is available.
-    pub fn ready_at(&mut self, now: Instant) -> Instant {
+    pub(crate) fn ready_at(&mut self, now: Instant) -> Instant {
         self.refill(now);
         let token_at = if self.tokens >= 1.0 - EPSILON {
             now
@@ -98,7 +98,7 @@ impl Bucket {
 
     /// Takes one token at `now` if one is available. `jitter` is the configured jitter (0..=1) and
     /// `sample` a uniform random number in [0, 1) that sets the extra wait of the next request.
-    pub fn try_take(&mut self, now: Instant, jitter: f64, sample: f64) -> bool {
+    pub(crate) fn try_take(&mut self, now: Instant, jitter: f64, sample: f64) -> bool {
         if self.ready_at(now) > now {
             return false;
         }
@@ -111,14 +111,14 @@ impl Bucket {
     }
 
     /// Drops tokens above `max` (at most one request may leave right after a cooldown).
-    pub fn clamp_tokens(&mut self, max: f64, now: Instant) {
+    pub(crate) fn clamp_tokens(&mut self, max: f64, now: Instant) {
         self.refill(now);
         self.tokens = self.tokens.min(max);
     }
 
     /// Gives back a token taken at an earlier instant for a request that was never sent.
     /// Refunding can only leave the bucket at or below where it would be had the take not happened.
-    pub fn refund(&mut self, now: Instant) {
+    pub(crate) fn refund(&mut self, now: Instant) {
         self.refill(now);
         self.tokens = (self.tokens + 1.0).min(self.burst);
     }
@@ -126,24 +126,24 @@ impl Bucket {
 
 /// Requests in flight to one host against its `concurrency` cap.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct InFlight {
+pub(crate) struct InFlight {
     /// Requests sent and not yet finished.
     pub current: u32,
 }
 
 impl InFlight {
     /// Whether one more request may start under `cap`.
-    pub fn has_room(&self, cap: u32) -> bool {
+    pub(crate) fn has_room(&self, cap: u32) -> bool {
         self.current < cap
     }
 
     /// Counts one request out.
-    pub fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         self.current += 1;
     }
 
     /// Counts one request back in.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         self.current = self.current.saturating_sub(1);
     }
 }

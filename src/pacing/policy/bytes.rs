@@ -15,7 +15,7 @@ use tokio::time::Instant;
 /// A byte bucket that starts full with `burst` bytes, refills at `rate` bytes per second up to
 /// `burst`, and is charged every byte a response brought, down into debt if need be.
 #[derive(Debug, Clone)]
-pub struct ByteBudget {
+pub(crate) struct ByteBudget {
     /// Bytes per second.
     rate: f64,
     /// The most credit an idle budget saves up, in bytes.
@@ -29,7 +29,7 @@ pub struct ByteBudget {
 
 impl ByteBudget {
     /// A full budget of `rate` bytes per second (at least 1) saving up to `burst` bytes.
-    pub fn new(rate: u64, burst: u64, now: Instant) -> Self {
+    pub(crate) fn new(rate: u64, burst: u64, now: Instant) -> Self {
         let whole = (rate, burst);
         let burst = burst as f64;
         ByteBudget {
@@ -42,25 +42,25 @@ impl ByteBudget {
     }
 
     /// The burst of a budget whose file gave none: one second's worth.
-    pub fn default_burst(rate: u64, burst: Option<u64>) -> u64 {
+    pub(crate) fn default_burst(rate: u64, burst: Option<u64>) -> u64 {
         burst.unwrap_or(rate)
     }
 
     /// Bytes per second.
-    pub fn rate(&self) -> u64 {
+    pub(crate) fn rate(&self) -> u64 {
         self.rate as u64
     }
 
     /// Changes rate and burst from `now` on (a reload); credit above the new burst is dropped, a
     /// debt is kept.
-    pub fn set(&mut self, rate: u64, burst: u64, now: Instant) {
+    pub(crate) fn set(&mut self, rate: u64, burst: u64, now: Instant) {
         self.whole = (rate, burst);
         self.set_in_force(rate, burst, now);
     }
 
     /// Keeps `share` of the configured rate and burst from `now` on (a shared budget's
     /// instance in fallback; `1.0`: all of it), a debt kept.
-    pub fn share(&mut self, share: f64, now: Instant) {
+    pub(crate) fn share(&mut self, share: f64, now: Instant) {
         let (rate, burst) = self.whole;
         let part = |whole: u64| ((whole as f64) * share).floor() as u64;
         self.set_in_force(part(rate).max(1), part(burst), now);
@@ -82,20 +82,20 @@ impl ByteBudget {
     }
 
     /// Charges `bytes` that went by at `now` (never refused: the balance may go into debt).
-    pub fn charge(&mut self, bytes: u64, now: Instant) {
+    pub(crate) fn charge(&mut self, bytes: u64, now: Instant) {
         self.refill(now);
         self.balance -= bytes as f64;
     }
 
     /// The debt at `now` in bytes (0: none).
-    pub fn debt(&mut self, now: Instant) -> u64 {
+    pub(crate) fn debt(&mut self, now: Instant) -> u64 {
         self.refill(now);
         (-self.balance).max(0.0).ceil() as u64
     }
 
     /// The earliest instant the next turn may start: `now` without a debt, else when the refill
     /// has paid it back (rounded up to whole microseconds, so that waking then finds it paid).
-    pub fn ready_at(&mut self, now: Instant) -> Instant {
+    pub(crate) fn ready_at(&mut self, now: Instant) -> Instant {
         self.refill(now);
         if self.balance >= 0.0 {
             return now;
@@ -105,7 +105,7 @@ impl ByteBudget {
     }
 
     /// Whether the budget is full at `now` (indistinguishable from a fresh one).
-    pub fn is_full(&mut self, now: Instant) -> bool {
+    pub(crate) fn is_full(&mut self, now: Instant) -> bool {
         self.refill(now);
         self.balance >= self.burst
     }

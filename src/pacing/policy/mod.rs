@@ -34,11 +34,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub use bucket::{Bucket, InFlight};
-pub use bytes::ByteBudget;
-pub use cooldown::{Cooldown, CooldownCause};
-pub use observation::{Answer, Observation, Reaction};
-pub use wait::WaitReason;
+pub(crate) use bucket::Bucket;
+
+pub(crate) use bucket::InFlight;
+pub(crate) use bytes::ByteBudget;
+pub(crate) use cooldown::{Cooldown, CooldownCause};
+pub(crate) use observation::{Answer, Observation, Reaction};
+pub(crate) use wait::WaitReason;
 
 use crate::config::HostPolicy;
 use crate::pacing::feedback::Feedback;

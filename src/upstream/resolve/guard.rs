@@ -28,7 +28,7 @@ pub enum Forbidden {
 /// The destinations courtesy refuses: its own listeners, and the denied networks less the
 /// allowed ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Destinations {
+pub(crate) struct Destinations {
     own: Vec<SocketAddr>,
     deny: Vec<IpNet>,
     allow: Vec<IpNet>,
@@ -36,12 +36,12 @@ pub struct Destinations {
 
 impl Destinations {
     /// Refuses `own` (the listeners' addresses), every address in `deny`, except those in `allow`.
-    pub fn new(own: Vec<SocketAddr>, deny: Vec<IpNet>, allow: Vec<IpNet>) -> Self {
+    pub(crate) fn new(own: Vec<SocketAddr>, deny: Vec<IpNet>, allow: Vec<IpNet>) -> Self {
         Destinations { own, deny, allow }
     }
 
     /// Whether `addr` may be dialed, or why not.
-    pub fn check(&self, addr: SocketAddr) -> Result<(), Forbidden> {
+    pub(crate) fn check(&self, addr: SocketAddr) -> Result<(), Forbidden> {
         let ip = canonical_ip(addr.ip());
         let reached = reached_as(ip);
         if self.is_own(reached, addr.port()) {

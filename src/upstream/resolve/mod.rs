@@ -32,14 +32,16 @@ use std::time::Duration;
 use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-pub use guard::{Destinations, Forbidden};
+pub(crate) use guard::Destinations;
+
+pub(crate) use guard::Forbidden;
 use pins::Pins;
 
 use crate::wire::hosts_file::StaticHosts;
 use crate::wire::scheme::Scheme;
 
 /// The TCP connector under [`GuardedConnector`]: hyper-util's, handed addresses only.
-pub type Connector = HttpConnector<Resolver>;
+pub(crate) type Connector = HttpConnector<Resolver>;
 
 /// Why a name did not resolve.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -83,7 +85,7 @@ fn forbidden_text(why: &Forbidden) -> String {
 /// Resolves names from the `hosts_file`, the held addresses of `key = "ip"` names, or the system
 /// resolver, bounded by a timeout. Clones share what they hold.
 #[derive(Debug, Clone)]
-pub struct Resolver {
+pub(crate) struct Resolver {
     timeout: Duration,
     statics: Arc<StaticHosts>,
     pins: Arc<Pins>,
@@ -93,7 +95,7 @@ pub struct Resolver {
 impl Resolver {
     /// A resolver that gives up after `timeout`, answering the names in `statics` itself. It
     /// refuses no destination until [`Resolver::refusing`] says which.
-    pub fn new(timeout: Duration, statics: Arc<StaticHosts>) -> Self {
+    pub(crate) fn new(timeout: Duration, statics: Arc<StaticHosts>) -> Self {
         Resolver {
             timeout,
             statics,
@@ -104,7 +106,7 @@ impl Resolver {
 
     /// This resolver, refusing `destinations` in [`Resolver::lookup_target`] (set once at
     /// start, before it is cloned).
-    pub fn refusing(mut self, destinations: Destinations) -> Self {
+    pub(crate) fn refusing(mut self, destinations: Destinations) -> Self {
         self.destinations = Arc::new(destinations);
         self
     }
@@ -113,7 +115,11 @@ impl Resolver {
     /// as an address in any spelling, else resolved like [`Resolver::lookup`]; an error when any
     /// of them is one courtesy never dials ([`DnsError::Forbidden`]), so that a name with one bad
     /// address is refused rather than tried in turn.
-    pub async fn lookup_target(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, DnsError> {
+    pub(crate) async fn lookup_target(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, DnsError> {
         let host = host.trim_end_matches('.');
         let addrs: Vec<SocketAddr> = match crate::wire::literal::literal_ip(host) {
             Some(ip) => vec![SocketAddr::new(ip, port)],
@@ -141,7 +147,7 @@ impl Resolver {
 
     /// The refusal of the address literal `host` (read already as `ip`), if courtesy never dials
     /// it: what [`Resolver::lookup_target`] says of a literal, without reading it again.
-    pub fn judge_literal(&self, host: &str, ip: IpAddr, port: u16) -> Result<(), DnsError> {
+    pub(crate) fn judge_literal(&self, host: &str, ip: IpAddr, port: u16) -> Result<(), DnsError> {
         self.judge(host, &[SocketAddr::new(ip, port)])
     }
 
@@ -161,7 +167,7 @@ impl Resolver {
 
     /// The addresses of `name` (port 0), or why there are none: a connection to `name` goes to
     /// these, in order.
-    pub async fn lookup(&self, name: &str) -> Result<Vec<SocketAddr>, DnsError> {
+    pub(crate) async fn lookup(&self, name: &str) -> Result<Vec<SocketAddr>, DnsError> {
         if let Some(addrs) = self.statics.get(name) {
             return Ok(addrs.iter().map(|ip| SocketAddr::new(*ip, 0)).collect());
         }
@@ -173,7 +179,7 @@ impl Resolver {
 
     /// The one address a budget keyed by address (`key = "ip"`) counts `name` under; from then on,
     /// for as long as its DNS answer lives, connections to `name` go to it alone.
-    pub async fn address(&self, name: &str) -> Result<IpAddr, DnsError> {
+    pub(crate) async fn address(&self, name: &str) -> Result<IpAddr, DnsError> {
         if let Some(addrs) = self.statics.get(name) {
             if let Some(ip) = pins::first_v4_else_first(addrs) {
                 return Ok(ip);
@@ -228,14 +234,14 @@ impl tower::Service<Name> for Resolver {
 /// ([`Resolver::lookup_target`]) and only then handed, as an address, to hyper-util's TCP
 /// connector; so no lookup made after a check (DNS rebinding) can reach a refused address.
 #[derive(Debug, Clone)]
-pub struct GuardedConnector {
+pub(crate) struct GuardedConnector {
     inner: Connector,
     resolver: Resolver,
 }
 
 impl GuardedConnector {
     /// Connections made by `inner` to the addresses `resolver` allows.
-    pub fn new(inner: Connector, resolver: Resolver) -> Self {
+    pub(crate) fn new(inner: Connector, resolver: Resolver) -> Self {
         GuardedConnector { inner, resolver }
     }
 }

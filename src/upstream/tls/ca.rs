@@ -16,9 +16,9 @@ use rustls_pki_types::CertificateDer;
 use time::OffsetDateTime;
 
 /// File name of the CA certificate under `state_dir`.
-pub const CA_CERT_FILE: &str = "ca.pem";
+pub(crate) const CA_CERT_FILE: &str = "ca.pem";
 /// File name of the CA private key under `state_dir`.
-pub const CA_KEY_FILE: &str = "ca-key.pem";
+pub(crate) const CA_KEY_FILE: &str = "ca-key.pem";
 /// Why a leaf certificate could not be made for a name.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LeafError {

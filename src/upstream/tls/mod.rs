@@ -20,11 +20,12 @@ mod upstream;
 
 use std::sync::Arc;
 
+pub use ca::LocalCa;
+#[cfg(test)]
+use ca::CA_KEY_FILE;
+pub(crate) use leaves::Interceptor;
 use rustls::crypto::CryptoProvider;
-
-pub use ca::{LeafError, LocalCa, CA_CERT_FILE, CA_KEY_FILE};
-pub use leaves::Interceptor;
-pub use upstream::client_config;
+pub(crate) use upstream::client_config;
 
 /// The crypto provider every config uses.
 pub fn provider() -> Arc<CryptoProvider> {

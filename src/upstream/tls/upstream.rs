@@ -12,7 +12,7 @@ use super::provider;
 
 /// The client config for upstream TLS: webpki's roots plus `upstream_ca` (a PEM file of private
 /// roots). Verification is always on.
-pub fn client_config(upstream_ca: Option<&Path>) -> anyhow::Result<ClientConfig> {
+pub(crate) fn client_config(upstream_ca: Option<&Path>) -> anyhow::Result<ClientConfig> {
     let mut roots = RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     if let Some(path) = upstream_ca {
