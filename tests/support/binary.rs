@@ -5,9 +5,41 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::wait::eventually;
+
+/// The next candidate of [`unused_port`] in this test process.
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`), 32768 if unreadable.
+fn ephemeral_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// A loopback port below the ephemeral range that nothing listens on now: no `bind(0)` or
+/// outgoing connection of another test can take it before the process under test binds it. The
+/// start is spread by process id, so that two test binaries rarely try the same ports.
+fn unused_port() -> u16 {
+    let low = 10_000u32;
+    let span = ephemeral_start().saturating_sub(low).max(1_000);
+    let offset = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        let port = low + (offset + n) % span;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port below the ephemeral range");
+}
 
 /// The ports of a courtesy process: its proxy listener and its admin listener on 127.0.0.1.
 #[derive(Debug, Clone, Copy)]
@@ -19,16 +51,14 @@ pub struct Ports {
 }
 
 impl Ports {
-    /// Two loopback ports that were free a moment ago (the process binds them itself).
+    /// Two loopback ports that were free a moment ago (the process binds them itself), taken
+    /// below the kernel's ephemeral range: a port from `bind(0)` is handed out again to the next
+    /// socket of any test running beside this one, which then holds it when courtesy binds.
     pub fn free() -> Ports {
-        let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let ports = Ports {
-            proxy: proxy.local_addr().unwrap().port(),
-            admin: admin.local_addr().unwrap().port(),
-        };
-        drop((proxy, admin));
-        ports
+        Ports {
+            proxy: unused_port(),
+            admin: unused_port(),
+        }
     }
 
     /// The `[proxy]` section that puts the process on these ports with its state in `state_dir`.
