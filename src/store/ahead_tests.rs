@@ -5,10 +5,10 @@
 
 use redis::aio::MultiplexedConnection;
 
-use super::scripts::{script, RESERVE};
-
-use super::tests::connect;
+use super::calls::ReserveCall;
 use super::tests::server::RedisServer as TestRedis;
+use super::tests::{connect, reservation, reserve_fields, run};
+use super::AheadAsk;
 
 /// A Unix time in µs with all 16 digits in use, as `TIME` gives.
 const T0: i64 = 1_764_590_000_123_456;
@@ -42,35 +42,33 @@ async fn call(
 ) -> (String, i64, String, i64, i64) {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let reply: redis::Value = script(RESERVE)
-        .key(format!("t:{{{host}}}:b"))
-        .key(format!("t:{{{host}}}:l"))
-        .key(format!("t:{{{host}}}:q"))
-        .key(format!("t:{{{host}}}:qx"))
-        .key(format!("t:{{{host}}}:a"))
-        .arg(now)
-        .arg(limits.rate.to_string())
-        .arg(limits.rate.to_string())
-        .arg(limits.burst)
-        .arg(limits.concurrency)
-        .arg(limits.lease)
-        .arg(format!("{who}:{n}"))
-        .arg(1_000_000)
-        .arg("0")
-        .arg(3_600_000_000_i64)
-        .arg("t:hints")
-        .arg(host)
-        .arg(want)
-        .arg(who)
-        .arg(0)
-        .arg(0)
-        .arg(2_000_000)
-        .arg(ahead)
-        .invoke_async(conn)
-        .await
-        .unwrap();
-    let ((kind, micros, _, _, _, tat, interval, start), ..) =
-        super::reserve_fields(&reply).expect("a reservation reply");
+    let member = format!("{who}:{n}");
+    // The allowance as `seq|spent|tokens wanted|slots wanted|slots in use`, `''`: none.
+    let numbers: Vec<u64> = ahead.split('|').filter_map(|x| x.parse().ok()).collect();
+    let ask = match numbers[..] {
+        [seq, spent, tokens, slots, in_use] => Some(AheadAsk {
+            seq,
+            spent,
+            want_tokens: tokens as u32,
+            want_slots: slots as u32,
+            in_use: in_use as u32,
+        }),
+        _ => None,
+    };
+    let call = ReserveCall {
+        mine: limits.rate,
+        configured_rate: limits.rate,
+        burst: limits.burst,
+        concurrency: limits.concurrency,
+        lease_us: limits.lease,
+        horizon_us: 1_000_000,
+        want,
+        who,
+        ..reservation(host, &member, now)
+    }
+    .with_ask(ask);
+    let reply = run(conn, &call).await;
+    let ((kind, micros, _, _, _, tat, interval, start), ..) = reserve_fields(&reply);
     (kind, micros, tat, interval, start)
 }
 

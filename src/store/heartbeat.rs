@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::calls::{GroupKeys, HeartbeatCall, RenewCall};
 use super::{micros, Store};
 use crate::util::locks::lock;
 
@@ -79,16 +80,15 @@ pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
 impl Store {
     /// One beat: the number of live instances, or `None` if the store did not answer.
     async fn beat(&self) -> Option<u32> {
-        let mut invocation = self.scripts.heartbeat.prepare_invoke();
-        invocation
-            .key(self.instances_key())
-            .arg("")
-            .arg(&self.instance)
-            .arg(micros(LIVE_FOR));
-        let value = self.call(super::Op::Heartbeat, &invocation).await.ok()?;
-        let (live, clock) = redis::from_redis_value::<(u32, String)>(value).ok()?;
-        self.read_clock(clock.parse().unwrap_or(0));
-        Some(live)
+        let call = HeartbeatCall {
+            prefix: self.prefix(),
+            now: None,
+            instance: &self.instance,
+            live_for_us: micros(LIVE_FOR),
+        };
+        let reply = self.run(&call).await.ok()?;
+        self.read_clock(reply.now);
+        Some(reply.live)
     }
 
     /// Keeps the leases of this instance's turns in flight from running out while they last.
@@ -99,15 +99,14 @@ impl Store {
             .map(|(h, m)| (h.clone(), m.clone()))
             .collect();
         for (host, members) in hosts {
-            let mut invocation = self.scripts.renew.prepare_invoke();
-            invocation
-                .key(self.lease_key(&host))
-                .arg("")
-                .arg(micros(self.settings.lease));
-            for m in &members {
-                invocation.arg(m);
-            }
-            if self.call(super::Op::Renew, &invocation).await.is_err() {
+            let call = RenewCall {
+                prefix: self.prefix(),
+                host: &host,
+                now: None,
+                lease_us: micros(self.settings.lease),
+                members: &members,
+            };
+            if self.run(&call).await.is_err() {
                 return;
             }
         }
@@ -117,7 +116,12 @@ impl Store {
     /// at once rather than after [`LIVE_FOR`].
     async fn leave(&self) {
         let cmd = redis::cmd("ZREM")
-            .arg(self.instances_key())
+            .arg(
+                GroupKeys {
+                    prefix: self.prefix(),
+                }
+                .instances_key(),
+            )
             .arg(&self.instance)
             .clone();
         let _ = tokio::time::timeout(self.settings.timeout, self.conn.command(&cmd)).await;

@@ -15,6 +15,7 @@
 //! | `mod.rs` | the store's calls and the mode (shared or fallback) |
 //! | `connection.rs` | how the store is reached: one server, a Redis Cluster, or Sentinel's master |
 //! | `scripts.rs` | the Lua, with the semantics of every field |
+//! | `calls.rs` | each script's call as a type: its named fields, the one writer of their order, the reader of its reply |
 //! | `hints.rs` | the pub/sub subscriber |
 //! | `releases.rs` | ended turns: carried by the host's next reservation, or released on their own |
 //! | `heartbeat.rs` | live instances, lease renewal, finding the store again |
@@ -23,6 +24,7 @@
 
 #[cfg(test)]
 mod ahead_tests;
+mod calls;
 mod connection;
 mod heartbeat;
 mod hints;
@@ -45,6 +47,7 @@ use tokio::time::Instant;
 use crate::config::SharedSettings;
 use crate::pacing::policy::CooldownCause;
 use crate::util::locks::lock;
+use calls::Call;
 
 pub(crate) use heartbeat::run_heartbeat;
 pub(crate) use hints::{run_hints, Hint};
@@ -191,6 +194,7 @@ impl prometheus_client::encoding::EncodeLabelValue for Op {
     }
 }
 
+/// Every script, ready to run.
 #[derive(Debug)]
 struct Scripts {
     reserve: redis::Script,
@@ -201,6 +205,22 @@ struct Scripts {
     renew: redis::Script,
     withdraw: redis::Script,
     bill: redis::Script,
+}
+
+impl Scripts {
+    /// The script of `op`.
+    fn of(&self, op: Op) -> &redis::Script {
+        match op {
+            Op::Reserve => &self.reserve,
+            Op::Report => &self.report,
+            Op::Release => &self.release,
+            Op::Operator => &self.operator,
+            Op::Heartbeat => &self.heartbeat,
+            Op::Renew => &self.renew,
+            Op::Withdraw => &self.withdraw,
+            Op::Bill => &self.bill,
+        }
+    }
 }
 
 /// What the store says about one host besides a turn: the learned rate and an operator's rate.
@@ -276,7 +296,7 @@ pub(super) struct LeaseTurn {
     host: Arc<str>,
     member: String,
     /// The `tat` the reservation wrote and its interval, to undo it if the turn is never used.
-    tat: String,
+    tat: i64,
     interval: i64,
     /// When the turn starts on the store's clock (µs), for the wave rule.
     starts_us: i64,
@@ -413,14 +433,14 @@ impl Store {
             fallen_for: Mutex::new(None),
             me: me.clone(),
             scripts: Scripts {
-                reserve: scripts::script(scripts::RESERVE),
-                release: scripts::script(scripts::RELEASE),
-                report: scripts::script(scripts::REPORT),
-                operator: scripts::script(scripts::OPERATOR),
-                heartbeat: scripts::script(scripts::HEARTBEAT),
-                renew: scripts::script(scripts::RENEW),
-                withdraw: scripts::script(scripts::WITHDRAW),
-                bill: scripts::script(scripts::BILL),
+                reserve: scripts::script(<calls::ReserveCall as Call>::SCRIPT),
+                release: scripts::script(<calls::ReleaseCall as Call>::SCRIPT),
+                report: scripts::script(<calls::ReportCall as Call>::SCRIPT),
+                operator: scripts::script(<calls::OperatorCall as Call>::SCRIPT),
+                heartbeat: scripts::script(<calls::HeartbeatCall as Call>::SCRIPT),
+                renew: scripts::script(<calls::RenewCall as Call>::SCRIPT),
+                withdraw: scripts::script(<calls::WithdrawCall as Call>::SCRIPT),
+                bill: scripts::script(<calls::BillCall as Call>::SCRIPT),
             },
             round_trip: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
             errors: OpLabel::family(),
@@ -493,28 +513,24 @@ impl Store {
         &self.settings
     }
 
-    fn budget_key(&self, host: &str) -> String {
-        format!("{}:{{{host}}}:b", self.settings.key_prefix)
+    /// The keys' prefix (`[shared] key_prefix`).
+    fn prefix(&self) -> &str {
+        &self.settings.key_prefix
     }
 
-    fn lease_key(&self, host: &str) -> String {
-        format!("{}:{{{host}}}:l", self.settings.key_prefix)
+    /// Runs one script call (`calls.rs`) within the timeout and reads its reply; a store that
+    /// fails or does not answer switches this instance to fallback, a reply of another shape is
+    /// an error of its own.
+    async fn run<C: calls::Call + Sync>(&self, call: &C) -> Result<C::Reply, StoreDown> {
+        let value = self.send(call).await?;
+        read_reply::<C>(value)
     }
 
-    fn waiting_key(&self, host: &str) -> String {
-        format!("{}:{{{host}}}:q", self.settings.key_prefix)
-    }
-
-    fn waiting_expiry_key(&self, host: &str) -> String {
-        format!("{}:{{{host}}}:qx", self.settings.key_prefix)
-    }
-
-    fn ahead_key(&self, host: &str) -> String {
-        format!("{}:{{{host}}}:a", self.settings.key_prefix)
-    }
-
-    fn instances_key(&self) -> String {
-        format!("{}:instances", self.settings.key_prefix)
+    /// Sends one script call within the timeout (see [`Store::run`]): its reply, unread.
+    async fn send<C: calls::Call + Sync>(&self, call: &C) -> Result<Value, StoreDown> {
+        let mut invocation = self.scripts.of(C::OP).prepare_invoke();
+        call.write(&mut invocation);
+        self.call(C::OP, &invocation).await
     }
 
     /// Runs one script call within the timeout; a failure switches this instance to fallback.
@@ -630,121 +646,129 @@ impl Store {
             self.instance,
             self.next_lease.fetch_add(1, Ordering::Relaxed)
         );
-        let mut invocation = self.scripts.reserve.prepare_invoke();
-        invocation
-            .key(self.budget_key(host))
-            .key(self.lease_key(host))
-            .key(self.waiting_key(host))
-            .key(self.waiting_expiry_key(host))
-            .key(self.ahead_key(host))
-            .arg("")
-            .arg(limits.rate.to_string())
-            .arg(limits.configured_rate.to_string())
-            .arg(limits.burst.max(1))
-            .arg(limits.concurrency.max(1))
-            .arg(micros(self.settings.lease))
-            .arg(&member)
-            .arg(micros(HORIZON))
-            .arg(if limits.rejoin { "1" } else { "0" })
-            .arg(micros(idle_ttl(limits.answered)))
-            .arg(&self.channel)
-            .arg(&**host)
-            .arg(want)
-            .arg(&self.instance)
-            .arg(micros(waited))
-            .arg(self.deadline_us())
-            .arg(micros(WAITING_PLACE))
-            .arg(ahead.map_or(String::new(), |a| {
-                format!(
-                    "{}|{}|{}|{}|{}",
-                    a.seq, a.spent, a.want_tokens, a.want_slots, a.in_use
-                )
-            }))
-            .arg(limits.bytes.map_or(String::new(), |(rate, burst)| {
-                format!("{}|{burst}", rate.max(1))
-            }));
         // The host's turns that ended meanwhile are released by this same call (even one past
         // its deadline); if the call fails they are kept for the next, since a release is
         // idempotent.
         let ended = self.take_ended(host);
-        for (turn, sent, _) in &ended {
-            invocation
-                .arg(&turn.member)
-                .arg(if *sent { "0" } else { "1" })
-                .arg(&turn.tat)
-                .arg(turn.interval);
+        let call = calls::ReserveCall {
+            prefix: self.prefix(),
+            now: None,
+            mine: limits.rate,
+            configured_rate: limits.configured_rate,
+            burst: limits.burst.max(1),
+            concurrency: limits.concurrency.max(1),
+            lease_us: micros(self.settings.lease),
+            member: &member,
+            horizon_us: micros(HORIZON),
+            rejoin: limits.rejoin,
+            idle_ttl_us: micros(idle_ttl(limits.answered)),
+            channel: &self.channel,
+            host,
+            want,
+            who: &self.instance,
+            waited_us: micros(waited),
+            deadline_us: self.deadline_us(),
+            waiting_place_us: micros(WAITING_PLACE),
+            ask_seq: None,
+            ask_spent: None,
+            ask_tokens: None,
+            ask_slots: None,
+            ask_in_use: None,
+            byte_rate: limits.bytes.map(|(rate, _)| rate.max(1)),
+            byte_burst: limits.bytes.map(|(_, burst)| burst),
+            ended: ended
+                .iter()
+                .map(|(turn, sent, _)| calls::EndedTurn {
+                    member: &turn.member,
+                    refund: !*sent,
+                    tat: turn.tat,
+                    interval: turn.interval,
+                })
+                .collect(),
         }
-        let value = match self.call(Op::Reserve, &invocation).await {
+        .with_ask(ahead);
+        let value = match self.send(&call).await {
             Ok(value) => value,
             Err(down) => {
                 self.keep_ended(ended);
                 return Err(down);
             }
         };
-        let text = value_text(&value)
-            .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
-        let reply = ReserveReply::parse(text)
-            .ok_or_else(|| StoreDown("the reservation script answered an unknown shape".into()))?;
+        // A reply of another shape came from a call that ran: its turns were released.
+        let reply = read_reply::<calls::ReserveCall>(value)?;
         self.read_clock(reply.now);
-        let wait = Duration::from_micros(reply.micros.max(0) as u64);
         let view = SharedView {
             rate: reply.rate,
             rate_override: reply.rate_override,
         };
-        let lease = |member: String, tat: String, starts_us: i64| Lease {
-            turn: Some(LeaseTurn {
-                host: host.clone(),
-                member,
-                tat,
-                interval: reply.interval,
-                starts_us,
-            }),
-            store: self.me.clone(),
-        };
-        Ok(match reply.kind.as_str() {
-            "go" => {
+        Ok(match reply.answer {
+            calls::ReserveAnswer::Go {
+                wait_us,
+                interval,
+                first,
+                more,
+            } => {
+                let wait = duration_us(wait_us);
+                let lease = |member: String, turn: calls::ReservedTurn| Lease {
+                    turn: Some(LeaseTurn {
+                        host: host.clone(),
+                        member,
+                        tat: turn.tat,
+                        interval,
+                        starts_us: turn.start,
+                    }),
+                    store: self.me.clone(),
+                };
                 {
                     let mut live = lock(&self.live);
                     let members = live.entry(host.clone()).or_default();
                     members.push(member.clone());
-                    members.extend((0..reply.more.len()).map(|i| format!("{member}.{}", i + 2)));
+                    members.extend((0..more.len()).map(|i| format!("{member}.{}", i + 2)));
                 }
                 // Every turn after the first starts later by what its start is past the first's.
-                let more: Vec<(Duration, Lease)> = reply
-                    .more
+                let more: Vec<(Duration, Lease)> = more
                     .iter()
                     .enumerate()
-                    .map(|(i, (tat, start))| {
-                        let after = Duration::from_micros((start - reply.start).max(0) as u64);
+                    .map(|(i, turn)| {
+                        let after = duration_us(turn.start - first.start);
                         let member = format!("{member}.{}", i + 2);
-                        (wait + after, lease(member, tat.clone(), *start))
+                        (wait + after, lease(member, *turn))
                     })
                     .collect();
                 Reservation::Go {
                     wait,
-                    lease: lease(member, reply.tat.clone(), reply.start),
+                    lease: lease(member, first),
                     more,
                     view,
                 }
             }
-            "ahead" => Reservation::Ahead {
-                tokens: reply.tat.parse().unwrap_or(0),
-                slots: u32::try_from(reply.interval).unwrap_or(0),
+            calls::ReserveAnswer::Ahead { tokens, slots } => Reservation::Ahead {
+                tokens,
+                slots,
                 view,
             },
-            "cool" => Reservation::Cool {
-                remaining: wait,
-                cause: CooldownCause::from_word(Some(&reply.cause)),
+            calls::ReserveAnswer::Cool {
+                remaining_us,
+                cause,
+            } => Reservation::Cool {
+                remaining: duration_us(remaining_us),
+                cause,
                 view,
             },
-            "busy" | "behind" => Reservation::Busy { retry_in: wait },
-            "settled" => Reservation::Settled,
+            calls::ReserveAnswer::Busy { retry_us } | calls::ReserveAnswer::Behind { retry_us } => {
+                Reservation::Busy {
+                    retry_in: duration_us(retry_us),
+                }
+            }
+            calls::ReserveAnswer::Settled => Reservation::Settled,
             // Answered past its deadline (the clock read was off by more than a round trip):
             // nothing was reserved, ask again.
-            "stale" => Reservation::Later {
+            calls::ReserveAnswer::Stale => Reservation::Later {
                 retry_in: Duration::from_millis(1),
             },
-            _ => Reservation::Later { retry_in: wait },
+            calls::ReserveAnswer::Later { retry_us } => Reservation::Later {
+                retry_in: duration_us(retry_us),
+            },
         })
     }
 
@@ -789,35 +813,31 @@ impl Store {
     /// Takes this instance out of `host`'s waiting list (its queue for the host emptied), so
     /// that the others do not wait for a place nobody will use.
     pub(crate) async fn withdraw(&self, host: &str) {
-        let mut invocation = self.scripts.withdraw.prepare_invoke();
-        invocation
-            .key(self.waiting_key(host))
-            .key(self.waiting_expiry_key(host))
-            .key(self.budget_key(host))
-            .arg(&self.instance)
-            .arg(&self.channel)
-            .arg(host);
+        let call = calls::WithdrawCall {
+            prefix: self.prefix(),
+            who: &self.instance,
+            channel: &self.channel,
+            host,
+        };
         // A failure leaves the place to expire (`WAITING_PLACE`).
-        let _ = self.call(Op::Withdraw, &invocation).await;
+        let _ = self.run(&call).await;
     }
 
     /// Releases one ended turn with a round trip of its own (see `releases.rs` for the usual
     /// way): frees its slot and, for a request that never left, gives its token back. `false`
     /// when the store did not answer (the turn is still to release).
     async fn release_now(&self, turn: &LeaseTurn, sent: bool) -> bool {
-        let mut invocation = self.scripts.release.prepare_invoke();
-        invocation
-            .key(self.budget_key(&turn.host))
-            .key(self.lease_key(&turn.host))
-            .key(self.waiting_key(&turn.host))
-            .arg("")
-            .arg(&turn.member)
-            .arg(if sent { "0" } else { "1" })
-            .arg(&turn.tat)
-            .arg(turn.interval)
-            .arg(&self.channel)
-            .arg(&*turn.host);
-        self.call(Op::Release, &invocation).await.is_ok()
+        let call = calls::ReleaseCall {
+            prefix: self.prefix(),
+            now: None,
+            member: &turn.member,
+            refund: !sent,
+            tat: turn.tat,
+            interval: turn.interval,
+            channel: &self.channel,
+            host: &turn.host,
+        };
+        self.run(&call).await.is_ok()
     }
 
     /// Applies what an answer taught to the shared state; returns the learned rate and the
@@ -829,70 +849,61 @@ impl Store {
         starts_us: i64,
         bounds: RateBounds,
     ) -> Result<(f64, Duration), StoreDown> {
-        let (cool, cause) = match lesson.cooldown {
+        let (cooldown_us, cause) = match lesson.cooldown {
             Some((d, cause)) => (micros(d), cause.word()),
             None => (0, String::new()),
         };
-        let mut invocation = self.scripts.report.prepare_invoke();
-        invocation
-            .key(self.budget_key(host))
-            .arg("")
-            .arg(cool)
-            .arg(cause)
-            .arg(lesson.rate_before.to_string())
-            .arg(lesson.rate_after.to_string())
-            .arg(starts_us)
-            .arg(bounds.min_rate.to_string())
-            .arg(bounds.ceiling.to_string())
-            .arg(bounds.configured_rate.to_string())
-            .arg(bounds.burst.max(1))
-            .arg(lesson.cap.map(|c| c.to_string()).unwrap_or_default())
-            .arg(micros(Duration::from_secs(3600)))
-            .arg(&self.channel)
-            .arg(host)
-            .arg(micros(idle_ttl(lesson.answered)));
-        let value = self.call(Op::Report, &invocation).await?;
-        let (rate, left): (String, i64) = redis::from_redis_value(value)
-            .map_err(|e| StoreDown(format!("the report script answered {e}")))?;
-        Ok((
-            rate.parse().unwrap_or(bounds.configured_rate),
-            Duration::from_micros(left.max(0) as u64),
-        ))
+        let call = calls::ReportCall {
+            prefix: self.prefix(),
+            now: None,
+            cooldown_us,
+            cause,
+            rate_before: lesson.rate_before,
+            rate_after: lesson.rate_after,
+            started_us: starts_us,
+            min_rate: bounds.min_rate,
+            ceiling: bounds.ceiling,
+            configured_rate: bounds.configured_rate,
+            burst: bounds.burst.max(1),
+            cap: lesson.cap,
+            cap_us: micros(Duration::from_secs(3600)),
+            channel: &self.channel,
+            host,
+            idle_ttl_us: micros(idle_ttl(lesson.answered)),
+        };
+        let reply = self.run(&call).await?;
+        Ok((reply.rate, duration_us(reply.cooldown_left_us)))
     }
 
     /// Charges `bytes` of response body to `host`'s shared byte budget of `rate` bytes per
     /// second, so that every instance's next turn waits for the debt (`scripts::BILL`).
     pub(crate) async fn bill(&self, host: &str, bytes: u64, rate: u64) {
-        let mut invocation = self.scripts.bill.prepare_invoke();
-        invocation
-            .key(self.budget_key(host))
-            .arg("")
-            .arg(bytes)
-            .arg(rate.max(1))
-            .arg(micros(IDLE_TTL));
+        let call = calls::BillCall {
+            prefix: self.prefix(),
+            host,
+            now: None,
+            bytes,
+            byte_rate: rate.max(1),
+            idle_ttl_us: micros(IDLE_TTL),
+        };
         // A bill the store did not take is lost with the fall to fallback, where each instance
         // keeps its share of the byte budget locally.
-        let _ = self.call(Op::Bill, &invocation).await;
+        let _ = self.run(&call).await;
     }
 
     /// Applies an operator's action for every instance.
     pub(crate) async fn operator(&self, host: &str, action: StoreAction) -> Result<(), StoreDown> {
-        let (word, value) = match action {
-            StoreAction::Pause(d) => ("pause", micros(d).to_string()),
-            StoreAction::Resume => ("resume", String::new()),
-            StoreAction::Rate(Some(r)) => ("rate", r.to_string()),
-            StoreAction::Rate(None) => ("unrate", String::new()),
+        let (action, value) = calls::OperatorCall::words(action);
+        let call = calls::OperatorCall {
+            prefix: self.prefix(),
+            now: None,
+            action,
+            value,
+            channel: &self.channel,
+            host,
+            idle_ttl_us: micros(IDLE_TTL),
         };
-        let mut invocation = self.scripts.operator.prepare_invoke();
-        invocation
-            .key(self.budget_key(host))
-            .arg("")
-            .arg(word)
-            .arg(value)
-            .arg(&self.channel)
-            .arg(host)
-            .arg(micros(IDLE_TTL));
-        self.call(Op::Operator, &invocation).await.map(|_| ())
+        self.run(&call).await
     }
 }
 
@@ -910,103 +921,14 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// The reservation script's reply, `{kind, µs, cause, rate, override, tat, interval, start}`.
-#[derive(Debug)]
-struct ReserveReply {
-    kind: String,
-    micros: i64,
-    cause: String,
-    rate: f64,
-    rate_override: Option<f64>,
-    tat: String,
-    interval: i64,
-    start: i64,
-    /// The store's clock when it answered (µs).
-    now: i64,
-    /// The turns after the first: the `tat` each wrote, and its start.
-    more: Vec<(String, i64)>,
+/// Reads a script's reply (`calls.rs`); one of another shape is an error, never a panic.
+fn read_reply<C: calls::Call>(value: Value) -> Result<C::Reply, StoreDown> {
+    C::read(value).map_err(|bad| StoreDown(format!("the {} script answered {bad}", C::OP.as_str())))
 }
 
-/// The reservation script's first eight fields: kind, µs, cause, learned rate, operator rate,
-/// tat, interval, start.
-pub(super) type ReserveTuple = (String, i64, String, String, String, String, i64, i64);
-
-/// A reservation reply's further turns: the `tat` each wrote, and its start.
-pub(super) type FurtherTurns = Vec<(String, i64)>;
-
-/// Splits the reservation script's reply (one `|`-separated string) into its first eight fields,
-/// the further turns (`tat`, start) and the store's clock; `None` for any other shape.
-#[cfg(test)]
-pub(super) fn reserve_fields(value: &Value) -> Option<(ReserveTuple, FurtherTurns, i64)> {
-    reserve_fields_of(value_text(value)?)
-}
-
-/// A script's reply as text (a bulk or simple string), or `None`.
-fn value_text(value: &Value) -> Option<&str> {
-    match value {
-        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok(),
-        Value::SimpleString(text) => Some(text.as_str()),
-        _ => None,
-    }
-}
-
-/// [`reserve_fields`] of the reply's text.
-fn reserve_fields_of(text: &str) -> Option<(ReserveTuple, FurtherTurns, i64)> {
-    let mut fields = text.split('|');
-    let mut text_field = || fields.next().map(str::to_string);
-    let kind = text_field()?;
-    let micros = text_field()?.parse().ok()?;
-    let cause = text_field()?;
-    let rate = text_field()?;
-    let rate_override = text_field()?;
-    let tat = text_field()?;
-    let interval = text_field()?.parse().ok()?;
-    let start = text_field()?.parse().ok()?;
-    let now = text_field()?.parse().ok()?;
-    let mut more = Vec::new();
-    while let Some(tat) = fields.next() {
-        let start = fields.next()?.parse().ok()?;
-        more.push((tat.to_string(), start));
-    }
-    Some((
-        (
-            kind,
-            micros,
-            cause,
-            rate,
-            rate_override,
-            tat,
-            interval,
-            start,
-        ),
-        more,
-        now,
-    ))
-}
-
-impl ReserveReply {
-    fn parse(text: &str) -> Option<ReserveReply> {
-        let ((kind, micros, cause, rate, rate_override, tat, interval, start), more, now) =
-            reserve_fields_of(text)?;
-        Some(ReserveReply {
-            kind,
-            micros,
-            cause,
-            rate: rate
-                .parse()
-                .ok()
-                .filter(|r: &f64| r.is_finite() && *r > 0.0)?,
-            rate_override: rate_override
-                .parse()
-                .ok()
-                .filter(|r: &f64| r.is_finite() && *r > 0.0),
-            tat,
-            interval,
-            start,
-            now,
-            more,
-        })
-    }
+/// A duration of whole microseconds as a reply gives it (`0` for a negative one).
+fn duration_us(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ impl Store {
 
 /// Orders ended turns for release: by the `tat` their reservations wrote, latest first.
 fn latest_first(turns: &mut [EndedTurn]) {
-    turns.sort_by_key(|(turn, ..)| std::cmp::Reverse(turn.tat.parse::<i64>().unwrap_or(0)));
+    turns.sort_by_key(|(turn, ..)| std::cmp::Reverse(turn.tat));
 }
 
 /// Releases the ended turns no reservation carried within [`CARRY_WINDOW`], until `stop`; then

@@ -7,8 +7,12 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use super::calls::{
+    BillCall, Call, EndedTurn, ReleaseCall, ReportCall, ReserveAnswer, ReserveCall, ReserveReply,
+    WithdrawCall,
+};
 use super::hints::Hint;
-use super::scripts::{script, RELEASE, REPORT, RESERVE};
+use super::scripts::script;
 use crate::pacing::policy::{Bucket, CooldownCause};
 
 #[path = "../../tests/support/redis.rs"]
@@ -17,9 +21,126 @@ pub(super) mod server;
 
 use server::RedisServer as TestRedis;
 
+/// A reservation reply's first eight fields as the script's string has them: kind, µs, cause,
+/// learned rate, operator rate, tat (an allowance's tokens), interval (its slots), start.
+pub(super) type ReserveTuple = (String, i64, String, String, String, String, i64, i64);
+
+/// A reservation reply's further turns: the `tat` each wrote, and its start.
+pub(super) type FurtherTurns = Vec<(String, i64)>;
+
+/// A typed reservation reply (`calls::ReserveReply`) back in the script's fields, for the
+/// arithmetic tests written against them: its first eight fields, the further turns, the clock.
+pub(super) fn reserve_fields(reply: &ReserveReply) -> (ReserveTuple, FurtherTurns, i64) {
+    let none = || (String::new(), 0, 0);
+    let (micros, cause, (tat, interval, start), more) = match &reply.answer {
+        ReserveAnswer::Go {
+            wait_us,
+            interval,
+            first,
+            more,
+        } => (
+            *wait_us,
+            String::new(),
+            (first.tat.to_string(), *interval, first.start),
+            more.iter().map(|t| (t.tat.to_string(), t.start)).collect(),
+        ),
+        ReserveAnswer::Ahead { tokens, slots } => (
+            0,
+            String::new(),
+            (tokens.to_string(), i64::from(*slots), reply.now),
+            Vec::new(),
+        ),
+        ReserveAnswer::Cool {
+            remaining_us,
+            cause,
+        } => (*remaining_us, cause.word(), none(), Vec::new()),
+        ReserveAnswer::Busy { retry_us }
+        | ReserveAnswer::Behind { retry_us }
+        | ReserveAnswer::Later { retry_us } => (*retry_us, String::new(), none(), Vec::new()),
+        ReserveAnswer::Stale | ReserveAnswer::Settled => (0, String::new(), none(), Vec::new()),
+    };
+    let first = (
+        reply.answer.word().to_string(),
+        micros,
+        cause,
+        reply.rate.to_string(),
+        reply
+            .rate_override
+            .map(|r| r.to_string())
+            .unwrap_or_default(),
+        tat,
+        interval,
+        start,
+    );
+    (first, more, reply.now)
+}
+
 /// The first eight fields of a reservation's reply.
-fn fields(reply: &redis::Value) -> super::ReserveTuple {
-    super::reserve_fields(reply).expect("a reservation reply").0
+fn fields(reply: &ReserveReply) -> ReserveTuple {
+    reserve_fields(reply).0
+}
+
+/// Runs `call` on the test's Redis (`EVAL`) and reads its reply.
+pub(super) async fn run<C: Call>(conn: &mut MultiplexedConnection, call: &C) -> C::Reply {
+    let script = script(C::SCRIPT);
+    let mut invocation = script.prepare_invoke();
+    call.write(&mut invocation);
+    let value: redis::Value = invocation.invoke_async(conn).await.unwrap();
+    C::read(value).expect("a reply of the script's shape")
+}
+
+/// A reservation of `host` at `now` µs with the tests' usual settings: one turn wanted, rate
+/// 1/s, burst and concurrency 1, leases of 60 s, a horizon of 1,000 s, keys living an hour, and no
+/// instance id (so no waiting list and no allowance), deadline, byte budget or ended turns.
+pub(super) fn reservation<'a>(host: &'a str, member: &'a str, now: i64) -> ReserveCall<'a> {
+    ReserveCall {
+        prefix: "t",
+        now: Some(now),
+        mine: 1.0,
+        configured_rate: 1.0,
+        burst: 1,
+        concurrency: 1,
+        lease_us: 60_000_000,
+        member,
+        horizon_us: 1_000_000_000,
+        rejoin: false,
+        idle_ttl_us: 3_600_000_000,
+        channel: "t:hints",
+        host,
+        want: 1,
+        who: "",
+        waited_us: 0,
+        deadline_us: 0,
+        waiting_place_us: 2_000_000,
+        ask_seq: None,
+        ask_spent: None,
+        ask_tokens: None,
+        ask_slots: None,
+        ask_in_use: None,
+        byte_rate: None,
+        byte_burst: None,
+        ended: Vec::new(),
+    }
+}
+
+/// A release of `member` (`scripts::RELEASE`) of `host`.
+fn release_call<'a>(
+    host: &'a str,
+    member: &'a str,
+    refund: bool,
+    tat: &str,
+    interval: i64,
+) -> ReleaseCall<'a> {
+    ReleaseCall {
+        prefix: "t",
+        now: None,
+        member,
+        refund,
+        tat: tat.parse().unwrap_or(0),
+        interval,
+        channel: "t:hints",
+        host,
+    }
 }
 
 /// A connection of the test's own to `redis`.
@@ -46,22 +167,15 @@ async fn reserve(
         "m{}",
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let reply: redis::Value = script(RESERVE)
-        .key(format!("t:{{{host}}}:b"))
-        .key(format!("t:{{{host}}}:l"))
-        .arg(now)
-        .arg(rate.to_string())
-        .arg(rate.to_string())
-        .arg(burst)
-        .arg(concurrency)
-        .arg(60_000_000)
-        .arg(&member)
-        .arg(1_000_000_000_i64)
-        .arg(if rejoin { "1" } else { "0" })
-        .arg(3_600_000_000_i64)
-        .invoke_async(conn)
-        .await
-        .unwrap();
+    let call = ReserveCall {
+        mine: rate,
+        configured_rate: rate,
+        burst,
+        concurrency,
+        rejoin,
+        ..reservation(host, &member, now)
+    };
+    let reply = run(conn, &call).await;
     let (kind, micros, _cause, _rate, _ovr, tat, interval, start) = fields(&reply);
     (kind, micros, tat, interval, start, member)
 }
@@ -79,27 +193,28 @@ struct Told<'a> {
 /// One report (`scripts::REPORT`) for `host`: min rate 0.5, ceiling 10, configured rate 10,
 /// burst 5; returns `(learned rate, cooldown µs left)`.
 async fn report(conn: &mut MultiplexedConnection, host: &str, told: Told<'_>) -> (f64, i64) {
-    let (rate, left): (String, i64) = script(REPORT)
-        .key(format!("t:{{{host}}}:b"))
-        .arg(told.now)
-        .arg(told.cooldown_us)
-        .arg(told.cause)
-        .arg(told.rate.0)
-        .arg(told.rate.1)
-        .arg(told.started)
-        .arg("0.5")
-        .arg("10")
-        .arg("10")
-        .arg(5)
-        .arg(told.cap)
-        .arg(3_600_000_000_i64)
-        .arg("t:hints")
-        .arg(host)
-        .arg(3_600_000_000_i64)
-        .invoke_async(conn)
-        .await
-        .unwrap();
-    (rate.parse().unwrap(), left)
+    let call = ReportCall {
+        prefix: "t",
+        now: Some(told.now),
+        cooldown_us: told.cooldown_us,
+        cause: told.cause.to_string(),
+        rate_before: told.rate.0.parse().unwrap(),
+        rate_after: told.rate.1.parse().unwrap(),
+        started_us: told.started,
+        min_rate: 0.5,
+        ceiling: 10.0,
+        configured_rate: 10.0,
+        burst: 5,
+        cap: Some(told.cap)
+            .filter(|c| !c.is_empty())
+            .map(|c| c.parse().unwrap()),
+        cap_us: 3_600_000_000,
+        channel: "t:hints",
+        host,
+        idle_ttl_us: 3_600_000_000,
+    };
+    let reply = run(conn, &call).await;
+    (reply.rate, reply.cooldown_left_us)
 }
 
 /// A Unix time in µs with all 16 digits in use, as `TIME` gives.
@@ -150,41 +265,36 @@ async fn a_refund_undoes_only_the_last_reservation() {
     let (_, _, tat1, interval, _, first) = reserve(&mut conn, host, T0, 2.0, 1, 10, false).await;
     let (_, wait2, tat2, _, _, second) = reserve(&mut conn, host, T0, 2.0, 1, 10, false).await;
     assert_eq!(wait2, 500_000);
-    let release_script = script(RELEASE);
-    let release = |member: &str, member_tat: String, refund: bool| {
-        let mut invocation = release_script.prepare_invoke();
-        invocation
-            .key(format!("t:{{{host}}}:b"))
-            .key(format!("t:{{{host}}}:l"))
-            .arg("")
-            .arg(member)
-            .arg(if refund { "1" } else { "0" })
-            .arg(member_tat)
-            .arg(interval)
-            .arg("t:hints")
-            .arg(host);
-        invocation
-    };
+    let removed_of = |reply: super::calls::ReleaseReply| i64::from(reply.removed);
     // A lease that is not in the set refunds nothing.
-    let removed: i64 = release("nobody", tat2.clone(), true)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let removed: i64 = removed_of(
+        run(
+            &mut conn,
+            &release_call(host, "nobody", true, &tat2, interval),
+        )
+        .await,
+    );
     assert_eq!(removed, 0);
     // The last reservation, never used, is given back: the next request takes its turn.
-    let removed: i64 = release(&second, tat2.clone(), true)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let removed: i64 = removed_of(
+        run(
+            &mut conn,
+            &release_call(host, &second, true, &tat2, interval),
+        )
+        .await,
+    );
     assert_eq!(removed, 1);
     let (_, wait3, tat3, ..) = reserve(&mut conn, host, T0 + 1, 2.0, 1, 10, false).await;
     assert_eq!(wait3, 499_999, "the refunded turn is taken again");
     // An earlier reservation with a later one on top cannot be undone without freeing a turn
     // twice: its release gives back nothing.
-    let removed: i64 = release(&first, tat1.clone(), true)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let removed: i64 = removed_of(
+        run(
+            &mut conn,
+            &release_call(host, &first, true, &tat1, interval),
+        )
+        .await,
+    );
     assert_eq!(removed, 1, "the lease is freed");
     let (_, wait4, ..) = reserve(&mut conn, host, T0 + 2, 2.0, 1, 10, false).await;
     assert_eq!(wait4, 999_998, "no token came back");
@@ -273,19 +383,11 @@ async fn every_slot_taken_is_busy_until_a_lease_runs_out() {
     let (kind, ..) = reserve(&mut conn, host, T0 + 60_000_001, 1000.0, 10, 2, false).await;
     assert_eq!(kind, "go", "the leases ran out");
     let (.., member) = reserve(&mut conn, host, T0 + 60_000_002, 1000.0, 10, 2, false).await;
-    let freed: i64 = script(RELEASE)
-        .key(format!("t:{{{host}}}:b"))
-        .key(format!("t:{{{host}}}:l"))
-        .arg("")
-        .arg(&member)
-        .arg("0")
-        .arg("")
-        .arg(0)
-        .arg("t:hints")
-        .arg(host)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let freed: i64 = i64::from(
+        run(&mut conn, &release_call(host, &member, false, "", 0))
+            .await
+            .removed,
+    );
     assert_eq!(freed, 1);
     assert_eq!(
         waits(&mut conn).await,
@@ -382,68 +484,43 @@ async fn a_reservation_releases_the_ended_turns_it_carries_first() {
     assert_eq!(kind, "busy");
     // The first turn never left (refund): carried by the next reservation, it frees the slot and
     // gives its token back, so the new turn is free at once.
-    let reserve_script = script(RESERVE);
-    let carried = |now: i64, member: &str, refund: &str, tat: &str| {
-        let mut invocation = reserve_script.prepare_invoke();
-        invocation
-            .key(format!("t:{{{host}}}:b"))
-            .key(format!("t:{{{host}}}:l"))
-            .arg(now)
-            .arg("2")
-            .arg("2")
-            .arg(1)
-            .arg(1)
-            .arg(60_000_000)
-            .arg(format!("next-{now}"))
-            .arg(1_000_000_000_i64)
-            .arg("0")
-            .arg(3_600_000_000_i64)
-            .arg("t:hints")
-            .arg(host)
-            .arg(1)
-            // No waiting list, no deadline.
-            .arg("")
-            .arg(0)
-            .arg(0)
-            .arg(2_000_000)
-            .arg("")
-            .arg("")
-            .arg(member)
-            .arg(refund)
-            .arg(tat)
-            .arg(interval);
-        invocation
+    // No waiting list, no deadline.
+    let shared = conn.clone();
+    let carried = |now: i64, member: String, refund: &str, tat: &str| {
+        let (refund, tat) = (refund == "1", tat.parse().unwrap_or(0));
+        let mut conn = shared.clone();
+        async move {
+            let next = format!("next-{now}");
+            let call = ReserveCall {
+                mine: 2.0,
+                configured_rate: 2.0,
+                ended: vec![EndedTurn {
+                    member: &member,
+                    refund,
+                    tat,
+                    interval,
+                }],
+                ..reservation(host, &next, now)
+            };
+            run(&mut conn, &call).await
+        }
     };
-    let (kind, wait, ..) = fields(
-        &carried(T0 + 10, &first, "1", &tat1)
-            .invoke_async(&mut conn)
-            .await
-            .unwrap(),
-    );
+    let (kind, wait, ..) = fields(&carried(T0 + 10, first.clone(), "1", &tat1).await);
     assert_eq!(
         (kind.as_str(), wait),
         ("go", 0),
         "slot freed and token refunded"
     );
     // A turn that was sent gives no token back: carried, it frees the slot only.
-    let (kind, wait, _, _, _, tat2, ..) = fields(
-        &carried(T0 + 20, "nobody", "0", "0")
-            .invoke_async(&mut conn)
-            .await
-            .unwrap(),
-    );
+    let (kind, wait, _, _, _, tat2, ..) =
+        fields(&carried(T0 + 20, "nobody".into(), "0", "0").await);
     assert_eq!(
         kind, "busy",
         "the turn just reserved still holds the one slot"
     );
     assert!(wait > 0);
     assert_eq!(tat2, "");
-    let (kind, wait, ..) = fields(
-        &carried(T0 + 30, &format!("next-{}", T0 + 10), "0", "0")
-            .invoke_async(&mut conn)
-            .await
-            .unwrap(),
-    );
+    let (kind, wait, ..) = fields(&carried(T0 + 30, format!("next-{}", T0 + 10), "0", "0").await);
     assert_eq!(kind, "go");
     assert_eq!(
         wait,
@@ -460,35 +537,29 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
         return;
     };
     let mut conn = connect(&redis).await;
-    let reserve_script = script(RESERVE);
-    let many = |host: &str, now: i64, rate: &str, concurrency: u32, want: u32, horizon: i64| {
-        let mut invocation = reserve_script.prepare_invoke();
-        invocation
-            .key(format!("t:{{{host}}}:b"))
-            .key(format!("t:{{{host}}}:l"))
-            .arg(now)
-            .arg(rate)
-            .arg(rate)
-            .arg(1)
-            .arg(concurrency)
-            .arg(60_000_000)
-            .arg(format!("m-{host}-{now}"))
-            .arg(horizon)
-            .arg("0")
-            .arg(3_600_000_000_i64)
-            .arg("t:hints")
-            .arg(host)
-            .arg(want);
-        invocation
-    };
+    let shared = conn.clone();
+    let many =
+        |host: &'static str, now: i64, rate: &str, concurrency: u32, want: u32, horizon: i64| {
+            let rate: f64 = rate.parse().unwrap();
+            let mut conn = shared.clone();
+            async move {
+                let member = format!("m-{host}-{now}");
+                let call = ReserveCall {
+                    mine: rate,
+                    configured_rate: rate,
+                    concurrency,
+                    horizon_us: horizon,
+                    want,
+                    ..reservation(host, &member, now)
+                };
+                run(&mut conn, &call).await
+            }
+        };
     // 1000/s, burst 1, room for 10: the turns within 2 ms of now (at 0, 1 and 2 ms), and the tat
     // past the third.
-    let reply: redis::Value = many("many.test:80", T0, "1000", 10, 5, 10_000_000)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
-    let further = |reply: &redis::Value| super::reserve_fields(reply).unwrap().1.len();
-    let (first, more, _) = super::reserve_fields(&reply).unwrap();
+    let reply = many("many.test:80", T0, "1000", 10, 5, 10_000_000).await;
+    let further = |reply: &ReserveReply| reserve_fields(reply).1.len();
+    let (first, more, _) = reserve_fields(&reply);
     assert_eq!(more.len(), 2, "{reply:?}");
     assert_eq!(first.7, T0, "the first starts now");
     let starts: Vec<i64> = more.iter().map(|(_, start)| *start).collect();
@@ -499,10 +570,7 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
         "the tat the third wrote"
     );
     // 2/s: turns half a second apart are not reserved ahead of time, one per call.
-    let reply: redis::Value = many("slow.test:80", T0, "2", 10, 4, 10_000_000)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let reply = many("slow.test:80", T0, "2", 10, 4, 10_000_000).await;
     assert_eq!(further(&reply), 0, "{reply:?}");
     let (_, wait, ..) = reserve(&mut conn, "slow.test:80", T0, 2.0, 1, 10, false).await;
     assert_eq!(
@@ -510,15 +578,9 @@ async fn one_call_reserves_several_turns_in_a_row_within_the_caps() {
         "the next single reservation comes one interval later"
     );
     // Concurrency 2 stops at two turns; a horizon of 1.5 ms at two as well.
-    let reply: redis::Value = many("cap.test:80", T0, "1000000", 2, 5, 10_000_000)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let reply = many("cap.test:80", T0, "1000000", 2, 5, 10_000_000).await;
     assert_eq!(further(&reply), 1, "{reply:?}");
-    let reply: redis::Value = many("near.test:80", T0, "1000", 10, 5, 1_500)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let reply = many("near.test:80", T0, "1000", 10, 5, 1_500).await;
     assert_eq!(further(&reply), 1, "{reply:?}");
 }
 
@@ -536,37 +598,29 @@ async fn ask(
     deadline: i64,
     ended: &[&str],
 ) -> (String, i64) {
-    let reserve = script(RESERVE);
-    let mut invocation = reserve.prepare_invoke();
-    invocation
-        .key(format!("t:{{{host}}}:b"))
-        .key(format!("t:{{{host}}}:l"))
-        .key(format!("t:{{{host}}}:q"))
-        .key(format!("t:{{{host}}}:qx"))
-        .arg(now)
-        .arg(rate)
-        .arg(rate)
-        .arg(1)
-        .arg(concurrency)
-        .arg(60_000_000)
-        .arg(format!("{who}:{now}"))
-        .arg(500_000)
-        .arg("0")
-        .arg(3_600_000_000_i64)
-        .arg("t:hints")
-        .arg(host)
-        .arg(1)
-        .arg(who)
-        .arg(waited_us)
-        .arg(deadline)
-        .arg(2_000_000)
-        // No allowance, no byte budget.
-        .arg("")
-        .arg("");
-    for member in ended {
-        invocation.arg(*member).arg("0").arg("").arg(0);
-    }
-    let reply: redis::Value = invocation.invoke_async(conn).await.unwrap();
+    let rate: f64 = rate.parse().unwrap();
+    let member = format!("{who}:{now}");
+    // No allowance, no byte budget.
+    let call = ReserveCall {
+        mine: rate,
+        configured_rate: rate,
+        concurrency,
+        horizon_us: 500_000,
+        who,
+        waited_us,
+        deadline_us: deadline,
+        ended: ended
+            .iter()
+            .map(|member| EndedTurn {
+                member,
+                refund: false,
+                tat: 0,
+                interval: 0,
+            })
+            .collect(),
+        ..reservation(host, &member, now)
+    };
+    let reply = run(conn, &call).await;
     let (kind, micros, ..) = fields(&reply);
     (kind, micros)
 }
@@ -702,16 +756,13 @@ async fn a_freed_slot_goes_to_the_instance_that_waited_longest() {
             .0,
         "busy"
     );
-    let _: i64 = script(super::scripts::WITHDRAW)
-        .key(format!("t:{{{host}}}:q"))
-        .key(format!("t:{{{host}}}:qx"))
-        .key(format!("t:{{{host}}}:b"))
-        .arg("e")
-        .arg("t:hints")
-        .arg(host)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let withdraw = WithdrawCall {
+        prefix: "t",
+        who: "e",
+        channel: "t:hints",
+        host,
+    };
+    run(&mut conn, &withdraw).await;
     assert_eq!(
         ask(
             &mut conn,
@@ -798,69 +849,50 @@ async fn billed_bytes_hold_the_next_turn_until_their_debt_is_paid() {
     };
     let mut conn = connect(&redis).await;
     let host = "bytes.test:80";
-    let (bill_script, reserve_script) = (script(super::scripts::BILL), script(RESERVE));
-    let bill = |now: i64, bytes: u64| {
-        let mut invocation = bill_script.prepare_invoke();
-        invocation
-            .key(format!("t:{{{host}}}:b"))
-            .arg(now)
-            .arg(bytes)
-            .arg(262_144)
-            .arg(3_600_000_000_i64);
-        invocation
+    let bill = |now: i64, bytes: u64| BillCall {
+        prefix: "t",
+        host,
+        now: Some(now),
+        bytes,
+        byte_rate: 262_144,
+        idle_ttl_us: 3_600_000_000,
     };
+    let shared = conn.clone();
     let turn = |now: i64, burst: u64| {
-        let mut invocation = reserve_script.prepare_invoke();
-        invocation
-            .key(format!("t:{{{host}}}:b"))
-            .key(format!("t:{{{host}}}:l"))
-            .arg(now)
-            .arg("100")
-            .arg("100")
-            .arg(1)
-            .arg(10)
-            .arg(60_000_000)
-            .arg(format!("m{now}-{burst}"))
-            .arg(1_000_000)
-            .arg("0")
-            .arg(3_600_000_000_i64)
-            .arg("t:hints")
-            .arg(host)
-            .arg(4)
-            .arg("")
-            .arg(0)
-            .arg(0)
-            .arg(2_000_000)
-            .arg("")
-            .arg(format!("262144|{burst}"));
-        invocation
+        let mut conn = shared.clone();
+        async move {
+            let member = format!("m{now}-{burst}");
+            let call = ReserveCall {
+                mine: 100.0,
+                configured_rate: 100.0,
+                concurrency: 10,
+                horizon_us: 1_000_000,
+                want: 4,
+                byte_rate: Some(262_144),
+                byte_burst: Some(burst),
+                ..reservation(host, &member, now)
+            };
+            run(&mut conn, &call).await
+        }
     };
     // 1 MiB at 256 KiB/s: paid 4 s after it was billed.
-    let bt: String = bill(T0, 1 << 20).invoke_async(&mut conn).await.unwrap();
+    let bt: String = run(&mut conn, &bill(T0, 1 << 20))
+        .await
+        .paid_at_us
+        .to_string();
     assert_eq!(bt, (T0 + 4_000_000).to_string());
-    let (kind, wait, ..) = fields(&turn(T0 + 1, 0).invoke_async(&mut conn).await.unwrap());
+    let (kind, wait, ..) = fields(&turn(T0 + 1, 0).await);
     assert_eq!(kind, "later", "4 s is beyond the 1 s horizon");
     assert_eq!(wait, 3_000_000 - 1);
-    let reply: redis::Value = turn(T0 + 3_500_000, 0)
-        .invoke_async(&mut conn)
-        .await
-        .unwrap();
+    let reply = turn(T0 + 3_500_000, 0).await;
     let (kind, wait, ..) = fields(&reply);
     assert_eq!((kind.as_str(), wait), ("go", 500_000));
     assert!(
-        super::reserve_fields(&reply).unwrap().1.is_empty(),
+        reserve_fields(&reply).1.is_empty(),
         "one turn at a time: the next one's bytes are not known yet"
     );
     // With a byte burst of 256 KiB, a second of the debt is credit: the turn comes a second early.
-    bill(T0 + 4_000_000, 1 << 20)
-        .invoke_async::<String>(&mut conn)
-        .await
-        .unwrap();
-    let (kind, wait, ..) = fields(
-        &turn(T0 + 4_000_000, 262_144)
-            .invoke_async(&mut conn)
-            .await
-            .unwrap(),
-    );
+    run(&mut conn, &bill(T0 + 4_000_000, 1 << 20)).await;
+    let (kind, wait, ..) = fields(&turn(T0 + 4_000_000, 262_144).await);
     assert_eq!((kind.as_str(), wait), ("later", 2_000_000));
 }
