@@ -453,7 +453,7 @@ fn fit_to_descriptors(config: &mut Config) -> (Caps, Caps) {
 async fn start_limiter(config: &Config, live: &LiveConfig) -> anyhow::Result<Arc<Limiter>> {
     let limiter = match &config.shared {
         Some(settings) => {
-            let store = crate::store::Store::new(settings).map_err(anyhow::Error::msg)?;
+            let store = crate::store::RedisStore::new(settings).map_err(anyhow::Error::msg)?;
             store.check_at_start().await.map_err(anyhow::Error::msg)?;
             info!(store = %settings.redacted_url(), prefix = %settings.key_prefix, "budgets shared with the instances on this store");
             Limiter::with_store(live.clone(), store)

@@ -13,7 +13,7 @@
 //!   refusal the server gives *instead of* running it (`MOVED`, `ASK`, `TRYAGAIN`,
 //!   `CLUSTERDOWN`) is sent again, within the caller's timeout;
 //! - an error fails the call (the caller falls back for it); finding the store again is the
-//!   heartbeat's job (`Store::ready_to_rejoin`, each beat while in fallback), so that a call never
+//!   heartbeat's job (`RedisStore::ready_to_rejoin`, each beat while in fallback), so that a call never
 //!   waits on a Sentinel round trip;
 //! - a plain `redis://` URL that reaches a cluster node is refused (at start, or at the rejoin if
 //!   the store could not be reached at start): only `redis+cluster://` follows the slots.
@@ -27,7 +27,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Client, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::watch;
 
-use super::Store;
+use super::RedisStore;
 use crate::config::redis_url::{topology, SentinelTarget, Topology};
 use crate::config::SharedSettings;
 use crate::util::locks::lock;
@@ -522,7 +522,7 @@ impl Sentinel {
     }
 }
 
-impl Store {
+impl RedisStore {
     /// The start-up check of `courtesy run`: a store of another kind than the URL says (a cluster
     /// node on `redis://`) is an error; a store that cannot be reached starts this instance in
     /// fallback, as a store that goes away later would.

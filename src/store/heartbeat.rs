@@ -11,7 +11,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::calls::{GroupKeys, HeartbeatCall, RenewCall};
-use super::{micros, Store};
+use super::{micros, RedisStore};
 use crate::util::locks::lock;
 
 /// How often the heartbeat beats.
@@ -19,7 +19,7 @@ const BEAT: Duration = Duration::from_secs(1);
 
 /// How often it beats while fewer instances are live than expected: instances that start one
 /// after another then see each other within a fraction of a second, instead of keeping to a part
-/// of each budget (see `Store::live_part`) for a whole beat.
+/// of each budget (see `RedisStore::live_part`) for a whole beat.
 const QUICK_BEAT: Duration = Duration::from_millis(100);
 
 /// An instance counts as live this long after its last beat.
@@ -29,7 +29,7 @@ const LIVE_FOR: Duration = Duration::from_secs(5);
 const REMEMBER: Duration = Duration::from_secs(600);
 
 /// Beats until `stop`; then takes this instance out of the live set.
-pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
+pub(crate) async fn run_heartbeat(store: Arc<RedisStore>, stop: CancellationToken) {
     let mut next = Instant::now();
     let mut counts: VecDeque<(Instant, u32)> = VecDeque::new();
     let mut last_renewal = Instant::now();
@@ -77,7 +77,7 @@ pub(crate) async fn run_heartbeat(store: Arc<Store>, stop: CancellationToken) {
     store.leave().await;
 }
 
-impl Store {
+impl RedisStore {
     /// One beat: the number of live instances, or `None` if the store did not answer.
     async fn beat(&self) -> Option<u32> {
         let call = HeartbeatCall {

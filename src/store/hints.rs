@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::Store;
+use super::RedisStore;
 use crate::pacing::policy::CooldownCause;
 
 /// A hint as received.
@@ -68,7 +68,7 @@ impl Hint {
 
 /// Delivers every hint to `deliver` until `stop`, subscribing again a second after any failure.
 pub(crate) async fn run_hints(
-    store: Arc<Store>,
+    store: Arc<RedisStore>,
     deliver: impl Fn(Hint) + Send + 'static,
     stop: CancellationToken,
 ) {
@@ -85,7 +85,7 @@ pub(crate) async fn run_hints(
 }
 
 /// Subscribes to the hints and delivers them until the subscription fails or ends.
-async fn follow(store: &Store, deliver: &impl Fn(Hint)) {
+async fn follow(store: &RedisStore, deliver: &impl Fn(Hint)) {
     // A Sentinel master that moves ends the subscription on the old one.
     let mut moves = store.conn.moves();
     let moved = async {

@@ -76,13 +76,13 @@ const IDLE_TTL: Duration = Duration::from_secs(24 * 3600);
 /// (issue 35: 2,000 names in under a second). A minute covers what the state is for while the
 /// host is being tried: every call while requests flow extends it, so pacing, leases and a
 /// cooldown (which keeps its key until it ends) are never cut short; a host's first answer
-/// (`Store::report`, sent once per host by each instance) raises it to [`IDLE_TTL`], and a
+/// (`RedisStore::report`, sent once per host by each instance) raises it to [`IDLE_TTL`], and a
 /// shorter TTL never shortens a longer one another instance set (`keep_at_least`).
 pub(crate) const UNANSWERED_TTL: Duration = Duration::from_secs(60);
 
 /// The store of one group of instances.
 #[derive(Debug)]
-pub(crate) struct Store {
+pub(crate) struct RedisStore {
     settings: SharedSettings,
     /// How the store is reached (`connection.rs`).
     conn: connection::Connection,
@@ -117,7 +117,7 @@ pub(crate) struct Store {
     /// Wakes every host waiting on the store (a slot, the horizon) when the mode changes.
     mode_changed: tokio::sync::Notify,
     /// This store, for the leases it grants (a dropped lease releases itself through it).
-    me: std::sync::Weak<Store>,
+    me: std::sync::Weak<RedisStore>,
     scripts: Scripts,
     /// Round trips to the store, for `/metrics`.
     pub(crate) round_trip: Histogram,
@@ -281,13 +281,13 @@ pub(crate) enum Reservation {
 }
 
 /// A reserved turn's concurrency slot in the store, released when the turn ends: by
-/// [`Store::release`], or, on any path that forgets to, when it is dropped (as a turn whose
+/// [`RedisStore::release`], or, on any path that forgets to, when it is dropped (as a turn whose
 /// request may have left: no token is given back). A lease no live instance holds would keep
 /// one of the host's slots in the store until it expired (`lease_seconds`).
 #[derive(Debug)]
 pub(crate) struct Lease {
     turn: Option<LeaseTurn>,
-    store: std::sync::Weak<Store>,
+    store: std::sync::Weak<RedisStore>,
 }
 
 /// What the store needs to release a turn.
@@ -406,15 +406,15 @@ pub(crate) enum StoreAction {
 #[derive(Debug)]
 pub(crate) struct StoreDown(pub(crate) String);
 
-impl Store {
+impl RedisStore {
     /// A store for `settings`; nothing is connected yet (the first call connects, and a store
     /// that cannot be reached starts this instance in fallback, not as a start-up failure).
-    pub(crate) fn new(settings: &SharedSettings) -> Result<Arc<Store>, String> {
+    pub(crate) fn new(settings: &SharedSettings) -> Result<Arc<RedisStore>, String> {
         // rediss:// goes through rustls, on the same provider as the rest of courtesy.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let conn = connection::Connection::open(settings)?;
         let instance = format!("{:016x}", rand::random::<u64>());
-        Ok(Arc::new_cyclic(|me| Store {
+        Ok(Arc::new_cyclic(|me| RedisStore {
             channel: format!("{}:hints", settings.key_prefix),
             settings: settings.clone(),
             conn,
@@ -526,7 +526,7 @@ impl Store {
         read_reply::<C>(value)
     }
 
-    /// Sends one script call within the timeout (see [`Store::run`]): its reply, unread.
+    /// Sends one script call within the timeout (see [`RedisStore::run`]): its reply, unread.
     async fn send<C: calls::Call + Sync>(&self, call: &C) -> Result<Value, StoreDown> {
         let mut invocation = self.scripts.of(C::OP).prepare_invoke();
         call.write(&mut invocation);

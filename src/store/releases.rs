@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Lease, LeaseTurn, Store};
+use super::{Lease, LeaseTurn, RedisStore};
 use crate::util::locks::lock;
 
 /// The turns that ended, by host, each with whether its request left and when it ended.
@@ -25,7 +25,7 @@ pub(super) type EndedTurn = (LeaseTurn, bool, Instant);
 /// How long an ended turn waits for the host's next reservation to carry it.
 pub(crate) const CARRY_WINDOW: Duration = Duration::from_millis(5);
 
-impl Store {
+impl RedisStore {
     /// Ends a turn: its slot is freed and, for a request that never left, its token given back,
     /// by the host's next reservation or within [`CARRY_WINDOW`].
     pub(crate) fn release(&self, mut lease: Lease, sent: bool) {
@@ -34,7 +34,7 @@ impl Store {
         }
     }
 
-    /// Queues one ended turn for release (see [`Store::release`]).
+    /// Queues one ended turn for release (see [`RedisStore::release`]).
     pub(super) fn end(&self, turn: LeaseTurn, sent: bool) {
         {
             let mut live = lock(&self.live);
@@ -99,7 +99,7 @@ fn latest_first(turns: &mut [EndedTurn]) {
 
 /// Releases the ended turns no reservation carried within [`CARRY_WINDOW`], until `stop`; then
 /// releases what is left.
-pub(crate) async fn run_releases(store: Arc<Store>, stop: CancellationToken) {
+pub(crate) async fn run_releases(store: Arc<RedisStore>, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = store.turn_ended.notified() => {}

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::egress::{Downlink, Egress, EgressToken};
 use super::host::{Host, HostState};
 use crate::pacing::policy::{CooldownCause, Observation, Reaction, WaitReason};
-use crate::store::{Lease, Lesson, Limits, RateBounds, Store, StoreAction};
+use crate::store::{Lease, Lesson, Limits, RateBounds, RedisStore, StoreAction};
 
 /// The rate from which a host's turns are timed to the sub-millisecond. Below one turn a second,
 /// tokio's ~1 ms of lateness is under 0.1 % of the budget, not worth a thread wake-up per turn.
@@ -41,7 +41,7 @@ pub(crate) enum Budget {
         /// Wakes the state saver.
         persist: Arc<Notify>,
         /// The store.
-        store: Arc<Store>,
+        store: Arc<RedisStore>,
     },
 }
 
@@ -340,7 +340,7 @@ impl Budget {
     }
 
     /// The shared store, if the budget is kept in one.
-    pub(crate) fn store(&self) -> Option<&Arc<Store>> {
+    pub(crate) fn store(&self) -> Option<&Arc<RedisStore>> {
         match self {
             Budget::Local { .. } => None,
             Budget::Shared { store, .. } => Some(store),
@@ -386,7 +386,7 @@ impl Budget {
 
 /// The limits of a host's next reservation from this instance. While some instances are away
 /// from the store (each keeping its share locally), those on it keep to the rest of the budget.
-pub(super) fn shared_limits(state: &HostState, store: &Store, now: Instant) -> Limits {
+pub(super) fn shared_limits(state: &HostState, store: &RedisStore, now: Instant) -> Limits {
     let part = store.live_part();
     let scaled = |whole: u32| (f64::from(whole) * part).floor().max(1.0) as u32;
     Limits {
@@ -482,7 +482,7 @@ fn local_turn(
 /// becomes the host's here. The caller may wait for it (a cooldown must be in the store before the
 /// client hears the answer that caused it) or let it run (everything else).
 fn teach(
-    store: &Arc<Store>,
+    store: &Arc<RedisStore>,
     host: &Arc<Host>,
     lesson: Lesson,
     start: i64,

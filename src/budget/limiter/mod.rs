@@ -117,7 +117,10 @@ impl Limiter {
 
     /// Like [`Limiter::with_live`], with every host's budget kept in `store`, shared with the other
     /// instances on it.
-    pub(crate) fn with_store(config: LiveConfig, store: Arc<crate::store::Store>) -> Arc<Self> {
+    pub(crate) fn with_store(
+        config: LiveConfig,
+        store: Arc<crate::store::RedisStore>,
+    ) -> Arc<Self> {
         let persist = Arc::new(tokio::sync::Notify::new());
         Self::with_budget(config, Budget::Shared { persist, store }, Timer::Fine)
     }
@@ -222,7 +225,7 @@ impl Limiter {
     }
 
     /// The shared store, if the budget is kept in one.
-    pub(crate) fn store(&self) -> Option<&Arc<crate::store::Store>> {
+    pub(crate) fn store(&self) -> Option<&Arc<crate::store::RedisStore>> {
         self.budget.store()
     }
 

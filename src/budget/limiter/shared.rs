@@ -22,7 +22,7 @@ use super::permit::{hand_to_head, Paced, Permit};
 use super::refusal::refuse_queue;
 use super::Limiter;
 use crate::pacing::policy::CooldownCause;
-use crate::store::{AheadAsk, Hint, Limits, Reservation, Store};
+use crate::store::{AheadAsk, Hint, Limits, RedisStore, Reservation};
 
 /// The most turns one reservation asks for: a queue that waits gets up to this many turns per
 /// round trip.
@@ -36,7 +36,7 @@ const MAX_TURNS_PER_CALL: usize = 16;
 pub(super) async fn take_shared_turn(
     limiter: &Arc<Limiter>,
     host: &Arc<Host>,
-    store: &Arc<Store>,
+    store: &Arc<RedisStore>,
     slot: OwnedSemaphorePermit,
     token: Option<EgressToken>,
     limits: Limits,
@@ -173,7 +173,7 @@ pub(super) async fn take_shared_turn(
 /// Takes on what the store said with a grant (turns reserved, or an allowance) `at`: its
 /// learned and operator's rates, this instance's standing with the store (its epoch and falls,
 /// no place in the waiting list), and that the wait for the store is over.
-fn granted(host: &Host, store: &Store, view: crate::store::SharedView, at: Instant) {
+fn granted(host: &Host, store: &RedisStore, view: crate::store::SharedView, at: Instant) {
     let mut state = host.lock();
     state.store_answered(at);
     state
@@ -190,7 +190,7 @@ fn granted(host: &Host, store: &Store, view: crate::store::SharedView, at: Insta
 /// a burst and a cap with room to lease from). Under the host's lock.
 fn settle_with_reservation(
     state: &mut super::host::HostState,
-    store: &Store,
+    store: &RedisStore,
     limits: &Limits,
 ) -> Option<AheadAsk> {
     let demand = state.in_flight().current + state.queue().len() as u32;
@@ -209,7 +209,7 @@ fn settle_with_reservation(
 /// Gives this instance's allowance of an idle host back to the store (the span ended, another
 /// instance waits, or only slots that came free are left), or tells the store again of the slots
 /// still in use: one round trip that reserves nothing.
-pub(super) async fn settle_ahead(host: &Arc<Host>, store: &Arc<Store>) {
+pub(super) async fn settle_ahead(host: &Arc<Host>, store: &Arc<RedisStore>) {
     let (sent, limits) = {
         let mut state = host.lock();
         let limits = super::budget::shared_limits(&state, store, Instant::now());

@@ -563,7 +563,7 @@ impl Metrics {
 
     /// Adds the shared budget's series: the mode in force, the instances seen, the store's
     /// round-trip latency and its errors by operation.
-    pub(crate) fn with_shared(mut self, store: &crate::store::Store) -> Self {
+    pub(crate) fn with_shared(mut self, store: &crate::store::RedisStore) -> Self {
         let mode = Family::<ModeLabel, Gauge>::default();
         self.registry.register(
             "shared_mode",
