@@ -65,7 +65,6 @@ pub(crate) use crate::pacing::policy::WaitReason;
 
 pub(crate) use crate::budget::keys::BudgetKey;
 use crate::config::{Config, LiveConfig};
-pub(crate) use crate::wire::host_key::host_key;
 use budget::Budget;
 use egress::{Downlink, Egress};
 use host::Waiter;

@@ -12,10 +12,11 @@ use tracing::{info, warn};
 
 use super::host::{Host, Waiter};
 use super::refusal::refuse_queue;
-use super::{host_key, BudgetKey, HostStats, Limiter, Refusal, ShadowCounts, WaitReason};
+use super::{BudgetKey, HostStats, Limiter, Refusal, ShadowCounts, WaitReason};
 use crate::config::{Config, HostPolicy, KeyMode};
 use crate::pacing::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
 use crate::store::StoreAction;
+use crate::wire::host_key::host_key;
 
 /// One host as the operator sees it.
 #[derive(Debug, Clone)]

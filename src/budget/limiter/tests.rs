@@ -1,6 +1,7 @@
 //! Paused-clock tests of the host table and queue: rate, concurrency, FIFO, cancellation,
 //! cooldowns, sweeps and the fine-grained wait.
 
+use crate::wire::host_key::host_key;
 use std::sync::Mutex;
 use std::time::Duration;
 
