@@ -81,6 +81,20 @@ build_courtesy_and_load() {
     [[ -x $LOAD_BIN ]] || die "no https_load binary at '$LOAD_BIN'"
 }
 
+# Builds the floor of the load benches, benches/bare_proxy.rs (a bare hyper forward proxy and
+# interceptor), in release unless BARE_BIN names a prebuilt one; sets BARE_BIN. Dies unless it is
+# an executable.
+build_bare_proxy() {
+    local json
+    if [[ -z ${BARE_BIN:-} ]]; then
+        log "building the bare_proxy bench (release)"
+        json=$(cd "$ROOT" && cargo build --release --bench bare_proxy \
+            --message-format=json-render-diagnostics) || die "cargo build failed"
+        BARE_BIN=$(cargo_exe "$json" bare_proxy)
+    fi
+    [[ -x $BARE_BIN ]] || die "no bare_proxy binary at '$BARE_BIN'"
+}
+
 # The commit the tree is at, with "+uncommitted changes" when its source differs from it: what a
 # report says it measured.
 tree_rev() {

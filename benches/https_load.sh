@@ -9,6 +9,9 @@
 #   courtesy       client -CONNECT, TLS with courtesy's local CA-> courtesy (RUST_LOG=warn)
 #                  -its own verified TLS (upstream_ca = the test CA)-> nginx
 #   courtesy-info  the same at the default log level (one line per request), for INFO_CONNS only
+#   bare           client -CONNECT, TLS with a leaf minted from courtesy's CA-> benches/bare_proxy.rs
+#                  (a bare hyper + rustls interceptor, nothing else) -verified TLS, pooled-> nginx:
+#                  the floor (issue 40)                                   [BARE_CASE=1]
 # in two modes:
 #   keep  kept-alive: N connections opened before the clock starts, GETs back to back on each
 #   new   a new connection per request: TCP (+ CONNECT through courtesy) + a full TLS handshake
@@ -26,7 +29,8 @@
 #   run, wait in 0.5 s steps while other processes use more than NOISE_PCT % of a core, at most
 #   this many seconds in all), ORIGIN_PORT=18443 (its plain
 #   status port is +1), COURTESY_PORT=18228 COURTESY_INFO_PORT=18238 (admin ports are +1),
-#   COURTESY_BIN and LOAD_BIN (prebuilt binaries; by default both are built here with cargo).
+#   BARE_CASE=1, BARE_PORT=18258,
+#   COURTESY_BIN, LOAD_BIN and BARE_BIN (prebuilt binaries; by default built here with cargo).
 # With the defaults one run takes about 8 minutes on a quiet 2-core machine (plus the build, and
 # longer while it waits for other processes).
 #
@@ -51,6 +55,9 @@ ORIGIN_PORT=${ORIGIN_PORT:-18443}
 STATUS_PORT=$((ORIGIN_PORT + 1))
 COURTESY_PORT=${COURTESY_PORT:-18228}
 COURTESY_INFO_PORT=${COURTESY_INFO_PORT:-18238}
+BARE_CASE=${BARE_CASE:-1}
+BARE_PORT=${BARE_PORT:-18258}
+BARE_BIN=${BARE_BIN:-}
 COURTESY_BIN=${COURTESY_BIN:-}
 LOAD_BIN=${LOAD_BIN:-}
 HOST=127.0.0.1
@@ -59,19 +66,20 @@ need_tls_bench_knobs
 for c in $CONNS $NEW_CONNS $INFO_CONNS; do
     need_range 1 1000 "connection counts must be 1..1000, got $c" "$c"
 done
-need_range 1024 65534 "ports must be 1024..65534" "$ORIGIN_PORT" "$COURTESY_PORT" "$COURTESY_INFO_PORT"
+need_range 1024 65534 "ports must be 1024..65534" "$ORIGIN_PORT" "$COURTESY_PORT" "$COURTESY_INFO_PORT" "$BARE_PORT"
 
 # ---- tools and binaries --------------------------------------------------------------------------
 
 install_missing nginx openssl curl
 
 tls_bench_binaries
+[[ $BARE_CASE != 1 ]] || build_bare_proxy
 
 # ---- temp dir, processes, cleanup ----------------------------------------------------------------
 
 setup_tmp courtesy-https-load
 require_free_ports "$ORIGIN_PORT" "$STATUS_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) \
-    "$COURTESY_INFO_PORT" $((COURTESY_INFO_PORT + 1))
+    "$COURTESY_INFO_PORT" $((COURTESY_INFO_PORT + 1)) "$BARE_PORT"
 
 # ---- test CA and origin certificate (ECDSA P-256, like courtesy's leaves) -------------------------
 
@@ -89,23 +97,37 @@ start_https_courtesy courtesy "$COURTESY_PORT" warn
 COURTESY_PID=$STARTED_PID
 start_https_courtesy courtesy-info "$COURTESY_INFO_PORT" ""
 COURTESY_INFO_PID=$STARTED_PID
+# The floor: the bare interceptor mints its leaves from the CA courtesy made in its state_dir.
+BARE_PID=
+if [[ $BARE_CASE == 1 ]]; then
+    "$BARE_BIN" --listen "$HOST:$BARE_PORT" --ca-dir "$TMP/courtesy/state" --upstream-ca "$ORIGIN_CA" \
+        >"$TMP/bare.log" 2>&1 &
+    BARE_PID=$!
+    PIDS+=("$BARE_PID")
+    wait_port "$BARE_PID" "$BARE_PORT" bare
+fi
+PROXIED=(courtesy courtesy-info)
+[[ $BARE_CASE != 1 ]] || PROXIED+=(bare)
 
 proxy_port() {
     case $1 in
         courtesy) echo "$COURTESY_PORT" ;;
         courtesy-info) echo "$COURTESY_INFO_PORT" ;;
+        bare) echo "$BARE_PORT" ;;
     esac
 }
 proxy_pid() {
     case $1 in
         courtesy) echo "$COURTESY_PID" ;;
         courtesy-info) echo "$COURTESY_INFO_PID" ;;
+        bare) echo "$BARE_PID" ;;
         *) echo "" ;;
     esac
 }
 ca_of() {
     case $1 in
         direct) echo "$ORIGIN_CA" ;;
+        bare) echo "$TMP/courtesy/state/ca.pem" ;;
         *) echo "$TMP/$1/state/ca.pem" ;;
     esac
 }
@@ -114,8 +136,10 @@ ca_of() {
 
 URL="https://$HOST:$ORIGIN_PORT/1k"
 check_tls_path direct "$ORIGIN_CA" "" "" "$URL"
-for case in courtesy courtesy-info; do
-    check_tls_path "$case" "$(ca_of "$case")" "$HOST:$(proxy_port "$case")" courtesy "$URL"
+for case in "${PROXIED[@]}"; do
+    via=courtesy
+    [[ $case != bare ]] || via=bare-hyper
+    check_tls_path "$case" "$(ca_of "$case")" "$HOST:$(proxy_port "$case")" "$via" "$URL"
 done
 
 # ---- runs ----------------------------------------------------------------------------------------
@@ -142,7 +166,7 @@ RETRIES=0
 START=$(date +%s)
 # Warm-ups at the largest connection counts, so that courtesy's upstream pool has grown.
 max_of() { tr ' ' '\n' <<<"$1" | sort -n | tail -n 1; }
-for case in direct courtesy courtesy-info; do
+for case in direct "${PROXIED[@]}"; do
     run_load "$case" keep "$(max_of "$CONNS")" 2 0
     run_load "$case" new "$(max_of "$NEW_CONNS")" 2 0
 done
@@ -150,6 +174,7 @@ for mode in keep new; do
     if [[ $mode == keep ]]; then list=$CONNS; else list=$NEW_CONNS; fi
     for conns in $list; do
         cases=(direct courtesy)
+        [[ $BARE_CASE != 1 ]] || cases+=(bare)
         contains "$INFO_CONNS" "$conns" && cases+=(courtesy-info)
         interleaved_repeats "${cases[*]}" run_load "$mode" "$conns"
     done
@@ -182,6 +207,7 @@ report_machine
 echo "- courtesy: $(courtesy_measured)"
 echo "- client: benches/https_load.rs, hyper $(lock_version hyper), rustls $(lock_version rustls) (ring), tokio-rustls $(lock_version tokio-rustls), $THREADS tokio worker thread(s), HTTP/1.1, no TLS session resumption; $(rustc --version 2>/dev/null || echo 'rustc ?')"
 echo "- origin: nginx $(nginx -v 2>&1 | sed 's/^nginx version: nginx\///') ($(openssl version | cut -d' ' -f1-2)), 1 worker, TLS 1.2/1.3, ECDSA P-256 certificate for IP $HOST, a 1 KiB static file"
+[[ $BARE_CASE != 1 ]] || echo "- bare: benches/bare_proxy.rs (release): a bare hyper $(lock_version hyper) + rustls interceptor (leaves minted from courtesy's CA, one per host; pooled hyper-util client to the origin), the floor"
 echo "- courtesy: RUST_LOG=warn for the main figures; courtesy-info = the default level (info), at $INFO_CONNS connections; pacing effectively off (rate = burst = 1000000)"
 echo "- runs: ${DURATION} s each, $REPEATS repeats per cell (cases interleaved), 2 s warm-up per case and mode; $RETRIES runs repeated because other processes took more than ${NOISE_PCT}% of a core, $((QUIET_WAITED / 2)) s spent waiting for them to quieten before runs; whole run ${ELAPSED} s"
 echo "- all processes share the machine's CPUs: the client, nginx and courtesy"
@@ -197,8 +223,8 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
         add(key SUBSEP "lines", $16 / $11)
     }
     END {
-        print "| mode | conns | case | req/s median (min–max) | p50 ms | p99 ms | req/s ÷ direct | p50 added vs direct, ms | courtesy CPU µs/req | nginx CPU µs/req | client CPU µs/req |"
-        print "|---|---|---|---|---|---|---|---|---|---|---|"
+        print "| mode | conns | case | req/s median (min–max) | p50 ms | p99 ms | req/s ÷ direct | p50 added vs direct, ms | proxy CPU µs/req | nginx CPU µs/req | client CPU µs/req | req/s ÷ bare | CPU ÷ bare |"
+        print "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         for (i = 1; i <= nkeys; i++) {
             key = order[i]; split(key, k, SUBSEP)
             dk = k[1] SUBSEP k[2] SUBSEP "direct"
@@ -210,10 +236,16 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
                 ratio = sprintf("%.2f", rps / med(vals[dk SUBSEP "rps"]))
                 added = sprintf("%+.3f", p50 - med(vals[dk SUBSEP "p50"]) / 1000)
             }
+            br = "-"; bc = "-"; bk = k[1] SUBSEP k[2] SUBSEP "bare"
+            if (k[3] ~ /^courtesy/ && (bk SUBSEP "rps") in vals) {
+                br = sprintf("%.2f", rps / med(vals[bk SUBSEP "rps"]))
+                bcpu = med(vals[bk SUBSEP "pcpu"])
+                if (bcpu > 0 && pcpu != "-") bc = sprintf("%.2f", pcpu / bcpu)
+            }
             flag = errs[key] > 0 ? " (" errs[key] " errors!)" : ""
-            printf "| %s | %s | %s%s | %s (%s–%s) | %.3f | %.3f | %s | %s | %s | %s | %s |\n",
+            printf "| %s | %s | %s%s | %s (%s–%s) | %.3f | %.3f | %s | %s | %s | %s | %s | %s | %s |\n",
                 k[1], k[2], k[3], flag, rps, lo(vals[key SUBSEP "rps"]), hi(vals[key SUBSEP "rps"]),
-                p50, p99, ratio, added, pcpu, med(vals[key SUBSEP "ocpu"]), med(vals[key SUBSEP "ccpu"])
+                p50, p99, ratio, added, pcpu, med(vals[key SUBSEP "ocpu"]), med(vals[key SUBSEP "ccpu"]), br, bc
             if (k[1] == "keep" && k[3] == "courtesy" && ratio != "-") {
                 cells++
                 if (ratio + 0 >= 0.5) met++

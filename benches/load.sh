@@ -11,6 +11,9 @@
 #   squid          wrk -> squid (caching off, access_log none) -> nginx
 #   squid-log      the same with Debian's default access log (a line per request through the
 #                  log_file_daemon helper), to set against courtesy's default   [SQUID_LOG_CASE=1]
+#   bare           wrk -> benches/bare_proxy.rs (a bare hyper 1.x forward proxy: pooled hyper-util
+#                  client, body streamed, hop-by-hop headers dropped, nothing else) -> nginx: the
+#                  floor hyper alone sets (issue 40)                        [BARE_CASE=1]
 #   nginx-proxy    wrk -> nginx as a proxy (1 worker, proxy_pass with upstream keep-alive, no
 #                  access log, no buffering to disk) -> nginx: the bar of issue 15  [NGINX_PROXY_CASE=1]
 #   nginx-proxy-log  the same with nginx's default access log (a line per request), to set
@@ -23,14 +26,14 @@
 # Knobs (environment): DURATION=8 (seconds per run), REPEATS=3, CONNS="1 16 64", SIZES="1k 64k",
 #   BODY_TYPE=text/html (the origin's Content-Type: what crawlers fetch, and what courtesy scans
 #   for block markers; application/octet-stream skips that scan),
-#   WRK_THREADS=1, WARN_CASE=1, SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, NGINX_PROXY_LOG_CASE=1,
+#   WRK_THREADS=1, WARN_CASE=1, BARE_CASE=1 (BARE_BIN: a prebuilt bare_proxy bench; built if unset), SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, NGINX_PROXY_LOG_CASE=1,
 #   COURTESY_BIN=target/release/courtesy (built if missing),
 #   NOISE_PCT=10, RETRY_BUDGET=10, QUIET_WAIT=120 (a run during which other processes on the
 #   machine used more than NOISE_PCT % of a core is run again, at most twice and at most
 #   RETRY_BUDGET times in all, after waiting for the machine to calm down, at most QUIET_WAIT
 #   seconds in all; the report counts the runs that stayed disturbed),
 #   ORIGIN_PORT=18080 COURTESY_PORT=18128 COURTESY_WARN_PORT=18138 SQUID_PORT=18130
-#   SQUID_LOG_PORT=18140 NGINX_PROXY_PORT=18150 NGINX_PROXY_LOG_PORT=18160
+#   SQUID_LOG_PORT=18140 NGINX_PROXY_PORT=18150 NGINX_PROXY_LOG_PORT=18160 BARE_PORT=18170
 #   (admin ports are the proxy port + 1).
 # With the defaults one run takes about 14 minutes on a quiet 2-core machine (at most about 18
 # with every retry and wait used).
@@ -49,6 +52,8 @@ SIZES=${SIZES:-"1k 64k"}
 WRK_THREADS=${WRK_THREADS:-1}
 BODY_TYPE=${BODY_TYPE:-text/html}
 WARN_CASE=${WARN_CASE:-1}
+BARE_CASE=${BARE_CASE:-1}
+BARE_PORT=${BARE_PORT:-18170}
 SQUID_LOG_CASE=${SQUID_LOG_CASE:-1}
 NGINX_PROXY_CASE=${NGINX_PROXY_CASE:-1}
 NGINX_PROXY_LOG_CASE=${NGINX_PROXY_LOG_CASE:-1}
@@ -86,13 +91,14 @@ if [[ ! -x $COURTESY_BIN ]]; then
     (cd "$ROOT" && cargo build --release --bin courtesy >&2)
 fi
 [[ -x $COURTESY_BIN ]] || die "no courtesy binary at $COURTESY_BIN"
+[[ $BARE_CASE != 1 ]] || build_bare_proxy
 CLK_TCK=$(getconf CLK_TCK)
 
 # ---- temp dir, processes, cleanup ----------------------------------------------------------------
 
 setup_tmp courtesy-load
 require_free_ports "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COURTESY_WARN_PORT" \
-    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT" "$NGINX_PROXY_LOG_PORT"
+    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT" "$NGINX_PROXY_LOG_PORT" "$BARE_PORT"
 
 # Waits until other processes use at most NOISE_PCT of a core over 2 s; all such waits together
 # last at most QUIET_WAIT seconds over the whole benchmark.
@@ -150,6 +156,13 @@ if [[ $WARN_CASE == 1 ]]; then
     start_courtesy courtesy-warn "$COURTESY_WARN_PORT" warn
 fi
 
+# ---- the floor: a bare hyper forward proxy ---------------------------------------------------------
+
+if [[ $BARE_CASE == 1 ]]; then
+    "$BARE_BIN" --listen "$HOST:$BARE_PORT" >"$TMP/bare.log" 2>&1 &
+    started bare "$BARE_PORT"
+fi
+
 # ---- squid ---------------------------------------------------------------------------------------
 
 # Starts Squid as the case `name` on `port` with the given access_log line.
@@ -201,6 +214,7 @@ for case in "${CASES[@]}"; do
         courtesy*) [[ $via == *courtesy* ]] || die "$case: no courtesy Via header ($via)" ;;
         squid*) [[ $via == *squid* ]] || die "$case: no squid Via header ($via)" ;;
         nginx-proxy*) [[ $via == *nginx-proxy* ]] || die "$case: no nginx-proxy Via header ($via)" ;;
+        bare) [[ $via == *bare-hyper* ]] || die "$case: no bare-hyper Via header ($via)" ;;
     esac
     log "$case forwards: $status, $via"
 done
@@ -299,6 +313,7 @@ report_machine
 echo "- courtesy: $("$COURTESY_BIN" --version 2>/dev/null || echo '?') (release build, git $rev)"
 echo "- squid: $(squid -v | head -n 1)"
 echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //')"
+[[ $BARE_CASE != 1 ]] || echo "- bare: benches/bare_proxy.rs (release), hyper $(lock_version hyper), hyper-util $(lock_version hyper-util), tokio $(lock_version tokio) multi-threaded"
 echo "- wrk: $( (wrk -v 2>&1 || true) | head -n 1 | sed 's/ Copyright.*//')"
 echo "- origin: nginx, 1 worker, static bodies of 1 KiB and 64 KiB served as $BODY_TYPE"
 echo "- runs: wrk -t $WRK_THREADS, ${DURATION} s each, $REPEATS repeats per cell (cases interleaved), 2 s warm-up per case and body size; $RETRIES runs repeated because other processes took more than ${NOISE_PCT}% of a core; whole run ${ELAPSED} s"
@@ -313,8 +328,8 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
         errs[key] += $14 + $15
     }
     END {
-        print "| body | conns | case | req/s median (min–max) | p50 ms | p99 ms | proxy CPU µs/req | origin CPU µs/req | req/s ÷ squid | CPU ÷ squid | req/s ÷ nginx-proxy | CPU ÷ nginx-proxy | p50 added vs direct, ms |"
-        print "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        print "| body | conns | case | req/s median (min–max) | p50 ms | p99 ms | proxy CPU µs/req | origin CPU µs/req | req/s ÷ squid | CPU ÷ squid | req/s ÷ nginx-proxy | CPU ÷ nginx-proxy | req/s ÷ bare | CPU ÷ bare | p50 added vs direct, ms |"
+        print "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         for (i = 1; i <= nkeys; i++) {
             key = order[i]; split(key, k, SUBSEP)
             sq = k[1] SUBSEP k[2] SUBSEP "squid"; dk = k[1] SUBSEP k[2] SUBSEP "direct"
@@ -322,7 +337,16 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
             p99 = med(vals[key SUBSEP "p99"]) / 1000
             pcpu = (key SUBSEP "pcpu") in vals ? med(vals[key SUBSEP "pcpu"]) : "-"
             ocpu = med(vals[key SUBSEP "ocpu"])
-            rr = "-"; cr = "-"; added = "-"; nr = "-"; nc = "-"
+            rr = "-"; cr = "-"; added = "-"; nr = "-"; nc = "-"; br = "-"; bc = "-"
+            bk = k[1] SUBSEP k[2] SUBSEP "bare"
+            if (k[3] ~ /^courtesy/ && (bk SUBSEP "rps") in vals) {
+                br = sprintf("%.2f", rps / med(vals[bk SUBSEP "rps"]))
+                bcpu = med(vals[bk SUBSEP "pcpu"])
+                if (bcpu > 0) bc = sprintf("%.2f", pcpu / bcpu)
+                bcells[k[3]]++
+                if (br + 0 >= 0.9) b_rps[k[3]]++
+                if (bc != "-" && bc + 0 <= 1.25) b_cpu[k[3]]++
+            }
             nx = k[1] SUBSEP k[2] SUBSEP "nginx-proxy"
             if (k[3] ~ /^courtesy/ && (nx SUBSEP "rps") in vals) {
                 nr = sprintf("%.2f", rps / med(vals[nx SUBSEP "rps"]))
@@ -337,9 +361,9 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
             if (k[3] != "direct" && (dk SUBSEP "p50") in vals)
                 added = sprintf("%+.3f", p50 - med(vals[dk SUBSEP "p50"]) / 1000)
             flag = errs[key] > 0 ? " (" errs[key] " errors!)" : ""
-            printf "| %s | %s | %s%s | %s (%s–%s) | %.3f | %.3f | %s | %s | %s | %s | %s | %s | %s |\n",
+            printf "| %s | %s | %s%s | %s (%s–%s) | %.3f | %.3f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
                 k[1], k[2], k[3], flag, rps, lo(vals[key SUBSEP "rps"]), hi(vals[key SUBSEP "rps"]),
-                p50, p99, pcpu, ocpu, rr, cr, nr, nc, added
+                p50, p99, pcpu, ocpu, rr, cr, nr, nc, br, bc, added
             if (k[3] ~ /^courtesy/ && nr != "-") {
                 ncells[k[3]]++
                 if (nr + 0 >= 1) n_rps[k[3]]++
@@ -373,6 +397,15 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
             for (c in ncells)
                 printf "- %s: req/s met in %d of %d cells, CPU in %d of %d, p50 added (1 connection) in %d of %d.\n", c,
                     n_rps[c], ncells[c], n_cpu[c], ncells[c], n_p50[c], n1[c]
+        }
+        nb = 0
+        for (c in bcells) nb++
+        if (nb > 0) {
+            print ""
+            print "Targets of issue 40 per cell, against the bare hyper proxy (the floor): req/s ≥ 0.9× its; CPU per request ≤ 1.25× its:"
+            print ""
+            for (c in bcells)
+                printf "- %s: req/s met in %d of %d cells, CPU in %d of %d.\n", c, b_rps[c], bcells[c], b_cpu[c], bcells[c]
         }
         # Like for like against nginx (issue 29): courtesy-warn against nginx-proxy (no line per
         # request), courtesy against nginx-proxy-log (a line per request each).

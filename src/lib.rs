@@ -11,7 +11,7 @@
 //! | layer | holds |
 //! |---|---|
 //! | `util` | helpers that know nothing of proxies: atomic files, poison-tolerant locks, memory release, batched log lines, URLs shown without their secrets |
-//! | `wire` | how a host is spelled: the canonical name, address literals, the `host:port` key, the hosts file; RFC 9209's error types; the URL scheme (`http`, `https`) |
+//! | `wire` | how a host is spelled: the canonical name, address literals, the `host:port` key, the hosts file; RFC 9209's error types; the URL scheme (`http`, `https`); HTTP Message Signatures and the Ed25519 key that makes them |
 //! | `config` | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; block markers; the store's URL read; the config in force |
 //! | `upstream` | reaching an origin: DNS with a timeout and the destinations never dialed, parent proxies, TLS (local CA, leaves, client config) |
 //! | `pacing` | **pure** per-host pacing (`policy`: token bucket, adaptive rate, cooldowns, blocks; takes `now`), answers → feedback, block pages, robots.txt rules |
@@ -48,7 +48,7 @@ mod wire;
 // and the CLI verbs whole). Everything else is crate-private (`unreachable_pub` keeps it so), so
 // that the compiler sees dead code.
 pub use budget::limiter::{lanes, Host, HostStats, Limiter};
-pub use cli::{client_env, status};
+pub use cli::{client_env, keys, status};
 pub use pacing::policy::Pacing;
 pub use proxy::Proxy;
 pub use serve::server::{run, Listeners};
@@ -56,3 +56,4 @@ pub use upstream::tls::{provider, LocalCa};
 pub use util::log_writer::{BatchedWriter, FlushGuard};
 pub use wire::host_key::host_key;
 pub use wire::host_name;
+pub use wire::httpsig::SigningKey;

@@ -1,4 +1,4 @@
-//! The `courtesy` command: `run` (the default), `check`, `status`, `env`, `ca`.
+//! The `courtesy` command: `run` (the default), `check`, `config`, `status`, `env`, `ca`, `keys`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use courtesy::config::Config;
 use courtesy::Listeners;
 
-/// The default config path, used when it exists and no --config is given.
+/// The default config path, used when it exists and no --config is given; without it, the
+/// built-in config (`Config::built_in`).
 const DEFAULT_CONFIG: &str = "config/courtesy.toml";
 
 /// A local forward HTTP(S) proxy that makes any scraper polite.
@@ -28,7 +29,8 @@ enum Command {
     /// Validate a config file and print the policy each host rule resolves to:
     /// `courtesy check FILE` or `courtesy check --config FILE`.
     Check {
-        /// The config file to check [default: --config].
+        /// The config file to check [default: --config, else config/courtesy.toml if it exists,
+        /// else the built-in config].
         file: Option<PathBuf>,
         /// Print which rule, from which file, governs this host (`sec.gov`, `shop.test:8080`;
         /// port 443 unless given) and the policy it gets.
@@ -59,6 +61,9 @@ enum Command {
         #[arg(long, short = 'c')]
         config: Option<PathBuf>,
     },
+    /// Print the built-in config (every key at its default, with the presets it includes), to
+    /// start a file of your own from: `courtesy config > courtesy.toml`.
+    Config,
     /// Print where courtesy's local CA certificate is and how to trust it (creates it if needed).
     Ca {
         /// Config file (for [proxy] state_dir) [default: config/courtesy.toml if it exists].
@@ -68,6 +73,24 @@ enum Command {
         #[arg(long)]
         regenerate: bool,
     },
+    /// Web Bot Auth keys: `keys new FILE` makes one, `keys directory` prints what to publish.
+    Keys {
+        #[command(subcommand)]
+        what: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Write a fresh Ed25519 private key (a JWK, mode 0600) to FILE; never over an existing file.
+    New {
+        /// Where to write the key.
+        file: PathBuf,
+    },
+    /// Print the key directory (a JWKS of the public keys of [signing] and every job's own) to
+    /// publish at <signature_agent>/.well-known/http-message-signatures-directory; the config
+    /// is read as `run` reads it (--config FILE).
+    Directory,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -97,16 +120,22 @@ fn main() -> ExitCode {
     let result = match cli.command {
         // `--config` is global, so `check --config FILE` (as a unit's ExecStartPre= writes it)
         // lands in `cli.run.config`.
-        Some(Command::Check { file, host }) => match file.or(cli.run.config) {
-            Some(file) => match host {
-                Some(host) => check_host(&file, &host),
-                None => check(&file),
-            },
-            None => Err(anyhow::anyhow!(
-                "check needs a file: courtesy check FILE (or --config FILE)"
-            )),
-        },
+        Some(Command::Check { file, host }) => {
+            load(file.or(cli.run.config).as_deref()).and_then(|config| match host {
+                Some(host) => check_host(&config, &host),
+                None => check(&config),
+            })
+        }
+        Some(Command::Config) => emit(courtesy::config::BUILT_IN_CONFIG),
         Some(Command::Ca { config, regenerate }) => ca(config.as_deref(), regenerate),
+        Some(Command::Keys {
+            what: KeysCommand::New { file },
+        }) => courtesy::keys::new_key(&file).and_then(|said| emit(&said)),
+        Some(Command::Keys {
+            what: KeysCommand::Directory,
+        }) => load(cli.run.config.as_deref())
+            .and_then(|config| courtesy::keys::directory(&config))
+            .and_then(|text| emit(&text)),
         Some(Command::Env { config }) => load(config.as_deref())
             .and_then(|config| courtesy::client_env::shell_lines(&config))
             .and_then(|lines| emit(&lines)),
@@ -133,7 +162,7 @@ fn load(path: Option<&Path>) -> anyhow::Result<Config> {
     match path {
         Some(p) => Ok(Config::load(p)?),
         None if Path::new(DEFAULT_CONFIG).exists() => Ok(Config::load(Path::new(DEFAULT_CONFIG))?),
-        None => Ok(Config::default()),
+        None => Ok(Config::built_in()?),
     }
 }
 
@@ -296,8 +325,7 @@ host is intercepted; if some use https = "tunnel", trust both:
     Ok(())
 }
 
-fn check(file: &Path) -> anyhow::Result<()> {
-    let config = Config::load(file)?;
+fn check(config: &Config) -> anyhow::Result<()> {
     let mut out = String::new();
     outln!(out, "{}: ok", config.source);
     for warning in config.warnings() {
@@ -330,6 +358,12 @@ fn check(file: &Path) -> anyhow::Result<()> {
     for rule in &config.hosts {
         let label = if *rule.source == *config.source {
             format!("host rule {} ({})", rule.number, rule.pattern)
+        } else if rule.source.starts_with('<') {
+            // A built-in preset: `<built-in presets/published.toml>` whole.
+            format!(
+                "host rule {} of {} ({})",
+                rule.number, rule.source, rule.pattern
+            )
         } else {
             let file = std::path::Path::new(&*rule.source)
                 .file_name()
@@ -346,6 +380,28 @@ fn check(file: &Path) -> anyhow::Result<()> {
             out,
             "[proxy] client_auth={}",
             config.proxy.client_auth.word()
+        );
+    }
+    let signing = &config.signing;
+    if let (Some(path), Some(key)) = (&signing.key_file, &signing.key) {
+        // The key's id (its thumbprint) is public: the directory lists it; the key never shows.
+        outln!(
+            out,
+            "[signing] key_file={} keyid={}",
+            path.display(),
+            key.thumbprint()
+        );
+    }
+    if !config.signing_keys().is_empty() {
+        outln!(
+            out,
+            "[signing] mode={} signature_agent={} expires_seconds={}",
+            courtesy::config::ConfigWord::word(signing.mode_in_force()),
+            signing
+                .signature_agent
+                .as_deref()
+                .unwrap_or("(the jobs' own)"),
+            signing.expires_seconds
         );
     }
     for job in &config.jobs {
@@ -366,6 +422,12 @@ fn check(file: &Path) -> anyhow::Result<()> {
         if let Some(agent) = &job.user_agent {
             line.push_str(&format!(" user_agent={agent:?}"));
         }
+        if let Some(key) = &job.signing_key {
+            line.push_str(&format!(" keyid={}", key.thumbprint()));
+        }
+        if let Some(agent) = &job.signature_agent {
+            line.push_str(&format!(" signature_agent={agent}"));
+        }
         outln!(out, "{:<32} {line}", format!("job {}", job.name));
     }
     emit(&out)
@@ -373,8 +435,7 @@ fn check(file: &Path) -> anyhow::Result<()> {
 
 /// `courtesy check FILE --host NAME[:PORT]`: the rule that governs the host, its file, and the
 /// policy it gets.
-fn check_host(file: &Path, host: &str) -> anyhow::Result<()> {
-    let config = Config::load(file)?;
+fn check_host(config: &Config, host: &str) -> anyhow::Result<()> {
     // The name a request's target is matched by is canonical: so is the one checked here, so
     // that `Slow.Test.:8080` meets the rule `slow.test:8080` as the proxy's requests do.
     let (name, port) = courtesy::host_name::split(host)?;
@@ -397,6 +458,9 @@ fn check_host(file: &Path, host: &str) -> anyhow::Result<()> {
     }
     let policy = config.policy_for(&name, port);
     outln!(out, "{}", describe(&policy));
+    if let Some(why) = config.unsigned_tunnel(&policy) {
+        outln!(out, "warning: {why}");
+    }
     emit(&out)
 }
 
@@ -440,6 +504,9 @@ fn describe(p: &courtesy::config::HostPolicy) -> String {
     }
     if let Some(from) = &p.identity.from {
         out.push_str(&format!(" from={from:?}"));
+    }
+    if !p.identity.sign {
+        out.push_str(" sign=false");
     }
     if p.forward.upstream != courtesy::config::Route::Direct {
         out.push_str(&format!(" upstream_proxy={}", p.forward.upstream));

@@ -1,6 +1,7 @@
 //! Property tests of every parser that reads what others send: request targets and CONNECT
 //! authorities, the budget key made of a request's host, `Retry-After`, RateLimit headers,
-//! robots.txt, the first bytes inside a CONNECT, admin API paths and `Host` headers, host spellings
+//! robots.txt and the preferences it and the `Content-Usage` header state, the first bytes
+//! inside a CONNECT, admin API paths and `Host` headers, host spellings
 //! that are addresses, config files (their CIDR lists among them) and hosts files, parent
 //! proxy URLs and a parent's answers (to CONNECT, and its error pages told from the target's). For
 //! arbitrary input each must answer (a value or an error)
@@ -39,6 +40,11 @@ fn texty() -> impl Strategy<Value = String> {
         any::<String>().prop_map(|s| s.chars().take(300).collect()),
     ]
 }
+
+/// One list member of `RateLimit` or `RateLimit-Policy`, near the draft's shape.
+const SF_MEMBER: &str = "(\"[a-z ]{0,5}\"|[a-z][a-z0-9]{0,4}|-?[0-9]{1,4}|\\(\"a\" b\\))\
+    (;(q|w|r|t|qu|pk|limit)(=(-?[0-9]{0,17}|\"(request|content-bytes|concurrency|[a-z]{0,4})\"|\
+    :[A-Za-z0-9+/=]{0,12}:|[a-z-]{1,13}|[0-9]\\.[0-9]|\\?[01]))?){0,5}|[a-z]{1,9}=-?[0-9]{1,5}";
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
@@ -152,6 +158,24 @@ proptest! {
     }
 
     #[test]
+    fn ratelimit_structured_fields(
+        policy in proptest::collection::vec(SF_MEMBER, 0..6),
+        limit in proptest::collection::vec(SF_MEMBER, 0..6),
+        now_s in 0u64..4_000_000_000,
+    ) {
+        // Members close to the draft's shape (names, q/w/qu/pk/r/t of every kind, negative and
+        // huge numbers), so that the structured-field paths are reached, not only refusals.
+        let mut headers = HeaderMap::new();
+        for (name, members) in [("ratelimit-policy", &policy), ("ratelimit", &limit)] {
+            if let Ok(value) = HeaderValue::from_str(&members.join(", ")) {
+                headers.append(name, value);
+            }
+        }
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_s);
+        bounded("RateLimit structured fields", || server_budget(&headers, now));
+    }
+
+    #[test]
     fn robots_txt_files(
         body in proptest::collection::vec(any::<u8>(), 0..4096),
         lines in proptest::collection::vec("(User-agent|Disallow|Allow|Crawl-delay|Sitemap): [ -~]{0,40}", 0..40),
@@ -167,6 +191,28 @@ proptest! {
                 Ok(())
             })?;
         }
+    }
+
+    #[test]
+    fn stated_preferences(
+        header in proptest::collection::vec(any::<u8>(), 0..512),
+        dictionary in "[a-z*(); =,?:\"0-9.@yn-]{0,120}",
+        lines in proptest::collection::vec(
+            "(User-agent|Allow|Content-Signal|Content-Usage|content-usage): [ -~]{0,60}", 0..40),
+        path in "/[ -~]{0,60}",
+    ) {
+        use crate::config::Purpose;
+        use crate::pacing::preferences::{content_usage, RobotsPreferences};
+        for value in [header.as_slice(), dictionary.as_bytes()] {
+            bounded("a Content-Usage header", || content_usage(value));
+        }
+        let txt = lines.join("\n");
+        bounded("robots.txt preference lines", || {
+            let preferences = RobotsPreferences::parse(txt.as_bytes());
+            for purpose in [Purpose::Search, Purpose::AiInput, Purpose::AiTrain] {
+                let _ = preferences.refusal("bot", purpose, &path);
+            }
+        });
     }
 
     #[test]

@@ -86,13 +86,72 @@ fn check_takes_the_file_from_config_too() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("team.toml: ok"));
+}
 
-    let none = Command::new(env!("CARGO_BIN_EXE_courtesy"))
-        .arg("check")
-        .output()
-        .unwrap();
-    assert!(!none.status.success());
-    assert!(String::from_utf8_lossy(&none.stderr).contains("check needs a file"));
+/// A binary installed alone (a wheel, an npm package) has no `config/` beside it: with no file
+/// given and none at the default path, `run`, `check` and `env` use the config compiled in, the
+/// published-limit presets included; `courtesy config` prints it, and the printed file, saved
+/// anywhere, reads back with its presets.
+#[test]
+fn without_a_file_the_built_in_config_and_its_presets_are_used() {
+    let empty = std::env::temp_dir().join(format!("courtesy-no-config-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let courtesy = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_courtesy"))
+            .args(args)
+            .current_dir(&empty)
+            .env("HOME", &empty)
+            .env_remove("XDG_STATE_HOME")
+            .output()
+            .unwrap()
+    };
+    let check = courtesy(&["check"]);
+    assert!(check.status.success(), "{check:?}");
+    let out = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        out.starts_with("<built-in config/courtesy.toml>: ok"),
+        "{out}"
+    );
+    assert!(
+        out.contains("of <built-in presets/published.toml> (sec.gov)"),
+        "the presets are in: {out}"
+    );
+
+    let sec = courtesy(&["check", "--host", "www.sec.gov"]);
+    assert!(sec.status.success(), "{sec:?}");
+    let out = String::from_utf8_lossy(&sec.stdout);
+    assert!(
+        out.contains("of <built-in presets/published.toml>") && out.contains("rate=8/s"),
+        "the SEC's published limit, from the built-in preset: {out}"
+    );
+
+    let printed = courtesy(&["config"]);
+    assert!(printed.status.success(), "{printed:?}");
+    let text = String::from_utf8(printed.stdout).unwrap();
+    assert_eq!(
+        text,
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/courtesy.toml"))
+            .unwrap(),
+        "`courtesy config` prints the file the repository holds"
+    );
+    // Saved anywhere, without a presets folder beside it, it reads back with the built-in preset.
+    let saved = empty.join("mine.toml");
+    std::fs::write(&saved, &text).unwrap();
+    let mine = courtesy(&["check", saved.to_str().unwrap(), "--host", "www.sec.gov"]);
+    assert!(mine.status.success(), "{mine:?}");
+    let out = String::from_utf8_lossy(&mine.stdout);
+    assert!(
+        out.contains("of <built-in presets/published.toml>"),
+        "{out}"
+    );
+
+    let env = courtesy(&["env"]);
+    assert!(env.status.success(), "{env:?}");
+    assert!(
+        String::from_utf8_lossy(&env.stdout).contains("127.0.0.1:3128"),
+        "{env:?}"
+    );
+    std::fs::remove_dir_all(&empty).ok();
 }
 
 /// `include`: an included file's `[[host]]` rules come before the file's own, so that the file's

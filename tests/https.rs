@@ -143,8 +143,11 @@ async fn requests_inside_one_kept_alive_tls_connection_are_paced() {
         span >= Duration::from_millis(4400),
         "10 requests in {span:?}"
     );
-    for pair in at.windows(2) {
-        assert!(pair[1].duration_since(pair[0]) >= Duration::from_millis(450));
+    // Invariant 1 in every window, rather than gap by gap: one arrival the scheduler of a busy
+    // machine delays brings the next one closer to it without anything having left early.
+    for (window, most) in [(1000, 1 + 2), (2000, 1 + 4), (3000, 1 + 6)] {
+        let seen = https.origin.most_within_any(Duration::from_millis(window));
+        assert!(seen <= most, "{seen} requests within {window} ms");
     }
     let admin = fetch_direct(&courtesy.admin_url("/metrics")).await;
     // reqwest may open a second connection while the first goes back to its pool; its CONNECT

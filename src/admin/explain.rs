@@ -41,7 +41,7 @@ pub(crate) fn explain(s: &HostSnapshot, now_wall: SystemTime) -> String {
         }
         out.push_str("; ");
     }
-    let concurrency = s.policy.pacing.concurrency;
+    let concurrency = s.concurrency_cap;
     if s.queued > 0 {
         let _ = write!(out, "{} queued", count(s.queued, "request"));
         if s.waiting_by_job.len() > 1 {
@@ -99,7 +99,7 @@ fn waits_for(s: &HostSnapshot, reason: WaitReason, now_wall: SystemTime) -> Stri
         ),
         WaitReason::Concurrency => format!(
             "a free concurrency slot ({} of {} in flight)",
-            s.in_flight, s.policy.pacing.concurrency
+            s.in_flight, s.concurrency_cap
         ),
         WaitReason::Cooldown | WaitReason::Block | WaitReason::Paused => {
             format!("the host to open again{at_text}")

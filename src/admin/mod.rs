@@ -1,10 +1,11 @@
 //! The admin listener: the live dashboard, Prometheus metrics, the host API, operator overrides,
-//! reload, and the CA certificate.
+//! reload, the CA certificate, and the Web Bot Auth key directory (`directory.rs`).
 //!
 //! It runs on its own port so that it is never confused with proxy traffic. With `[admin] token`
 //! set, every request must carry it as a bearer token (and the token is required to bind beyond
 //! loopback). Every failure is a response; nothing here panics on input.
 
+mod directory;
 pub(crate) mod explain;
 pub(crate) mod reload;
 pub(crate) mod views;
@@ -96,7 +97,10 @@ impl Admin {
         // token for its /hosts calls from the URL fragment (`/#token=...`).
         // The probes (`/healthz`, `/readyz`) tell nothing but "up" and "ready": a kubelet or
         // a container's HEALTHCHECK reaches them without the token too.
-        let is_page = matches!(req.uri().path(), "/" | "/healthz" | "/readyz")
+        // The key directory holds public keys only, published for every site to fetch: it is
+        // served without the token and under any Host (behind the operator's public host).
+        let public = req.uri().path() == directory::PATH;
+        let is_page = (public || matches!(req.uri().path(), "/" | "/healthz" | "/readyz"))
             && matches!(*req.method(), Method::GET | Method::HEAD);
         if let Some(token) = config.admin.token.as_ref().filter(|_| !is_page) {
             if !bearer_matches(req.headers().get(AUTHORIZATION), token) {
@@ -116,7 +120,7 @@ impl Admin {
         // cross-origin read under the listener's own Host is the browser's to refuse). The probes
         // say only "up" and are answered under any Host. With a token, the token decides: a page
         // rebound or not cannot send it.
-        let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
+        let probe = public || matches!(req.uri().path(), "/healthz" | "/readyz");
         if config.admin.token.is_none() && !probe {
             let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
             let refused = if mutating {
@@ -216,6 +220,9 @@ impl Admin {
                 self.interceptor.ca().cert_pem().to_string(),
                 "application/x-pem-file",
             ),
+            (&Method::GET | &Method::HEAD, _) if path == directory::PATH => {
+                directory::answer(&self.config.get(), directory::host_of(&req))
+            }
             (&Method::GET | &Method::HEAD, ["hosts"]) => self.hosts(&query),
             (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key).await {
                 Ok(budget) => match self.limiter.snapshot_by_key(&budget.key) {

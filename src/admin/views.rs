@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::budget::limiter::{HostSnapshot, Limiter, ShadowReason};
 use crate::config::{Controller, HttpsMode, KeyMode, OnCooldown};
+use crate::pacing::ratelimit::NamedPolicy;
 
 /// `GET /hosts`: the hosts shown (a page in key order, or the `limit` most in need of attention) and the totals
 /// over every known host. `H` is a list of [`HostView`]s, or a type that writes them one by one.
@@ -179,6 +180,67 @@ pub struct HostView {
     /// With a shared budget: the turns this instance holds leased ahead from the store.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ahead: Option<AheadView>,
+    /// The HTTP version the host's last answer came over (`upstream_http2`); absent before the
+    /// first answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<ProtocolView>,
+    /// The RateLimit policies the host announced last (`RateLimit-Policy`, with the counters
+    /// of `RateLimit`), each on its own, as the server wrote it (docs/reacting.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ratelimit_policies: Vec<RateLimitPolicyView>,
+}
+
+/// The HTTP version courtesy speaks to a host's origin, and why it fell back to HTTP/1.1 if it did.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProtocolView {
+    /// `h2` or `http/1.1`.
+    pub version: String,
+    /// Why the host is kept on HTTP/1.1 (a 421 over h2, an HTTP/2 protocol error); absent when
+    /// it was not turned back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fell_back: Option<String>,
+}
+
+/// One RateLimit policy a host announced, in the draft's own parameter names.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RateLimitPolicyView {
+    /// The policy's name (empty for the older `10;w=1` form).
+    pub name: String,
+    /// The quota (`q`), in units of `qu` per window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub q: Option<u64>,
+    /// The window in seconds (`w`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub w: Option<u64>,
+    /// The quota unit (`qu`): `request`, `content-bytes`, `concurrency` (or another word,
+    /// shown and not obeyed).
+    pub qu: String,
+    /// The partition key (`pk`), base64 as the field carries it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pk: Option<String>,
+    /// What is left in this window (`r` of `RateLimit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub r: Option<u64>,
+    /// Seconds until the window resets (`t` of `RateLimit`), as of that answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub t: Option<u64>,
+}
+
+impl RateLimitPolicyView {
+    /// The view of one announced policy.
+    pub fn of(p: &NamedPolicy) -> Self {
+        RateLimitPolicyView {
+            name: p.name.clone(),
+            q: p.quota,
+            w: p.window.map(|w| w.as_secs()),
+            qu: p.unit.as_str().to_string(),
+            pk: p.partition.clone(),
+            r: p.remaining,
+            t: p.reset.map(|t| t.as_secs()),
+        }
+    }
 }
 
 /// An allowance: a shared host's turns leased ahead from the store and spent by this instance
@@ -346,8 +408,11 @@ pub struct Counters {
     pub failed: u32,
     /// Local refusals, by reason.
     pub refused: BTreeMap<String, u32>,
-    /// Response body bytes received from the host and passed on (upstream responses only).
+    /// Response body bytes received from the host and passed on (upstream responses only),
+    /// and the bytes of its WebSockets, both ways.
     pub response_bytes: u64,
+    /// WebSockets open to the host now: joined after a `101`, holding no concurrency slot.
+    pub websockets_open: u32,
 }
 
 impl HostView {
@@ -405,6 +470,7 @@ impl HostView {
                     .map(|(name, n)| (name.to_string(), *n))
                     .collect(),
                 response_bytes: s.stats.response_bytes(),
+                websockets_open: s.websockets_open,
             },
             shadow: s.shadow.map(|c| ShadowView {
                 would_wait: c.would_wait,
@@ -426,6 +492,16 @@ impl HostView {
                 slots,
                 in_use,
             }),
+            protocol: s.stats.protocol().name().map(|version| ProtocolView {
+                version: version.to_string(),
+                fell_back: s.stats.protocol().fell_back().map(str::to_string),
+            }),
+            ratelimit_policies: s
+                .server_policies
+                .iter()
+                .flat_map(|p| p.iter())
+                .map(RateLimitPolicyView::of)
+                .collect(),
         }
     }
 }
@@ -484,6 +560,30 @@ pub struct JobView {
     pub shadow_would_wait: u64,
     /// See `shadow_would_wait`.
     pub shadow_would_wait_seconds: f64,
+    /// What it uses content for (`purpose`), checked against the preferences sites state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// Its requests answered with a local 403 because a site's stated preferences refused its
+    /// purpose (`content_preferences = "enforce"`).
+    #[serde(default)]
+    pub preferences_enforced: u64,
+    /// Its requests forwarded with the refusing signal reported (`Courtesy-Content-Preference`).
+    #[serde(default)]
+    pub preferences_reported: u64,
+    /// The priced answers it got (HTTP 402 with `crawler-price`), per host.
+    #[serde(default)]
+    pub priced: Vec<PricedView>,
+}
+
+/// The priced answers (HTTP 402 with `crawler-price`, pay per crawl) of one job from one host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PricedView {
+    /// The host (`host:port`; `other` past the hosts kept per job).
+    pub host: String,
+    /// How many.
+    pub count: u64,
+    /// The last price asked, as the site wrote it (`USD 0.01`).
+    pub last_price: String,
 }
 
 /// A job's quota and what is left of it.
@@ -536,6 +636,27 @@ impl JobsPage {
                     .load(std::sync::atomic::Ordering::Relaxed)
                     as f64
                     / 1000.0,
+                purpose: settings
+                    .and_then(|s| s.purpose)
+                    .map(|p| p.word().to_string()),
+                preferences_enforced: caller
+                    .state
+                    .preferences_enforced
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                preferences_reported: caller
+                    .state
+                    .preferences_reported
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                priced: caller
+                    .state
+                    .priced()
+                    .into_iter()
+                    .map(|(host, p)| PricedView {
+                        host,
+                        count: p.count,
+                        last_price: p.last_price,
+                    })
+                    .collect(),
                 quota: caller.quota_left(now).map(|q| QuotaView {
                     max_requests: q.max,
                     per_seconds: q.per.as_secs_f64(),

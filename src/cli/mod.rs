@@ -1,4 +1,6 @@
-//! The CLI verbs that talk to the user or to a running instance: `courtesy env` and `courtesy status`.
+//! The CLI verbs that talk to the user or to a running instance: `courtesy env`, `courtesy status`
+//! and `courtesy keys`.
 
 pub mod client_env;
+pub mod keys;
 pub mod status;

@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use crate::admin::views::{HostView, HostsPage, JobsPage};
+use crate::admin::views::{HostView, HostsPage, JobsPage, RateLimitPolicyView};
 
 /// `GET /hosts` as `courtesy status` reads it.
 pub type Page = HostsPage<Vec<HostView>>;
@@ -74,12 +74,42 @@ pub async fn fetch_host(
     fetch_json(&client, admin, token, &format!("/hosts/{host}")).await
 }
 
-/// One host: its key, state, rate, queue and in flight, and what it waits for, in words.
+/// One host: its key, state, rate, queue and in flight, and what it waits for, in words; then
+/// the RateLimit policies it announced, one a line.
 pub fn render_host(h: &HostView) -> String {
-    format!(
+    let mut out = format!(
         "{}: {} at {:.3}/s, {} queued, {} in flight\n{}\n",
         h.host, h.state, h.rate, h.queued, h.in_flight, h.explain
-    )
+    );
+    for p in &h.ratelimit_policies {
+        out.push_str(&render_policy(p));
+        out.push('\n');
+    }
+    out
+}
+
+/// One announced RateLimit policy in words: `RateLimit policy "burst": 100 request per 60 s,
+/// 50 left, reset in 30 s, pk Y2xpZW50`.
+fn render_policy(p: &RateLimitPolicyView) -> String {
+    let mut line = format!("RateLimit policy \"{}\":", p.name);
+    if let Some(q) = p.q {
+        line.push_str(&format!(" {q} {}", p.qu));
+        if let Some(w) = p.w {
+            line.push_str(&format!(" per {w} s"));
+        }
+    } else {
+        line.push_str(&format!(" ({})", p.qu));
+    }
+    if let Some(r) = p.r {
+        line.push_str(&format!(", {r} left"));
+    }
+    if let Some(t) = p.t {
+        line.push_str(&format!(", reset in {t} s"));
+    }
+    if let Some(pk) = &p.pk {
+        line.push_str(&format!(", pk {pk}"));
+    }
+    line
 }
 
 /// The JSON answer of the admin API at `path`, within 10 s.
@@ -335,6 +365,29 @@ mod tests {
 
     fn page(json: serde_json::Value) -> Page {
         serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn one_host_lists_its_ratelimit_policies_with_their_partition_keys() {
+        let view: HostView = serde_json::from_value(json!({
+            "host": "api.test:443", "state": "idle", "rate": 1.0, "explain": "nothing waits",
+            "ratelimit_policies": [
+                {"name": "burst", "q": 100, "w": 60, "qu": "request", "pk": "Y2xpZW50", "r": 50, "t": 30},
+                {"name": "par", "q": 2, "qu": "concurrency"},
+                {"name": "x", "qu": "request", "r": 3}
+            ]
+        }))
+        .unwrap();
+        let text = render_host(&view);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[2..],
+            [
+                "RateLimit policy \"burst\": 100 request per 60 s, 50 left, reset in 30 s, pk Y2xpZW50",
+                "RateLimit policy \"par\": 2 concurrency",
+                "RateLimit policy \"x\": (request), 3 left",
+            ]
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The keys that take one word from a closed set: `on_cooldown`, `https`, `cache`, `key`,
-//! `controller` and the entries of `skip_resources`, each as an enum whose serde derive is its word
+//! `controller`, `purpose`, `content_preferences`, `[signing] mode` and the entries of `skip_resources`, each as an enum whose serde derive is its word
 //! table (see [`ConfigWord`]).
 
 use std::fmt;
@@ -55,6 +55,20 @@ pub enum HttpsMode {
 }
 
 word_enum!(HttpsMode { Intercept, Tunnel });
+
+/// Which HTTP versions courtesy offers an `https://` origin (`upstream_http2`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamHttp2 {
+    /// `h2` and `http/1.1` offered by ALPN; the origin picks (the default). A 421 or an HTTP/2
+    /// protocol error turns the host to HTTP/1.1 while courtesy knows it.
+    #[default]
+    Auto,
+    /// HTTP/1.1 only.
+    Off,
+}
+
+word_enum!(UpstreamHttp2 { Auto, Off });
 
 /// What courtesy does with stored GET responses (`cache`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -183,3 +197,62 @@ impl Priority {
             .find(|p| value.eq_ignore_ascii_case(p.word()))
     }
 }
+
+/// What a job will use the content it fetches for (`purpose`): the use a site's stated
+/// preferences (Content-Signal, aipref Content-Usage) are checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Purpose {
+    /// Building a search index and showing results that link to the page.
+    Search,
+    /// Giving the content to an AI model as input (retrieval-augmented generation, grounding).
+    #[serde(rename = "ai-input")]
+    AiInput,
+    /// Training or fine-tuning AI models.
+    #[serde(rename = "ai-train")]
+    AiTrain,
+}
+
+word_enum!(Purpose {
+    Search,
+    AiInput,
+    AiTrain
+});
+
+/// What courtesy does when a site's stated preferences refuse a request's purpose
+/// (`content_preferences`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContentPreferences {
+    /// Answer it locally with a 403; it is never sent.
+    Enforce,
+    /// Forward it and name the refusing signal in a response header (the default).
+    #[default]
+    Report,
+    /// Read nothing: no robots.txt fetched for it, no header read.
+    Off,
+}
+
+word_enum!(ContentPreferences {
+    Enforce,
+    Report,
+    Off
+});
+
+/// When courtesy signs the requests it forwards (`[signing] mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SigningMode {
+    /// Every request, from the first.
+    Always,
+    /// A host's requests once it answered 401/403/429 with `Accept-Signature`.
+    OnChallenge,
+    /// None.
+    Off,
+}
+
+word_enum!(SigningMode {
+    Always,
+    OnChallenge,
+    Off
+});

@@ -50,6 +50,8 @@ pub(super) struct FileConfig<'t> {
     pub(super) alerts: Section<'t>,
     /// `[telemetry]`.
     pub(super) telemetry: Section<'t>,
+    /// `[signing]`.
+    pub(super) signing: Section<'t>,
     /// `[shared]`, when the file has it (its presence turns the shared budget on).
     pub(super) shared: Option<Section<'t>>,
     /// `include = [...]`: the files whose `[[host]]` and `[[job]]` tables come before this

@@ -14,7 +14,10 @@ use super::key_tables::kinds::Kind as _;
 use super::key_tables::kinds::{between, Count, Flag, Maybe, Millis, Rate, Seconds, Word};
 use super::key_tables::process::HeaderText;
 use super::key_tables::{keys, Group, Key};
-use super::{CacheMode, Controller, HttpsMode, KeyMode, OnCooldown, ResourceKind, Route};
+use super::{
+    CacheMode, ContentPreferences, Controller, HttpsMode, KeyMode, OnCooldown, Purpose,
+    ResourceKind, Route, UpstreamHttp2,
+};
 use crate::config::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
 
 /// The pacing rules for one host, fully resolved (defaults merged with the most specific rule),
@@ -38,12 +41,15 @@ pub struct HostPolicy {
     pub forward: Forward,
     /// What courtesy stamps on the requests to the host: User-Agent, From.
     pub identity: Identity,
+    /// The site's stated preferences about use: the purpose of requests without a job's own,
+    /// and what a refusal does.
+    pub preferences: Preferences,
 }
 
 impl HostPolicy {
     /// Every key of `[defaults]` (and of `[[host]]`, which also takes `match` and
     /// `upstream_proxy`), group by group with each group's doc, in the order the docs list them.
-    pub const GROUPS: [Group<HostPolicy>; 8] = [
+    pub const GROUPS: [Group<HostPolicy>; 9] = [
         (BudgetScope::DOC, BudgetScope::KEYS),
         (PacingSettings::DOC, PacingSettings::KEYS),
         (Adaptive::DOC, Adaptive::KEYS),
@@ -52,6 +58,7 @@ impl HostPolicy {
         (BlockSettings::DOC, BlockSettings::KEYS),
         (Forward::DOC, Forward::KEYS),
         (Identity::DOC, Identity::KEYS),
+        (Preferences::DOC, Preferences::KEYS),
     ];
 
     /// `upstream_proxy` in a `[[host]]` rule: where the hosts it matches leave (`[defaults]` takes
@@ -77,7 +84,7 @@ impl HostPolicy {
     };
 
     /// The key tables of [`HostPolicy::GROUPS`], for reading a section.
-    pub fn keys() -> [&'static [Key<HostPolicy>]; 8] {
+    pub fn keys() -> [&'static [Key<HostPolicy>]; 9] {
         HostPolicy::GROUPS.map(|(_, keys)| keys)
     }
 }
@@ -326,6 +333,17 @@ keys! {
         /// once and the host's pacing hears a timeout failure (its slowness, not the client's).
         read_timeout: Duration = Duration::from_secs(60),
             from read_timeout_seconds: f64, Seconds { min: 0.001, max: 86400.0 };
+        /// HTTP/2 to `https://` origins: `"auto"` (offer `h2` and `http/1.1` by ALPN, use what
+        /// the origin picks) or `"off"` (HTTP/1.1 only).
+        ///
+        /// Over h2 one connection carries the host's requests as streams; `concurrency` still
+        /// counts requests, and the origin's SETTINGS_MAX_CONCURRENT_STREAMS caps them on the
+        /// wire. A 421 (Misdirected Request) or an HTTP/2 protocol error turns the host to
+        /// HTTP/1.1 while courtesy knows it (until it is forgotten or courtesy restarts); the
+        /// request that met it is sent again over HTTP/1.1 when it can be. GOAWAY and
+        /// REFUSED_STREAM count as overload (like a 503 without Retry-After). Through a parent
+        /// proxy's tunnel too; `http://` origins always get HTTP/1.1. See docs/https.md.
+        http2: UpstreamHttp2 = UpstreamHttp2::Auto, from upstream_http2: String, Word;
     }
     also {
         /// Where this host's requests leave: straight to it, or through a parent proxy
@@ -347,6 +365,28 @@ keys! {
         /// about the crawl), over the client's and its job's.
         from: Option<String> = None, from from: String, Maybe(HeaderText),
             example "\"ops@example.org\"";
+        /// Whether the requests to the host are signed when [signing] (or their job) has a key;
+        /// `false`: never signed (docs/identity.md).
+        sign: bool = true, from sign: bool, Flag;
+    }
+}
+
+keys! {
+    /// What sites say about the use of their content, and what a request is for.
+    pub struct Preferences in HostPolicy.preferences as KEYS {
+        /// The purpose of requests whose job names none (anonymous traffic, or a job without
+        /// `purpose`): `"search"`, `"ai-input"` or `"ai-train"`; unset: nothing is checked.
+        purpose: Option<Purpose> = None, from purpose: String, Maybe(Word),
+            example "\"search\"";
+        /// What a site's refusal of a request's purpose does: `"enforce"` (a local 403, never
+        /// sent), `"report"` (forwarded, the signal named in Courtesy-Content-Preference) or
+        /// `"off"` (nothing read).
+        ///
+        /// Under "enforce" and "report", robots.txt is fetched for a request with a purpose even
+        /// where obey_robots = false (its Disallow lines are then not obeyed). Refusals are
+        /// counted in /metrics (courtesy_content_preference_total) and /jobs.
+        content_preferences: ContentPreferences = ContentPreferences::Report,
+            from content_preferences: String, Word;
     }
 }
 

@@ -1,13 +1,16 @@
 //! A job's settings (`[[job]]`): who a job is (its name, the username of the proxy URL, and its
 //! token), its share of each host's turns, its default priority, its quota, and what courtesy
-//! stamps on its requests. Keeping per-job state is `crate::budget::jobs`'s job.
+//! stamps on its requests, and the key it signs with. Keeping per-job state is `crate::budget::jobs`'s job.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::key_tables::keys;
 use super::key_tables::kinds::{between, Count, Maybe, Seconds, Word};
-use super::key_tables::process::{HeaderText, JobName, Sha256Hex, Token};
-use super::Priority;
+use super::key_tables::process::{AgentUrl, HeaderText, JobName, Path, Sha256Hex, Token};
+use super::{Priority, Purpose};
+use crate::wire::httpsig::SigningKey;
 
 keys! {
     /// One job (`[[job]]`): a crawler, a person or a pipeline, named by the username of its proxy
@@ -51,6 +54,23 @@ keys! {
         /// the crawl; a host's own `from` wins); unset: the client's.
         from: Option<String> = None, from from: String, Maybe(HeaderText),
             example "\"ops@example.org\"";
+        /// What the job uses the content for: `"search"`, `"ai-input"` or `"ai-train"`, checked
+        /// against the preferences sites state (Content-Signal, Content-Usage); unset: the
+        /// `[defaults]` purpose (see content_preferences).
+        purpose: Option<Purpose> = None, from purpose: String, Maybe(Word),
+            example "\"ai-train\"";
+        /// The job's own Web Bot Auth key (a JWK file, as [signing] key_file), over [signing]'s:
+        /// a team's jobs can be different bots.
+        signing_key_file: Option<PathBuf> = None, from signing_key_file: String, Maybe(Path),
+            example "\"/etc/courtesy/crawl-a.jwk\"";
+        /// The job's own Signature-Agent (where its key directory is published), over
+        /// [signing]'s.
+        signature_agent: Option<String> = None, from signature_agent: String, Maybe(AgentUrl),
+            example "\"https://crawl-a.example.com\"";
+    }
+    also {
+        /// The key of signing_key_file, read when the config was read.
+        signing_key: Option<Arc<SigningKey>> = None;
     }
 }
 

@@ -15,12 +15,13 @@
 //! | `file.rs` | the file's sections as written, each entry with its place (stage one) |
 //! | `read.rs` | reading the TOML into sections; syntax errors, unknown sections |
 //! | `include.rs` | `include = [...]`: the `[[host]]` and `[[job]]` tables of other files (presets) |
+//! | `built_in.rs` | the files compiled in: `config/courtesy.toml` and its presets, for a binary installed alone |
 //! | `key_tables/` | the key tables: every key once, with its doc, default, range and kind |
 //! | `reference.rs` | the reference page and `config/courtesy.toml`, made from the key tables |
 //! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
 //! | `host_policy.rs` | [`HostPolicy`], its groups of keys and their defaults, the [`OffPeak`] window |
-//! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`], [`Controller`] |
+//! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`], [`Controller`], [`UpstreamHttp2`] |
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`], [`TelemetrySettings`], [`SharedSettings`]: their keys and defaults |
 //! | `parent.rs` | [`UpstreamProxy`] and [`Route`]: parent proxy URLs, parsed and redacted |
@@ -29,6 +30,7 @@
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
 
 mod block_markers;
+mod built_in;
 mod choices;
 mod file;
 mod host_policy;
@@ -42,6 +44,7 @@ mod read;
 pub(crate) mod redis_url;
 pub mod reference;
 mod settings;
+mod signing;
 mod suggest;
 mod validate;
 mod word;
@@ -56,12 +59,14 @@ use std::sync::Arc;
 
 use crate::wire::literal::canonical_ip;
 pub use block_markers::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
+pub use built_in::{BUILT_IN_CONFIG, BUILT_IN_NAME};
 pub use choices::{
-    CacheMode, ClientAuth, Controller, HttpsMode, KeyMode, OnCooldown, Priority, ResourceKind,
+    CacheMode, ClientAuth, ContentPreferences, Controller, HttpsMode, KeyMode, OnCooldown,
+    Priority, Purpose, ResourceKind, SigningMode, UpstreamHttp2,
 };
 pub use host_policy::{
     Adaptive, BlockSettings, BudgetScope, CooldownSettings, Forward, HostPolicy, OffPeak,
-    PacingSettings, Robots,
+    PacingSettings, Preferences, Robots,
 };
 pub use job::JobSettings;
 pub use live::LiveConfig;
@@ -70,6 +75,7 @@ pub use pattern::{HostPattern, HostRule};
 pub use settings::{
     AdminSettings, AlertSettings, ProxySettings, SharedSettings, TelemetrySettings,
 };
+pub use signing::SigningSettings;
 pub use word::ConfigWord;
 
 use validate::Validator;
@@ -95,6 +101,8 @@ pub struct Config {
     pub telemetry: TelemetrySettings,
     /// `[shared]`: the store several instances keep one budget in; `None`, this instance's own.
     pub shared: Option<SharedSettings>,
+    /// `[signing]`: the Web Bot Auth key and when requests are signed.
+    pub signing: SigningSettings,
 }
 
 impl Default for Config {
@@ -109,6 +117,7 @@ impl Default for Config {
             alerts: AlertSettings::default(),
             telemetry: TelemetrySettings::default(),
             shared: None,
+            signing: SigningSettings::default(),
         }
     }
 }
@@ -122,6 +131,12 @@ impl Config {
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
         Config::parse_in(&text, &name, dir)
+    }
+
+    /// The built-in config (`config/courtesy.toml` with its presets, compiled in): what courtesy
+    /// runs on when it is given no file and finds none at the default path.
+    pub fn built_in() -> Result<Config, ConfigErrors> {
+        Config::parse_in(BUILT_IN_CONFIG, BUILT_IN_NAME, Path::new(BUILT_IN_NAME))
     }
 
     /// Validates config text; `name` is used in messages.
@@ -139,6 +154,7 @@ impl Config {
         let alerts = v.alerts(&file.alerts);
         let telemetry = v.telemetry(&file.telemetry);
         let shared = v.shared(file.shared.as_ref());
+        let signing = v.signing(&file.signing);
         let mut base = HostPolicy::default();
         base.forward.upstream = proxy.upstream_proxy.clone();
         if let Some(value) = file.defaults.take("upstream_proxy") {
@@ -150,11 +166,11 @@ impl Config {
         }
         let defaults = v.policy(&base, &file.defaults, "[defaults]", "[defaults] ");
         let own_hosts = v.host_rules(&mut file.host, &defaults, proxy.listen);
-        let own_jobs = v.jobs(&file.job, proxy.client_auth);
+        let own_jobs = v.jobs(&file.job, proxy.client_auth, &signing);
         // What the included files hold comes first: this file's own rules, later, win ties.
         let (mut hosts, mut jobs) = (Vec::new(), Vec::new());
         for (at, rel) in &file.include {
-            let included = include::read(dir, rel, &defaults, &proxy);
+            let included = include::read(dir, rel, &defaults, (&proxy, &signing));
             match included {
                 Ok((more_hosts, more_jobs)) => {
                     hosts.extend(more_hosts);
@@ -179,6 +195,7 @@ impl Config {
             alerts,
             telemetry,
             shared,
+            signing,
         })
     }
 
@@ -221,7 +238,8 @@ impl Config {
     /// What is allowed but probably a mistake, one sentence each: `allow_clients` that lets
     /// every address in (an open proxy, if the listener is reachable); a `[[job]]` without a
     /// token while other machines may connect (only loopback clients can claim it, so crawlers
-    /// elsewhere get a 407 for a job the file names).
+    /// elsewhere get a 407 for a job the file names); a host that would be signed but whose
+    /// CONNECTs are blind tunnels (nothing inside can be signed).
     pub fn warnings(&self) -> Vec<String> {
         let open = self
             .proxy
@@ -250,7 +268,16 @@ impl Config {
                     job.name
                 )
             });
-        open.chain(tokenless).collect()
+        let tunnels = std::iter::once(("[defaults]".to_string(), &self.defaults))
+            .chain(self.hosts.iter().map(|rule| {
+                let label = format!("host rule {} ({})", rule.number, rule.pattern);
+                (label, &rule.policy)
+            }))
+            .filter_map(|(label, policy)| {
+                self.unsigned_tunnel(policy)
+                    .map(|why| format!("{label}: {why}"))
+            });
+        open.chain(tokenless).chain(tunnels).collect()
     }
 
     /// An error when the admin listener `addr` is beyond loopback without an `[admin] token`:

@@ -10,7 +10,7 @@ use super::validate::Validator;
 use super::{line_of, ConfigErrors};
 
 /// The sections a file may have, in the order messages list them.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "include",
     "proxy",
     "defaults",
@@ -20,6 +20,7 @@ const SECTIONS: [&str; 9] = [
     "alerts",
     "telemetry",
     "shared",
+    "signing",
 ];
 
 /// The file's sections; a syntax error ends reading at once, every other problem goes to `v`.
@@ -72,7 +73,7 @@ pub(super) fn read<'t>(
                     &format!("{key}: invalid type: expected an array of tables ([[{key}]])"),
                 ),
             },
-            "proxy" | "defaults" | "admin" | "alerts" | "telemetry" | "shared" => {
+            "proxy" | "defaults" | "admin" | "alerts" | "telemetry" | "shared" | "signing" => {
                 let Some(section) = section_of(value) else {
                     v.error(
                         at,
@@ -86,6 +87,7 @@ pub(super) fn read<'t>(
                     "admin" => file.admin = section,
                     "alerts" => file.alerts = section,
                     "telemetry" => file.telemetry = section,
+                    "signing" => file.signing = section,
                     _ => file.shared = Some(section),
                 }
             }

@@ -6,7 +6,7 @@
 use super::key_tables::{Group, Key};
 use super::{
     AdminSettings, AlertSettings, HostPolicy, JobSettings, ProxySettings, SharedSettings,
-    TelemetrySettings,
+    SigningSettings, TelemetrySettings,
 };
 
 /// The line before the generated part of `docs/configuration.md`.
@@ -42,6 +42,13 @@ pub fn markdown() -> String {
         "[shared]",
         &paragraph(SharedSettings::DOC),
         &shared,
+    );
+    let signing = [(SigningSettings::DOC, SigningSettings::KEYS)];
+    section_table(
+        &mut out,
+        "[signing]",
+        &paragraph(SigningSettings::DOC),
+        &signing,
     );
     let jobs = [(JobSettings::DOC, JobSettings::KEYS)];
     section_table(&mut out, "[[job]]", &paragraph(JobSettings::DOC), &jobs);
@@ -126,6 +133,8 @@ pub fn config_file() -> String {
     file_section(&mut out, "[telemetry]", &telemetry, false);
     let shared = [(SharedSettings::DOC, SharedSettings::KEYS)];
     file_section(&mut out, "[shared]", &shared, true);
+    let signing = [(SigningSettings::DOC, SigningSettings::KEYS)];
+    file_section(&mut out, "[signing]", &signing, true);
     let jobs = [(JobSettings::DOC, JobSettings::KEYS)];
     file_section(&mut out, "[[job]]", &jobs, true);
     file_section(&mut out, "[defaults]", &HostPolicy::GROUPS, false);

@@ -210,6 +210,8 @@ fn each_choice_has_one_word_table_with_the_file_words() {
     reads_back::<ResourceKind>();
     assert_eq!(words::<Controller>(), ["aimd", "cubic"]);
     reads_back::<Controller>();
+    assert_eq!(words::<UpstreamHttp2>(), ["auto", "off"]);
+    reads_back::<UpstreamHttp2>();
     assert_eq!(OnCooldown::from_word("Reject"), None, "words are exact");
     assert_eq!(CacheMode::from_word(""), None);
 }
@@ -483,5 +485,62 @@ fn a_job_without_a_token_is_a_warning_only_when_other_machines_may_connect() {
     assert!(
         warnings[0].contains("[[job]] sidecar has no token"),
         "{warnings:?}"
+    );
+}
+
+#[test]
+fn purposes_and_content_preferences_are_words_checked_with_file_line_and_key() {
+    use super::{ContentPreferences, Purpose};
+    assert_eq!(words::<Purpose>(), ["search", "ai-input", "ai-train"]);
+    assert_eq!(words::<ContentPreferences>(), ["enforce", "report", "off"]);
+    reads_back::<Purpose>();
+    reads_back::<ContentPreferences>();
+    let err = parse(
+        "[defaults]\npurpose = \"ai_train\"\ncontent_preferences = \"strict\"\n\
+         [[job]]\nname = \"crawl-a\"\npurpose = \"training\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.errors,
+        [
+            "test.toml:2: [defaults]: purpose must be one of \"search\", \"ai-input\", \"ai-train\", got \"ai_train\"",
+            "test.toml:3: [defaults]: content_preferences must be one of \"enforce\", \"report\", \"off\", got \"strict\"",
+            "test.toml:6: job 1: purpose must be one of \"search\", \"ai-input\", \"ai-train\", got \"training\"",
+        ]
+    );
+    let c = parse(
+        "[defaults]\npurpose = \"search\"\n[[host]]\nmatch = \"a.test\"\ncontent_preferences = \"enforce\"\n\
+         [[job]]\nname = \"crawl-a\"\npurpose = \"ai-train\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.defaults.preferences.purpose, Some(Purpose::Search));
+    assert_eq!(
+        c.defaults.preferences.content_preferences,
+        ContentPreferences::Report,
+        "report by default"
+    );
+    assert_eq!(
+        c.policy_for("a.test", 80).preferences.content_preferences,
+        ContentPreferences::Enforce
+    );
+    assert_eq!(c.jobs[0].purpose, Some(Purpose::AiTrain));
+}
+
+#[test]
+fn upstream_http2_is_auto_by_default_per_host_and_a_bad_word_names_file_line_and_key() {
+    let err = parse("[defaults]\nrate = 2.0\nupstream_http2 = \"on\"\n").unwrap_err();
+    assert_eq!(
+        err.errors,
+        ["test.toml:3: [defaults]: upstream_http2 must be one of \"auto\", \"off\", got \"on\""]
+    );
+    let c = parse("[[host]]\nmatch = \"old.test\"\nupstream_http2 = \"off\"\n").unwrap();
+    assert_eq!(c.defaults.forward.http2, UpstreamHttp2::Auto);
+    assert_eq!(
+        c.policy_for("old.test", 443).forward.http2,
+        UpstreamHttp2::Off
+    );
+    assert_eq!(
+        c.policy_for("new.test", 443).forward.http2,
+        UpstreamHttp2::Auto
     );
 }

@@ -62,9 +62,11 @@ impl Connections {
             .max_buf_size(max_head_bytes)
             .keep_alive(true);
         if http2 {
+            // Extended CONNECT (RFC 8441): an h2 client may open a WebSocket on a stream.
             builder
                 .http2()
-                .max_header_list_size(u32::try_from(max_head_bytes).unwrap_or(u32::MAX));
+                .max_header_list_size(u32::try_from(max_head_bytes).unwrap_or(u32::MAX))
+                .enable_connect_protocol();
         }
         builder
     }

@@ -5,10 +5,13 @@
 //! and epoch resets are wall-clock times). This module reads signals; it does not act on them
 //! (`crate::pacing::policy` does) and never sees responses that courtesy made itself.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::HeaderName;
 use http::{HeaderMap, StatusCode};
+
+use crate::pacing::ratelimit::{self, NamedPolicy, QuotaUnit};
 
 /// The class of one upstream result, as the pacing rules care about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +38,33 @@ pub(crate) fn classify(status: StatusCode, backoff_statuses: &[u16]) -> Feedback
     }
 }
 
+/// The price a priced page asks: the `crawler-price` of an HTTP 402 (Cloudflare's pay per crawl),
+/// as the site wrote it (`USD 0.01`). A 402 without it is an ordinary 4xx.
+pub(crate) fn crawler_price(status: StatusCode, headers: &HeaderMap) -> Option<&str> {
+    if status != StatusCode::PAYMENT_REQUIRED {
+        return None;
+    }
+    headers
+        .get("crawler-price")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+/// Classifies an upstream answer by its status and head: a priced page (see [`crawler_price`]) is
+/// a price, not a refusal or overload, so it is `Neutral` whatever `backoff_statuses` holds;
+/// everything else as [`classify`].
+pub(crate) fn classify_answer(
+    status: StatusCode,
+    headers: &HeaderMap,
+    backoff_statuses: &[u16],
+) -> Feedback {
+    if crawler_price(status, headers).is_some() {
+        return Feedback::Neutral;
+    }
+    classify(status, backoff_statuses)
+}
+
 /// Parses `Retry-After`: delay-seconds or an HTTP-date in any of RFC 9110's three formats
 /// (IMF-fixdate, RFC 850, asctime). A date in the past gives zero; anything unparsable gives `None`
 /// (the caller then backs off on its own schedule).
@@ -49,18 +79,39 @@ pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 }
 
 /// What a server said about its remaining budget for us.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ServerBudget {
-    /// Requests left in the current window, if said.
+    /// Requests left in the current window, if said (of the strictest request policy).
     pub remaining: Option<u64>,
-    /// Time until the window resets, if said.
+    /// Time until the window resets, if said (of the same policy as `remaining`).
     pub reset: Option<Duration>,
-    /// The server's policy as a rate (quota ÷ window seconds), if said.
+    /// The server's request policy as a rate (quota ÷ window seconds), the lowest of its named
+    /// request policies, if said.
     pub policy_rate: Option<f64>,
     /// The quota the server announced (`RateLimit-Policy`, `RateLimit-Limit`, `limit=`,
     /// `X-RateLimit-Limit`), if said: what the learned limit (`controller = "cubic"`) aims just
     /// under, so that a changed quota is followed without waiting for a 429.
     pub quota: Option<Quota>,
+    /// The strictest `qu="content-bytes"` policy: the host's byte budget from the server.
+    pub bytes: Option<ByteQuota>,
+    /// A `content-bytes` policy whose counter is spent (`r=0`): the time until its reset.
+    pub bytes_spent: Option<Duration>,
+    /// The lowest `qu="concurrency"` quota: a ceiling on the host's `concurrency`.
+    pub concurrency: Option<u32>,
+    /// Every policy `RateLimit-Policy` listed (and counters of names it did not), as the
+    /// server wrote them, for `/hosts`; `None` when the answer had neither field in the
+    /// draft's form. With `RateLimit-Policy` present the list is the server's whole word: a
+    /// byte or concurrency policy it no longer lists is lifted.
+    pub policies: Option<Arc<[NamedPolicy]>>,
+}
+
+/// A byte quota the server announced (`qu="content-bytes"`): bytes per window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ByteQuota {
+    /// Bytes per second (quota ÷ window).
+    pub rate: f64,
+    /// Bytes allowed in one window.
+    pub quota: u64,
 }
 
 /// A quota the server announced: requests per window.
@@ -94,56 +145,91 @@ impl ServerBudget {
     }
 }
 
-/// Reads the server's budget from the IETF httpapi draft fields (`RateLimit: "name";r=R;t=T` and
-/// `RateLimit-Policy: "name";q=Q;w=W`), the older `RateLimit-Limit/-Remaining/-Reset`, and
-/// `X-RateLimit-Limit/-Remaining/-Reset`. A `-Reset` value is read as seconds from now, unless it is
-/// larger than 10^9, which no delay is but every Unix time since 2001 is: then it is an epoch
-/// time in seconds (or in milliseconds above 10^12). The quota comes from the same fields
-/// (`q=`, an older `RateLimit-Policy: 10;w=1`, `limit=`) and from `RateLimit-Limit` and
-/// `X-RateLimit-Limit` (`10`, or draft-01's `10, 10;w=1`).
+/// (Tests) [`read_server_budget`]'s budget alone.
+#[cfg(test)]
 pub(crate) fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<ServerBudget> {
+    read_server_budget(headers, now).0
+}
+
+/// Reads the server's budget from the IETF httpapi draft fields (`RateLimit: "name";r=R;t=T` and
+/// `RateLimit-Policy: "name";q=Q;w=W;qu=U;pk=:K:`, RFC 9651 structured fields: see
+/// [`crate::pacing::ratelimit`]), the older `RateLimit-Limit/-Remaining/-Reset`, and
+/// `X-RateLimit-Limit/-Remaining/-Reset`. Of several named request policies the strictest is
+/// obeyed: the lowest rate `q/w`, and the counter that leaves the least per second with its own
+/// reset. A `-Reset` value is read as seconds from now, unless it is larger than 10^9, which no
+/// delay is but every Unix time since 2001 is: then it is an epoch time in seconds (or in
+/// milliseconds above 10^12). The quota comes from the same fields (`q=`, an older
+/// `RateLimit-Policy: 10;w=1`, `limit=`) and from `RateLimit-Limit` and `X-RateLimit-Limit`
+/// (`10`, or draft-01's `10, 10;w=1`).
+///
+/// Also returns the name of a RateLimit field that was ignored as malformed, if any (for the
+/// caller to log: this module does no I/O).
+pub(crate) fn read_server_budget(
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> (Option<ServerBudget>, Option<&'static str>) {
     // Every field read below is named `ratelimit…` or `x-ratelimit…`, and most responses carry
     // none: one pass over the names, instead of eight lookups that each hash a name.
     if !headers.keys().any(names_a_rate_limit) {
-        return None;
+        return (None, None);
     }
-    let mut budget = ServerBudget {
-        remaining: None,
-        reset: None,
-        policy_rate: None,
-        quota: None,
-    };
-    if let Some(v) = header(headers, &RATELIMIT) {
-        for item in v.split(',') {
-            let (r, t) = (sf_param(item, "r"), sf_param(item, "t"));
-            if r.is_some() || t.is_some() {
-                budget.remaining = min_opt(budget.remaining, r);
-                budget.reset = max_opt(budget.reset, t.map(Duration::from_secs));
-            }
-            // The draft-03 form: `limit=100, remaining=50, reset=5` as separate list members.
-            if let Some(r) = kv_param(item, "remaining") {
-                budget.remaining = min_opt(budget.remaining, Some(r));
-            }
-            if let Some(t) = kv_param(item, "reset") {
-                budget.reset = max_opt(budget.reset, Some(Duration::from_secs(t)));
-            }
-            let limit = kv_param(item, "limit").map(|limit| Quota {
-                limit,
-                window: None,
-            });
-            budget.quota = Quota::stricter(budget.quota, limit);
-        }
-    }
-    if let Some(v) = header(headers, &RATELIMIT_POLICY) {
-        for item in v.split(',') {
-            if let (Some(q), Some(w)) = (sf_param(item, "q"), sf_param(item, "w")) {
-                if w > 0 {
-                    let rate = q as f64 / w as f64;
+    let mut budget = ServerBudget::default();
+    let (policy_field, limit_field_value) = (
+        field_lines(headers, &RATELIMIT_POLICY),
+        field_lines(headers, &RATELIMIT),
+    );
+    let fields = ratelimit::read(policy_field.as_deref(), limit_field_value.as_deref());
+    let mut counters = Vec::new();
+    for policy in &fields.policies {
+        match policy.unit {
+            QuotaUnit::Request => {
+                if let (Some(q), Some(w), false) = (policy.quota, policy.window, policy.legacy) {
+                    let rate = q as f64 / w.as_secs_f64();
                     budget.policy_rate = Some(budget.policy_rate.map_or(rate, |p| p.min(rate)));
                 }
+                let quota = policy.quota.map(|limit| Quota {
+                    limit,
+                    window: policy.window,
+                });
+                budget.quota = Quota::stricter(budget.quota, quota);
+                if let Some(r) = policy.remaining {
+                    counters.push((r, policy.reset));
+                }
             }
-            budget.quota = Quota::stricter(budget.quota, policy_quota(item));
+            QuotaUnit::ContentBytes => {
+                // A quota of 0 bytes would be a debt without end: its spent counter says more.
+                if let (Some(q @ 1..), Some(w)) = (policy.quota, policy.window) {
+                    let rate = q as f64 / w.as_secs_f64();
+                    if budget.bytes.is_none_or(|b| rate < b.rate) {
+                        budget.bytes = Some(ByteQuota { rate, quota: q });
+                    }
+                }
+                if let (Some(0), Some(t)) = (policy.remaining, policy.reset) {
+                    budget.bytes_spent = max_opt(budget.bytes_spent, Some(t));
+                }
+            }
+            QuotaUnit::Concurrency => {
+                if let Some(q) = policy.quota {
+                    let q = u32::try_from(q).unwrap_or(u32::MAX).max(1);
+                    budget.concurrency = Some(budget.concurrency.map_or(q, |c| c.min(q)));
+                }
+            }
+            QuotaUnit::Other(_) => {}
         }
+    }
+    (budget.remaining, budget.reset) = strictest_counter(&counters);
+    if let Some(c) = fields.combined {
+        // The draft-03 form: `limit=100, remaining=50, reset=5`.
+        budget.remaining = min_opt(budget.remaining, c.remaining);
+        budget.reset = max_opt(budget.reset, c.reset.map(Duration::from_secs));
+        let limit = c.limit.map(|limit| Quota {
+            limit,
+            window: None,
+        });
+        budget.quota = Quota::stricter(budget.quota, limit);
+    }
+    if fields.listed || !fields.policies.is_empty() {
+        budget.policies = Some(fields.policies.into());
     }
     for name in &LIMIT_FIELDS {
         budget.quota = Quota::stricter(budget.quota, header(headers, name).and_then(limit_field));
@@ -159,17 +245,49 @@ pub(crate) fn server_budget(headers: &HeaderMap, now: SystemTime) -> Option<Serv
             budget.reset = max_opt(budget.reset, reset);
         }
     }
-    let said = budget.remaining.is_some() || budget.policy_rate.is_some() || budget.quota.is_some();
-    said.then_some(budget)
+    let said = budget.remaining.is_some()
+        || budget.policy_rate.is_some()
+        || budget.quota.is_some()
+        || budget.bytes.is_some()
+        || budget.bytes_spent.is_some()
+        || budget.concurrency.is_some()
+        || budget.policies.as_ref().is_some_and(|p| !p.is_empty());
+    (said.then_some(budget), fields.malformed)
 }
 
-/// A quota policy list member: `"name";q=Q;w=W` (the draft) or `Q;w=W` (its older form).
-fn policy_quota(item: &str) -> Option<Quota> {
-    let limit = sf_param(item, "q").or_else(|| leading_number(item))?;
-    let window = sf_param(item, "w")
-        .filter(|w| *w > 0)
-        .map(Duration::from_secs);
-    Some(Quota { limit, window })
+/// Of the request counters `(r, t)`, the strictest, with its own reset: a spent one (`r = 0`)
+/// with the longest reset, else the one that leaves the fewest requests per second until its
+/// reset, else (no resets said) the fewest left.
+fn strictest_counter(counters: &[(u64, Option<Duration>)]) -> (Option<u64>, Option<Duration>) {
+    let spent = counters
+        .iter()
+        .filter(|(r, t)| *r == 0 && t.is_some())
+        .max_by_key(|(_, t)| *t);
+    if let Some(&(r, t)) = spent {
+        return (Some(r), t);
+    }
+    let per_second = |r: u64, t: Duration| r as f64 / t.as_secs_f64().max(1e-3);
+    let paced = counters
+        .iter()
+        .filter_map(|&(r, t)| Some((r, t?)))
+        .min_by(|a, b| per_second(a.0, a.1).total_cmp(&per_second(b.0, b.1)));
+    if let Some((r, t)) = paced {
+        return (Some(r), Some(t));
+    }
+    (counters.iter().map(|(r, _)| *r).min(), None)
+}
+
+/// The field lines of `name` joined into one value (RFC 9651 4.2: `, ` between lines); `None`
+/// when there are none.
+fn field_lines(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next()?;
+    let mut value = first.as_bytes().to_vec();
+    for line in lines {
+        value.extend_from_slice(b", ");
+        value.extend_from_slice(line.as_bytes());
+    }
+    Some(value)
 }
 
 /// `RateLimit-Limit` / `X-RateLimit-Limit`: `Q`, or draft-01's `Q, Q;w=W` (the window from the
@@ -182,14 +300,6 @@ fn limit_field(v: &str) -> Option<Quota> {
             .map(Duration::from_secs)
     });
     Some(Quota { limit, window })
-}
-
-/// The number a list member starts with, before its parameters (`10;w=1`): not a quoted name.
-fn leading_number(item: &str) -> Option<u64> {
-    let bare = item.split(';').next()?.trim();
-    (!bare.is_empty() && bare.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| bare.parse().ok())
-        .flatten()
 }
 
 fn reset_delay(n: u64, now: SystemTime) -> Duration {
@@ -255,14 +365,6 @@ fn sf_param(item: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// A bare `key=N` list member (the older draft's dictionary form).
-fn kv_param(item: &str, key: &str) -> Option<u64> {
-    let (k, v) = item.split_once('=')?;
-    (k.trim() == key && !item.contains(';'))
-        .then(|| first_number(v))
-        .flatten()
-}
-
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -304,6 +406,32 @@ mod tests {
                 "{other}"
             );
         }
+    }
+
+    #[test]
+    fn a_priced_page_is_neutral_even_as_a_backoff_status() {
+        let mut priced = HeaderMap::new();
+        priced.insert("crawler-price", "USD 0.01".parse().unwrap());
+        let backoff = [402, 500, 502, 503, 504];
+        let status = StatusCode::PAYMENT_REQUIRED;
+        assert_eq!(crawler_price(status, &priced), Some("USD 0.01"));
+        assert_eq!(
+            classify_answer(status, &priced, &backoff),
+            Feedback::Neutral
+        );
+        // A 402 without crawler-price is an ordinary status.
+        let plain = HeaderMap::new();
+        assert_eq!(crawler_price(status, &plain), None);
+        assert_eq!(
+            classify_answer(status, &plain, &backoff),
+            Feedback::Overloaded
+        );
+        assert_eq!(
+            classify_answer(status, &plain, &DEFAULT_BACKOFF),
+            Feedback::Neutral
+        );
+        // crawler-price on another status is no price.
+        assert_eq!(crawler_price(StatusCode::OK, &priced), None);
     }
 
     #[test]
@@ -492,5 +620,140 @@ mod tests {
             server_budget(&headers(&[("ratelimit", "garbage")]), now),
             None
         );
+    }
+
+    #[test]
+    fn of_several_named_request_policies_the_strictest_is_obeyed() {
+        let now = at(1_700_000_000);
+        let b = server_budget(
+            &headers(&[
+                (
+                    "ratelimit-policy",
+                    "\"burst\";q=100;w=60;pk=:cGFydA==:, \"daily\";q=1000;w=86400",
+                ),
+                ("ratelimit", "\"burst\";r=50;t=30, \"daily\";r=20;t=40000"),
+            ]),
+            now,
+        )
+        .unwrap();
+        // The lowest rate: 1000 a day, not 100 a minute.
+        assert!((b.policy_rate.unwrap() - 1000.0 / 86400.0).abs() < 1e-12);
+        // The counter that leaves the least per second, with its own reset: 20 over 40000 s
+        // (0.0005/s) before 50 over 30 s; never 20 with the other's 30 s.
+        assert_eq!(
+            (b.remaining, b.reset),
+            (Some(20), Some(Duration::from_secs(40000)))
+        );
+        let policies = b.policies.as_deref().unwrap();
+        assert_eq!(policies.len(), 2);
+        assert_eq!(policies[0].partition.as_deref(), Some("cGFydA=="));
+        assert_eq!(
+            (b.bytes, b.concurrency, b.bytes_spent),
+            (None, None, None),
+            "request policies only"
+        );
+
+        // A spent counter is the strictest, whatever the others say; the longest spent wins.
+        let b = server_budget(
+            &headers(&[(
+                "ratelimit",
+                "\"a\";r=0;t=5, \"b\";r=1;t=1000, \"c\";r=0;t=9",
+            )]),
+            now,
+        )
+        .unwrap();
+        assert_eq!(
+            (b.remaining, b.reset),
+            (Some(0), Some(Duration::from_secs(9)))
+        );
+    }
+
+    #[test]
+    fn the_quota_unit_picks_the_budget_a_policy_goes_to() {
+        let now = at(1_700_000_000);
+        let b = server_budget(
+            &headers(&[
+                (
+                    "ratelimit-policy",
+                    "\"req\";q=10;w=1, \"bytes\";q=100000;w=10;qu=\"content-bytes\", \
+                     \"small\";q=50000;w=10;qu=\"content-bytes\", \"par\";q=3;qu=\"concurrency\", \
+                     \"par2\";q=5;qu=\"concurrency\", \"odd\";q=1;w=100;qu=\"widgets\"",
+                ),
+                ("ratelimit", "\"req\";r=9;t=1, \"small\";r=0;t=7"),
+            ]),
+            now,
+        )
+        .unwrap();
+        // Only the request policy is a rate: a byte quota is never read as requests.
+        assert_eq!(b.policy_rate, Some(10.0));
+        assert_eq!(b.quota.map(|q| q.limit), Some(10));
+        assert_eq!(
+            b.bytes,
+            Some(ByteQuota {
+                rate: 5000.0,
+                quota: 50000
+            }),
+            "the lower byte rate"
+        );
+        assert_eq!(b.bytes_spent, Some(Duration::from_secs(7)));
+        assert_eq!(b.concurrency, Some(3), "the lower ceiling");
+        // The request counter is the request policy's own, not the byte policy's r=0.
+        assert_eq!(
+            (b.remaining, b.reset),
+            (Some(9), Some(Duration::from_secs(1)))
+        );
+        assert_eq!(b.policies.as_deref().map(<[_]>::len), Some(6));
+
+        // A byte policy alone still says something.
+        let b = server_budget(
+            &headers(&[("ratelimit-policy", "\"b\";q=1024;w=1;qu=\"content-bytes\"")]),
+            now,
+        )
+        .unwrap();
+        assert_eq!((b.policy_rate, b.quota, b.remaining), (None, None, None));
+        assert_eq!(b.bytes.map(|q| q.rate), Some(1024.0));
+        // A quota of no bytes at all is no byte budget (a debt without end).
+        let b = server_budget(
+            &headers(&[("ratelimit-policy", "\"b\";q=0;w=1;qu=\"content-bytes\"")]),
+            now,
+        )
+        .unwrap();
+        assert_eq!(b.bytes, None);
+    }
+
+    #[test]
+    fn malformed_fields_are_ignored_and_named_and_the_rest_still_read() {
+        let now = at(1_700_000_000);
+        let (b, malformed) = read_server_budget(
+            &headers(&[
+                ("ratelimit-policy", "\"a\";q=10;w=1,,"),
+                ("x-ratelimit-remaining", "4"),
+                ("x-ratelimit-reset", "10"),
+            ]),
+            now,
+        );
+        assert_eq!(malformed, Some("RateLimit-Policy"));
+        let b = b.unwrap();
+        assert_eq!((b.policy_rate, b.policies), (None, None));
+        assert_eq!(b.remaining, Some(4), "the X- fields still read");
+        let (b, malformed) = read_server_budget(&headers(&[("ratelimit", "\"a\";r=1 \"b\"")]), now);
+        assert_eq!((b, malformed), (None, Some("RateLimit")));
+        let (_, malformed) = read_server_budget(&headers(&[("ratelimit", "\"a\";r=1")]), now);
+        assert_eq!(malformed, None);
+    }
+
+    #[test]
+    fn field_lines_of_one_name_are_one_list() {
+        let now = at(1_700_000_000);
+        let b = server_budget(
+            &headers(&[
+                ("ratelimit-policy", "\"a\";q=100;w=10"),
+                ("ratelimit-policy", "\"b\";q=5;w=10"),
+            ]),
+            now,
+        )
+        .unwrap();
+        assert_eq!(b.policy_rate, Some(0.5));
+        assert_eq!(b.policies.as_deref().map(<[_]>::len), Some(2));
     }
 }

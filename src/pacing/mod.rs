@@ -3,4 +3,6 @@
 pub(crate) mod blocks;
 pub(crate) mod feedback;
 pub(crate) mod policy;
+pub(crate) mod preferences;
+pub(crate) mod ratelimit;
 pub(crate) mod robots;

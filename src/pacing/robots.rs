@@ -1,5 +1,6 @@
 //! robots.txt (RFC 9309): one fetch per host, shared by every client; rules parsed by the
-//! texting_robots crate; answers cached for a day.
+//! texting_robots crate, the preference lines it drops by `pacing/preferences`; answers cached
+//! for a day.
 //!
 //! This module owns the cache and the decisions: whether a request must wait for a fetch, who
 //! fetches, what an answer means (2xx: rules; 4xx: everything allowed; 5xx, 429 or unreachable:
@@ -16,6 +17,8 @@ use texting_robots::Robot;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::config::Purpose;
+use crate::pacing::preferences::{Refused, RobotsPreferences};
 use crate::util::locks::lock;
 
 /// How long a fetched robots.txt (or a 4xx) is trusted.
@@ -74,6 +77,8 @@ enum State {
     Rules {
         txt: Arc<Vec<u8>>,
         robots: HashMap<String, Arc<Robot>>,
+        /// The preference lines (Content-Signal, Content-Usage), read once.
+        preferences: Arc<RobotsPreferences>,
         until: Instant,
     },
     AllowAll {
@@ -109,6 +114,7 @@ impl FetchGuard {
         let now = Instant::now();
         let state = match fetched {
             Fetched::Rules(txt) => State::Rules {
+                preferences: Arc::new(RobotsPreferences::parse(&txt)),
                 txt: Arc::new(txt),
                 robots: HashMap::new(),
                 until: now + CACHE_FOR,
@@ -215,6 +221,23 @@ impl RobotsCache {
 }
 
 impl RobotsCache {
+    /// The refusal of `purpose` for `path` that the robots.txt of `key` states for `agent`'s group
+    /// (Content-Signal, Content-Usage), if its rules are known (ask [`RobotsCache::step`] first).
+    pub(crate) fn preference_refusal(
+        &self,
+        key: &str,
+        agent: &str,
+        path: &str,
+        purpose: Purpose,
+    ) -> Option<Refused> {
+        let entry = self.entries.get(key).map(|e| e.value().clone())?;
+        let preferences = match &*lock(&entry.state) {
+            State::Rules { preferences, .. } => preferences.clone(),
+            _ => return None,
+        };
+        preferences.refusal(agent, purpose, path)
+    }
+
     /// Forgets entries whose answer has expired (they would be fetched again anyway), so that the
     /// cache follows the hosts in use. Returns how many were dropped.
     pub(crate) fn sweep(&self) -> usize {

@@ -1,6 +1,7 @@
 //! One forwarded request's sends: the client's own request the first time, a rebuilt copy of a
-//! bodiless one for courtesy's resends (on a fresh connection after a stale pooled one, and
-//! `retry_idempotent` after a 429/503), and how each turn is asked of the limiter. `forward.rs`
+//! bodiless one for courtesy's resends (on a fresh connection after a stale pooled one,
+//! `retry_idempotent` after a 429/503, and once signed after a host asked for a signature), how
+//! each turn is asked of the limiter, and each send signed as it leaves. `forward.rs`
 //! runs the loop; this is the state it carries from one attempt to the next.
 
 use http::{Method, Request, Response, StatusCode};
@@ -8,7 +9,9 @@ use http_body::Body as _;
 use hyper::body::Incoming;
 
 use super::exchange::Unanswered;
-use super::failure::Failure;
+use super::failure::{Failure, H2Signal};
+use super::sign::{is_challenge, Challenged, Signing};
+use super::upgrade::ClientUpgrade;
 use super::upstream::{Replay, UpstreamBody};
 use crate::config::{HostPolicy, OnCooldown, Priority};
 use crate::proxy::body::ProxyBody;
@@ -45,6 +48,18 @@ pub(super) struct Attempts {
     priority: Priority,
     /// Its place in the job's quota: spent at its first turn.
     ticket: Option<QuotaTicket>,
+    /// How its sends are signed (`None`: never).
+    signing: Option<Signing>,
+    /// Whether the send in flight was signed.
+    signed: bool,
+    /// It was sent once more, signed, after its host asked for a signature: that is done once.
+    pub(super) challenge_retry: bool,
+    /// It was sent once more after an HTTP/2 REFUSED_STREAM or GOAWAY: that is done once.
+    stream_retry: bool,
+    /// It was sent once more over HTTP/1.1 after its host fell back from HTTP/2: done once.
+    h1_retry: bool,
+    /// The client's wish to switch protocols (a WebSocket handshake), joined on a `101`.
+    pub(super) upgrade: Option<ClientUpgrade>,
 }
 
 /// What the request asked of courtesy itself: its own (or its CONNECT's) answer to a cooldown and
@@ -78,7 +93,19 @@ impl Attempts {
             job_state: None,
             priority: asked.priority,
             ticket: None,
+            signing: None,
+            signed: false,
+            challenge_retry: false,
+            stream_retry: false,
+            h1_retry: false,
+            upgrade: None,
         }
+    }
+
+    /// The attempts of a handshake that asks to switch protocols (`upgrade.rs`).
+    pub(super) fn upgrading(mut self, upgrade: Option<ClientUpgrade>) -> Self {
+        self.upgrade = upgrade;
+        self
     }
 
     /// The attempts of a request of `caller`'s job, holding its place in the job's quota.
@@ -87,6 +114,49 @@ impl Attempts {
         self.job_state = Some(caller.state.clone());
         self.ticket = Some(ticket);
         self
+    }
+
+    /// The attempts signed as `signing` says (`None`: never signed).
+    pub(super) fn signed_with(mut self, signing: Option<Signing>) -> Self {
+        self.signing = signing;
+        self
+    }
+
+    /// Signs the send about to leave, when it is to be signed (now, after its wait: a resend is
+    /// signed again, so no signature is older than its send).
+    pub(super) fn sign<B>(&mut self, request: &mut Request<B>, challenged: &Challenged, key: &str) {
+        self.signed = false;
+        if let Some(signing) = self
+            .signing
+            .as_ref()
+            .filter(|s| s.signs_now(challenged, key))
+        {
+            signing.sign(request);
+            self.signed = true;
+        }
+    }
+
+    /// After an unsigned send under `on_challenge` was refused with `Accept-Signature`: the
+    /// host is remembered as asking, and whether the request goes once more, signed (when it
+    /// can be rebuilt and has not been yet; never for a report-only host, which gets no resends
+    /// of courtesy's own).
+    pub(super) fn resend_signed(
+        &mut self,
+        (status, headers): (u16, &http::HeaderMap),
+        (challenged, key): (&Challenged, &str),
+        policy: &HostPolicy,
+    ) -> bool {
+        let waits = self
+            .signing
+            .as_ref()
+            .is_some_and(Signing::waits_for_challenge);
+        if !waits || self.signed || !is_challenge(status, headers) {
+            return false;
+        }
+        challenged.remember(key);
+        let resend = self.replay.is_some() && policy.scope.enforce && !self.challenge_retry;
+        self.challenge_retry |= resend;
+        resend
     }
 
     /// What courtesy keeps for the request's job.
@@ -110,11 +180,18 @@ impl Attempts {
             None => Admission::of(budget),
         };
         admission
-            .on_cooldown(if self.attempt > 0 || self.fresh_retry {
-                Some(OnCooldown::Hold)
-            } else {
-                self.asked
-            })
+            .on_cooldown(
+                if self.attempt > 0
+                    || self.fresh_retry
+                    || self.challenge_retry
+                    || self.stream_retry
+                    || self.h1_retry
+                {
+                    Some(OnCooldown::Hold)
+                } else {
+                    self.asked
+                },
+            )
             .refused(self.shadow_refused.take())
     }
 
@@ -141,6 +218,26 @@ impl Attempts {
     /// Whether a request that went out on a dead pooled connection may be sent once more.
     pub(super) fn may_resend_fresh(&self, unanswered: &Unanswered) -> bool {
         unanswered.stale && self.replay.is_some() && !self.fresh_retry
+    }
+
+    /// Whether a request an HTTP/2 origin refused (REFUSED_STREAM) or did not reach before a
+    /// GOAWAY is sent once more (RFC 9113 8.7 and 6.8: it was not processed), when it can be
+    /// rebuilt; counted if so. It waits for the cooldown the refusal started, if it started one.
+    pub(super) fn may_resend_refused(&mut self, unanswered: &Unanswered) -> bool {
+        let resend = unanswered.failure.h2.is_some_and(H2Signal::unprocessed)
+            && self.replay.is_some()
+            && !self.stream_retry;
+        self.stream_retry |= resend;
+        resend
+    }
+
+    /// Whether a request its host answered with a fallback to HTTP/1.1 (a 421 over HTTP/2, an
+    /// HTTP/2 protocol error) is sent once more, now over HTTP/1.1, when it can be rebuilt;
+    /// counted if so.
+    pub(super) fn may_resend_over_http1(&mut self) -> bool {
+        let resend = self.replay.is_some() && !self.h1_retry;
+        self.h1_retry |= resend;
+        resend
     }
 
     /// Whether courtesy retries after the origin answered `status` (counting the retry if so).

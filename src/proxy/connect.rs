@@ -76,10 +76,16 @@ impl Proxy {
             Ok(priority) => priority,
             Err(why) => return Failure::bad_request(why).into_response(),
         };
+        // The client connection's place (`max_connections`) is kept while the tunnel lives.
+        let slot = req
+            .extensions()
+            .get::<Arc<crate::front::gate::Slot>>()
+            .cloned();
         let asking = Asking {
             caller,
             on_cooldown: choice,
             priority,
+            slot: slot.clone(),
         };
         let config = self.config.get();
         let mode = config.policy_for(&target.host, target.port).forward.https;
@@ -108,11 +114,6 @@ impl Proxy {
             },
             HttpsMode::Tunnel => None,
         };
-        // The client connection's place (`max_connections`) is kept while the tunnel lives.
-        let slot = req
-            .extensions()
-            .get::<Arc<crate::front::gate::Slot>>()
-            .cloned();
         // A tunnel carries a request for its life: its connection is never closed to make room.
         let carrying = slot.as_ref().map(|slot| slot.carrying());
         let connections = self.connections.clone();
@@ -253,8 +254,9 @@ impl Proxy {
             }
         });
         let builder = Connections::builder(true, max_head_bytes);
+        // With upgrades: a WebSocket handshake inside the tunnel switches on a `101` (`upgrade.rs`).
         let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
         if let Err(e) = connections.serve(conn).await {
             debug!("connection inside the tunnel ended: {e}");

@@ -5,6 +5,7 @@
 //! itself failed (`crate::upstream::parent`) is counted and answered but not reported to the host: it is not
 //! the target's feedback.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -12,15 +13,15 @@ use http::header::{PROXY_AUTHORIZATION, RETRY_AFTER};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use super::failure::Failure;
+use super::failure::{Failure, H2Signal};
 use super::reuse;
 use super::table::IdleMark;
 use super::upstream::UpstreamBody;
 use super::Proxy;
-use crate::budget::limiter::Permit;
-use crate::config::{HostPolicy, ParentScheme};
+use crate::budget::limiter::{Permit, UpstreamProtocol};
+use crate::config::{HostPolicy, ParentScheme, UpstreamHttp2};
 use crate::pacing::feedback::{self, Feedback};
 use crate::pacing::policy::Answer;
 use crate::proxy::response::ProxyError;
@@ -91,12 +92,17 @@ impl Proxy {
             .proxy
             .response_timeout
             .min(permit.policy().forward.read_timeout);
-        let result = tokio::time::timeout(timeout, self.client.request(&route, request)).await;
+        // HTTP/2 is offered unless the host says off or fell back to HTTP/1.1.
+        let offer_h2 = permit.policy().forward.http2 == UpstreamHttp2::Auto
+            && !permit.upstream_protocol().is_fallback();
+        let sending = self.client.request(&route, request, offer_h2);
+        let result = tokio::time::timeout(timeout, sending).await;
         let latency = started.elapsed();
         let idle;
         let response = match result {
             Ok(Ok(response)) => {
                 idle = reuse::count_answered(&response);
+                note_protocol(&permit, &response);
                 if let Some(own) = forwarded_through.and_then(|p| parent::own_answer(p, &response))
                 {
                     let failure = Failure::of_parent(&own);
@@ -118,7 +124,18 @@ impl Proxy {
                     });
                 }
                 let reused = reuse::count_failed(&err);
-                let stale = reused && failure.kind == ProxyError::ConnectionTerminated;
+                if failure.h2 == Some(H2Signal::ProtocolError) {
+                    warn!(
+                        "HTTP/2 protocol error: the host falls back to HTTP/1.1: {}",
+                        failure.details
+                    );
+                    permit.note_protocol(UpstreamProtocol::FellBackProtocolError);
+                }
+                // An HTTP/2 stream refused or cut by GOAWAY is the origin's word, not a stale
+                // connection's.
+                let stale = reused
+                    && failure.kind == ProxyError::ConnectionTerminated
+                    && failure.h2.is_none();
                 if stale {
                     // The origin closed a kept-alive connection as the request went out on it:
                     // nothing to hold against the host.
@@ -200,6 +217,11 @@ impl Proxy {
         // courtesy never dials, or because courtesy itself ran out of connections or
         // descriptors, says nothing of the host: no back-off, no rate cut.
         let feedback = match failure.kind {
+            // REFUSED_STREAM and GOAWAY: the origin is busy, like a 503 without Retry-After.
+            _ if failure.h2.is_some_and(H2Signal::is_overload) => Feedback::Overloaded,
+            // A GOAWAY with NO_ERROR retires a connection (nginx after keepalive_requests): the
+            // request that crossed it goes again, and says nothing of load.
+            _ if failure.h2 == Some(H2Signal::Retiring) => Feedback::Neutral,
             ProxyError::HttpRequestError
             | ProxyError::TlsCertificateError
             | ProxyError::DestinationIpProhibited
@@ -230,11 +252,44 @@ impl Proxy {
     }
 }
 
+/// Notes the HTTP version `response` came over on its host; a 421 (Misdirected Request) over
+/// HTTP/2 turns the host to HTTP/1.1.
+fn note_protocol<B>(permit: &Permit, response: &Response<B>) {
+    if response.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+        // A WebSocket's handshake went over HTTP/1.1 whatever the host's pages speak.
+        return;
+    }
+    let protocol = match response.version() {
+        http::Version::HTTP_2 if response.status() == http::StatusCode::MISDIRECTED_REQUEST => {
+            warn!("421 Misdirected Request over HTTP/2: the host falls back to HTTP/1.1");
+            UpstreamProtocol::FellBackMisdirected
+        }
+        http::Version::HTTP_2 => UpstreamProtocol::H2,
+        _ => UpstreamProtocol::Http11,
+    };
+    permit.note_protocol(protocol);
+}
+
 /// What an upstream response says, for the host's pacing.
 fn answer_of<B>(response: &Response<B>, latency: Duration, policy: &HostPolicy) -> Answer {
     let now = SystemTime::now();
-    let feedback = feedback::classify(response.status(), &policy.cooldown.backoff_statuses);
     let headers = response.headers();
+    let feedback = feedback::classify_answer(
+        response.status(),
+        headers,
+        &policy.cooldown.backoff_statuses,
+    );
+    if feedback::crawler_price(response.status(), headers).is_some() {
+        // A priced page (402 + crawler-price) asks for money, not for fewer requests: no
+        // Retry-After or RateLimit window is taken from it (no pause, no rate cut).
+        return Answer {
+            feedback,
+            status: Some(response.status().as_u16()),
+            latency,
+            retry_after: None,
+            server: None,
+        };
+    }
     let retry_after = match feedback {
         Feedback::Throttled | Feedback::Overloaded => headers
             .get(RETRY_AFTER)
@@ -242,11 +297,27 @@ fn answer_of<B>(response: &Response<B>, latency: Duration, policy: &HostPolicy) 
             .and_then(|v| feedback::retry_after(v, now)),
         _ => None,
     };
+    let (server, malformed) = feedback::read_server_budget(headers, now);
+    if let Some(field) = malformed {
+        note_malformed(field);
+    }
     Answer {
         feedback,
         status: Some(response.status().as_u16()),
         latency,
         retry_after,
-        server: feedback::server_budget(headers, now),
+        server,
+    }
+}
+
+/// Says once per process, at debug, that a RateLimit field was ignored as malformed: not a
+/// structured field of the draft's shape (docs/reacting.md). It is ignored for pacing either way.
+fn note_malformed(field: &'static str) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        debug!(
+            field,
+            "ignored a malformed {field} field (not an RFC 9651 structured field of the draft's shape); later ones are not logged"
+        );
     }
 }

@@ -28,6 +28,41 @@ pub(crate) struct Failure {
     /// Set when a parent proxy failed: the target is not to blame (no feedback to its pacing),
     /// and `Proxy-Status` names the parent.
     pub(crate) parent: Option<Box<ParentFault>>,
+    /// Set when an HTTP/2 origin refused or cut the stream, or broke the protocol: what the
+    /// host's pacing and the resend make of it.
+    pub(crate) h2: Option<H2Signal>,
+}
+
+/// What an HTTP/2 error from the origin says (RFC 9113).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum H2Signal {
+    /// `REFUSED_STREAM`: the origin did not process the request (8.7: safe to send again), and
+    /// says it is busy.
+    RefusedStream,
+    /// `GOAWAY` with an error code (`ENHANCE_YOUR_CALM`, ...), or a fresh connection closed
+    /// before the request went out on it: the origin sheds work; a stream it did not reach was not
+    /// processed (6.8).
+    GoAway,
+    /// `GOAWAY` with `NO_ERROR`: the origin retires the connection (nginx does after
+    /// `keepalive_requests`), and a request that crossed it was not processed. Not overload.
+    Retiring,
+    /// Another HTTP/2 error: the host falls back to HTTP/1.1.
+    ProtocolError,
+}
+
+impl H2Signal {
+    /// Overload feedback, like a 503 without Retry-After.
+    pub(crate) fn is_overload(self) -> bool {
+        matches!(self, H2Signal::RefusedStream | H2Signal::GoAway)
+    }
+
+    /// The origin did not process the request: it may be sent once more.
+    pub(crate) fn unprocessed(self) -> bool {
+        matches!(
+            self,
+            H2Signal::RefusedStream | H2Signal::GoAway | H2Signal::Retiring
+        )
+    }
 }
 
 impl Failure {
@@ -38,6 +73,7 @@ impl Failure {
             kind,
             details: details.into(),
             parent: None,
+            h2: None,
         }
     }
 
@@ -48,6 +84,7 @@ impl Failure {
             kind: err.error,
             details: err.details.clone(),
             parent: Some(Box::new(err.fault.clone())),
+            h2: None,
         }
     }
 
@@ -116,6 +153,9 @@ impl Failure {
             if let Some(tls) = e.downcast_ref::<rustls::Error>() {
                 return Failure::of_tls(tls);
             }
+            if let Some(h2) = e.downcast_ref::<h2::Error>().filter(|h2| !h2.is_io()) {
+                return Failure::of_h2(h2);
+            }
             if let Some(io) = e.downcast_ref::<io::Error>() {
                 // TLS errors arrive wrapped in one or more io::Errors.
                 let mut inner = io.get_ref();
@@ -134,6 +174,19 @@ impl Failure {
                         ProxyError::HttpProtocolError,
                         format!("the origin sent an invalid response: {h}"),
                     );
+                }
+                let over_h2 = err.connect_info().is_some_and(|c| c.is_negotiated_h2());
+                if h.is_canceled() && over_h2 {
+                    // The HTTP/2 connection was closing before the request went out on it: the
+                    // origin's GOAWAY (or close) came first, and nothing was processed.
+                    return Failure {
+                        h2: Some(H2Signal::GoAway),
+                        ..Failure::new(
+                            StatusCode::BAD_GATEWAY,
+                            ProxyError::ConnectionTerminated,
+                            format!("the origin closed the HTTP/2 connection before the request went out: {h}"),
+                        )
+                    };
                 }
                 if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
                     return Failure::new(
@@ -169,6 +222,40 @@ impl Failure {
             kind,
             format!("upstream error: {err}"),
         )
+    }
+
+    /// An HTTP/2 error on the stream or the connection (not a socket error under it).
+    pub(crate) fn of_h2(err: &h2::Error) -> Self {
+        let reason = err.reason();
+        let (signal, kind, what) = if reason == Some(h2::Reason::REFUSED_STREAM) {
+            (
+                H2Signal::RefusedStream,
+                ProxyError::ConnectionTerminated,
+                "the origin refused the stream (HTTP/2 REFUSED_STREAM)".to_string(),
+            )
+        } else if err.is_go_away() {
+            let signal = if reason == Some(h2::Reason::NO_ERROR) {
+                H2Signal::Retiring
+            } else {
+                H2Signal::GoAway
+            };
+            let reason = reason.map_or_else(|| "none".to_string(), |r| format!("{r:?}"));
+            (
+                signal,
+                ProxyError::ConnectionTerminated,
+                format!("the origin closed the HTTP/2 connection (GOAWAY, {reason})"),
+            )
+        } else {
+            (
+                H2Signal::ProtocolError,
+                ProxyError::HttpProtocolError,
+                format!("HTTP/2 error with the origin: {err}"),
+            )
+        };
+        Failure {
+            h2: Some(signal),
+            ..Failure::new(StatusCode::BAD_GATEWAY, kind, what)
+        }
     }
 
     /// An upstream TLS error.
@@ -279,5 +366,20 @@ mod tests {
             Failure::of_io(&reset, "x").kind,
             ProxyError::ConnectionTerminated
         );
+    }
+
+    #[test]
+    fn h2_errors_say_refused_goaway_or_protocol_error() {
+        let refused = Failure::of_h2(&h2::Error::from(h2::Reason::REFUSED_STREAM));
+        assert_eq!(refused.h2, Some(H2Signal::RefusedStream));
+        assert!(refused.h2.is_some_and(H2Signal::is_overload));
+        let broken = Failure::of_h2(&h2::Error::from(h2::Reason::PROTOCOL_ERROR));
+        assert_eq!(
+            (broken.h2, broken.kind),
+            (Some(H2Signal::ProtocolError), ProxyError::HttpProtocolError)
+        );
+        assert!(!H2Signal::ProtocolError.is_overload());
+        assert!(!H2Signal::ProtocolError.unprocessed());
+        assert!(!H2Signal::Retiring.is_overload() && H2Signal::Retiring.unprocessed());
     }
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::ops::ControlFlow;
 
 use http::header::{HeaderValue, HOST, VIA};
-use http::{HeaderMap, Request, Response, Version};
+use http::{HeaderMap, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 use tracing::{info, info_span, Instrument};
@@ -16,19 +16,22 @@ use tracing::{info, info_span, Instrument};
 use super::attempts::{replayable, Asked, Attempts, Outcome};
 use super::cached::CacheUse;
 use super::exchange::Exchanged;
-use super::failure::Failure;
+use super::failure::{Failure, H2Signal};
 use super::headers::{own_cooldown_choice, strip_hop_by_hop, strip_request, via_for};
+use super::sign::Signing;
 use super::skip::skipped_resource;
 use super::table::IdleMark;
 use super::target::Target;
 use super::timing::{self, Held, Trail};
 use super::unread::BodyOnEntry;
+use super::upgrade;
 use super::{Asking, Proxy};
 use crate::budget::jobs::{priority_of, Caller, QuotaTicket};
 use crate::budget::limiter::{BudgetKey, Permit, ShadowReason, ShadowVerdict, WaitReason};
 use crate::config::HostPolicy;
 use crate::observe::telemetry::{RequestTrace, Requested};
 use crate::pacing::blocks::{header_block, is_block_redirect};
+use crate::pacing::feedback::crawler_price;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response;
 use crate::wire::scheme::Scheme;
@@ -39,11 +42,12 @@ impl Proxy {
     /// how long courtesy held it (`Server-Timing`).
     pub(super) async fn forward(
         &self,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         client: SocketAddr,
         caller: Caller,
     ) -> Response<ProxyBody> {
         let entry = BodyOnEntry::of(req.version(), req.headers(), req.body());
+        upgrade::ws_as_http(req.uri_mut());
         let target = match Target::of_request(req.uri()) {
             Ok(t) => t,
             Err(failure) => return self.refused_at_once(entry, failure, req).await,
@@ -155,10 +159,12 @@ impl Proxy {
         asking: &Asking,
         trail: &mut Trail,
     ) -> Outcome {
-        let host_policy = {
+        let (host_policy, signing) = {
             let config = self.config.get();
             trail.held.enabled = Some(config.proxy.server_timing);
-            config.policy_for(&target.host, target.port)
+            let policy = config.policy_for(&target.host, target.port);
+            let signing = Signing::of(&config, &asking.caller, &policy);
+            (policy, signing)
         };
         if let Some(telemetry) = &self.telemetry {
             let asked = Requested {
@@ -188,17 +194,31 @@ impl Proxy {
             Ok(shadow_refused) => shadow_refused,
             Err(refused) => return (refused, Some(req.into_body())),
         };
+        let stated = self.check_preferences(&req, (&target, &budget), &host_policy, &asking.caller);
+        let checked = match stated.await {
+            Ok(checked) => checked,
+            Err(refused) => return (refused, Some(req.into_body())),
+        };
         let (mut parts, body) = req.into_parts();
+        let mut upgrade = upgrade::take(&mut parts, asking.slot.as_ref());
         let asked = match self.rewrite_request_head(&mut parts, &target, asking) {
             Ok(asked) => asked,
             Err(failure) => return (failure.into_response(), Some(body)),
         };
+        if let Some(upgrade) = &mut upgrade {
+            upgrade.ask_upstream(&mut parts.headers);
+        }
         let replayable = replayable(&parts.method, &body);
-        let mut cache_use = CacheUse::plan(&host_policy, &parts, replayable);
-        if let Some(answer) = self
+        // A handshake is never answered from, nor kept in, the response store.
+        let mut cache_use =
+            CacheUse::plan(&host_policy, &parts, replayable).filter(|_| upgrade.is_none());
+        if let Some(mut answer) = self
             .answer_from_store(cache_use.as_mut(), &mut parts.headers)
             .await
         {
+            if let Some(checked) = checked {
+                self.report_preferences(&mut answer, checked, &asking.caller.state);
+            }
             return (answer, Some(body));
         }
         let (ticket, shadow_refused) = match quota(asking, &host_policy, shadow_refused) {
@@ -211,10 +231,15 @@ impl Proxy {
         };
         self.jobs.keep(&asking.caller);
         let attempts = Attempts::new(parts, body, replayable, asked, shadow_refused)
-            .of_job(&asking.caller, ticket);
-        let outcome = self
+            .of_job(&asking.caller, ticket)
+            .signed_with(signing)
+            .upgrading(upgrade);
+        let mut outcome = self
             .send_until_answered(&budget, attempts, cache_use.as_ref(), trail)
             .await;
+        if let Some(checked) = checked {
+            self.report_preferences(&mut outcome.0, checked, &asking.caller.state);
+        }
         with_quota_headers(outcome, &asking.caller)
     }
 
@@ -338,6 +363,7 @@ impl Proxy {
             Ok(request) => request,
             Err(failure) => return ControlFlow::Break((failure.into_response(), None)),
         };
+        attempts.sign(&mut request, &self.challenged, &budget.key);
         let upstream = trail.trace.as_ref().map(|trace| {
             let host = request.uri().host().unwrap_or_default();
             let span = trace.upstream(request.method().as_str(), host);
@@ -359,12 +385,43 @@ impl Proxy {
                 info!("sending once more on a fresh connection");
                 return ControlFlow::Continue(());
             }
+            Err(unanswered) if attempts.may_resend_refused(&unanswered) => {
+                info!(
+                    "sending once more after the cooldown: {}",
+                    unanswered.failure.details
+                );
+                return ControlFlow::Continue(());
+            }
+            Err(unanswered)
+                if unanswered.failure.h2 == Some(H2Signal::ProtocolError)
+                    && attempts.may_resend_over_http1() =>
+            {
+                info!("sending once more over HTTP/1.1");
+                return ControlFlow::Continue(());
+            }
             Err(unanswered) => {
                 return ControlFlow::Break((unanswered.failure.into_response(), None))
             }
         };
         trail.held.answered(exchanged.latency);
-        self.judge_answer(exchanged, attempts, cache_use).await
+        let response = &exchanged.response;
+        if response.status() == StatusCode::MISDIRECTED_REQUEST
+            && response.version() == Version::HTTP_2
+            && attempts.may_resend_over_http1()
+        {
+            info!("421 over HTTP/2: sending once more over HTTP/1.1");
+            return ControlFlow::Continue(());
+        }
+        if let Some(price) = crawler_price(response.status(), response.headers()) {
+            // Pay per crawl: counted with its price, and passed to the client untouched.
+            info!(price, "priced answer (402 crawler-price)");
+            if let Some(job) = attempts.job_state() {
+                job.count_priced(&budget.key, price);
+                self.metrics.priced(job, &budget.key);
+            }
+        }
+        self.judge_answer(exchanged, (attempts, budget), cache_use)
+            .await
     }
 
     /// Waits for the host's turn. A refusal (a cooldown in reject mode, a full queue, shutting
@@ -423,14 +480,24 @@ impl Proxy {
     }
 
     /// What the origin's answer becomes: the stored 200 for a 304 to a revalidation, courtesy's own
-    /// retry of a 429/503 (`Continue`), or else the response streamed back.
+    /// retry of a 429/503 or its signed resend after a host asked for a signature (`Continue`),
+    /// or else the response streamed back.
     async fn judge_answer(
         &self,
         exchanged: Exchanged,
-        attempts: &mut Attempts,
+        (attempts, budget): (&mut Attempts, &BudgetKey),
         cache_use: Option<&CacheUse>,
     ) -> ControlFlow<Outcome> {
         let status = exchanged.response.status().as_u16();
+        let asked = (status, exchanged.response.headers());
+        let host = (self.challenged.as_ref(), budget.key.as_str());
+        if attempts.resend_signed(asked, host, &exchanged.policy) {
+            info!(
+                status,
+                "the host asks for signatures: sending once more, signed"
+            );
+            return ControlFlow::Continue(());
+        }
         let (permit, policy, latency) = (exchanged.permit, exchanged.policy, exchanged.latency);
         let revalidated = match cache_use {
             Some(plan) => self.revalidated(plan, status).await,
@@ -460,6 +527,12 @@ impl Proxy {
             return ControlFlow::Continue(());
         }
         let held = (permit, exchanged.idle);
+        if upgrade::switches(&exchanged.response) {
+            if let Some(client) = attempts.upgrade.take() {
+                let response = self.join(exchanged.response, client, held);
+                return ControlFlow::Break((response, None));
+            }
+        }
         let response = self.finish_response(exchanged.response, held, &policy, cache_use);
         ControlFlow::Break((response, None))
     }
@@ -481,15 +554,21 @@ impl Proxy {
             .headers
             .append(VIA, via_for(parts.version, self.loops.via()));
         parts.version = Version::HTTP_11;
-        if let Some(signal) = header_block(&parts.headers) {
+        let priced = crawler_price(parts.status, &parts.headers).is_some();
+        if priced {
+            // A priced page (402 + crawler-price) is a price, never a challenge: not scanned.
+        } else if let Some(signal) = header_block(&parts.headers) {
             self.blocks
                 .soft(&permit, &format!("challenge header {signal}"));
         } else if is_block_redirect(&parts, &policy.blocks.markers) {
             self.blocks.soft(&permit, "a redirect to a block page");
         }
-        let scan = self
-            .blocks
-            .scan_for(parts.status.as_u16(), &parts.headers, policy);
+        let scan = if priced {
+            None
+        } else {
+            self.blocks
+                .scan_for(parts.status.as_u16(), &parts.headers, policy)
+        };
         let store = cache_use.and_then(|plan| self.store_for(plan, &parts, policy));
         Response::from_parts(
             parts,

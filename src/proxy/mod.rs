@@ -19,9 +19,12 @@
 //! | `reuse.rs` | whether a request went out on a connection that had carried one before |
 //! | `table.rs` | `max_upstream_connections`: slots, and idle pooled connections closed for new ones |
 //! | `robots.rs` | obeying robots.txt and fetching it through the budget |
+//! | `preferences.rs` | the site's stated preferences against the job's purpose: a local 403 or a report header |
+//! | `sign.rs` | Web Bot Auth: the key a request is signed with, its fields, hosts that asked |
 //! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
 //! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
 //! | `unread.rs` | a request body that never went upstream: drained, or the connection closed |
+//! | `upgrade.rs` | WebSockets: the handshake passed on, and on `101` the two sides joined |
 //! | `upstream.rs` | the pooled upstream clients (direct, and one per parent proxy) and the body they send |
 //! | `failure.rs` | a typed `Failure` for every way a request can fail |
 //!
@@ -40,15 +43,18 @@ mod failure;
 mod forward;
 mod headers;
 mod loops;
+mod preferences;
 pub(crate) mod response;
 mod reuse;
 mod robots;
+mod sign;
 mod skip;
 mod sniff;
 mod table;
 mod target;
 mod timing;
 mod unread;
+mod upgrade;
 mod upstream;
 
 use std::convert::Infallible;
@@ -91,6 +97,7 @@ use crate::config::{HostPolicy, LiveConfig};
 use crate::front::connections::Connections;
 use crate::observe::alerts::Alerts;
 use crate::observe::metrics::Metrics;
+use crate::pacing::preferences::HeaderMemory;
 use crate::pacing::robots::RobotsCache;
 use crate::proxy::body::ProxyBody;
 use crate::upstream::resolve::Resolver;
@@ -119,10 +126,14 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     blocks: Arc<Blocks>,
     robots: RobotsCache,
+    /// The `Content-Usage` response headers remembered per path (stated preferences).
+    stated: HeaderMemory,
     cache: Arc<cache::ResponseStore>,
     loops: loops::LoopGuard,
     connections: Connections,
     jobs: Arc<Jobs>,
+    /// The hosts that asked for signatures (`[signing] mode = "on_challenge"`).
+    challenged: Arc<sign::Challenged>,
     /// Where request traces go, when `[telemetry] otlp_endpoint` is set.
     telemetry: Option<Arc<crate::observe::telemetry::Telemetry>>,
 }
@@ -138,6 +149,10 @@ pub(crate) struct Asking {
     pub(crate) on_cooldown: Option<crate::config::OnCooldown>,
     /// The class of the request within its job, unless it says its own.
     pub(crate) priority: crate::config::Priority,
+    /// For the requests inside a CONNECT: the client connection's place (`max_connections`),
+    /// kept by a WebSocket joined inside it for the socket's life (`upgrade.rs`; a plain
+    /// request carries its own in its extensions).
+    pub(crate) slot: Option<Arc<crate::front::gate::Slot>>,
 }
 
 impl Asking {
@@ -148,6 +163,7 @@ impl Asking {
             caller,
             on_cooldown: None,
             priority,
+            slot: None,
         }
     }
 }
@@ -189,6 +205,7 @@ impl Proxy {
             blocks: Arc::new(Blocks::new(metrics.clone(), alerts)),
             metrics,
             robots: RobotsCache::new(),
+            stated: HeaderMemory::default(),
             cache: Arc::new(cache::ResponseStore::open(
                 start.proxy.state_dir.join("cache"),
                 start.proxy.cache_max_bytes,
@@ -196,6 +213,7 @@ impl Proxy {
             loops: loops::LoopGuard::new(own_addrs),
             connections,
             jobs: Arc::new(Jobs::new()),
+            challenged: Arc::new(sign::Challenged::default()),
             telemetry: None,
         }
     }

@@ -209,6 +209,9 @@ impl<T> Counted<T> {
 /// when dropped: to be held until the response's body has been read or given up.
 pub(crate) fn count_answered<B>(response: &http::Response<B>) -> Option<IdleMark> {
     let uses = response.extensions().get::<Uses>()?;
+    if response.version() == http::Version::HTTP_2 {
+        uses.0.set_multiplexed();
+    }
     uses.0.answered.fetch_add(1, Ordering::Relaxed);
     Some(uses.0.answered_now())
 }

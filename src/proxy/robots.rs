@@ -42,42 +42,9 @@ impl Proxy {
         budget: &BudgetKey,
         policy: &HostPolicy,
     ) -> Option<Response<ProxyBody>> {
-        let scheme = Scheme::of_uri_or_http(req.uri());
-        let user_agent = req.headers().get(USER_AGENT).cloned();
-        let agent = robots::agent_for(
-            policy.robots.user_agent.as_deref(),
-            user_agent.as_ref().and_then(|v| v.to_str().ok()),
-        );
-        let path = req
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
-        let key = target.origin_key(scheme);
-        let verdict = loop {
-            match self.robots.step(&key, &agent, &path) {
-                Step::Known(verdict) => break verdict,
-                Step::Wait(done) => done.await,
-                Step::Fetch(guard) => {
-                    match self.fetch_robots(target, scheme, user_agent.clone()).await {
-                        Ok(fetched) => guard.finish(fetched),
-                        Err(NotFetched::Refused(refusal)) => {
-                            // The host refuses every request right now (a cooldown in reject mode):
-                            // this one gets that answer, and a later request fetches robots.txt.
-                            drop(guard);
-                            self.metrics.refusal(&budget.key, &refusal);
-                            return Some(response::refusal(&refusal, &budget.key));
-                        }
-                        Err(NotFetched::Untrusted(failure)) => {
-                            // courtesy's own trust (or its own limits) is the problem, not the host
-                            // or its robots.txt: the answer says so, and the next request fetches
-                            // robots.txt again.
-                            drop(guard);
-                            return Some(failure.into_response());
-                        }
-                    }
-                }
-            }
+        let verdict = match self.robots_known(req, target, budget, policy).await {
+            Ok(verdict) => verdict,
+            Err(answer) => return Some(answer),
         };
         match verdict {
             Verdict::Allowed { crawl_delay } => {
@@ -99,6 +66,61 @@ impl Proxy {
             Verdict::Disallowed { reason } => {
                 info!(%reason, "refused by robots.txt");
                 Some(Failure::denied(reason).into_response())
+            }
+        }
+    }
+
+    /// The robots.txt group `req` falls in: the host's `robots_user_agent`, else the product token
+    /// of its User-Agent, else `*`.
+    pub(super) fn robots_agent(req: &Request<Incoming>, policy: &HostPolicy) -> String {
+        robots::agent_for(
+            policy.robots.user_agent.as_deref(),
+            req.headers().get(USER_AGENT).and_then(|v| v.to_str().ok()),
+        )
+    }
+
+    /// The verdict of the host's robots.txt for `req`, fetched first (through the host's budget)
+    /// when it is not known: what obeying it and reading its preference lines both start with.
+    /// `Err` is the local answer when robots.txt could not be asked for.
+    pub(super) async fn robots_known(
+        &self,
+        req: &Request<Incoming>,
+        target: &Target,
+        budget: &BudgetKey,
+        policy: &HostPolicy,
+    ) -> Result<Verdict, Response<ProxyBody>> {
+        let scheme = Scheme::of_uri_or_http(req.uri());
+        let user_agent = req.headers().get(USER_AGENT).cloned();
+        let agent = Self::robots_agent(req, policy);
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let key = target.origin_key(scheme);
+        loop {
+            match self.robots.step(&key, &agent, &path) {
+                Step::Known(verdict) => return Ok(verdict),
+                Step::Wait(done) => done.await,
+                Step::Fetch(guard) => {
+                    match self.fetch_robots(target, scheme, user_agent.clone()).await {
+                        Ok(fetched) => guard.finish(fetched),
+                        Err(NotFetched::Refused(refusal)) => {
+                            // The host refuses every request right now (a cooldown in reject mode):
+                            // this one gets that answer, and a later request fetches robots.txt.
+                            drop(guard);
+                            self.metrics.refusal(&budget.key, &refusal);
+                            return Err(response::refusal(&refusal, &budget.key));
+                        }
+                        Err(NotFetched::Untrusted(failure)) => {
+                            // courtesy's own trust (or its own limits) is the problem, not the host
+                            // or its robots.txt: the answer says so, and the next request fetches
+                            // robots.txt again.
+                            drop(guard);
+                            return Err(failure.into_response());
+                        }
+                    }
+                }
             }
         }
     }
@@ -144,6 +166,11 @@ impl Proxy {
             headers.insert(VIA, self.loops.via().clone());
             if let Ok(host) = HeaderValue::from_str(next.host_header(next_scheme)) {
                 headers.insert(HOST, host);
+            }
+            // courtesy's own request, signed with [signing]'s key like the requests it forwards.
+            let signing = super::sign::Signing::own(&self.config.get(), &policy);
+            if let Some(signing) = signing.filter(|s| s.signs_now(&self.challenged, &budget.key)) {
+                signing.sign(&mut request);
             }
             // The permit is held until the body is read: the fetch is in flight until then.
             let (response, _permit, _idle) = match self.exchange(permit, request).await {

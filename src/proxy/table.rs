@@ -11,6 +11,11 @@
 //! request whose response was read last (marked by an [`IdleMark`] that travels with the
 //! response). Asked to close, an idle connection ends its next read as if the origin had closed
 //! it, which the pooled client handles like any origin's close of a kept-alive connection.
+//!
+//! An HTTP/2 connection carries many requests at once, which this count cannot follow: once a
+//! response has come over HTTP/2 on it, a connection is never idle here (never closed for a new
+//! one); the pool closes it after its idle timeout like any other. One HTTP/2 connection per host
+//! holds one slot where HTTP/1.1 held up to `concurrency`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -208,6 +213,8 @@ pub(crate) struct ConnState {
     closing: AtomicBool,
     /// In the idle list now.
     listed: AtomicBool,
+    /// It carries HTTP/2 (requests in flight at once): never idle here.
+    multiplexed: AtomicBool,
     /// The task reading the connection, woken to close it.
     reader: AtomicWaker,
     table: Weak<IdleList>,
@@ -222,6 +229,7 @@ impl ConnState {
             idle_since_ms: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             listed: AtomicBool::new(false),
+            multiplexed: AtomicBool::new(false),
             reader: AtomicWaker::new(),
             table,
         }
@@ -232,9 +240,15 @@ impl ConnState {
         Arc::new(ConnState::new(Weak::new()))
     }
 
-    /// Every request begun on it has been answered and read.
+    /// Every request begun on it has been answered and read (never, for an HTTP/2 connection).
     fn is_idle(&self) -> bool {
-        self.done.load(Ordering::Acquire) == self.begun.load(Ordering::Acquire)
+        !self.multiplexed.load(Ordering::Acquire)
+            && self.done.load(Ordering::Acquire) == self.begun.load(Ordering::Acquire)
+    }
+
+    /// The connection carries HTTP/2: from now on it is never idle here.
+    pub(crate) fn set_multiplexed(&self) {
+        self.multiplexed.store(true, Ordering::Release);
     }
 
     /// A request begins on the connection (its first write after a read).
@@ -341,6 +355,20 @@ mod tests {
         );
         assert_eq!(started.elapsed(), Duration::from_secs(3));
         assert!(!busy.read_ends(&waker()), "never asked to close while busy");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_connection_is_never_closed_for_a_new_one() {
+        let slots = UpstreamSlots::new(1, Duration::from_secs(2));
+        let held = slots.take().await.unwrap();
+        let conn = slots.new_connection();
+        conn.set_multiplexed();
+        // Two streams begun in one write, one answered and read: the other is still in flight.
+        conn.begin_request();
+        drop(conn.answered_now());
+        assert!(slots.take().await.is_err(), "no slot taken from it");
+        assert!(!conn.read_ends(&waker()), "never asked to close");
+        drop(held);
     }
 
     #[tokio::test(start_paused = true)]

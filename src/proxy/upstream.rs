@@ -1,7 +1,8 @@
 //! The upstream side: the pooled clients that carry every forwarded request (HTTP/1.1 over TCP
-//! or TLS verified against the configured roots), one straight to the targets and one per parent
-//! proxy in use (made at its first request, so a reload may name new parents), and the body they
-//! send.
+//! or TLS verified against the configured roots), two straight to the targets (HTTP/1.1 only, and
+//! one that offers `h2` and `http/1.1` by ALPN to `https://` origins, `upstream_http2`) and, the
+//! same two, per parent proxy in use (made at its first request, so a reload may name new
+//! parents), and the body they send.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,7 +31,11 @@ type ThroughParent = Client<HttpsConnector<Counting<ParentConnector>>, UpstreamB
 #[derive(Debug)]
 pub(crate) struct Upstreams {
     direct: Upstream,
-    parents: DashMap<Arc<UpstreamProxy>, ThroughParent>,
+    /// Straight to `https://` targets, offering `h2` and `http/1.1`: over h2 its pool keeps one
+    /// connection per target, carrying every request as a stream.
+    direct_h2: Upstream,
+    /// By parent, and whether its client offers `h2` to `https://` targets.
+    parents: DashMap<(Arc<UpstreamProxy>, bool), ThroughParent>,
     resolver: Resolver,
     tls: rustls::ClientConfig,
     connect_timeout: Duration,
@@ -49,7 +54,8 @@ impl Upstreams {
         slots: UpstreamSlots,
     ) -> Self {
         Upstreams {
-            direct: client(config, resolver.clone(), tls.clone(), slots.clone()),
+            direct: client(config, resolver.clone(), tls.clone(), slots.clone(), false),
+            direct_h2: client(config, resolver.clone(), tls.clone(), slots.clone(), true),
             parents: DashMap::new(),
             resolver,
             tls,
@@ -64,29 +70,67 @@ impl Upstreams {
         &self.slots
     }
 
-    /// Sends `request` the way `route` says.
-    pub(crate) fn request(&self, route: &Route, request: Request<UpstreamBody>) -> ResponseFuture {
+    /// Sends `request` the way `route` says; `offer_h2` offers HTTP/2 to an `https://` target
+    /// (straight, or inside a parent's tunnel: TLS to the target is end to end, so ALPN is the
+    /// target's to answer). `http://` targets and WebSocket handshakes always get HTTP/1.1.
+    pub(crate) fn request(
+        &self,
+        route: &Route,
+        mut request: Request<UpstreamBody>,
+        offer_h2: bool,
+    ) -> ResponseFuture {
+        // A WebSocket handshake (`Upgrade`, `upgrade.rs`) is HTTP/1.1's: it is never offered h2.
+        let h2 = offer_h2
+            && request.uri().scheme() == Some(&http::uri::Scheme::HTTPS)
+            && !request.headers().contains_key(http::header::UPGRADE);
+        if h2 {
+            as_h2_may_send(&mut request);
+        }
         let Route::Parent(parent) = route else {
+            if h2 {
+                return self.direct_h2.request(request);
+            }
             return self.direct.request(request);
         };
-        if let Some(client) = self.parents.get(parent) {
+        let key = (parent.clone(), h2);
+        if let Some(client) = self.parents.get(&key) {
             return client.request(request);
         }
         let connector =
             ParentConnector::new(parent.clone(), self.resolver.clone(), self.connect_timeout);
         let client = self
             .parents
-            .entry(parent.clone())
+            .entry(key)
             .or_insert_with(|| {
                 let counting = match parent.scheme {
                     ParentScheme::Http => Counting::forwarding(connector),
                     ParentScheme::Socks5 | ParentScheme::Socks5h => Counting::new(connector),
                 }
                 .capped(self.slots.clone());
-                pooled(self.idle, tls_over(self.tls.clone(), counting))
+                pooled(self.idle, tls_over(self.tls.clone(), counting, h2))
             })
             .clone();
         client.request(request)
+    }
+}
+
+/// A request that may go over HTTP/2 names its host in `:authority` alone (RFC 9113 8.3.1; nginx
+/// answers 400 to a `Host` header beside it): the `Host` header goes, and the URL's authority loses
+/// a default `:443` as `Host` did. Should the origin pick HTTP/1.1, the pooled client writes
+/// `Host` back from the URL.
+fn as_h2_may_send<B>(request: &mut Request<B>) {
+    request.headers_mut().remove(http::header::HOST);
+    if request.uri().port_u16() != Some(443) {
+        return;
+    }
+    let mut parts = request.uri().clone().into_parts();
+    let authority = parts.authority.as_ref().map(|a| a.host().to_string());
+    let Some(Ok(authority)) = authority.map(|host| host.parse::<http::uri::Authority>()) else {
+        return;
+    };
+    parts.authority = Some(authority);
+    if let Ok(uri) = Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
     }
 }
 
@@ -97,13 +141,14 @@ pub(crate) fn upstream_idle_timeout(idle_host: Duration) -> Duration {
     Duration::from_secs(90).min(idle_host)
 }
 
-/// The pooled client, resolving through `resolver` and verifying upstream TLS with `tls`. Its
-/// timeouts are fixed at start.
+/// The pooled client, resolving through `resolver` and verifying upstream TLS with `tls`, offering
+/// `h2` too when `h2` says so. Its timeouts are fixed at start.
 fn client(
     config: &Config,
     resolver: Resolver,
     tls: rustls::ClientConfig,
     slots: UpstreamSlots,
+    h2: bool,
 ) -> Upstream {
     let mut connector = Connector::new_with_resolver(resolver.clone());
     connector.set_connect_timeout(Some(config.proxy.connect_timeout));
@@ -112,17 +157,26 @@ fn client(
     let guarded = GuardedConnector::new(connector, resolver);
     pooled(
         config.proxy.idle_host,
-        tls_over(tls, Counting::new(guarded).capped(slots)),
+        tls_over(tls, Counting::new(guarded).capped(slots), h2),
     )
 }
 
-/// `connector`'s connections with TLS to `https://` targets verified by `tls`.
-fn tls_over<C>(tls: rustls::ClientConfig, connector: Counting<C>) -> HttpsConnector<Counting<C>> {
-    hyper_rustls::HttpsConnectorBuilder::new()
+/// `connector`'s connections with TLS to `https://` targets verified by `tls`; with `h2`, ALPN
+/// offers `h2` and `http/1.1` and the connection speaks what the origin picks (without, ALPN
+/// offers `http/1.1` alone).
+fn tls_over<C>(
+    tls: rustls::ClientConfig,
+    connector: Counting<C>,
+    h2: bool,
+) -> HttpsConnector<Counting<C>> {
+    let builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(connector)
+        .https_or_http();
+    if h2 {
+        builder.enable_all_versions().wrap_connector(connector)
+    } else {
+        builder.enable_http1().wrap_connector(connector)
+    }
 }
 
 /// A pooled client over `connector`, idle connections closed after [`upstream_idle_timeout`].
@@ -212,5 +266,40 @@ impl Replay {
         *request.uri_mut() = self.uri.clone();
         *request.headers_mut() = self.headers.clone();
         request
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_that_may_go_over_h2_names_its_host_in_the_authority_alone() {
+        for (url, host, authority, path) in [
+            (
+                "https://example.com:443/a?b",
+                "example.com",
+                "example.com",
+                "/a?b",
+            ),
+            (
+                "https://example.com:8443/a",
+                "example.com:8443",
+                "example.com:8443",
+                "/a",
+            ),
+            ("https://[::1]:443/", "[::1]", "[::1]", "/"),
+        ] {
+            let mut request = Request::builder()
+                .uri(url)
+                .header("host", host)
+                .body(())
+                .unwrap();
+            as_h2_may_send(&mut request);
+            assert!(!request.headers().contains_key("host"), "{url}");
+            assert_eq!(request.uri().authority().unwrap().as_str(), authority);
+            assert_eq!(request.uri().path_and_query().unwrap(), path);
+            assert_eq!(request.uri().scheme_str(), Some("https"));
+        }
     }
 }

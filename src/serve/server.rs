@@ -270,8 +270,11 @@ impl Parts {
         let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             // A CONNECT tunnel keeps the connection's place for its life.
             req.extensions_mut().insert(slot.clone());
-            // Carried until its response has been sent: not closed to make room meanwhile.
-            gate::carry(&slot, proxy.clone().serve(req, peer))
+            // Carried until its response has been sent: not closed to make room meanwhile. Boxed:
+            // the request's future is large, and hyper moves the one it is given into its slot
+            // (a copy of it per request cost 10 % of a request's instructions, benches/RESULTS.md
+            // section 11); a box moves as a pointer.
+            gate::carry(&slot, Box::pin(proxy.clone().serve(req, peer)))
         });
         let (http, tasks, header_timeout) = (
             self.http.clone(),

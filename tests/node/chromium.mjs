@@ -29,7 +29,7 @@ export function watchdog(ms, code, message) {
  * A headless Chromium in a fresh profile with `args` added to the usual flags; returns the
  * context and a function that closes it and removes the profile.
  */
-export async function launch({ args = [], viewport } = {}) {
+export async function launch({ args = [], viewport, proxy } = {}) {
   const profile = mkdtempSync(join(tmpdir(), "courtesy-chromium-"));
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
@@ -46,6 +46,8 @@ export async function launch({ args = [], viewport } = {}) {
       ...args,
     ],
     ...(viewport ? { viewport } : {}),
+    // Playwright's proxy option adds --proxy-bypass-list=<-loopback>: loopback goes through it too.
+    ...(proxy ? { proxy } : {}),
     colorScheme: "light",
   });
   const close = async () => {

@@ -5,6 +5,7 @@
 //! Each file has one job:
 //! - [`body`]: the body type origins and clients share;
 //! - [`origin`]: the scripted origin that records what reached it;
+//! - [`h2_script`]: an HTTP/2 origin that refuses streams or sends GOAWAY on cue;
 //! - [`in_process`]: courtesy started in this test process;
 //! - [`instances`]: several instances on one shared store, and the bound their site must see;
 //! - [`proxy_client`]: requests and tunnels through courtesy;
@@ -27,6 +28,7 @@ mod binary;
 mod body;
 mod crowd;
 mod direct;
+mod h2_script;
 mod in_process;
 mod instances;
 mod origin;
@@ -47,12 +49,13 @@ pub use self::{
     body::{empty, full, TestBody},
     crowd::{assert_each_ok, hammer_until},
     direct::{admin_call, direct_client, fetch_direct},
+    h2_script::{H2Move, ScriptedH2},
     in_process::Courtesy,
     instances::{
         all_seen, assert_within_budget, budget_mode, failed_store_calls, failed_store_calls_in,
         hammer_instances, instance_on, instances_on, readiness,
     },
-    origin::{come_back_later, Arrival, Origin},
+    origin::{come_back_later, Arrival, Origin, Speaks},
     otlp::{OtlpReceiver, Received},
     parent::{free_port, ParentProxy},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},

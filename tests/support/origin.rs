@@ -1,5 +1,6 @@
-//! The scripted origin: an HTTP/1.1 (or https) server on a loopback address whose answers come
-//! from the test, and which records what reached it, so that tests can check what courtesy let
+//! The scripted origin: an HTTP/1.1 (or https, or HTTP/2 over TLS) server on a loopback address
+//! whose answers come from the test, and which records what reached it (and over which HTTP
+//! version, and how many connections it accepted), so that tests can check what courtesy let
 //! through and when.
 
 use std::convert::Infallible;
@@ -31,6 +32,21 @@ pub struct Arrival {
     pub path: String,
     /// Headers as received.
     pub headers: HeaderMap,
+    /// The HTTP version it came over.
+    pub version: http::Version,
+}
+
+/// What an https origin speaks, and offers by ALPN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Speaks {
+    /// HTTP/1.1 only: `start_tls` offers no ALPN (what every https origin of the tests spoke
+    /// before HTTP/2), `start_speaking` picks `http/1.1` by ALPN.
+    Http1,
+    /// HTTP/2 only (ALPN `h2` alone: a client that offers only `http/1.1` is refused), with
+    /// this SETTINGS_MAX_CONCURRENT_STREAMS if set.
+    H2 { max_streams: Option<u32> },
+    /// Both (ALPN `h2`, `http/1.1`): the client's pick.
+    Both,
 }
 
 type Handler = Arc<
@@ -47,6 +63,7 @@ pub struct Origin {
     arrivals: Arc<Mutex<Vec<Arrival>>>,
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -72,7 +89,7 @@ impl Origin {
         F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Response<TestBody>> + Send + 'static,
     {
-        Origin::serve(ip, None, handler).await
+        Origin::serve(ip, None, Speaks::Http1, handler).await
     }
 
     /// An https origin on `ip:0` presenting `tls`'s certificate.
@@ -81,10 +98,43 @@ impl Origin {
         F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Response<TestBody>> + Send + 'static,
     {
-        Origin::serve(ip, Some(tokio_rustls::TlsAcceptor::from(tls)), handler).await
+        Origin::serve(
+            ip,
+            Some(tokio_rustls::TlsAcceptor::from(tls)),
+            Speaks::Http1,
+            handler,
+        )
+        .await
     }
 
-    async fn serve<F, Fut>(ip: &str, tls: Option<tokio_rustls::TlsAcceptor>, handler: F) -> Origin
+    /// An https origin on `ip:0` presenting `tls`'s certificate and speaking what `speaks` says
+    /// (its ALPN list set to match).
+    pub async fn start_speaking<F, Fut>(
+        ip: &str,
+        tls: Arc<rustls::ServerConfig>,
+        speaks: Speaks,
+        handler: F,
+    ) -> Origin
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let mut tls = (*tls).clone();
+        tls.alpn_protocols = match speaks {
+            Speaks::Http1 => vec![b"http/1.1".to_vec()],
+            Speaks::H2 { .. } => vec![b"h2".to_vec()],
+            Speaks::Both => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        Origin::serve(ip, Some(acceptor), speaks, handler).await
+    }
+
+    async fn serve<F, Fut>(
+        ip: &str,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        speaks: Speaks,
+        handler: F,
+    ) -> Origin
     where
         F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Response<TestBody>> + Send + 'static,
@@ -95,12 +145,15 @@ impl Origin {
         let arrivals = Arc::new(Mutex::new(Vec::new()));
         let in_flight = Arc::new(AtomicUsize::new(0));
         let max_in_flight = Arc::new(AtomicUsize::new(0));
+        let connections = Arc::new(AtomicUsize::new(0));
         let (a, i, m) = (arrivals.clone(), in_flight.clone(), max_in_flight.clone());
+        let accepted = connections.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                accepted.fetch_add(1, Ordering::SeqCst);
                 let (handler, a, i, m) = (handler.clone(), a.clone(), i.clone(), m.clone());
                 let tls = tls.clone();
                 tokio::spawn(async move {
@@ -116,6 +169,7 @@ impl Origin {
                                     .map(|p| p.to_string())
                                     .unwrap_or_default(),
                                 headers: req.headers().clone(),
+                                version: req.version(),
                             });
                             let now = i.fetch_add(1, Ordering::SeqCst) + 1;
                             m.fetch_max(now, Ordering::SeqCst);
@@ -125,13 +179,27 @@ impl Origin {
                         }
                     });
                     let http = hyper::server::conn::http1::Builder::new();
-                    match tls {
-                        Some(acceptor) => {
+                    let exec = hyper_util::rt::TokioExecutor::new();
+                    match (tls, speaks) {
+                        (Some(acceptor), Speaks::Http1) => {
                             if let Ok(stream) = acceptor.accept(stream).await {
                                 let _ = http.serve_connection(TokioIo::new(stream), service).await;
                             }
                         }
-                        None => {
+                        (Some(acceptor), Speaks::H2 { max_streams }) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let mut h2 = hyper::server::conn::http2::Builder::new(exec);
+                                h2.max_concurrent_streams(max_streams);
+                                let _ = h2.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                        (Some(acceptor), Speaks::Both) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let auto = hyper_util::server::conn::auto::Builder::new(exec);
+                                let _ = auto.serve_connection(TokioIo::new(stream), service).await;
+                            }
+                        }
+                        (None, _) => {
                             let _ = http.serve_connection(TokioIo::new(stream), service).await;
                         }
                     }
@@ -143,8 +211,24 @@ impl Origin {
             arrivals,
             in_flight,
             max_in_flight,
+            connections,
             task,
         }
+    }
+
+    /// `https://addr` + `path`.
+    pub fn https_url(&self, path: &str) -> String {
+        format!("https://{}{}", self.addr, path)
+    }
+
+    /// How many TCP connections it accepted so far (each an https origin's TLS handshake).
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+
+    /// The HTTP version of each request so far, in order of arrival.
+    pub fn versions(&self) -> Vec<http::Version> {
+        self.arrivals().into_iter().map(|a| a.version).collect()
     }
 
     /// `http://addr` + `path`.

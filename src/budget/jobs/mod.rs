@@ -14,6 +14,7 @@ mod credentials;
 mod guard;
 mod quota;
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,7 @@ use http::HeaderMap;
 
 use crate::budget::limiter::lanes::JobTag;
 use crate::config::{ClientAuth, Config, JobSettings, Priority};
+use crate::util::locks::lock;
 pub(crate) use guard::AuthGuard;
 pub(crate) use quota::{QuotaLeft, QuotaTicket};
 
@@ -60,6 +62,14 @@ pub struct JobState {
     pub shadow_would_wait: AtomicU64,
     /// How long they would have waited, in all, in milliseconds.
     pub shadow_would_wait_ms: AtomicU64,
+    /// Requests answered with a local 403 because the site's stated preferences refused the
+    /// job's purpose (`content_preferences = "enforce"`).
+    pub preferences_enforced: AtomicU64,
+    /// Requests forwarded with the refusing signal reported (`content_preferences = "report"`,
+    /// or a `Content-Usage` response header that arrived after the request left).
+    pub preferences_reported: AtomicU64,
+    /// Priced answers (HTTP 402 with `crawler-price`) per host: how many, and the last price.
+    priced: Mutex<HashMap<String, Priced>>,
     /// When a request last named it, in seconds of [`JobState::now_secs`]: a name no `[[job]]`
     /// gives is forgotten when idle.
     last_used: AtomicU64,
@@ -75,6 +85,9 @@ impl JobState {
             refused_quota: AtomicU64::new(0),
             shadow_would_wait: AtomicU64::new(0),
             shadow_would_wait_ms: AtomicU64::new(0),
+            preferences_enforced: AtomicU64::new(0),
+            preferences_reported: AtomicU64::new(0),
+            priced: Mutex::new(HashMap::new()),
             last_used: AtomicU64::new(Self::now_secs()),
         }
     }
@@ -93,6 +106,30 @@ impl JobState {
         self.last_used.store(Self::now_secs(), Ordering::Relaxed);
     }
 
+    /// Counts a priced answer (HTTP 402 with `crawler-price`) from `host` asking `price`. At most
+    /// [`MAX_PRICED_HOSTS`] hosts are kept per job; the rest are counted as `other`.
+    pub fn count_priced(&self, host: &str, price: &str) {
+        let mut priced = lock(&self.priced);
+        let host = if priced.len() < MAX_PRICED_HOSTS || priced.contains_key(host) {
+            host
+        } else {
+            OTHER
+        };
+        let entry = priced.entry(host.to_string()).or_default();
+        entry.count += 1;
+        entry.last_price = price.to_string();
+    }
+
+    /// The priced answers it got, per host, by host name.
+    pub fn priced(&self) -> Vec<(String, Priced)> {
+        let mut all: Vec<(String, Priced)> = lock(&self.priced)
+            .iter()
+            .map(|(host, p)| (host.clone(), p.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
     /// Counts what its fair share would have made a request to a report-only host wait.
     pub fn count_shadow(&self, would_wait: std::time::Duration) {
         if !would_wait.is_zero() {
@@ -101,6 +138,18 @@ impl JobState {
             self.shadow_would_wait_ms.fetch_add(ms, Ordering::Relaxed);
         }
     }
+}
+
+/// The most hosts whose priced answers are kept apart per job (the rest count as `other`).
+pub(crate) const MAX_PRICED_HOSTS: usize = 256;
+
+/// Priced answers (HTTP 402 with `crawler-price`) of one job from one host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Priced {
+    /// How many.
+    pub count: u64,
+    /// The last `crawler-price` asked, as the site wrote it (`USD 0.01`).
+    pub last_price: String,
 }
 
 /// The job of one request, as its credentials named it: its state and its settings (`None`

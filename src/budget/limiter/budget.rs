@@ -159,7 +159,10 @@ impl Budget {
         }
         match self {
             Budget::Local { .. } => {
-                let cap = state.policy().pacing.concurrency;
+                // The server's `concurrency` policy, if lower, is the ceiling.
+                let cap = state
+                    .pacing()
+                    .concurrency_cap(state.policy().pacing.concurrency);
                 local_turn(state, global, egress, kept, cap, now)
             }
             Budget::Shared { store, .. } if store.in_fallback() => {
@@ -178,16 +181,17 @@ impl Budget {
                         .map_or(Duration::MAX, |at| now.saturating_duration_since(at));
                     state.pacing_mut().refilled_since_last_turn(since, now);
                 }
-                let cap = state.pacing().share_of(state.policy().pacing.concurrency);
+                let share = state.pacing().share_of(state.policy().pacing.concurrency);
+                let cap = state.pacing().concurrency_cap(share);
                 local_turn(state, global, egress, kept, cap, now)
             }
             Budget::Shared { store, .. } => {
                 let burst = state.policy().pacing.burst;
                 state.pacing_mut().set_share(1.0, burst, now);
-                if !state
-                    .in_flight()
-                    .has_room(state.policy().pacing.concurrency)
-                {
+                let cap = state
+                    .pacing()
+                    .concurrency_cap(state.policy().pacing.concurrency);
+                if !state.in_flight().has_room(cap) {
                     return NotNow::NoHostSlot.into();
                 }
                 // What this instance knows closes the host without asking (a cooldown learned
@@ -393,7 +397,11 @@ pub(super) fn shared_limits(state: &HostState, store: &RedisStore, now: Instant)
         rate: state.pacing().effective_rate(now) * part,
         configured_rate: state.policy().pacing.rate,
         burst: scaled(state.policy().pacing.burst),
-        concurrency: scaled(state.policy().pacing.concurrency),
+        concurrency: scaled(
+            state
+                .pacing()
+                .concurrency_cap(state.policy().pacing.concurrency),
+        ),
         rejoin: state.shared().map_or(0, |t| t.epoch) != store.epoch(),
         answered: state.stats().has_answered(),
         bytes: state.policy().pacing.max_bytes_per_second.map(|rate| {

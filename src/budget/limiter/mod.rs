@@ -54,10 +54,11 @@ use tokio::time::Instant;
 
 pub(crate) use admission::Admission;
 pub use host::Host;
-pub(crate) use permit::Permit;
+pub(crate) use permit::{ByteMeter, OpenSockets, Permit};
 pub(crate) use refusal::Refusal;
 pub(crate) use shadow::{ShadowCounts, ShadowReason, ShadowVerdict};
 pub use stats::HostStats;
+pub(crate) use stats::UpstreamProtocol;
 pub(crate) use steer::{HostRecord, HostSnapshot, OperatorAction};
 pub(crate) use sweep::Swept;
 
@@ -88,6 +89,9 @@ pub struct Limiter {
     /// Whether the last stretch of each wait for a token is an OS sleep (sub-millisecond) rather
     /// than tokio's timer (whole milliseconds, about 1 ms late): [`Timer::Fine`].
     fine_waits: bool,
+    /// WebSockets open, by host: kept beside the hosts, not in them (few hosts ever have one,
+    /// and a known host stays small).
+    sockets: Arc<OpenSockets>,
 }
 
 /// How a limiter times the last stretch of each wait for a token (see `Limiter::sleep_until`).
@@ -156,6 +160,7 @@ impl Limiter {
             shutting_down: AtomicBool::new(false),
             peak_hosts: AtomicUsize::new(0),
             fine_waits: timer == Timer::Fine,
+            sockets: Arc::default(),
         })
     }
 

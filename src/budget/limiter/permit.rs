@@ -1,10 +1,13 @@
 //! A request's turn: the [`Permit`] that holds a host slot and a global slot while the request is
 //! in flight, through which its [`Answer`] is reported. Dropping the permit ends the turn; a request that
-//! never left gets its token back (a cancelled request spends nothing).
+//! never left gets its token back (a cancelled request spends nothing). A WebSocket handshake's
+//! permit becomes a [`ByteMeter`] on the `101`: the turn ends, the socket's bytes are still
+//! charged to the host, and the socket is counted in [`OpenSockets`] while open.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashMap;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
@@ -138,7 +141,7 @@ impl Report {
     /// What the pacing learns from `answer`, with `others` requests of the host in flight.
     fn observation(&self, answer: &Answer, others: u32, now: Instant) -> Observation {
         Observation {
-            answer: *answer,
+            answer: answer.clone(),
             sent_at: self.sent_at.unwrap_or(now),
             limited: self.paced == Paced::Limited,
             others_in_flight: others,
@@ -227,29 +230,35 @@ impl Permit {
         }
     }
 
+    /// Ends the turn now and keeps charging the host for bytes that go by afterwards: the
+    /// permit of a WebSocket handshake answered `101`. The socket's frames are never paced and
+    /// hold no concurrency slot, but they spend the host's byte budget (and the ceiling on all
+    /// hosts) like a response body does.
+    pub fn into_meter(self, limiter: &super::Limiter) -> ByteMeter {
+        // Counted before the turn ends: the sweeper never sees the host with neither.
+        limiter.sockets.open(&self.host.key);
+        let meter = ByteMeter {
+            sockets: limiter.sockets.clone(),
+            host: self.host.clone(),
+            budget: self.budget.clone(),
+            bytes: Bytes {
+                unbilled: 0,
+                downlink: self.bytes.downlink.clone(),
+            },
+            shadow: self.report.shadow.is_some(),
+        };
+        // The handshake's own bytes are charged as the turn ends, before its slot comes free.
+        drop(self);
+        meter
+    }
+
     /// With a shared budget and a byte budget: counts `bytes` for the store's byte budget and
     /// bills them (off the body's path) every [`STORE_BILL_EVERY`] and at the end of the turn,
     /// so that every instance's next turn of the host waits for the debt. Under the host's lock.
     fn bill_store(&self, state: &mut HostState, bytes: u64, why: StoreBill, now: Instant) {
-        if self.report.shadow.is_some() || state.policy().pacing.max_bytes_per_second.is_none() {
-            return;
+        if self.report.shadow.is_none() {
+            bill_store(&self.budget, &self.host, state, (bytes, why), now);
         }
-        let Some(store) = self.budget.store().filter(|s| !s.in_fallback()) else {
-            return;
-        };
-        let limits = super::budget::shared_limits(state, store, now);
-        let turns = state.shared_turns();
-        turns.unbilled = turns.unbilled.saturating_add(bytes);
-        if turns.unbilled == 0 || (why == StoreBill::Counted && turns.unbilled < STORE_BILL_EVERY) {
-            return;
-        }
-        let Some((rate, _)) = limits.bytes else {
-            return;
-        };
-        let bytes = std::mem::take(&mut turns.unbilled);
-        let store = store.clone();
-        let host = self.host.clone();
-        tokio::spawn(async move { store.bill(&host.key, bytes, rate).await });
     }
 
     /// Makes this the permit of a report-only host's request: forwarded at once, with what
@@ -375,6 +384,16 @@ impl Permit {
         self.host.lock().pacing().effective_rate(Instant::now())
     }
 
+    /// The HTTP version this permit's host answers over, or its fallback to HTTP/1.1.
+    pub fn upstream_protocol(&self) -> super::UpstreamProtocol {
+        self.host.lock().stats().protocol()
+    }
+
+    /// Notes the HTTP version an answer of this permit's host came over (or a fallback).
+    pub fn note_protocol(&self, protocol: super::UpstreamProtocol) {
+        self.host.lock().stats_mut().note_protocol(protocol);
+    }
+
     /// The policy of this permit's host.
     pub fn policy(&self) -> Arc<HostPolicy> {
         self.host.lock().policy().clone()
@@ -383,6 +402,114 @@ impl Permit {
     /// The host key this permit is for.
     pub fn host_key(&self) -> &str {
         &self.host.key
+    }
+}
+
+/// With a shared budget and a byte budget: counts `bytes` for the store's byte budget and
+/// bills them (off the body's path) every [`STORE_BILL_EVERY`] and when `why` is the end, so
+/// that every instance's next turn of `host` waits for the debt. Under the host's lock.
+fn bill_store(
+    budget: &Budget,
+    host: &Arc<Host>,
+    state: &mut HostState,
+    (bytes, why): (u64, StoreBill),
+    now: Instant,
+) {
+    if state.policy().pacing.max_bytes_per_second.is_none() {
+        return;
+    }
+    let Some(store) = budget.store().filter(|s| !s.in_fallback()) else {
+        return;
+    };
+    let limits = super::budget::shared_limits(state, store, now);
+    let turns = state.shared_turns();
+    turns.unbilled = turns.unbilled.saturating_add(bytes);
+    if turns.unbilled == 0 || (why == StoreBill::Counted && turns.unbilled < STORE_BILL_EVERY) {
+        return;
+    }
+    let Some((rate, _)) = limits.bytes else {
+        return;
+    };
+    let bytes = std::mem::take(&mut turns.unbilled);
+    let store = store.clone();
+    let host = host.clone();
+    tokio::spawn(async move { store.bill(&host.key, bytes, rate).await });
+}
+
+/// The bytes of an open WebSocket after its handshake's turn ended ([`Permit::into_meter`]):
+/// charged to the host's byte budget, its response-byte counter and the ceiling on all hosts
+/// every [`BILL_EVERY`] bytes and when dropped. Holds no slot and waits for nothing: a debt
+/// holds the host's next turn, never the socket.
+#[derive(Debug)]
+pub struct ByteMeter {
+    host: Arc<Host>,
+    /// Where the socket is counted while open.
+    sockets: Arc<OpenSockets>,
+    budget: Budget,
+    bytes: Bytes,
+    /// A report-only host's socket: counted, never billed to the shared store.
+    shadow: bool,
+}
+
+impl ByteMeter {
+    /// Counts `bytes` that went by on the socket, either way.
+    pub fn count(&mut self, bytes: usize) {
+        if let Some(bytes) = self.bytes.count(bytes) {
+            self.charge(bytes, StoreBill::Counted);
+        }
+    }
+
+    /// The host key the socket belongs to.
+    pub fn host_key(&self) -> &str {
+        &self.host.key
+    }
+
+    fn charge(&self, bytes: u64, why: StoreBill) {
+        let now = Instant::now();
+        let mut state = self.host.lock();
+        charge(&mut state, bytes, now);
+        if !self.shadow {
+            bill_store(&self.budget, &self.host, &mut state, (bytes, why), now);
+        }
+        drop(state);
+        self.bytes.charge_downlink(bytes, now);
+    }
+}
+
+impl Drop for ByteMeter {
+    fn drop(&mut self) {
+        let bytes = self.bytes.take_rest();
+        if bytes > 0 {
+            self.charge(bytes, StoreBill::TurnEnd);
+        }
+        self.sockets.close(&self.host.key);
+    }
+}
+
+/// The WebSockets open now, by host key; only hosts with one have an entry. Counted by
+/// [`ByteMeter`] (opened with [`Permit::into_meter`], closed when dropped) and shown in `/hosts`;
+/// a host with one open is never forgotten by the sweeper (its bytes are still charged to it).
+#[derive(Debug, Default)]
+pub(crate) struct OpenSockets(DashMap<Arc<str>, u32>);
+
+impl OpenSockets {
+    /// One more socket open to `key`.
+    fn open(&self, key: &Arc<str>) {
+        let mut open = self.0.entry(key.clone()).or_insert(0);
+        *open = open.saturating_add(1);
+    }
+
+    /// One socket to `key` closed.
+    fn close(&self, key: &Arc<str>) {
+        self.0.remove_if_mut(key, |_, open| {
+            *open = open.saturating_sub(1);
+            *open == 0
+        });
+    }
+
+    /// The sockets open to `key` now.
+    pub(crate) fn count(&self, key: &str) -> u32 {
+        self.0.get(key).map_or(0, |open| *open)
     }
 }
 

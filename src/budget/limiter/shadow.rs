@@ -204,7 +204,8 @@ fn schedule(
         return;
     }
     shadow.tat = Some(tat.max(start) + interval);
-    let slot_free = state.in_flight().has_room(policy.pacing.concurrency);
+    let cap = state.pacing().concurrency_cap(policy.pacing.concurrency);
+    let slot_free = state.in_flight().has_room(cap);
     verdict.would_wait = wait;
     verdict.waits = !wait.is_zero() || !slot_free;
 }

@@ -8,6 +8,7 @@ use crate::pacing::policy::CooldownCause;
 
 /// How many recent statuses a host remembers.
 pub(super) const LAST_STATUSES: usize = 10;
+const _: () = assert!(LAST_STATUSES < 16, "the ring's counts are nibbles");
 
 /// Counters of one host since it was first seen (or last forgotten). 32-bit and saturating: they
 /// are for people reading `/hosts` (the Prometheus counters are separate), and every byte of a
@@ -39,10 +40,55 @@ pub struct HostStats {
     bytes_high: u16,
     /// The last statuses in a ring (see [`HostStats::last_statuses`]).
     last: [u16; LAST_STATUSES],
-    /// How many of `last` are filled.
-    last_len: u8,
-    /// Where the next status goes in `last`.
-    last_next: u8,
+    /// How many of `last` are filled (high nibble) and where the next status goes (low nibble):
+    /// one byte, so that [`HostStats::protocol`] fits in what was padding.
+    last_ring: u8,
+    /// The HTTP version the host's last answer came over, or why it fell back to HTTP/1.1.
+    protocol: UpstreamProtocol,
+}
+
+/// The HTTP version courtesy speaks to a host's origin, as `/hosts` shows it; a fallback is also
+/// what keeps the host on HTTP/1.1 (`upstream_http2`, docs/https.md "HTTP/2 to origins").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// Nothing answered yet.
+    #[default]
+    Unknown,
+    /// HTTP/1.1 (offered alone, or the origin's pick).
+    Http11,
+    /// HTTP/2, picked by the origin over ALPN.
+    H2,
+    /// HTTP/1.1 after the origin answered 421 (Misdirected Request) over HTTP/2.
+    FellBackMisdirected,
+    /// HTTP/1.1 after an HTTP/2 protocol error.
+    FellBackProtocolError,
+}
+
+impl UpstreamProtocol {
+    /// The version's name as ALPN spells it (`h2`, `http/1.1`; `None`: nothing answered yet).
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            UpstreamProtocol::Unknown => None,
+            UpstreamProtocol::H2 => Some("h2"),
+            _ => Some("http/1.1"),
+        }
+    }
+
+    /// Why the host fell back to HTTP/1.1, in words (`None`: it did not).
+    pub fn fell_back(self) -> Option<&'static str> {
+        match self {
+            UpstreamProtocol::FellBackMisdirected => {
+                Some("the origin answered 421 (Misdirected Request) over h2")
+            }
+            UpstreamProtocol::FellBackProtocolError => Some("an HTTP/2 protocol error"),
+            _ => None,
+        }
+    }
+
+    /// Whether the host is kept on HTTP/1.1 after a fallback.
+    pub fn is_fallback(self) -> bool {
+        self.fell_back().is_some()
+    }
 }
 
 impl HostStats {
@@ -66,19 +112,28 @@ impl HostStats {
             }
             None => self.failed = self.failed.saturating_add(1),
         }
-        self.last[usize::from(self.last_next)] = status.unwrap_or(0);
-        self.last_next = ((usize::from(self.last_next) + 1) % LAST_STATUSES) as u8;
-        self.last_len = (self.last_len + 1).min(LAST_STATUSES as u8);
+        let (len, next) = self.ring();
+        self.last[next] = status.unwrap_or(0);
+        let (len, next) = ((len + 1).min(LAST_STATUSES), (next + 1) % LAST_STATUSES);
+        self.last_ring = ((len as u8) << 4) | next as u8;
     }
 
     /// The last statuses, oldest first; 0 for a request that got no response. Kept in a fixed
     /// ring inside the host's state: no allocation per host.
     pub fn last_statuses(&self) -> Vec<u16> {
-        let len = usize::from(self.last_len);
-        let start = (usize::from(self.last_next) + LAST_STATUSES - len) % LAST_STATUSES;
+        let (len, next) = self.ring();
+        let start = (next + LAST_STATUSES - len) % LAST_STATUSES;
         (0..len)
             .map(|i| self.last[(start + i) % LAST_STATUSES])
             .collect()
+    }
+
+    /// How many of the last statuses are filled, and where the next one goes.
+    fn ring(&self) -> (usize, usize) {
+        (
+            usize::from(self.last_ring >> 4),
+            usize::from(self.last_ring & 0x0f),
+        )
     }
 
     /// Response body bytes received from the host and passed on to clients.
@@ -94,6 +149,19 @@ impl HostStats {
             .min((1 << 48) - 1);
         self.bytes_high = (total >> 32) as u16;
         self.bytes_low = total as u32;
+    }
+
+    /// The version the host's answers come over, or its fallback.
+    pub fn protocol(&self) -> UpstreamProtocol {
+        self.protocol
+    }
+
+    /// Notes the version an answer came over; a fallback, once noted, stays (the host is kept
+    /// on HTTP/1.1 while courtesy knows it).
+    pub fn note_protocol(&mut self, protocol: UpstreamProtocol) {
+        if !self.protocol.is_fallback() || protocol.is_fallback() {
+            self.protocol = protocol;
+        }
     }
 
     /// Counts a local refusal.
@@ -160,6 +228,20 @@ mod tests {
             s.answered(Some(200 + i));
         }
         assert_eq!(s.last_statuses(), (210..220).collect::<Vec<u16>>());
+    }
+
+    #[test]
+    fn a_fallback_to_http11_stays_once_noted() {
+        let mut s = HostStats::default();
+        assert_eq!(s.protocol().name(), None);
+        s.note_protocol(UpstreamProtocol::H2);
+        assert_eq!(s.protocol().name(), Some("h2"));
+        s.note_protocol(UpstreamProtocol::FellBackMisdirected);
+        s.note_protocol(UpstreamProtocol::Http11);
+        s.note_protocol(UpstreamProtocol::H2);
+        assert_eq!(s.protocol(), UpstreamProtocol::FellBackMisdirected);
+        assert_eq!(s.protocol().name(), Some("http/1.1"));
+        assert!(s.protocol().fell_back().is_some_and(|w| w.contains("421")));
     }
 
     #[test]

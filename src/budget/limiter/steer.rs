@@ -12,9 +12,10 @@ use tracing::{info, warn};
 
 use super::host::{Host, Waiter};
 use super::refusal::refuse_queue;
-use super::{BudgetKey, HostStats, Limiter, Refusal, ShadowCounts, WaitReason};
+use super::{BudgetKey, HostStats, Limiter, OpenSockets, Refusal, ShadowCounts, WaitReason};
 use crate::config::{Config, HostPolicy, KeyMode};
 use crate::pacing::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
+use crate::pacing::ratelimit::NamedPolicy;
 use crate::store::StoreAction;
 use crate::wire::host_key::host_key;
 
@@ -57,6 +58,8 @@ pub struct HostSnapshot {
     pub forced: bool,
     /// Counters.
     pub stats: HostStats,
+    /// WebSockets open to the host now (joined after a `101`; they hold no concurrency slot).
+    pub websockets_open: u32,
     /// For a report-only host (`enforce = false`), what would have happened so far.
     pub shadow: Option<ShadowCounts>,
     /// With `max_bytes_per_second`: the byte debt (bytes) and the time until it is paid back
@@ -71,6 +74,12 @@ pub struct HostSnapshot {
     /// While requests wait: what the first in line waits for now (the dispatcher's last look:
     /// also a slot, a global cap, the shared store).
     pub front_waits: Option<WaitReason>,
+    /// The ceiling on requests in flight now: `concurrency`, or the server's `concurrency`
+    /// policy if lower.
+    pub concurrency_cap: u32,
+    /// The RateLimit policies the host last announced, as written (name, quota, unit,
+    /// partition key, counters).
+    pub server_policies: Option<Arc<[NamedPolicy]>>,
 }
 
 impl HostSnapshot {
@@ -140,7 +149,10 @@ impl Limiter {
     /// Every known host, sorted by key.
     pub fn snapshots(&self) -> Vec<HostSnapshot> {
         let hosts: Vec<Arc<Host>> = self.hosts.iter().map(|e| e.value().clone()).collect();
-        let mut out: Vec<HostSnapshot> = hosts.iter().map(|h| snapshot_of(h)).collect();
+        let mut out: Vec<HostSnapshot> = hosts
+            .iter()
+            .map(|h| snapshot_of(h, &self.sockets))
+            .collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
     }
@@ -166,7 +178,7 @@ impl Limiter {
     /// The budget with this table key (`host:port`, a domain or an address), if known.
     pub fn snapshot_by_key(&self, key: &str) -> Option<HostSnapshot> {
         let entry = self.hosts.get(key)?.value().clone();
-        Some(snapshot_of(&entry))
+        Some(snapshot_of(&entry, &self.sockets))
     }
 
     /// The key of the known budget whose table key is `key` (`host:port`, a domain or an
@@ -246,7 +258,7 @@ impl Limiter {
             OperatorAction::ClearRate => StoreAction::Rate(None),
         };
         self.budget.operator_changed(&entry.key, shared_action);
-        Ok(snapshot_of(&entry))
+        Ok(snapshot_of(&entry, &self.sockets))
     }
 
     /// Caps `host`:`port` at `rate` (1 / robots.txt Crawl-delay) or lifts the cap; returns
@@ -379,7 +391,7 @@ fn ceiling(policy: &HostPolicy) -> f64 {
     }
 }
 
-fn snapshot_of(host: &Host) -> HostSnapshot {
+fn snapshot_of(host: &Host, sockets: &OpenSockets) -> HostSnapshot {
     let now = Instant::now();
     let mut state = host.lock();
     let block = state.pacing().block(now);
@@ -420,6 +432,7 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
         rate_override: state.pacing().rate_override(),
         forced: state.forced(),
         stats: state.stats().clone(),
+        websockets_open: sockets.count(&host.key),
         shadow: (!state.policy().scope.enforce)
             .then(|| state.shadow().map(|s| s.counts).unwrap_or_default()),
         byte_debt,
@@ -429,6 +442,10 @@ fn snapshot_of(host: &Host) -> HostSnapshot {
             .filter(|&(turns, slots, _)| turns > 0 || slots > 0),
         next_turn,
         front_waits,
+        concurrency_cap: state
+            .pacing()
+            .concurrency_cap(state.policy().pacing.concurrency),
+        server_policies: state.pacing().server_policies().cloned(),
     }
 }
 

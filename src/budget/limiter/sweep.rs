@@ -30,8 +30,12 @@ impl Limiter {
     pub fn sweep_idle(&self, idle: Duration) -> Swept {
         let now = Instant::now();
         let before = self.hosts.len();
-        self.hosts
-            .retain(|_, host| !host.lock().retire_if_idle(idle, now));
+        self.hosts.retain(|_, host| {
+            let mut state = host.lock();
+            // Read under the lock: a socket is counted before its turn ends (`into_meter`).
+            let sockets = self.sockets.count(&host.key);
+            !(sockets == 0 && state.retire_if_idle(idle, now))
+        });
         let after = self.hosts.len();
         let peak = self
             .peak_hosts

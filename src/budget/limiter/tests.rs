@@ -277,6 +277,33 @@ async fn shutdown_refuses_queued_and_new_requests() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_open_websocket_frees_its_slot_is_counted_charged_and_keeps_its_host() {
+    let limiter = limiter_with(policy(1.0, 2, 1), 1000);
+    let mut permit = limiter.admit(("socket.test", 80)).await.unwrap();
+    permit.mark_sent();
+    let mut meter = permit.into_meter(&limiter);
+    let snap = limiter.snapshot("socket.test", 80).unwrap();
+    assert_eq!((snap.in_flight, snap.websockets_open), (0, 1), "slot freed");
+    // Another turn while the socket is open (concurrency 1).
+    let mut other = limiter.admit(("socket.test", 80)).await.unwrap();
+    other.mark_sent();
+    drop(other);
+    meter.count(100_000);
+    let snap = limiter.snapshot("socket.test", 80).unwrap();
+    assert_eq!(snap.stats.response_bytes(), 100_000, "charged every 64 KiB");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        limiter.sweep(Duration::ZERO),
+        0,
+        "a host with a socket open"
+    );
+    drop(meter);
+    let snap = limiter.snapshot("socket.test", 80).unwrap();
+    assert_eq!(snap.websockets_open, 0);
+    assert_eq!(limiter.sweep(Duration::ZERO), 1, "forgotten once closed");
+}
+
+#[tokio::test(start_paused = true)]
 async fn idle_hosts_are_swept_and_come_back_fresh() {
     let limiter = limiter_with(policy(1.0, 2, 1), 1000);
     for _ in 0..2 {
@@ -858,5 +885,65 @@ async fn a_job_filling_the_queue_gives_room_to_another_jobs_request() {
     assert!(b_at <= 1, "B's request came within two turns: {order:?}");
     for t in queued_a {
         assert!(t.await.unwrap().is_ok());
+    }
+}
+
+/// A success that announces `server` (a RateLimit policy), as the exchange reports it.
+fn announcing(server: crate::pacing::feedback::ServerBudget) -> crate::pacing::policy::Answer {
+    crate::pacing::policy::Answer {
+        feedback: crate::pacing::feedback::Feedback::Success,
+        status: Some(200),
+        latency: Duration::from_millis(10),
+        retry_after: None,
+        server: Some(server),
+    }
+}
+
+/// A server's `qu="concurrency"` policy lowers the host's ceiling from the next turn on: two at
+/// a time where `concurrency = 8`; the snapshot says the ceiling in force.
+#[tokio::test(start_paused = true)]
+async fn a_servers_concurrency_policy_caps_the_turns_in_flight() {
+    let limiter = limiter_with(policy(1000.0, 100, 8), 1000);
+    let mut first = limiter.admit(("par.test", 80)).await.unwrap();
+    first.mark_sent();
+    first.report(&announcing(crate::pacing::feedback::ServerBudget {
+        concurrency: Some(2),
+        ..Default::default()
+    }));
+    drop(first);
+    assert_eq!(limiter.snapshot("par.test", 80).unwrap().concurrency_cap, 2);
+    let times = burst_of(&limiter, "par.test", 6, Duration::from_secs(1)).await;
+    assert_eq!(rounded(&times), vec![0.0, 0.0, 1.0, 1.0, 2.0, 2.0]);
+}
+
+/// A server's `qu="content-bytes"` policy holds the next turn until its bytes are paid, while
+/// small bodies keep to the request rate: 100 kB/s with one second saved up.
+#[tokio::test(start_paused = true)]
+async fn a_servers_byte_policy_slows_large_bodies_and_not_small_ones() {
+    use crate::pacing::feedback::{ByteQuota, ServerBudget};
+    let bytes = ServerBudget {
+        bytes: Some(ByteQuota {
+            rate: 100_000.0,
+            quota: 1_000_000,
+        }),
+        ..Default::default()
+    };
+    for (body, expected) in [
+        (1_000usize, [0.0, 0.5, 1.0, 1.5]),
+        (200_000, [0.0, 1.0, 3.0, 5.0]),
+    ] {
+        let limiter = limiter_with(policy(2.0, 1, 1), 64);
+        let start = Instant::now();
+        let mut at = Vec::new();
+        for _ in 0..4 {
+            let mut permit = limiter.admit(("bytes.test", 80)).await.unwrap();
+            permit.mark_sent();
+            at.push(start.elapsed().as_secs_f64());
+            permit.report(&announcing(bytes.clone()));
+            permit.count_bytes(body);
+        }
+        assert_eq!(rounded(&at), expected, "bodies of {body} bytes");
+        let snap = limiter.snapshot("bytes.test", 80).unwrap();
+        assert_eq!(snap.rate, 2.0, "a byte quota is never a request rate");
     }
 }

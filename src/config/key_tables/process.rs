@@ -407,3 +407,37 @@ impl Kind<String, String> for HeaderText {
         "header text".into()
     }
 }
+
+/// `signature_agent`: an `https://` URL of printable ASCII, where the key directory is published.
+pub(crate) struct AgentUrl;
+
+impl Kind<String, String> for AgentUrl {
+    fn check(&self, url: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
+        let printable = url.chars().all(|c| c.is_ascii_graphic());
+        match url.parse::<http::Uri>() {
+            Ok(uri) if printable && uri.scheme_str() == Some("https") && uri.host().is_some() => {
+                Some(url.trim_end_matches('/').to_string())
+            }
+            _ => {
+                let label = say.label;
+                say.error(
+                    at,
+                    &format!(
+                        "{label} {key} must be an https:// URL (where the key directory is \
+                         published), got {:?}",
+                        crate::util::redact::redacted(&url)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn show(&self, url: &String) -> Option<toml::Value> {
+        Some(toml::Value::String(url.clone()))
+    }
+
+    fn takes(&self) -> String {
+        "an https:// URL".into()
+    }
+}

@@ -1,12 +1,13 @@
 //! Validation of `[[job]]`s: each read through [`JobSettings::KEYS`], then what needs more than
 //! one key or one job: a name is required and unique, a token is given once (plain or hashed),
-//! and `client_auth = "required"` needs a token for every job.
+//! and `client_auth = "required"` needs a token for every job; a job's own signing key is read,
+//! and signs only with a Signature-Agent (its own or `[signing]`'s).
 
 use std::sync::Arc;
 
 use super::Validator;
 use crate::config::file::Section;
-use crate::config::{ClientAuth, JobSettings};
+use crate::config::{ClientAuth, JobSettings, SigningSettings};
 
 impl Validator<'_> {
     /// The `[[job]]`s in file order; a job without a usable name is reported and left out.
@@ -14,6 +15,7 @@ impl Validator<'_> {
         &mut self,
         sections: &[Section<'_>],
         client_auth: ClientAuth,
+        signing: &SigningSettings,
     ) -> Vec<Arc<JobSettings>> {
         let mut jobs: Vec<Arc<JobSettings>> = Vec::new();
         for (i, section) in sections.iter().enumerate() {
@@ -50,8 +52,37 @@ impl Validator<'_> {
                     &format!("{label}: with [proxy] client_auth = \"required\" every job needs a token (or token_sha256)"),
                 );
             }
+            self.job_key(section, &label, &mut job, signing);
             jobs.push(Arc::new(job));
         }
         jobs
+    }
+
+    /// Reads the job's `signing_key_file` (the error names the file, never its content); a key
+    /// needs a Signature-Agent, the job's own or `[signing]`'s.
+    fn job_key(
+        &mut self,
+        section: &Section<'_>,
+        label: &str,
+        job: &mut JobSettings,
+        signing: &SigningSettings,
+    ) {
+        let Some(path) = job.signing_key_file.clone() else {
+            return;
+        };
+        let at = section.at("signing_key_file").unwrap_or(section.at);
+        match crate::config::signing::read_key(&path) {
+            Ok(key) => job.signing_key = Some(key),
+            Err(why) => self.error(at, &format!("{label}: signing_key_file: {why}")),
+        }
+        if job.signature_agent.is_none() && signing.signature_agent.is_none() {
+            self.error(
+                at,
+                &format!(
+                    "{label}: signing_key_file needs a signature_agent (the job's own or \
+                     [signing]'s): the https:// URL where its key directory is published"
+                ),
+            );
+        }
     }
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use super::Validator;
 use crate::config::file::Section;
 use crate::config::{
-    AdminSettings, AlertSettings, ProxySettings, Route, SharedSettings, TelemetrySettings,
+    AdminSettings, AlertSettings, ProxySettings, Route, SharedSettings, SigningSettings,
+    TelemetrySettings,
 };
 use crate::wire::hosts_file::StaticHosts;
 
@@ -61,6 +62,33 @@ impl Validator<'_> {
             }
         }
         p
+    }
+
+    /// `[signing]` over the built-in settings: the key file is read here, once (the error names
+    /// the file, never its content); a key needs its Signature-Agent.
+    pub(in crate::config) fn signing(&mut self, section: &Section<'_>) -> SigningSettings {
+        let mut s = SigningSettings::default();
+        self.keys(
+            section,
+            &[SigningSettings::KEYS],
+            ("[signing]", "[signing] "),
+            &mut s,
+        );
+        let at = section.at("key_file").unwrap_or(section.at);
+        if let Some(path) = &s.key_file {
+            match crate::config::signing::read_key(path) {
+                Ok(key) => s.key = Some(key),
+                Err(why) => self.error(at, &format!("[signing] key_file: {why}")),
+            }
+            if s.signature_agent.is_none() && section.get("signature_agent").is_none() {
+                self.error(
+                    at,
+                    "[signing] key_file needs signature_agent: the https:// URL where the key \
+                     directory is published (the Signature-Agent of every signed request)",
+                );
+            }
+        }
+        s
     }
 
     /// `[alerts]` over the built-in settings.

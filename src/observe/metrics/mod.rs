@@ -8,6 +8,7 @@
 //! series go too and its label slot is free for a host in use.
 
 mod format;
+mod stated;
 mod waits;
 
 pub(crate) use format::negotiate;
@@ -92,6 +93,8 @@ pub struct Metrics {
     in_flight: Family<HostLabel, Gauge>,
     cooldown: Family<HostLabel, Gauge<f64, AtomicU64>>,
     hosts_known: Gauge,
+    /// `courtesy_websockets_open`: WebSockets open now, all hosts together.
+    websockets_open: Gauge,
     blocks: Family<OutcomeLabels, Counter>,
     leaf_minted: Counter,
     leaf_hits: Counter,
@@ -108,6 +111,8 @@ pub struct Metrics {
     bytes: ByteFamilies,
     /// What held requests back (`waits.rs`).
     waits: waits::WaitCounters,
+    /// Stated preferences and priced answers (`stated.rs`).
+    stated: stated::StatedFamilies,
 }
 
 /// The byte series: what each host sent back and what the byte budgets owe. Gauges set from the
@@ -293,6 +298,12 @@ impl Metrics {
             "Hosts in the host table",
             hosts_known.clone(),
         );
+        let websockets_open = Gauge::default();
+        registry.register(
+            "websockets_open",
+            "WebSockets open now, all hosts together (joined after a 101; they hold no concurrency slot; per host in /hosts)",
+            websockets_open.clone(),
+        );
         let leaf_minted = Counter::default();
         registry.register(
             "leaf_certificates_minted",
@@ -340,7 +351,9 @@ impl Metrics {
         let jobs = JobFamilies::register(&mut registry);
         let bytes = ByteFamilies::register(&mut registry);
         let waits = waits::WaitCounters::register(&mut registry);
+        let stated = stated::StatedFamilies::register(&mut registry);
         Metrics {
+            stated,
             waits,
             bytes,
             registry,
@@ -355,6 +368,7 @@ impl Metrics {
             in_flight,
             cooldown,
             hosts_known,
+            websockets_open,
             blocks,
             leaf_minted,
             leaf_hits,
@@ -442,6 +456,7 @@ impl Metrics {
             self.shadow.would_wait.remove(&label);
             self.shadow.would_wait_seconds.remove(&label);
             self.shadow.inside_window.remove(&label);
+            self.stated.forget(host);
             for reason in crate::budget::limiter::ShadowReason::ALL {
                 self.shadow.would_refuse.remove(&ReasonLabels {
                     host: host.clone(),
@@ -450,6 +465,36 @@ impl Metrics {
             }
         }
         gone.len()
+    }
+
+    /// The `job` label of a job: its name when a `[[job]]` gives it or it is `anonymous`, else
+    /// `other`.
+    fn job_label(job: &crate::budget::jobs::JobState) -> String {
+        if job.configured || &*job.name == crate::budget::jobs::ANONYMOUS {
+            job.name.to_string()
+        } else {
+            crate::budget::jobs::OTHER.to_string()
+        }
+    }
+
+    /// Counts a request of `job` to `host` whose `purpose` the site refused (read from `source`):
+    /// `enforced` (a local 403) or reported.
+    pub(crate) fn content_preference(
+        &self,
+        (job, host): (&crate::budget::jobs::JobState, &str),
+        purpose: crate::config::Purpose,
+        source: crate::pacing::preferences::Source,
+        enforced: bool,
+    ) {
+        use crate::config::ConfigWord as _;
+        let labels = (Self::job_label(job), self.label(host));
+        self.stated
+            .preference(labels, purpose.word(), source.metric(), enforced);
+    }
+
+    /// Counts a priced answer (HTTP 402 with `crawler-price`) to `job` from `host`.
+    pub(crate) fn priced(&self, job: &crate::budget::jobs::JobState, host: &str) {
+        self.stated.priced(Self::job_label(job), self.label(host));
     }
 
     /// Counts a turn given or refused after `wait`, held longest by `reason`.
@@ -701,6 +746,9 @@ impl Metrics {
             .global_debt
             .set(i64::try_from(global).unwrap_or(i64::MAX));
         self.hosts_known.set(snapshots.len() as i64);
+        let sockets: u64 = snapshots.iter().map(|s| u64::from(s.websockets_open)).sum();
+        self.websockets_open
+            .set(i64::try_from(sockets).unwrap_or(i64::MAX));
         if let Some((mode, instances)) = &self.shared {
             let now = limiter.budget_mode();
             for m in ["shared", "fallback"] {
@@ -813,6 +861,7 @@ mod tests {
             "courtesy_host_in_flight{host=\"shop.test:443\"} 1",
             "courtesy_host_rate{host=\"shop.test:443\"} 1.0",
             "courtesy_hosts_known 1",
+            "courtesy_websockets_open 0",
             "courtesy_leaf_certificate_cache_hits_total 3",
             "courtesy_upstream_latency_seconds_count{host=\"shop.test:443\"} 2",
         ] {

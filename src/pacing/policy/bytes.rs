@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 /// A byte bucket that starts full with `burst` bytes, refills at `rate` bytes per second up to
 /// `burst`, and is charged every byte a response brought, down into debt if need be.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct ByteBudget {
     /// Bytes per second.
     rate: f64,
@@ -25,6 +25,9 @@ pub(crate) struct ByteBudget {
     /// Credit in bytes at `updated`; negative is a debt.
     balance: f64,
     updated: Instant,
+    /// The longest a debt may hold the next turn (`None`: no limit). A server's byte quota
+    /// (`server_caps.rs`) is held to `max_retry_after`, as every wait a server asks for is.
+    max_wait: Option<Duration>,
 }
 
 impl ByteBudget {
@@ -38,7 +41,14 @@ impl ByteBudget {
             whole,
             balance: burst,
             updated: now,
+            max_wait: None,
         }
+    }
+
+    /// The same budget, its debt never holding the next turn longer than `max_wait`.
+    pub(crate) fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
     }
 
     /// The burst of a budget whose file gave none: one second's worth.
@@ -85,6 +95,9 @@ impl ByteBudget {
     pub(crate) fn charge(&mut self, bytes: u64, now: Instant) {
         self.refill(now);
         self.balance -= bytes as f64;
+        if let Some(wait) = self.max_wait {
+            self.balance = self.balance.max(-wait.as_secs_f64() * self.rate);
+        }
     }
 
     /// The debt at `now` in bytes (0: none).
@@ -203,6 +216,15 @@ mod tests {
         assert_eq!(b.debt(t0 + ms(1000)), 300 * KIB);
         assert_eq!(b.ready_at(t0 + ms(1000)), t0 + ms(2500));
         assert_eq!(b.rate(), 200 * KIB);
+    }
+
+    #[test]
+    fn a_debt_held_to_a_longest_wait_holds_the_turn_no_longer() {
+        let t0 = Instant::now();
+        let mut b = ByteBudget::new(KIB, 0, t0).with_max_wait(ms(60_000));
+        b.charge(1024 * KIB, t0);
+        assert_eq!(b.ready_at(t0), t0 + ms(60_000), "not 1024 s");
+        assert_eq!(b.debt(t0), 60 * KIB);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::bytes::ByteBudget;
 use super::controller::{Announced, Learned};
 use super::cooldown::Cooldown;
 use super::window::{ServerWindow, WindowClock};
@@ -36,6 +37,10 @@ pub(super) struct Rare {
     /// The length, quota and phase of the server's counted window, learned from its answers.
     pub(super) window_clock: Option<WindowClock>,
     pub(super) server_policy_rate: Option<f64>,
+    /// The byte budget of the server's `qu="content-bytes"` policy (`server_caps.rs`).
+    pub(super) server_bytes: Option<ByteBudget>,
+    /// The ceiling on in-flight requests of the server's `qu="concurrency"` policy.
+    pub(super) server_concurrency: Option<u32>,
     /// An operator's pause: ends only by time or by the operator's resume.
     pub(super) operator_pause: Option<Instant>,
     /// An operator's rate, used instead of our own while set.
@@ -62,6 +67,8 @@ impl Rare {
         server_window: None,
         window_clock: None,
         server_policy_rate: None,
+        server_bytes: None,
+        server_concurrency: None,
         operator_pause: None,
         rate_override: None,
         learned: None,
@@ -80,6 +87,8 @@ impl Rare {
             && self.server_window.is_none()
             && self.window_clock.is_none()
             && self.server_policy_rate.is_none()
+            && self.server_bytes.is_none()
+            && self.server_concurrency.is_none()
             && self.operator_pause.is_none()
             && self.rate_override.is_none()
             && self.learned.is_none()

@@ -11,6 +11,7 @@
 //! | `mod.rs` | [`Pacing`]: the rules that move a host's rate, cooldowns and caps |
 //! | `bucket.rs` | the token bucket and the in-flight count |
 //! | `bytes.rs` | the byte budget (`max_bytes_per_second`): response bytes charged into debt |
+//! | `server_caps.rs` | what a server's RateLimit policies cap beside the rate: bytes (`content-bytes`), concurrency |
 //! | `controller/` | how the adaptive rate moves: AIMD, or the learned limit (`controller`) |
 //! | `observation.rs` | what goes in ([`Answer`], [`Observation`]) and what comes out ([`Reaction`]) |
 //! | `cooldown.rs` | [`Cooldown`] and its [`CooldownCause`] |
@@ -27,9 +28,11 @@ mod cooldown;
 mod episode;
 mod observation;
 mod off_peak;
+mod server_caps;
 mod wait;
 mod window;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -44,6 +47,7 @@ pub(crate) use wait::WaitReason;
 
 use crate::config::HostPolicy;
 use crate::pacing::feedback::Feedback;
+use crate::pacing::ratelimit::NamedPolicy;
 use episode::Rare;
 use off_peak::OffPeakClock;
 
@@ -93,6 +97,7 @@ impl Pacing {
             extra: Extra::boxed(
                 OffPeakClock::new(policy, (now, wall)),
                 byte_budget(policy, now),
+                None,
             ),
             share: 1.0,
             latency: 0.0,
@@ -294,7 +299,8 @@ impl Pacing {
             b.share(f64::from(self.share), now);
             b
         });
-        self.extra = Extra::boxed(off_peak, bytes);
+        let announced = self.extra.as_mut().and_then(|e| e.announced.take());
+        self.extra = Extra::boxed(off_peak, bytes, announced);
         self.rate = if new.adaptive.enabled {
             self.rate
                 .clamp(new.adaptive.min_rate, new.adaptive.max_rate)
@@ -362,6 +368,10 @@ impl Pacing {
 
     fn bytes_mut(&mut self) -> Option<&mut ByteBudget> {
         self.extra.as_mut()?.bytes.as_mut()
+    }
+
+    fn server_bytes_mut(&mut self) -> Option<&mut ByteBudget> {
+        self.rare.as_mut()?.server_bytes.as_mut()
     }
 
     fn rare(&self) -> &Rare {
@@ -453,12 +463,22 @@ impl Pacing {
         if let Some(budget) = self.bytes_mut() {
             budget.charge(bytes, now);
         }
+        if let Some(budget) = self.server_bytes_mut() {
+            budget.charge(bytes, now);
+        }
     }
 
     /// The byte budget's debt at `now` and when it is paid back, if the host has a byte budget.
     pub fn byte_debt(&mut self, now: Instant) -> Option<(u64, Instant)> {
-        let budget = self.bytes_mut()?;
-        Some((budget.debt(now), budget.ready_at(now)))
+        let own = self.bytes_mut().map(|b| (b.debt(now), b.ready_at(now)));
+        let server = self
+            .server_bytes_mut()
+            .map(|b| (b.debt(now), b.ready_at(now)));
+        // Of the configured budget and the server's, the one paid back last holds the turn.
+        match (own, server) {
+            (Some(a), Some(b)) => Some(if b.1 > a.1 { b } else { a }),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Expires what has run out and puts the effective rate into the bucket.
@@ -481,6 +501,9 @@ impl Pacing {
         let mut at = self.bucket.ready_at(now);
         // With a request rate and a byte rate, the stricter wins: the later of the two.
         if let Some(bytes) = self.bytes_mut() {
+            at = at.max(bytes.ready_at(now));
+        }
+        if let Some(bytes) = self.server_bytes_mut() {
             at = at.max(bytes.ready_at(now));
         }
         if let Some(c) = self.block(now) {
@@ -511,7 +534,9 @@ impl Pacing {
         // Each constraint's end (an off-peak edge only wakes the dispatcher early); the latest
         // wins, a tie going to the later in this order.
         let mut latest = (self.bucket.ready_at(now), WaitReason::Rate);
-        if let Some(bytes) = self.bytes_mut().map(|b| b.ready_at(now)) {
+        let own_bytes = self.bytes_mut().map(|b| b.ready_at(now));
+        let server_bytes = self.server_bytes_mut().map(|b| b.ready_at(now));
+        if let Some(bytes) = own_bytes.into_iter().chain(server_bytes).max() {
             if bytes >= latest.0 {
                 latest = (bytes, WaitReason::ByteBudget);
             }
@@ -702,12 +727,24 @@ struct Extra {
     off_peak: Option<OffPeakClock>,
     /// The byte budget, if the policy has `max_bytes_per_second`.
     bytes: Option<ByteBudget>,
+    /// The RateLimit policies the server announced last, as written (`server_caps.rs`).
+    announced: Option<Arc<[NamedPolicy]>>,
 }
 
 impl Extra {
     /// The box, if there is anything to put in it.
-    fn boxed(off_peak: Option<OffPeakClock>, bytes: Option<ByteBudget>) -> Option<Box<Extra>> {
-        (off_peak.is_some() || bytes.is_some()).then(|| Box::new(Extra { off_peak, bytes }))
+    fn boxed(
+        off_peak: Option<OffPeakClock>,
+        bytes: Option<ByteBudget>,
+        announced: Option<Arc<[NamedPolicy]>>,
+    ) -> Option<Box<Extra>> {
+        (off_peak.is_some() || bytes.is_some() || announced.is_some()).then(|| {
+            Box::new(Extra {
+                off_peak,
+                bytes,
+                announced,
+            })
+        })
     }
 }
 

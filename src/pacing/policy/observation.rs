@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::pacing::feedback::{Feedback, ServerBudget};
 
 /// What an upstream said (or that it said nothing): the part of an observation the proxy knows.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     /// The class of the answer.
     pub feedback: Feedback,

@@ -288,6 +288,7 @@ fn the_servers_remaining_budget_is_spread_until_the_reset_and_never_exceeded() {
         reset: Some(secs(10.0)),
         policy_rate: None,
         quota: None,
+        ..ServerBudget::default()
     }));
     p.observe(&obs, &policy, t0, 0.0);
     assert!((p.effective_rate(t0) - 0.3).abs() < 1e-9);
@@ -316,6 +317,7 @@ fn zero_remaining_cools_down_until_the_reset() {
         reset: Some(secs(20.0)),
         policy_rate: None,
         quota: None,
+        ..ServerBudget::default()
     }));
     let r = p.observe(&obs, &policy, t0, 0.0);
     assert_eq!(r.cooldown, Some(secs(20.0)));
@@ -341,6 +343,7 @@ fn server_numbers_only_ever_make_courtesy_stricter() {
         reset: Some(secs(1.0)),
         policy_rate: Some(500.0),
         quota: None,
+        ..ServerBudget::default()
     }));
     p.observe(&generous, &policy, t0, 0.0);
     assert_eq!(p.effective_rate(t0), 2.0);
@@ -349,6 +352,7 @@ fn server_numbers_only_ever_make_courtesy_stricter() {
         reset: None,
         policy_rate: Some(0.5),
         quota: None,
+        ..ServerBudget::default()
     }));
     p.observe(&strict, &policy, t0, 0.0);
     assert_eq!(p.effective_rate(t0), 0.5);
@@ -365,6 +369,7 @@ fn requests_in_flight_count_against_the_servers_remaining() {
             reset: Some(secs(5.0)),
             policy_rate: None,
             quota: None,
+            ..ServerBudget::default()
         }))
         .with_others_in_flight(2);
     assert_eq!(p.observe(&obs, &policy, t0, 0.0).cooldown, Some(secs(5.0)));
@@ -400,6 +405,7 @@ fn an_operator_rate_replaces_ours_but_server_caps_still_apply() {
         reset: None,
         policy_rate: Some(2.0),
         quota: None,
+        ..ServerBudget::default()
     }));
     p.observe(&obs, &policy, t0, 0.0);
     assert_eq!(p.effective_rate(t0), 2.0);
@@ -812,6 +818,7 @@ fn announcing(
             limit,
             window: window.map(secs),
         }),
+        ..ServerBudget::default()
     });
     obs
 }
@@ -925,6 +932,7 @@ fn counted_answer(sent: Instant, remaining: u64, reset: f64, quota: Option<u64>)
             limit,
             window: Some(secs(1.0)),
         }),
+        ..ServerBudget::default()
     }))
 }
 

@@ -326,7 +326,8 @@ fn signed_seconds(a: Instant, b: Instant) -> f64 {
 
 impl Pacing {
     /// Takes the budget an answer (to a request `sent`) announced: the server's policy as a
-    /// cap, and what is left of its window. Returns the cooldown it started, if any.
+    /// cap, its byte and concurrency policies (`server_caps.rs`), and what is left of its
+    /// window. Returns the cooldown it started, if any.
     pub(super) fn apply_server_budget(
         &mut self,
         budget: &ServerBudget,
@@ -337,6 +338,20 @@ impl Pacing {
         if let Some(rate) = budget.policy_rate.filter(|r| *r > 0.0) {
             self.rare_mut().server_policy_rate = Some(rate);
         }
+        let bytes_spent = self.apply_server_caps(budget, policy, now);
+        let window = self.apply_server_window(budget, (sent, others_in_flight), policy, now);
+        window.max(bytes_spent)
+    }
+
+    /// What is left of the server's request window (`remaining` until `reset`): paces the
+    /// turns left, or cools the host down until the reset when it is spent.
+    fn apply_server_window(
+        &mut self,
+        budget: &ServerBudget,
+        (sent, others_in_flight): (Instant, u32),
+        policy: &HostPolicy,
+        now: Instant,
+    ) -> Option<Duration> {
         let (Some(remaining), Some(reset)) = (budget.remaining, budget.reset) else {
             return None;
         };

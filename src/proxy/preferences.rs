@@ -1,0 +1,164 @@
+//! Stated preferences on the request path (`content_preferences`, a job's `purpose`): before
+//! the turn, the preference lines of the host's robots.txt (fetched for it even where
+//! `obey_robots = false`) and the `Content-Usage` headers remembered for the path; after the
+//! answer, the response's own `Content-Usage` header. A refusal of the request's purpose is a
+//! local 403 under "enforce", the `Courtesy-Content-Preference` response header under "report"
+//! (and for a response header, which arrives after the request left, under either), counted in
+//! `/metrics` and `/jobs`. The local 403 is courtesy's own: it is never reported to the host's
+//! pacing, so it is no block and pauses nothing.
+//!
+//! The parsing, the vocabularies and the memory of headers are `crate::pacing::preferences`'s.
+
+use http::{HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+use tracing::info;
+
+use super::failure::Failure;
+use super::target::Target;
+use super::Proxy;
+use crate::budget::jobs::{Caller, JobState};
+use crate::budget::keys::BudgetKey;
+use crate::config::{ContentPreferences, HostPolicy, Purpose};
+use crate::pacing::preferences::{content_usage, Refused, Source};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::response::PROXY_NAME;
+use crate::wire::scheme::Scheme;
+
+/// The response header that names a refusing signal (`report`), in courtesy's `Courtesy-*`
+/// family: `ai-train=no in robots.txt Content-Signal; purpose=ai-train`.
+pub(crate) const REPORT_HEADER: &str = "courtesy-content-preference";
+
+/// What a request's purpose met before it left, carried to its answer.
+#[derive(Debug)]
+pub(super) struct Checked {
+    purpose: Purpose,
+    enforce: bool,
+    origin: String,
+    path: String,
+    host: String,
+    /// The refusal found before the request left (reported on its answer).
+    before: Option<Refused>,
+}
+
+/// The purpose of a request of `caller` to a host under `policy`: the job's own, else the
+/// host's (`[defaults]`, or its `[[host]]` rule's) `purpose`.
+fn purpose_of(caller: &Caller, policy: &HostPolicy) -> Option<Purpose> {
+    caller
+        .settings
+        .as_ref()
+        .and_then(|s| s.purpose)
+        .or(policy.preferences.purpose)
+}
+
+impl Proxy {
+    /// Checks the purpose of `req` against what the host states before the request is sent.
+    /// `Ok(None)`: nothing to check (`content_preferences = "off"`, no purpose, or robots.txt
+    /// itself); `Err`: the local 403 of "enforce" (or the answer when robots.txt could not be
+    /// asked for).
+    pub(super) async fn check_preferences(
+        &self,
+        req: &Request<Incoming>,
+        (target, budget): (&Target, &BudgetKey),
+        policy: &HostPolicy,
+        caller: &Caller,
+    ) -> Result<Option<Checked>, Response<ProxyBody>> {
+        let mode = policy.preferences.content_preferences;
+        if mode == ContentPreferences::Off || req.uri().path() == "/robots.txt" {
+            return Ok(None);
+        }
+        let Some(purpose) = purpose_of(caller, policy) else {
+            return Ok(None);
+        };
+        // A report-only host (`enforce = false`) refuses nothing: a refusal is reported.
+        let enforce = mode == ContentPreferences::Enforce && policy.scope.enforce;
+        // Its verdict is obey_robots' business; here robots.txt is only made known.
+        self.robots_known(req, target, budget, policy).await?;
+        let origin = target.origin_key(Scheme::of_uri_or_http(req.uri()));
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let agent = Self::robots_agent(req, policy);
+        let before = self
+            .robots
+            .preference_refusal(&origin, &agent, &path, purpose)
+            .or_else(|| self.stated.refusal(&origin, &path, purpose, Instant::now()));
+        if let Some(refused) = before.as_ref().filter(|_| enforce) {
+            let details = refused.details();
+            info!(%details, purpose = ?purpose, "refused locally: the site's stated preferences");
+            self.metrics.content_preference(
+                (&caller.state, &budget.key),
+                purpose,
+                refused.source,
+                true,
+            );
+            caller
+                .state
+                .preferences_enforced
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(Failure::denied(details).into_response());
+        }
+        Ok(Some(Checked {
+            purpose,
+            enforce,
+            origin,
+            path,
+            host: budget.key.clone(),
+            before,
+        }))
+    }
+
+    /// The answer to a checked request as the client gets it: an upstream answer gets
+    /// `Courtesy-Content-Preference` for the refusal found before it left and for its own
+    /// `Content-Usage` header refusing the purpose (remembered for the path's later requests);
+    /// each reported refusal is counted. courtesy's own answers are left as they are.
+    pub(super) fn report_preferences(
+        &self,
+        response: &mut Response<ProxyBody>,
+        checked: Checked,
+        job: &JobState,
+    ) {
+        let headers = response.headers_mut();
+        let local = headers
+            .get("proxy-status")
+            .is_some_and(|v| v.as_bytes().starts_with(PROXY_NAME.as_bytes()));
+        if local {
+            return;
+        }
+        // Only courtesy names a refusal to its client.
+        headers.remove(REPORT_HEADER);
+        let now = Instant::now();
+        let stated: Vec<u8> = headers
+            .get_all("content-usage")
+            .iter()
+            .map(HeaderValue::as_bytes)
+            .collect::<Vec<_>>()
+            .join(&b", "[..]);
+        let statement = content_usage(&stated);
+        // A header remembered from an earlier answer and said again is one refusal, not two.
+        let after = Refused::of(&statement, checked.purpose, Source::ResponseHeader)
+            .filter(|after| checked.before.as_ref() != Some(after));
+        self.stated
+            .note(&checked.origin, &checked.path, statement, now);
+        for refused in checked.before.iter().chain(after.iter()) {
+            if let Ok(value) = HeaderValue::from_str(&refused.report()) {
+                headers.append(REPORT_HEADER, value);
+            }
+            info!(
+                details = %refused.details(),
+                enforce = checked.enforce,
+                "forwarded: the site's stated preferences refuse the job's purpose (reported)"
+            );
+            self.metrics.content_preference(
+                (job, &checked.host),
+                checked.purpose,
+                refused.source,
+                false,
+            );
+            job.preferences_reported
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}

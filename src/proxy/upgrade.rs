@@ -1,0 +1,404 @@
+//! WebSockets through courtesy (`Upgrade: websocket` only: see [`asked_protocol`]). The handshake
+//! is a request like any other: it waits for the host's turn, holds a concurrency slot until its
+//! answer, and is paced, refused, paused and reported like the rest. This module owns what
+//! differs:
+//!
+//! - reading the client's wish (`Connection: upgrade` and `Upgrade: websocket` on an HTTP/1.1
+//!   request, absolute-form `ws://` read as `http://`, or HTTP/2's extended CONNECT inside
+//!   interception, RFC 8441) and passing it on as an HTTP/1.1 handshake, past the hop-by-hop
+//!   strip;
+//! - on the origin's `101`, joining the client's connection to the origin's: bytes copied both
+//!   ways unpaced, charged to the host's byte budget ([`ByteMeter`]), the turn ended (its slot
+//!   freed: an open socket would otherwise starve the host's page requests), the socket counted
+//!   apart (`websockets_open` in `/hosts`);
+//! - shutdown: the socket is a task of [`crate::front::connections::Connections`], closed once
+//!   `shutdown_grace_seconds` have passed after shutdown began.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use http::header::{
+    HeaderValue, CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_VERSION,
+    UPGRADE, VIA,
+};
+use http::{HeaderMap, Method, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper::ext::Protocol;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use ring::digest::{digest, SHA1_FOR_LEGACY_USE_ONLY};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tracing::{debug, info, Instrument};
+
+use super::failure::Failure;
+use super::headers::{strip_hop_by_hop, via_for};
+use super::table::IdleMark;
+use super::Proxy;
+use crate::budget::limiter::{ByteMeter, Permit};
+use crate::front::gate::{Busy, Slot};
+use crate::proxy::body::ProxyBody;
+use crate::wire::proxy_status::ProxyError;
+
+/// The GUID a server appends to the client's key for `Sec-WebSocket-Accept` (RFC 6455 1.3).
+const WEBSOCKET_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// A client's request to switch protocols: its half of the connection once the `101` is sent,
+/// and the protocol it asked for (`Upgrade`, passed on as sent).
+#[derive(Debug)]
+pub(super) struct ClientUpgrade {
+    on: OnUpgrade,
+    protocol: HeaderValue,
+    /// How the client asked, and so how it is answered.
+    form: Form,
+    /// For an extended CONNECT: the `Sec-WebSocket-Key` courtesy sent upstream in its name.
+    key: Option<String>,
+    /// The client connection's place (`max_connections`): the socket keeps it, marked as
+    /// carrying a request, so that it counts against the client's caps and is never closed to
+    /// make room.
+    slot: Option<Arc<Slot>>,
+}
+
+/// `ws://host/path` in absolute form (a client that sends WebSockets to an HTTP proxy without
+/// CONNECT) as the `http://` URL it stands for (RFC 6455 3); any other URI is left alone.
+pub(super) fn ws_as_http(uri: &mut Uri) {
+    if !uri
+        .scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("ws"))
+    {
+        return;
+    }
+    let rest = uri.path_and_query().map_or("/", |p| p.as_str());
+    let Some(authority) = uri.authority() else {
+        return;
+    };
+    if let Ok(http) = format!("http://{authority}{rest}").parse() {
+        *uri = http;
+    }
+}
+
+/// The protocol an HTTP/1.1 request asks to switch to, when its `Connection` names `upgrade`:
+/// `websocket` only. A WebSocket's frames are one conversation; any other protocol (`h2c`
+/// above all, a whole multiplexed HTTP/2 connection) would carry requests past the budget
+/// unpaced, so its `Upgrade` goes with the other hop-by-hop headers and the request is an
+/// ordinary one.
+fn asked_protocol(version: Version, headers: &HeaderMap) -> Option<HeaderValue> {
+    if version != Version::HTTP_11 {
+        return None;
+    }
+    let upgrade_named = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("upgrade"));
+    let websocket = headers
+        .get_all(UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|token| token.trim().eq_ignore_ascii_case("websocket"));
+    (upgrade_named && websocket).then(|| HeaderValue::from_static("websocket"))
+}
+
+/// Takes the client's upgrade out of a request head (before its hop-by-hop headers go): `Some`
+/// for an HTTP/1.1 request that asks to switch protocols on a connection that can.
+/// How a client asks for a WebSocket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// HTTP/1.1: `Connection: upgrade`, `Upgrade: websocket`, answered `101`.
+    Upgrade,
+    /// HTTP/2's extended CONNECT (RFC 8441: `:method CONNECT`, `:protocol websocket`), answered
+    /// `200`; the stream then carries the frames. Sent upstream as an HTTP/1.1 handshake.
+    ExtendedConnect,
+}
+
+/// Whether the request is an HTTP/2 extended CONNECT for a WebSocket (RFC 8441).
+fn is_extended_connect(parts: &http::request::Parts) -> bool {
+    parts.version == Version::HTTP_2
+        && parts.method == Method::CONNECT
+        && parts
+            .extensions
+            .get::<Protocol>()
+            .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
+}
+
+/// Takes the client's upgrade out of a request head (before its hop-by-hop headers go): `Some`
+/// for an HTTP/1.1 request that asks to switch protocols on a connection that can, or an
+/// HTTP/2 extended CONNECT, which becomes the `GET` of an HTTP/1.1 handshake here.
+/// `tunnel` is the client connection's place of the CONNECT the request came in, if any.
+pub(super) fn take(
+    parts: &mut http::request::Parts,
+    tunnel: Option<&Arc<Slot>>,
+) -> Option<ClientUpgrade> {
+    let form = if is_extended_connect(parts) {
+        Form::ExtendedConnect
+    } else {
+        asked_protocol(parts.version, &parts.headers)?;
+        Form::Upgrade
+    };
+    let on = parts.extensions.remove::<OnUpgrade>()?;
+    if form == Form::ExtendedConnect {
+        parts.method = Method::GET;
+        parts.extensions.remove::<Protocol>();
+    }
+    let slot = parts.extensions.get::<Arc<Slot>>().or(tunnel).cloned();
+    Some(ClientUpgrade {
+        on,
+        protocol: HeaderValue::from_static("websocket"),
+        form,
+        key: None,
+        slot,
+    })
+}
+
+impl ClientUpgrade {
+    /// Puts the request's wish back on the head that goes upstream (the hop-by-hop strip took
+    /// `Connection` and `Upgrade` out).
+    /// For an extended CONNECT, the handshake's key is courtesy's own (RFC 8441 has none), and
+    /// its version 13 unless the client named one.
+    pub(super) fn ask_upstream(&mut self, headers: &mut HeaderMap) {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(UPGRADE, self.protocol.clone());
+        if self.form == Form::ExtendedConnect {
+            let key = STANDARD.encode(rand::random::<[u8; 16]>());
+            if let Ok(value) = HeaderValue::from_str(&key) {
+                headers.insert(SEC_WEBSOCKET_KEY, value);
+                self.key = Some(key);
+            }
+            headers
+                .entry(SEC_WEBSOCKET_VERSION)
+                .or_insert(HeaderValue::from_static("13"));
+        }
+    }
+
+    /// Whether the origin's `101` answers this handshake: for courtesy's own key, its
+    /// `Sec-WebSocket-Accept` must be the key's (RFC 6455 4.2.2); a client's own key is the
+    /// client's to check.
+    fn accepted_by(&self, headers: &HeaderMap) -> bool {
+        match &self.key {
+            Some(key) => headers
+                .get(SEC_WEBSOCKET_ACCEPT)
+                .is_some_and(|v| v.as_bytes() == accept_for(key).as_bytes()),
+            None => self.form == Form::Upgrade,
+        }
+    }
+}
+
+/// The `Sec-WebSocket-Accept` that answers `key` (RFC 6455 4.2.2): SHA-1 of the key and the
+/// protocol's GUID, in base64.
+fn accept_for(key: &str) -> String {
+    let mut digested = key.as_bytes().to_vec();
+    digested.extend_from_slice(WEBSOCKET_GUID.as_bytes());
+    STANDARD.encode(digest(&SHA1_FOR_LEGACY_USE_ONLY, &digested))
+}
+
+/// Whether `response` agrees to switch: a `101` to `websocket`, the one protocol asked for.
+pub(super) fn switches(response: &Response<Incoming>) -> bool {
+    let websocket = response
+        .headers()
+        .get(UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"));
+    response.status() == StatusCode::SWITCHING_PROTOCOLS && websocket
+}
+
+impl Proxy {
+    /// The origin's `101` as the client gets it, and the two connections joined behind it once
+    /// both sides have switched. The turn ends here (the handshake is answered); the socket's
+    /// bytes are charged to the host as they go, and the upstream connection stays marked busy
+    /// (`idle`) so that it is never closed to make room for another.
+    pub(super) fn join(
+        &self,
+        mut response: Response<Incoming>,
+        client: ClientUpgrade,
+        (permit, idle): (Permit, Option<IdleMark>),
+    ) -> Response<ProxyBody> {
+        if !client.accepted_by(response.headers()) {
+            // Not an answer to courtesy's handshake: nothing is joined, the turn ends.
+            return Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::HttpProtocolError,
+                "the origin's 101 does not accept the WebSocket handshake (Sec-WebSocket-Accept)",
+            )
+            .into_response();
+        }
+        let origin = response.extensions_mut().remove::<OnUpgrade>();
+        let (mut parts, _) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        parts
+            .headers
+            .append(VIA, via_for(parts.version, self.loops.via()));
+        match client.form {
+            Form::Upgrade => {
+                parts
+                    .headers
+                    .insert(CONNECTION, HeaderValue::from_static("upgrade"));
+                parts.headers.insert(UPGRADE, client.protocol.clone());
+                parts.version = Version::HTTP_11;
+            }
+            Form::ExtendedConnect => {
+                // The stream is the socket: a 200 with no connection fields (RFC 8441 5).
+                parts.status = StatusCode::OK;
+                parts.headers.remove(SEC_WEBSOCKET_ACCEPT);
+                parts.version = Version::HTTP_2;
+            }
+        }
+        let meter = permit.into_meter(&self.limiter);
+        info!(host = meter.host_key(), "switching protocols: socket open");
+        if let Some(origin) = origin {
+            let grace = self.config.get().proxy.shutdown_grace;
+            let stopping = self.connections.stopping();
+            let carrying = client
+                .slot
+                .as_ref()
+                .map(|slot| (slot.clone(), slot.carrying()));
+            let joined = pipe(client.on, origin, meter, (idle, carrying));
+            self.connections.spawn(
+                async move {
+                    tokio::select! {
+                        () = joined => {}
+                        () = closed_at_shutdown(stopping, grace) => {
+                            info!("socket closed: shutting down");
+                        }
+                    }
+                }
+                .in_current_span(),
+            );
+        }
+        Response::from_parts(parts, ProxyBody::empty())
+    }
+}
+
+/// Resolves `grace` after shutdown began: the time an open socket is given to finish.
+async fn closed_at_shutdown(stopping: impl std::future::Future<Output = ()>, grace: Duration) {
+    stopping.await;
+    tokio::time::sleep(grace).await;
+}
+
+/// Waits for both sides to switch, then copies bytes both ways until either side closes.
+/// `held` (the upstream connection's idle mark, the client connection's place) is kept until
+/// the socket closes.
+async fn pipe(
+    client: OnUpgrade,
+    origin: OnUpgrade,
+    meter: ByteMeter,
+    held: (Option<IdleMark>, Option<(Arc<Slot>, Busy)>),
+) {
+    let _held = held;
+    let (client, origin) = match tokio::join!(client, origin) {
+        (Ok(client), Ok(origin)) => (client, origin),
+        (Err(e), _) | (_, Err(e)) => {
+            debug!("socket not joined: {e}");
+            return;
+        }
+    };
+    let mut client = TokioIo::new(client);
+    let mut origin = Metered {
+        io: TokioIo::new(origin),
+        meter,
+    };
+    match tokio::io::copy_bidirectional(&mut client, &mut origin).await {
+        Ok((up, down)) => info!(bytes_up = up, bytes_down = down, "socket closed"),
+        Err(e) => debug!("socket ended: {e}"),
+    }
+}
+
+/// The origin's side of a socket, counting every byte read from or written to it.
+struct Metered<S> {
+    io: S,
+    meter: ByteMeter,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.meter.count(buf.filled().len().saturating_sub(before));
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, data);
+        if let Poll::Ready(Ok(n)) = polled {
+            this.meter.count(n);
+        }
+        polled
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accept_is_rfc_6455s() {
+        // The example of RFC 6455 1.3.
+        assert_eq!(
+            accept_for("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn ws_urls_in_absolute_form_are_read_as_http() {
+        let mut uri: Uri = "ws://a.test:8080/chat?x=1".parse().unwrap();
+        ws_as_http(&mut uri);
+        assert_eq!(uri, "http://a.test:8080/chat?x=1");
+        let mut uri: Uri = "WS://a.test".parse().unwrap();
+        ws_as_http(&mut uri);
+        assert_eq!(uri, "http://a.test/");
+        let mut uri: Uri = "http://a.test/x".parse().unwrap();
+        ws_as_http(&mut uri);
+        assert_eq!(uri, "http://a.test/x");
+    }
+
+    #[test]
+    fn an_upgrade_is_asked_only_with_connection_upgrade_on_http_11() {
+        let mut h = HeaderMap::new();
+        h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+        assert_eq!(asked_protocol(Version::HTTP_11, &h), None);
+        h.insert(CONNECTION, HeaderValue::from_static("keep-alive, Upgrade"));
+        assert_eq!(
+            asked_protocol(Version::HTTP_11, &h),
+            Some(HeaderValue::from_static("websocket"))
+        );
+        assert_eq!(asked_protocol(Version::HTTP_10, &h), None);
+        h.remove(UPGRADE);
+        assert_eq!(asked_protocol(Version::HTTP_11, &h), None);
+        // Only a WebSocket: h2c (or TLS/1.0) would carry requests past the budget.
+        h.insert(UPGRADE, HeaderValue::from_static("h2c"));
+        assert_eq!(asked_protocol(Version::HTTP_11, &h), None);
+        h.insert(UPGRADE, HeaderValue::from_static("h2c, WebSocket"));
+        assert_eq!(
+            asked_protocol(Version::HTTP_11, &h),
+            Some(HeaderValue::from_static("websocket"))
+        );
+    }
+}
