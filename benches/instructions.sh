@@ -35,6 +35,10 @@
 #   REPEATS=3 (1..10), SIZE=1k (1k or 64k: the origin's body), BODY_TYPE=text/html,
 #   GUARD=0, GUARD_PCT=5, BASELINE=benches/instructions.baseline, UPDATE_BASELINE=0,
 #   ORIGIN_PORT=18280 (its TLS twin on ORIGIN_PORT + 1), COURTESY_PORT=18228 (admin on + 1).
+# PROFILE_DIR=DIR (not in guard mode): each binary runs under callgrind instead, its counters zeroed
+#   after the warm-up and dumped after the measured requests, into DIR/callgrind.NAME.KIND.PID.1
+#   (read it with `callgrind_annotate --inclusive=yes`); the report's figure is then the dump's
+#   total over REQUESTS, the warm-up and start-up left out by the zeroing instead of a second life.
 # Courtesy runs at its default log level (RUST_LOG unset), as shipped; COURTESY_LOG=warn (for
 # example) sets its RUST_LOG instead (not in guard mode).
 # One repeat of one binary and kind takes about 15-30 s on a 2-core machine with the defaults; the
@@ -77,6 +81,10 @@ LOAD_BIN=${LOAD_BIN:-}
 GUARD_PCT=${GUARD_PCT:-5}
 BASELINE=${BASELINE:-$ROOT/benches/instructions.baseline}
 UPDATE_BASELINE=${UPDATE_BASELINE:-0}
+PROFILE_DIR=${PROFILE_DIR:-}
+[[ $GUARD == 0 || -z $PROFILE_DIR ]] || die "PROFILE_DIR is not for guard mode"
+[[ -z $PROFILE_DIR ]] || mkdir -p "$PROFILE_DIR" || die "cannot make PROFILE_DIR $PROFILE_DIR"
+[[ -z $PROFILE_DIR ]] || PROFILE_DIR=$(cd "$PROFILE_DIR" && pwd)
 need_range 1 100000 "REQUESTS must be 1..100000" "$REQUESTS"
 need_range 1 256 "CONNS must be 1..256" "$CONNS"
 need_range 1 1000 "WARMUP must be 1..1000" "$WARMUP"
@@ -179,7 +187,13 @@ connect_ports = [$TLS_PORT]" "max_queue = 1000000" >"$dir/courtesy.toml"
         fi
         cmd=("$bin" run --config "$dir/courtesy.toml")
     fi
-    env -u RUST_LOG ${COURTESY_LOG:+RUST_LOG=$COURTESY_LOG} valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$dir/counts" \
+    local -a tool=(--tool=cachegrind --cache-sim=no --cachegrind-out-file="$dir/counts")
+    local profile=
+    if [[ -n $PROFILE_DIR ]] && ((extra > 0)); then
+        profile=$PROFILE_DIR/callgrind.$name.$kind
+        tool=(--tool=callgrind --dump-instr=no --callgrind-out-file="$profile.%p")
+    fi
+    env -u RUST_LOG ${COURTESY_LOG:+RUST_LOG=$COURTESY_LOG} valgrind "${tool[@]}" \
         "${cmd[@]}" >/dev/null 2>"$dir/log" &
     pid=$!
     PIDS+=("$pid")
@@ -193,7 +207,13 @@ connect_ports = [$TLS_PORT]" "max_queue = 1000000" >"$dir/courtesy.toml"
     port_busy "$COURTESY_PORT" || die "$name did not listen within 60 s"
     run_kind "$kind" "$WARMUP" 1 || die "the warm-up failed: $(tail -n 5 "$dir/log")"
     if ((extra > 0)); then
+        # A profile counts the measured requests only: zeroed after the warm-up, dumped after.
+        [[ -z $profile ]] || callgrind_control -z "$pid" >/dev/null 2>&1
         run_kind "$kind" "$extra" "$CONNS" || die "the measured requests failed"
+        if [[ -n $profile ]]; then
+            callgrind_control -d "$pid" >/dev/null 2>&1
+            log "  callgrind profile of $extra requests: $profile.$pid.1 (callgrind_annotate --inclusive=yes)"
+        fi
     fi
     kill -TERM "$pid"
     for ((i = 0; i < 600; i++)); do
@@ -201,6 +221,11 @@ connect_ports = [$TLS_PORT]" "max_queue = 1000000" >"$dir/courtesy.toml"
         sleep 0.1
     done
     wait "$pid" 2>/dev/null || true
+    if [[ -n $profile ]]; then
+        # callgrind's "summary:" line of the dump: the measured requests' instructions.
+        awk '/^summary:/ { print $2 }' "$profile.$pid.1"
+        return
+    fi
     [[ -s $dir/counts ]] || die "valgrind wrote no count: $(tail -n 5 "$dir/log")"
     awk '/^summary:/ { print $2 }' "$dir/counts"
 }
@@ -251,6 +276,11 @@ run_kind() {
 # Instructions per request of `bin` for `kind`, one value.
 per_request() {
     local name=$1 bin=$2 kind=$3 base full
+    if [[ -n $PROFILE_DIR ]]; then
+        full=$(count_life "$name" "$bin" "$kind" "$REQUESTS")
+        awk -v f="$full" -v n="$REQUESTS" 'BEGIN { printf "%.0f\n", f / n }'
+        return
+    fi
     base=$(count_life "$name" "$bin" "$kind" 0)
     full=$(count_life "$name" "$bin" "$kind" "$REQUESTS")
     awk -v b="$base" -v f="$full" -v n="$REQUESTS" 'BEGIN { printf "%.0f\n", (f - b) / n }'

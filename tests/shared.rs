@@ -562,10 +562,19 @@ async fn queued_requests_leave_in_order_and_one_that_hangs_up_is_never_sent() {
     )
     .await;
     let client = courtesy.client();
+    let key = origin.addr.to_string();
     let mut tasks = Vec::new();
     for i in 0..5 {
         tasks.push(client.spawn_get(origin.url(&format!("/q/{i}"))));
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The next is sent only once this one is queued or sent: arrival order is the order
+        // sent, however slowly a busy machine opens the connections.
+        assert!(
+            host_shows(&courtesy, &key, |h| {
+                h["queued"].as_u64().unwrap_or(0) as usize + origin.paths().len() > i
+            })
+            .await,
+            "/q/{i} reached courtesy"
+        );
     }
     // The third gives up while it waits for its turn.
     let gone = tasks.remove(2);

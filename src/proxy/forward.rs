@@ -17,7 +17,7 @@ use super::attempts::{replayable, Asked, Attempts, Outcome};
 use super::cached::CacheUse;
 use super::exchange::Exchanged;
 use super::failure::{Failure, H2Signal};
-use super::headers::{own_cooldown_choice, strip_hop_by_hop, strip_request, via_for};
+use super::headers::{own_cooldown_choice, strip_hop_by_hop, strip_request};
 use super::sign::Signing;
 use super::skip::skipped_resource;
 use super::table::IdleMark;
@@ -299,9 +299,7 @@ impl Proxy {
         )
         .map_err(Failure::bad_request)?;
         strip_request(&mut parts.headers);
-        parts
-            .headers
-            .append(VIA, via_for(parts.version, self.loops.via()));
+        parts.headers.append(VIA, self.loops.via_for(parts.version));
         if let Ok(host) =
             HeaderValue::from_str(target.host_header(Scheme::of_uri_or_http(&parts.uri)))
         {
@@ -550,9 +548,7 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        parts
-            .headers
-            .append(VIA, via_for(parts.version, self.loops.via()));
+        parts.headers.append(VIA, self.loops.via_for(parts.version));
         parts.version = Version::HTTP_11;
         let priced = crawler_price(parts.status, &parts.headers).is_some();
         if priced {

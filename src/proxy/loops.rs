@@ -11,12 +11,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use http::header::{HeaderValue, VIA};
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, StatusCode, Version};
 use lru::LruCache;
 use tokio::time::Instant;
 use tracing::warn;
 
 use super::failure::Failure;
+use super::headers::via_for;
 use super::target::Target;
 use crate::config::UpstreamProxy;
 use crate::proxy::response::{ProxyError, PROXY_NAME};
@@ -37,6 +38,10 @@ pub(crate) struct LoopGuard {
     own: Destinations,
     /// The `Via` entry this instance adds; seeing it on an incoming request means a loop.
     via: HeaderValue,
+    /// The same entry for messages received as HTTP/1.0 and HTTP/2, made once (asked of every
+    /// request: `ab -k` speaks 1.0, browsers and HTTP/2 clients 2).
+    via_10: HeaderValue,
+    via_2: HeaderValue,
     via_token: String,
     /// `host:port` targets whose addresses passed, and when.
     checked: Mutex<LruCache<String, Instant>>,
@@ -50,6 +55,8 @@ impl LoopGuard {
             .unwrap_or_else(|_| HeaderValue::from_static("1.1 courtesy"));
         LoopGuard {
             own: Destinations::new(own_addrs, Vec::new(), Vec::new()),
+            via_10: via_for(Version::HTTP_10, &via),
+            via_2: via_for(Version::HTTP_2, &via),
             via,
             via_token,
             checked: Mutex::new(LruCache::new(
@@ -61,6 +68,16 @@ impl LoopGuard {
     /// The `Via` entry to add to every message courtesy passes on.
     pub(crate) fn via(&self) -> &HeaderValue {
         &self.via
+    }
+
+    /// The `Via` entry for a message received as `version` (its protocol version first).
+    pub(crate) fn via_for(&self, version: Version) -> HeaderValue {
+        match version {
+            Version::HTTP_11 => self.via.clone(),
+            Version::HTTP_10 => self.via_10.clone(),
+            Version::HTTP_2 => self.via_2.clone(),
+            other => via_for(other, &self.via),
+        }
     }
 
     /// The failure for a request that already passed through this instance (its `Via`), or

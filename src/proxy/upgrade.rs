@@ -36,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tracing::{debug, info, Instrument};
 
 use super::failure::Failure;
-use super::headers::{strip_hop_by_hop, via_for};
+use super::headers::strip_hop_by_hop;
 use super::table::IdleMark;
 use super::Proxy;
 use crate::budget::limiter::{ByteMeter, Permit};
@@ -230,9 +230,7 @@ impl Proxy {
         let origin = response.extensions_mut().remove::<OnUpgrade>();
         let (mut parts, _) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
-        parts
-            .headers
-            .append(VIA, via_for(parts.version, self.loops.via()));
+        parts.headers.append(VIA, self.loops.via_for(parts.version));
         match client.form {
             Form::Upgrade => {
                 parts

@@ -3,6 +3,7 @@
 pub(crate) mod files;
 pub(crate) mod heap;
 pub(crate) mod locks;
+pub(crate) mod log_line;
 pub(crate) mod log_writer;
 pub(crate) mod redact;
 #[cfg(test)]

@@ -248,7 +248,23 @@ pub(crate) fn client_lane(client: IpAddr) -> Arc<str> {
         v4 => v4,
     };
     match client {
-        IpAddr::V4(v4) => Arc::from(format!("@{v4}")),
+        IpAddr::V4(v4) => {
+            // Asked on every request: written into the stack, without `fmt` (at most 16 bytes).
+            let mut text = [0u8; 16];
+            text[0] = b'@';
+            let mut len = 1;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    text[len] = b'.';
+                    len += 1;
+                }
+                let mut digits = itoa::Buffer::new();
+                let digits = digits.format(octet).as_bytes();
+                text[len..len + digits.len()].copy_from_slice(digits);
+                len += digits.len();
+            }
+            Arc::from(std::str::from_utf8(&text[..len]).unwrap_or("@"))
+        }
         IpAddr::V6(v6) => {
             let s = v6.segments();
             let net = std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
@@ -603,6 +619,20 @@ mod tests {
             &*client_lane("::ffff:10.1.2.3".parse().unwrap()),
             "@10.1.2.3"
         );
+    }
+
+    #[test]
+    fn an_ipv4_clients_share_is_its_dotted_quad() {
+        for text in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.1.20.255",
+            "255.255.255.255",
+            "1.22.3.44",
+        ] {
+            let ip: std::net::Ipv4Addr = text.parse().unwrap();
+            assert_eq!(&*client_lane(IpAddr::V4(ip)), format!("@{ip}"));
+        }
     }
 
     #[test]

@@ -1,0 +1,212 @@
+//! The plain line is the default format's line, byte for byte: the same events are written through
+//! both and compared (the timestamps apart, which are checked on their own).
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use tracing::{debug, error, info, info_span, trace, warn};
+
+use super::*;
+
+/// A `MakeWriter` target that keeps what was written.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| io::Error::other("poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink {
+    fn text(&self) -> String {
+        let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8(bytes).unwrap_or_default()
+    }
+}
+
+/// What `emit` logs, through the default format (`plain` false) or through ours.
+fn capture(plain: bool, emit: &dyn Fn()) -> String {
+    let sink = Sink::default();
+    let writer = {
+        let sink = sink.clone();
+        move || sink.clone()
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(Level::TRACE)
+        .with_writer(writer);
+    if plain {
+        let subscriber = builder
+            .fmt_fields(PlainFields)
+            .event_format(PlainLine)
+            .finish();
+        tracing::subscriber::with_default(subscriber, emit);
+    } else {
+        tracing::subscriber::with_default(builder.finish(), emit);
+    }
+    sink.text()
+}
+
+/// The line without its timestamp (everything up to the first space), which must be RFC 3339
+/// with microseconds.
+fn untimed(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|line| {
+            let (stamp, rest) = line.split_once(' ').unwrap_or(("", line));
+            assert_eq!(stamp.len(), 27, "timestamp {stamp:?} in {line:?}");
+            assert!(
+                stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+                "{stamp:?}"
+            );
+            rest.to_string()
+        })
+        .collect()
+}
+
+fn same_as_default(emit: &dyn Fn()) {
+    let default = capture(false, emit);
+    let plain = capture(true, emit);
+    assert!(!default.is_empty(), "nothing was logged");
+    assert_eq!(untimed(&plain), untimed(&default));
+}
+
+#[derive(Debug)]
+struct Outer(Inner);
+#[derive(Debug)]
+struct Inner;
+impl fmt::Display for Outer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("outer \x1b[2J failed")
+    }
+}
+impl fmt::Display for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("inner cause")
+    }
+}
+impl std::error::Error for Outer {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+impl std::error::Error for Inner {}
+
+#[test]
+fn the_access_line_is_the_default_formats() {
+    same_as_default(&|| {
+        let client: std::net::SocketAddr = "127.0.0.1:50312".parse().unwrap_or(([0; 4], 0).into());
+        let span = info_span!("request", client = %client, job = "default", method = %http::Method::GET, host = %"example.com:80");
+        let _in = span.enter();
+        info!(
+            status = 200u16,
+            latency_ms = 3u64,
+            wait_ms = 0u64,
+            rate = 2.5f64,
+            attempt = 1u32,
+            "upstream response"
+        );
+    });
+}
+
+#[test]
+fn nested_spans_empty_spans_and_recorded_fields_are_the_default_formats() {
+    same_as_default(&|| {
+        let outer =
+            info_span!("connect", client = %"127.0.0.1:1", host = "a.example:443", mode = ?Some(3));
+        let _o = outer.enter();
+        let empty = info_span!("empty");
+        let _e = empty.enter();
+        let inner = info_span!("request", status = tracing::field::Empty, method = "GET");
+        inner.record("status", 503u64);
+        let _i = inner.enter();
+        warn!(reason = ?("busy", 2), "refused locally");
+        error!(code = -7i64, ok = false, "both levels");
+        debug!("debug line");
+        trace!(n = 1u64);
+    });
+}
+
+#[test]
+fn messages_and_fields_are_escaped_as_the_default_format_escapes_them() {
+    same_as_default(&|| {
+        info!("evil \x1b[31m red \u{85} bell \x07 \x08 \x0c \x7f é ü 日本");
+        info!(
+            url = "a\"b\\c\n",
+            r#type = "kind",
+            "quoted {} and {:?}",
+            1,
+            "x"
+        );
+        info!(message = "a message given as a field", extra = 1u64);
+        info!(text = %"display \x1b raw", "fields other than the message are not escaped");
+        let err = Outer(Inner);
+        warn!(
+            error = &err as &(dyn std::error::Error + 'static),
+            "an error with a source"
+        );
+        warn!(
+            error = &Inner as &(dyn std::error::Error + 'static),
+            "an error without one"
+        );
+        info!(count = u64::MAX, low = i64::MIN);
+    });
+}
+
+#[test]
+fn the_civil_date_matches_the_time_crate() {
+    let samples = (0..4000u64).map(|i| i * 1_234_567).chain([
+        0,
+        59,
+        951_782_399,
+        951_782_400,
+        4_102_444_799,
+        4_107_542_400,
+        13_569_465_600,
+    ]);
+    for secs in samples {
+        let mut ours = String::new();
+        write_civil(&mut ours, secs).unwrap_or_default();
+        let at = time::OffsetDateTime::from_unix_timestamp(secs as i64)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let theirs = format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            at.year(),
+            u8::from(at.month()),
+            at.day(),
+            at.hour(),
+            at.minute(),
+            at.second()
+        );
+        assert_eq!(ours, theirs, "{secs}");
+    }
+}
+
+#[test]
+fn the_timestamp_has_microseconds_and_reuses_the_second() {
+    let at = UNIX_EPOCH + std::time::Duration::new(1_796_531_400, 7_000);
+    let mut out = String::new();
+    write_timestamp(&mut Writer::new(&mut out), at).unwrap_or_default();
+    write_timestamp(
+        &mut Writer::new(&mut out),
+        at + std::time::Duration::from_micros(999_000),
+    )
+    .unwrap_or_default();
+    write_timestamp(
+        &mut Writer::new(&mut out),
+        at + std::time::Duration::from_secs(1),
+    )
+    .unwrap_or_default();
+    assert_eq!(
+        out,
+        "2026-12-06T04:30:00.000007Z2026-12-06T04:30:00.999007Z2026-12-06T04:30:01.000007Z"
+    );
+}
