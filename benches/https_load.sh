@@ -294,8 +294,8 @@ awk -F'\t' -v noise="$NOISE_PCT" -v alt="$ALT_LABEL" "$AWK_SAMPLES"'
                 if (!((ck SUBSEP "rps") in vals)) continue
                 cr = med(vals[ck SUBSEP "rps"]); ar = med(vals[ak SUBSEP "rps"])
                 cc = med(vals[ck SUBSEP "pcpu"]); ac = med(vals[ak SUBSEP "pcpu"])
-                printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", k[1], k[2], cr, ar,
-                    cr > 0 ? sprintf("%.2f", ar / cr) : "-", cc, ac, cc > 0 ? sprintf("%.2f", ac / cc) : "-"
+                rq = (cr > 0) ? sprintf("%.2f", ar / cr) : "-"; cq = (cc > 0) ? sprintf("%.2f", ac / cc) : "-"
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", k[1], k[2], cr, ar, rq, cc, ac, cq
             }
         }
         print ""
