@@ -128,6 +128,17 @@ tls_bench_binaries() {
     CLK_TCK=$(getconf CLK_TCK)
 }
 
+# The optional second courtesy of a TLS load bench (https_load.sh, https_peers.sh): ALT_BIN, run as
+# the case courtesy-alt exactly like courtesy (e.g. one built with `--features aws-lc-rs`, to set
+# rustls's two crypto providers side by side in one run), named ALT_LABEL in the report. Nothing
+# when ALT_BIN is empty; else dies unless it is an executable, and sets ALT_VERSION.
+alt_courtesy_binary() {
+    [[ -n $ALT_BIN ]] || return 0
+    [[ -x $ALT_BIN ]] || die "no courtesy binary at ALT_BIN='$ALT_BIN'"
+    ALT_VERSION=$("$ALT_BIN" --version 2>/dev/null || echo 'courtesy ?')
+    log "courtesy-alt ($ALT_LABEL): $ALT_BIN"
+}
+
 # The courtesy a TLS load bench measured, for its report: its version and which binary.
 courtesy_measured() {
     if ((BUILT_HERE)); then
@@ -214,17 +225,17 @@ start_nginx() {
     wait_port "$NGINX_PID" "$port" "$name"
 }
 
-# Starts courtesy (COURTESY_BIN) in the background with `dir/courtesy.toml`, its stderr appended
-# to `dir/log` (append mode, so that the log can be emptied between runs while courtesy writes), at
-# the log level `rust_log`, or at courtesy's default (RUST_LOG unset) when that is empty. `$!` is
-# its PID afterwards: the caller adds it to PIDS (not echoed: a command substitution would run this
-# in a subshell).
+# Starts courtesy (COURTESY_BIN, or the binary `bin` when given) in the background with
+# `dir/courtesy.toml`, its stderr appended to `dir/log` (append mode, so that the log can be emptied
+# between runs while courtesy writes), at the log level `rust_log`, or at courtesy's default
+# (RUST_LOG unset) when that is empty. `$!` is its PID afterwards: the caller adds it to PIDS (not
+# echoed: a command substitution would run this in a subshell).
 run_courtesy() {
-    local dir=$1 rust_log=$2
+    local dir=$1 rust_log=$2 bin=${3:-$COURTESY_BIN}
     if [[ -n $rust_log ]]; then
-        RUST_LOG=$rust_log "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
+        RUST_LOG=$rust_log "$bin" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
     else
-        env -u RUST_LOG "$COURTESY_BIN" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
+        env -u RUST_LOG "$bin" run --config "$dir/courtesy.toml" 2>>"$dir/log" >/dev/null &
     fi
 }
 
@@ -555,16 +566,17 @@ EOF
     start_nginx "$dir" "$ORIGIN_PORT"
 }
 
-# Starts courtesy as `name` on `port` (admin on port + 1), its state in TMP/name, at the log level
-# `rust_log` (see run_courtesy), pacing off, intercepting CONNECTs to ORIGIN_PORT and trusting
-# ORIGIN_CA upstream; waits until it listens and has written its CA. Its PID goes to PIDS and to
-# STARTED_PID (not echoed: a command substitution would run this in a subshell and lose PIDS).
+# Starts courtesy (COURTESY_BIN, or the binary `bin` when given) as `name` on `port` (admin on
+# port + 1), its state in TMP/name, at the log level `rust_log` (see run_courtesy), pacing off,
+# intercepting CONNECTs to ORIGIN_PORT and trusting ORIGIN_CA upstream; waits until it listens and
+# has written its CA. Its PID goes to PIDS and to STARTED_PID (not echoed: a command substitution
+# would run this in a subshell and lose PIDS).
 start_https_courtesy() {
-    local name=$1 port=$2 rust_log=$3 dir="$TMP/$1"
+    local name=$1 port=$2 rust_log=$3 bin=${4:-$COURTESY_BIN} dir="$TMP/$1"
     mkdir -p "$dir"
     pacing_off_conf "$dir" "$port" "upstream_ca = \"$ORIGIN_CA\"
 connect_ports = [$ORIGIN_PORT]" "max_queue = 1000000" >"$dir/courtesy.toml"
-    run_courtesy "$dir" "$rust_log"
+    run_courtesy "$dir" "$rust_log" "$bin"
     STARTED_PID=$!
     PIDS+=("$STARTED_PID")
     wait_port "$STARTED_PID" "$port" "$name"

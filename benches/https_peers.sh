@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Intercepted HTTPS against proxies doing the same work: courtesy's TLS interception set against an
-# nginx TLS-terminating proxy, Squid with ssl-bump and mitmproxy, all in front of the same TLS
-# origin, on loopback only.
+# nginx TLS-terminating proxy, a bare hyper interceptor, Squid with ssl-bump and mitmproxy (and
+# optionally a second courtesy binary), all in front of the same TLS origin, on loopback only.
 #
 # The client is benches/https_load.rs (hyper 1 over tokio-rustls, ring; HTTP/1.1, kept-alive
 # connections opened before the clock starts, GETs back to back on each). The origin is nginx (1
@@ -20,26 +20,37 @@
 #                cafile), caching and access log off
 #   mitmproxy    client -CONNECT-> mitmdump (quiet, its own CA) -TLS verified with the test CA
 #                (ssl_verify_upstream_trusted_ca)-> origin
+#   bare         client -CONNECT, TLS with a leaf minted from courtesy's CA-> benches/bare_proxy.rs
+#                (a bare hyper + rustls interceptor, nothing else; rustls on ring) -its own TLS,
+#                verified with the test CA, pooled-> origin: what hyper and rustls alone cost
+#   courtesy-alt another courtesy binary, ALT_BIN (e.g. one built with `--features aws-lc-rs`),
+#                run exactly like courtesy (its own CA, port ALT_PORT); only when ALT_BIN is set
 # at CONNS connections with each body of BODIES, each run DURATION seconds, REPEATS times, every
 # case interleaved within each repeat. Each proxy's CPU per request comes from /proc/PID/stat of
 # its process (all threads) and its direct children (Squid's security_file_certgen helper), read
-# before and after each run. The report gives courtesy ÷ each peer for req/s and for CPU per
-# request, and which targets were met per cell: courtesy ≥ 1× nginx-proxy's req/s at ≤ 1× its CPU
-# per request, and ≥ 3× Squid's req/s (mitmproxy: the ratios only).
+# before and after each run. The report gives courtesy ÷ each peer (nginx-proxy, bare, Squid,
+# mitmproxy) for req/s and for CPU per request, courtesy-alt ÷ courtesy when it ran, and which
+# targets were met per cell: courtesy ≥ 1× nginx-proxy's req/s at ≤ 1× its CPU per request, and
+# ≥ 3× Squid's req/s (bare, mitmproxy: the ratios only).
 #
 # Usage: bash benches/https_peers.sh > out.md   (progress on stderr, the Markdown report on stdout)
+#   rustls's two providers in one run (docs/https.md):
+#   cargo build --release --features aws-lc-rs --target-dir target/aws-lc
+#   ALT_BIN=target/aws-lc/release/courtesy ALT_LABEL="aws-lc-rs" bash benches/https_peers.sh > out.md
 # Knobs (environment): DURATION=5 REPEATS=3 CONNS="1 16 64" BODIES="1k 64k" CASES="direct courtesy
-#   nginx-proxy squid mitmproxy" (direct and courtesy are always run) THREADS=1 (client tokio
+#   nginx-proxy bare squid mitmproxy" (direct and courtesy are always run, courtesy-alt whenever
+#   ALT_BIN is set) ALT_BIN ALT_LABEL=ALT_BIN (its name in the report) THREADS=1 (client tokio
 #   worker threads), MAX_REQUESTS=5000000 (per run), NOISE_PCT=10 and RETRY_BUDGET=15 (a run
 #   during which other processes used more than NOISE_PCT % of a core is run again, at most twice,
 #   at most RETRY_BUDGET times in all), QUIET_BUDGET=300 (before each run, wait in 0.5 s steps
 #   while other processes use more than NOISE_PCT % of a core, at most this many seconds in all),
 #   ORIGIN_PORT=18643 (its plain status port is +1), COURTESY_PORT=18628 (admin +1),
-#   NGINX_PROXY_PORT=18650 SQUID_PORT=18630 MITM_PORT=18640, COURTESY_BIN and LOAD_BIN (prebuilt
-#   binaries; by default both are built here with cargo), MITMDUMP (a mitmdump to use; by default
-#   the one pip installed in MITM_VENV=~/.cache/courtesy-bench/mitmproxy).
-# With the defaults one run takes about 12 minutes on a quiet 2-core machine (at most about 20
-# with every retry and wait used; plus the build and the installs).
+#   NGINX_PROXY_PORT=18650 SQUID_PORT=18630 MITM_PORT=18640 BARE_PORT=18670 ALT_PORT=18660 (admin
+#   +1), COURTESY_BIN, LOAD_BIN and BARE_BIN (prebuilt binaries; by default built here with cargo),
+#   MITMDUMP (a mitmdump to use; by default the one pip installed in
+#   MITM_VENV=~/.cache/courtesy-bench/mitmproxy).
+# With the defaults one run takes about 14 minutes on a quiet 2-core machine, about 17 with
+# ALT_BIN (at most about 25 with every retry and wait used; plus the build and the installs).
 #
 # Needs: nginx, openssl, curl, squid-openssl (Debian packages; installed with apt-get when
 # missing, as root: squid-openssl replaces the squid package, with the same /usr/sbin/squid built
@@ -55,7 +66,7 @@ DURATION=${DURATION:-5}
 REPEATS=${REPEATS:-3}
 CONNS=${CONNS:-"1 16 64"}
 BODIES=${BODIES:-"1k 64k"}
-CASES=${CASES:-"direct courtesy nginx-proxy squid mitmproxy"}
+CASES=${CASES:-"direct courtesy nginx-proxy bare squid mitmproxy"}
 THREADS=${THREADS:-1}
 MAX_REQUESTS=${MAX_REQUESTS:-5000000}
 NOISE_PCT=${NOISE_PCT:-10}
@@ -67,8 +78,13 @@ COURTESY_PORT=${COURTESY_PORT:-18628}
 NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-18650}
 SQUID_PORT=${SQUID_PORT:-18630}
 MITM_PORT=${MITM_PORT:-18640}
+BARE_PORT=${BARE_PORT:-18670}
+ALT_PORT=${ALT_PORT:-18660}
 COURTESY_BIN=${COURTESY_BIN:-}
 LOAD_BIN=${LOAD_BIN:-}
+BARE_BIN=${BARE_BIN:-}
+ALT_BIN=${ALT_BIN:-}
+ALT_LABEL=${ALT_LABEL:-ALT_BIN}
 MITMDUMP=${MITMDUMP:-}
 MITM_VENV=${MITM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/courtesy-bench/mitmproxy}
 SQUID_CERTGEN=/usr/lib/squid/security_file_certgen
@@ -79,15 +95,17 @@ need_tls_bench_knobs
 need_range 1 1000 "CONNS entries must be 1..1000" $CONNS
 for b in $BODIES; do [[ $b == 1k || $b == 64k ]] || die "BODIES entries must be 1k or 64k"; done
 need_range 1024 65534 "ports must be 1024..65534" "$ORIGIN_PORT" "$COURTESY_PORT" \
-    "$NGINX_PROXY_PORT" "$SQUID_PORT" "$MITM_PORT"
-# The cases in their fixed order; direct (the floor) and courtesy always.
+    "$NGINX_PROXY_PORT" "$SQUID_PORT" "$MITM_PORT" "$BARE_PORT" "$ALT_PORT"
+# The cases in their fixed order; direct (the floor) and courtesy always, courtesy-alt with ALT_BIN.
 declare -a RUN_CASES=(direct courtesy)
+[[ -z $ALT_BIN ]] || RUN_CASES+=(courtesy-alt)
 wants() { [[ " ${RUN_CASES[*]} " == *" $1 "* ]]; }
 for c in $CASES; do
     case $c in
         direct | courtesy) ;;
-        nginx-proxy | squid | mitmproxy) wants "$c" || RUN_CASES+=("$c") ;;
-        *) die "CASES entries must be direct, courtesy, nginx-proxy, squid or mitmproxy, got $c" ;;
+        courtesy-alt) [[ -n $ALT_BIN ]] || die "CASES has courtesy-alt: set ALT_BIN to the other courtesy binary" ;;
+        nginx-proxy | bare | squid | mitmproxy) wants "$c" || RUN_CASES+=("$c") ;;
+        *) die "CASES entries must be direct, courtesy, courtesy-alt, nginx-proxy, bare, squid or mitmproxy, got $c" ;;
     esac
 done
 
@@ -133,12 +151,14 @@ if wants squid; then ensure_squid_openssl; fi
 if wants mitmproxy; then ensure_mitmproxy; fi
 
 tls_bench_binaries
+alt_courtesy_binary
+if wants bare; then build_bare_proxy; fi
 
 # ---- temp dir, processes, cleanup ----------------------------------------------------------------
 
 setup_tmp courtesy-https-peers
 require_free_ports "$ORIGIN_PORT" "$STATUS_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) \
-    "$NGINX_PROXY_PORT" "$SQUID_PORT" "$MITM_PORT"
+    "$NGINX_PROXY_PORT" "$SQUID_PORT" "$MITM_PORT" "$BARE_PORT" "$ALT_PORT" $((ALT_PORT + 1))
 
 # Each proxy's port (the one the client connects to) and PID; direct has no proxy.
 declare -A PORT_OF=([direct]=$ORIGIN_PORT) PID_OF=() CA_OF=()
@@ -161,6 +181,23 @@ start_https_courtesy courtesy "$COURTESY_PORT" warn
 PORT_OF[courtesy]=$COURTESY_PORT
 PID_OF[courtesy]=$STARTED_PID
 CA_OF[courtesy]=$TMP/courtesy/state/ca.pem
+
+# The same, from ALT_BIN, with a CA of its own.
+if wants courtesy-alt; then
+    start_https_courtesy courtesy-alt "$ALT_PORT" warn "$ALT_BIN"
+    PORT_OF[courtesy-alt]=$ALT_PORT
+    PID_OF[courtesy-alt]=$STARTED_PID
+    CA_OF[courtesy-alt]=$TMP/courtesy-alt/state/ca.pem
+fi
+
+# ---- bare: a hyper + rustls interceptor minting its leaves from courtesy's CA ----------------------
+
+if wants bare; then
+    "$BARE_BIN" --listen "$HOST:$BARE_PORT" --ca-dir "$TMP/courtesy/state" --upstream-ca "$ORIGIN_CA" \
+        >"$TMP/bare.log" 2>&1 &
+    started_server bare "$BARE_PORT"
+    CA_OF[bare]=$TMP/courtesy/state/ca.pem
+fi
 
 # ---- nginx as a TLS-terminating proxy re-encrypting to the origin ---------------------------------
 
@@ -222,6 +259,8 @@ for case in "${RUN_CASES[@]}"; do
     port=$ORIGIN_PORT proxy="" via=""
     case $case in
         courtesy) proxy="$HOST:$COURTESY_PORT" via=courtesy ;;
+        courtesy-alt) proxy="$HOST:$ALT_PORT" via=courtesy ;;
+        bare) proxy="$HOST:$BARE_PORT" via=bare-hyper ;;
         nginx-proxy) port=$NGINX_PROXY_PORT via=nginx-proxy ;;
         squid) proxy="$HOST:$SQUID_PORT" via=squid ;;
         # mitmproxy adds no Via header: its certificate shows the response came through it.
@@ -262,14 +301,20 @@ ELAPSED=$(($(date +%s) - START))
 
 # ---- report --------------------------------------------------------------------------------------
 
-echo "## Intercepted HTTPS against proxies doing the same work: courtesy vs nginx, Squid ssl-bump, mitmproxy"
+echo "## Intercepted HTTPS against proxies doing the same work: courtesy vs nginx, bare hyper, Squid ssl-bump, mitmproxy"
 echo
 report_machine
 echo "- courtesy: $(courtesy_measured), RUST_LOG=warn, pacing effectively off (rate = burst = 1000000); CONNECT, TLS with its local CA (ECDSA P-256 leaves), its own TLS to the origin from a pool"
 echo "- client: benches/https_load.rs, hyper $(lock_version hyper), rustls $(lock_version rustls) (ring), $THREADS tokio worker thread(s), HTTP/1.1, kept-alive connections opened before the clock starts"
 echo "- origin: nginx $(nginx -v 2>&1 | sed 's/^nginx version: nginx\///') ($(openssl version | cut -d' ' -f1-2)), 1 worker, TLS 1.2/1.3, ECDSA P-256 certificate for IP $HOST from a test CA, static bodies of 1 KiB and 64 KiB (application/octet-stream)"
+if wants courtesy-alt; then
+    echo "- courtesy-alt ($ALT_LABEL): $ALT_VERSION (prebuilt binary ALT_BIN=$ALT_BIN), run exactly like courtesy, with a CA of its own"
+fi
 if wants nginx-proxy; then
     echo "- nginx-proxy: the same nginx, 1 worker (master_process off: its CPU is one PID), TLS with its own certificate from the test CA; proxy_pass https:// with upstream keepalive 256, proxy_ssl_session_reuse on, proxy_ssl_verify on with the test CA, TLS 1.2/1.3 upstream, responses relayed from memory (proxy_buffers 16 16k), no access log"
+fi
+if wants bare; then
+    echo "- bare: benches/bare_proxy.rs (release): a bare hyper $(lock_version hyper) + rustls (ring) interceptor, leaves minted from courtesy's CA (one per host), a pooled hyper-util client verifying the origin with the test CA; what hyper and rustls alone cost"
 fi
 if wants squid; then
     echo "- squid: $(squid -v | head -n 1) ($(squid -v | grep -o -- '--with-openssl' | head -n 1)), squid -N (one process; its security_file_certgen helper counted as a child); ssl-bump with generate-host-certificates=on from a local ECDSA P-256 CA, \`ssl_bump stare all\` + \`ssl_bump bump all\`, origin verified with the test CA; cache deny all, access_log none"
@@ -280,7 +325,7 @@ fi
 echo "- runs: ${DURATION} s each, $REPEATS repeats per cell (every case interleaved within each repeat), 2 s warm-up per case and body at $max_conns connections; $RETRIES runs repeated because other processes took more than ${NOISE_PCT}% of a core, $((QUIET_WAITED / 2)) s spent waiting for them to quieten before runs; whole run ${ELAPSED} s"
 echo "- all processes share the machine's 2 CPUs: the client, the origin and the proxy under test. CPU per request is the proxy process's (all threads, and its live children) utime + stime over the run, including its share of opening the run's connections (CONNECT, TLS with the client and the origin)"
 echo
-awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
+awk -F'\t' -v noise="$NOISE_PCT" -v alt="$ALT_LABEL" "$AWK_SAMPLES"'
     function ratio(a, b) { return (b + 0 > 0) ? sprintf("%.2f", a / b) : "-" }
     {
         key = run_row()
@@ -307,14 +352,17 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
                 med(vals[key SUBSEP "ocpu"]), med(vals[key SUBSEP "ccpu"]),
                 k[3] == "direct" ? "-" : ratio(rps(cell, k[3]), rps(cell, "direct"))
         }
-        npeers = split("nginx-proxy squid mitmproxy", peers, " ")
+        npeers = split("nginx-proxy bare squid mitmproxy", peers, " ")
+        withalt = 0
+        for (i = 1; i <= ncells; i++) if (has(cells[i], "courtesy-alt")) withalt = 1
         print ""
-        print "Courtesy ÷ each peer, per cell (medians over repeats): req/s (above 1: courtesy serves more) and proxy CPU per request (below 1: courtesy spends less)."
+        print "Courtesy ÷ each peer, per cell (medians over repeats): req/s (above 1: courtesy serves more) and proxy CPU per request (below 1: courtesy spends less)" (withalt ? "; and courtesy-alt (" alt ") ÷ courtesy, the same way round (above 1: courtesy-alt serves more; below 1: it spends less)." : ".")
         print ""
         head = "| body | conns |"; rule = "|---|---|"
         for (p = 1; p <= npeers; p++) {
             head = head " req/s ÷ " peers[p] " | CPU/req ÷ " peers[p] " |"; rule = rule "---|---|"
         }
+        if (withalt) { head = head " req/s alt ÷ courtesy | CPU/req alt ÷ courtesy |"; rule = rule "---|---|" }
         print head; print rule
         for (i = 1; i <= ncells; i++) {
             cell = cells[i]; split(cell, k, SUBSEP)
@@ -324,6 +372,10 @@ awk -F'\t' -v noise="$NOISE_PCT" "$AWK_SAMPLES"'
                 rr[cell, peers[p]] = ratio(rps(cell, "courtesy"), rps(cell, peers[p]))
                 cr[cell, peers[p]] = ratio(cpu(cell, "courtesy"), cpu(cell, peers[p]))
                 line = line " " rr[cell, peers[p]] " | " cr[cell, peers[p]] " |"
+            }
+            if (withalt) {
+                if (!has(cell, "courtesy-alt")) line = line " - | - |"
+                else line = line " " ratio(rps(cell, "courtesy-alt"), rps(cell, "courtesy")) " | " ratio(cpu(cell, "courtesy-alt"), cpu(cell, "courtesy")) " |"
             }
             print line
         }

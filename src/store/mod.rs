@@ -411,7 +411,7 @@ impl RedisStore {
     /// that cannot be reached starts this instance in fallback, not as a start-up failure).
     pub(crate) fn new(settings: &SharedSettings) -> Result<Arc<RedisStore>, String> {
         // rediss:// goes through rustls, on the same provider as the rest of courtesy.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let _ = crate::upstream::tls::default_provider().install_default();
         let conn = connection::Connection::open(settings)?;
         let instance = format!("{:016x}", rand::random::<u64>());
         Ok(Arc::new_cyclic(|me| RedisStore {

@@ -1,5 +1,5 @@
-//! The OTLP exporter's HTTP client: courtesy's own hyper client (rustls on `ring`, the same
-//! roots as upstream requests), so that no other HTTP stack, OpenSSL or aws-lc comes in.
+//! The OTLP exporter's HTTP client: courtesy's own hyper client (rustls on courtesy's one crypto
+//! provider, the same roots as upstream requests), so that no other HTTP stack or OpenSSL comes in.
 //!
 //! The SDK's batch processor exports from a thread of its own and waits there; the request is
 //! run as a task on courtesy's runtime (captured when the client is made), within the export

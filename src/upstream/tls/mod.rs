@@ -5,7 +5,8 @@
 //! reused across runs; courtesy refuses to start if the key is readable by others. Leaf certificates
 //! are minted on demand for the name a client asked for (SNI, else the CONNECT authority), backdated
 //! for clock skew, and cached so that a second CONNECT to a host costs no key generation. One crypto
-//! provider (ring) is passed explicitly to every config: no global state, no OpenSSL, no aws-lc.
+//! provider, [`provider()`], is passed explicitly to every config: no global state, no OpenSSL. It is
+//! ring, or with the cargo feature `aws-lc-rs` rustls's aws-lc-rs provider (docs/https.md).
 //! This module does not move bytes (`crate::proxy` does, in `proxy/connect.rs`).
 //!
 //! | file | owns |
@@ -27,9 +28,22 @@ pub(crate) use leaves::Interceptor;
 use rustls::crypto::CryptoProvider;
 pub(crate) use upstream::client_config;
 
-/// The crypto provider every config uses.
+/// The crypto provider every config uses: ring, or aws-lc-rs when built with the feature
+/// `aws-lc-rs`.
 pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(default_provider())
+}
+
+/// The provider of [`provider()`], by value (for `install_default`).
+#[cfg(not(feature = "aws-lc-rs"))]
+pub(crate) fn default_provider() -> CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
+/// The provider of [`provider()`], by value (for `install_default`).
+#[cfg(feature = "aws-lc-rs")]
+pub(crate) fn default_provider() -> CryptoProvider {
+    rustls::crypto::aws_lc_rs::default_provider()
 }
 
 #[cfg(test)]
