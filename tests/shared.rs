@@ -37,6 +37,28 @@ async fn operate(courtesy: &Courtesy, method: &str, key: &str, action: &str, bod
     assert_eq!(status, StatusCode::OK, "{method} {action}: {answer}");
 }
 
+/// Whether `n` subscribers come to listen for the store's hints within 5 s. Redis pub/sub keeps
+/// nothing for a subscriber that is not there yet, so a test that expects a hint to reach an
+/// instance waits for its subscription first (an instance subscribes just after it starts).
+async fn hints_heard_by(redis: &RedisServer, n: usize) -> bool {
+    for _ in 0..250 {
+        let channels = redis.cli(&["PUBSUB", "CHANNELS", "*hints"]);
+        if let Some(channel) = channels.lines().next().filter(|c| !c.is_empty()) {
+            let numsub = redis.cli(&["PUBSUB", "NUMSUB", channel]);
+            let listening = numsub
+                .lines()
+                .nth(1)
+                .and_then(|l| l.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if listening >= n {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
 /// Whether `/hosts/{key}` of `courtesy` comes to satisfy `test` within 2 s.
 async fn host_shows(
     courtesy: &Courtesy,
@@ -171,6 +193,10 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
         return;
     };
     let all = instances(2, &redis, "", "[defaults]\nrate = 50.0\n").await;
+    assert!(
+        hints_heard_by(&redis, 2).await,
+        "both instances listen for hints"
+    );
     let key = origin.addr.to_string();
     // The other instance has met the host before, so it learns of the pause from the hint.
     assert_eq!(
@@ -197,6 +223,10 @@ async fn an_operator_pause_through_one_instance_holds_every_instance() {
     );
     // A third instance that never met the host learns it from its first reservation.
     let late = instance(&redis, "", "[defaults]\nrate = 50.0\n").await;
+    assert!(
+        hints_heard_by(&redis, 3).await,
+        "the late instance listens for hints"
+    );
     assert_eq!(
         late.client().get(&origin.url("/late")).await.status,
         StatusCode::TOO_MANY_REQUESTS
@@ -285,6 +315,10 @@ async fn a_turn_reserved_for_a_host_that_closes_meanwhile_gives_its_slot_back() 
          on_cooldown = \"hold\"\nmax_wait_seconds = 20\n",
     )
     .await;
+    assert!(
+        hints_heard_by(&redis, 2).await,
+        "both instances listen for hints"
+    );
     let key = origin.addr.to_string();
     assert_eq!(
         all[0].client().get(&origin.url("/first")).await.status,
