@@ -61,13 +61,7 @@ async fn chromium_trusts_the_ca_with_the_commands_courtesy_ca_prints_from_a_fres
 
     let home = dir.join("home-fresh");
     std::fs::create_dir_all(&home).unwrap();
-    let commands = courtesy::client_env::nss_trust_commands(&courtesy.ca_path());
-    run_to_success(
-        client_command("sh")
-            .env("HOME", &home)
-            .args(["-c", &format!("set -e\n{commands}")]),
-    )
-    .await;
+    trust_in_nss_home(&home, &courtesy.ca_path()).await;
     let loaded = chromium_loads(&home, &url, &proxy).await;
     assert_eq!(loaded, "loaded 200 intercepted and trusted");
     let pages = origin.paths().iter().filter(|p| p.as_str() == "/").count();

@@ -104,13 +104,7 @@ async fn setup() -> Setup {
     .await;
     let browser_home = dir.join("home");
     std::fs::create_dir_all(&browser_home).unwrap();
-    let commands = courtesy::client_env::nss_trust_commands(&courtesy.ca_path());
-    run_to_success(
-        client_command("sh")
-            .env("HOME", &browser_home)
-            .args(["-c", &format!("set -e\n{commands}")]),
-    )
-    .await;
+    trust_in_nss_home(&browser_home, &courtesy.ca_path()).await;
     Setup {
         origin,
         courtesy,

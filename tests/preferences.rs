@@ -121,15 +121,7 @@ async fn robots_signal(robots: &'static str, details: &str, source: &str) {
         // robots.txt was read even where obey_robots = false, once.
         assert_eq!(arrived(&origin, "/robots.txt"), 1, "{mode}, obey {obey}");
 
-        let (_, jobs) = admin_call("GET", &courtesy.admin_url("/jobs"), None, "").await;
-        let jobs: serde_json::Value = serde_json::from_str(&jobs).unwrap();
-        let trainer = jobs["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|j| j["job"] == "trainer")
-            .cloned()
-            .unwrap();
+        let trainer = job_page(&courtesy, "trainer").await;
         let (enforced, reported) = if mode == "enforce" { (5, 0) } else { (0, 1) };
         assert_eq!(trainer["purpose"], "ai-train");
         assert_eq!(trainer["preferences_enforced"], enforced, "{trainer}");
@@ -347,15 +339,7 @@ async fn priced_pages_are_counted_never_a_block() {
         "no rate cut: {host}"
     );
 
-    let (_, jobs) = admin_call("GET", &courtesy.admin_url("/jobs"), None, "").await;
-    let jobs: serde_json::Value = serde_json::from_str(&jobs).unwrap();
-    let trainer = jobs["jobs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|j| j["job"] == "trainer")
-        .cloned()
-        .unwrap();
+    let trainer = job_page(&courtesy, "trainer").await;
     assert_eq!(
         trainer["priced"],
         serde_json::json!([{"host": origin.addr.to_string(), "count": 30, "last_price": "USD 0.01"}])
@@ -418,4 +402,17 @@ async fn intercepted_https_requests_are_checked_for_the_tunnels_job() {
     assert_eq!(allowed.status(), StatusCode::OK);
     assert_eq!(arrived(&origin, "/t"), 0);
     assert_eq!(arrived(&origin, "/s"), 1);
+}
+
+/// The admin API's `/jobs` entry of the job `name`.
+async fn job_page(courtesy: &Courtesy, name: &str) -> serde_json::Value {
+    let (_, jobs) = admin_call("GET", &courtesy.admin_url("/jobs"), None, "").await;
+    let jobs: serde_json::Value = serde_json::from_str(&jobs).unwrap();
+    jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == name)
+        .cloned()
+        .unwrap()
 }

@@ -389,27 +389,13 @@ async fn a_job_signs_with_its_own_key_and_a_sign_false_host_gets_no_signature() 
             .body(empty())
             .unwrap()
     };
-    assert_eq!(
-        client
-            .send(as_job(origin.url("/a"), "crawl-a"))
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        client
-            .send(as_job(origin.url("/b"), "crawl-b"))
-            .await
-            .status,
-        200
-    );
-    assert_eq!(
-        client
-            .send(as_job(unsigned.url("/c"), "crawl-b"))
-            .await
-            .status,
-        200
-    );
+    for (url, job) in [
+        (origin.url("/a"), "crawl-a"),
+        (origin.url("/b"), "crawl-b"),
+        (unsigned.url("/c"), "crawl-b"),
+    ] {
+        assert_eq!(client.send(as_job(url, job)).await.status, 200);
+    }
 
     let arrived = seen.all();
     assert_eq!(arrived.len(), 3);

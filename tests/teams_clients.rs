@@ -476,13 +476,7 @@ async fn chromium_answers_the_407_challenge_with_its_jobs_credentials_and_a_wron
     let bench = bench("chromium").await;
     let home = bench.dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let commands = courtesy::client_env::nss_trust_commands(&bench.courtesy.ca_path());
-    run_to_success(
-        client_command("sh")
-            .env("HOME", &home)
-            .args(["-c", &format!("set -e\n{commands}")]),
-    )
-    .await;
+    trust_in_nss_home(&home, &bench.courtesy.ca_path()).await;
 
     let lines = chromium(
         &bench,

@@ -692,6 +692,18 @@ async fn python_echo(proxy: SocketAddr, url: &str, trust: Option<&std::path::Pat
     out.lines().map(str::to_string).collect()
 }
 
+/// Each of `origins` saw exactly one opening handshake, and it came through courtesy (its `Via`).
+fn assert_each_opened_once_through_courtesy(origins: &[&EchoOrigin]) {
+    for origin in origins {
+        let seen = origin.handshakes();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(
+            seen[0].via.contains("courtesy"),
+            "through courtesy: {seen:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_websockets_echoes_ws_and_wss_through_courtesy() {
     let test_ca = TestCa::new();
@@ -709,14 +721,7 @@ async fn python_websockets_echoes_ws_and_wss_through_courtesy() {
     )
     .await;
     assert_eq!(wss, expected);
-    for origin in [&plain, &secure] {
-        let seen = origin.handshakes();
-        assert_eq!(seen.len(), 1, "{seen:?}");
-        assert!(
-            seen[0].via.contains("courtesy"),
-            "through courtesy: {seen:?}"
-        );
-    }
+    assert_each_opened_once_through_courtesy(&[&plain, &secure]);
 }
 
 /// Runs `tests/node/websocket_ws.mjs` (Node's `ws` behind `https-proxy-agent`) through `proxy`
@@ -751,14 +756,7 @@ async fn node_ws_behind_a_proxy_agent_echoes_ws_and_wss_through_courtesy() {
     let port = secure.addr.port();
     let wss = node_ws_echo(courtesy.addr, &format!("wss://localhost:{port}/node"), &ca).await;
     assert_eq!(wss, expected);
-    for origin in [&plain, &secure] {
-        let seen = origin.handshakes();
-        assert_eq!(seen.len(), 1, "{seen:?}");
-        assert!(
-            seen[0].via.contains("courtesy"),
-            "through courtesy: {seen:?}"
-        );
-    }
+    assert_each_opened_once_through_courtesy(&[&plain, &secure]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -769,13 +767,7 @@ async fn chromium_echoes_ws_and_wss_through_courtesy() {
     let courtesy = courtesy_trusting(&test_ca, "[defaults]\nrate = 100\nburst = 10\n").await;
     // Chromium trusts courtesy's CA through its NSS database in a throwaway $HOME.
     let home = temp_dir("ws-chromium-home");
-    let commands = courtesy::client_env::nss_trust_commands(&courtesy.ca_path());
-    run_to_success(
-        client_command("sh")
-            .env("HOME", &home)
-            .args(["-c", &format!("set -e\n{commands}")]),
-    )
-    .await;
+    trust_in_nss_home(&home, &courtesy.ca_path()).await;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/node/websocket_chromium.mjs"
@@ -802,14 +794,7 @@ async fn chromium_echoes_ws_and_wss_through_courtesy() {
         ],
         "{out}"
     );
-    for origin in [&plain, &secure] {
-        let seen = origin.handshakes();
-        assert_eq!(seen.len(), 1, "{seen:?}");
-        assert!(
-            seen[0].via.contains("courtesy"),
-            "through courtesy: {seen:?}"
-        );
-    }
+    assert_each_opened_once_through_courtesy(&[&plain, &secure]);
 }
 
 /// The page of [`page_and_socket_origin`]: opens a WebSocket to its own origin, sends two
@@ -918,13 +903,7 @@ async fn chromium_page_opens_a_socket_to_its_own_https_origin() {
     let origin = page_and_socket_origin(test_ca.server_config(&["127.0.0.1"])).await;
     let courtesy = courtesy_trusting(&test_ca, "[defaults]\nrate = 100\nburst = 10\n").await;
     let home = temp_dir("ws-page-home");
-    let commands = courtesy::client_env::nss_trust_commands(&courtesy.ca_path());
-    run_to_success(
-        client_command("sh")
-            .env("HOME", &home)
-            .args(["-c", &format!("set -e\n{commands}")]),
-    )
-    .await;
+    trust_in_nss_home(&home, &courtesy.ca_path()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/websocket_page.mjs");
     let mut cmd = client_command("node");
     cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node"))

@@ -57,3 +57,15 @@ pub async fn undici_through(
     .await;
     stdout.lines().map(str::to_string).collect()
 }
+
+/// Makes a browser profile under `home` (its `$HOME`) trust courtesy's CA `ca`, with the NSS
+/// commands `courtesy trust --print` gives users (`client_env::nss_trust_commands`).
+pub async fn trust_in_nss_home(home: &std::path::Path, ca: &std::path::Path) {
+    let commands = courtesy::client_env::nss_trust_commands(ca);
+    run_to_success(
+        client_command("sh")
+            .env("HOME", home)
+            .args(["-c", &format!("set -e\n{commands}")]),
+    )
+    .await;
+}
