@@ -26,7 +26,10 @@
 # Knobs (environment): DURATION=8 (seconds per run), REPEATS=3, CONNS="1 16 64", SIZES="1k 64k",
 #   BODY_TYPE=text/html (the origin's Content-Type: what crawlers fetch, and what courtesy scans
 #   for block markers; application/octet-stream skips that scan),
-#   WRK_THREADS=1, WARN_CASE=1, BARE_CASE=1 (BARE_BIN: a prebuilt bare_proxy bench; built if unset), SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, NGINX_PROXY_LOG_CASE=1,
+#   WRK_THREADS=1, DEFAULT_CASE=1 (courtesy at its default log level), SQUID_CASE=1, WARN_CASE=1, BARE_CASE=1 (BARE_BIN: a prebuilt bare_proxy bench; built if unset), SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, NGINX_PROXY_LOG_CASE=1,
+#   RUN_ONLY="" (a space-separated list of cases to measure, e.g. "bare courtesy-warn": every case
+#   enabled above is still started, and the others stay idle; with the *_CASE=0 switches this
+#   splits what the harness costs from what a proxy costs),
 #   COURTESY_BIN=target/release/courtesy (built if missing),
 #   NOISE_PCT=10, RETRY_BUDGET=10, QUIET_WAIT=120 (a run during which other processes on the
 #   machine used more than NOISE_PCT % of a core is run again, at most twice and at most
@@ -51,6 +54,9 @@ CONNS=${CONNS:-"1 16 64"}
 SIZES=${SIZES:-"1k 64k"}
 WRK_THREADS=${WRK_THREADS:-1}
 BODY_TYPE=${BODY_TYPE:-text/html}
+DEFAULT_CASE=${DEFAULT_CASE:-1}
+SQUID_CASE=${SQUID_CASE:-1}
+RUN_ONLY=${RUN_ONLY:-}
 WARN_CASE=${WARN_CASE:-1}
 BARE_CASE=${BARE_CASE:-1}
 BARE_PORT=${BARE_PORT:-18170}
@@ -151,7 +157,9 @@ start_courtesy() {
     started "$name" "$port"
 }
 
-start_courtesy courtesy "$COURTESY_PORT" ""
+if [[ $DEFAULT_CASE == 1 ]]; then
+    start_courtesy courtesy "$COURTESY_PORT" ""
+fi
 if [[ $WARN_CASE == 1 ]]; then
     start_courtesy courtesy-warn "$COURTESY_WARN_PORT" warn
 fi
@@ -174,7 +182,9 @@ start_squid() {
     started "$name" "$port"
 }
 
-start_squid squid "$SQUID_PORT" none
+if [[ $SQUID_CASE == 1 ]]; then
+    start_squid squid "$SQUID_PORT" none
+fi
 if [[ $SQUID_LOG_CASE == 1 ]]; then
     # Debian's default: the squid log format, written by the log_file_daemon helper.
     start_squid squid-log "$SQUID_LOG_PORT" "daemon:$TMP/squid-log/access.log squid"
@@ -218,6 +228,14 @@ for case in "${CASES[@]}"; do
     esac
     log "$case forwards: $status, $via"
 done
+
+# The cases measured: every one started, or those RUN_ONLY names (the rest stay idle).
+if [[ -n $RUN_ONLY ]]; then
+    for case in $RUN_ONLY; do
+        [[ $case == direct || -n ${PID_OF[$case]:-} ]] || die "RUN_ONLY: $case is not a case started in this run (${CASES[*]})"
+    done
+    read -r -a CASES <<<"$RUN_ONLY"
+fi
 
 # ---- wrk -----------------------------------------------------------------------------------------
 
@@ -311,11 +329,12 @@ echo "## Load benchmark: courtesy vs Squid and an nginx proxy, nginx origin, loo
 echo
 report_machine
 echo "- courtesy: $("$COURTESY_BIN" --version 2>/dev/null || echo '?') (release build, git $rev)"
-echo "- squid: $(squid -v | head -n 1)"
+[[ $SQUID_CASE$SQUID_LOG_CASE == 00 ]] || echo "- squid: $(squid -v | head -n 1)"
 echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //')"
 [[ $BARE_CASE != 1 ]] || echo "- bare: benches/bare_proxy.rs (release), hyper $(lock_version hyper), hyper-util $(lock_version hyper-util), tokio $(lock_version tokio) multi-threaded"
 echo "- wrk: $( (wrk -v 2>&1 || true) | head -n 1 | sed 's/ Copyright.*//')"
 echo "- origin: nginx, 1 worker, static bodies of 1 KiB and 64 KiB served as $BODY_TYPE"
+[[ -z $RUN_ONLY ]] || echo "- measured: $RUN_ONLY; started and idle: $(for c in "${!PID_OF[@]}"; do [[ " $RUN_ONLY " == *" $c "* ]] || printf '%s ' "$c"; done)"
 echo "- runs: wrk -t $WRK_THREADS, ${DURATION} s each, $REPEATS repeats per cell (cases interleaved), 2 s warm-up per case and body size; $RETRIES runs repeated because other processes took more than ${NOISE_PCT}% of a core; whole run ${ELAPSED} s"
 echo "- all processes share the machine's CPUs: wrk, nginx (1 worker) and the proxy under test"
 echo

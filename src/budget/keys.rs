@@ -110,7 +110,9 @@ impl Keyer {
         if let Some(key) = BudgetKey::without_lookup(host, port, kind) {
             return Ok(key);
         }
-        let ip = self.resolver.address(host).await?;
+        // Boxed: only `key = "ip"` looks the name up, and the lookup's future, kept
+        // inline, would make every request's future larger to move.
+        let ip = Box::pin(self.resolver.address(host)).await?;
         Ok(BudgetKey {
             key: address_key(ip),
             kind,

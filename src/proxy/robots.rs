@@ -103,7 +103,10 @@ impl Proxy {
                 Step::Known(verdict) => return Ok(verdict),
                 Step::Wait(done) => done.await,
                 Step::Fetch(guard) => {
-                    match self.fetch_robots(target, scheme, user_agent.clone()).await {
+                    // Boxed: the fetch is rare (once per origin and expiry), and its future,
+                    // kept inline, would make every request's future larger to move.
+                    let fetch = Box::pin(self.fetch_robots(target, scheme, user_agent.clone()));
+                    match fetch.await {
                         Ok(fetched) => guard.finish(fetched),
                         Err(NotFetched::Refused(refusal)) => {
                             // The host refuses every request right now (a cooldown in reject mode):
