@@ -329,7 +329,9 @@ echo "## Load benchmark: courtesy vs Squid and an nginx proxy, nginx origin, loo
 echo
 report_machine
 echo "- courtesy: $("$COURTESY_BIN" --version 2>/dev/null || echo '?') (release build, git $rev)"
-[[ $SQUID_CASE$SQUID_LOG_CASE == 00 ]] || echo "- squid: $(squid -v | head -n 1)"
+if [[ $SQUID_CASE == 1 || $SQUID_LOG_CASE == 1 ]]; then
+    echo "- squid: $(squid -v | head -n 1)"
+fi
 echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //')"
 [[ $BARE_CASE != 1 ]] || echo "- bare: benches/bare_proxy.rs (release), hyper $(lock_version hyper), hyper-util $(lock_version hyper-util), tokio $(lock_version tokio) multi-threaded"
 echo "- wrk: $( (wrk -v 2>&1 || true) | head -n 1 | sed 's/ Copyright.*//')"

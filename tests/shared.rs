@@ -41,22 +41,21 @@ async fn operate(courtesy: &Courtesy, method: &str, key: &str, action: &str, bod
 /// nothing for a subscriber that is not there yet, so a test that expects a hint to reach an
 /// instance waits for its subscription first (an instance subscribes just after it starts).
 async fn hints_heard_by(redis: &RedisServer, n: usize) -> bool {
-    for _ in 0..250 {
-        let channels = redis.cli(&["PUBSUB", "CHANNELS", "*hints"]);
-        if let Some(channel) = channels.lines().next().filter(|c| !c.is_empty()) {
-            let numsub = redis.cli(&["PUBSUB", "NUMSUB", channel]);
-            let listening = numsub
-                .lines()
-                .nth(1)
-                .and_then(|l| l.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            if listening >= n {
-                return true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    eventually(Duration::from_secs(5), || hint_listeners(redis) >= n).await
+}
+
+/// How many subscribers listen on the store's hints channel now (0 before the first).
+fn hint_listeners(redis: &RedisServer) -> usize {
+    let channels = redis.cli(&["PUBSUB", "CHANNELS", "*hints"]);
+    let Some(channel) = channels.lines().next().filter(|c| !c.is_empty()) else {
+        return 0;
+    };
+    let numsub = redis.cli(&["PUBSUB", "NUMSUB", channel]);
+    numsub
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse::<usize>().ok())
+        .unwrap_or(0)
 }
 
 /// Whether `/hosts/{key}` of `courtesy` comes to satisfy `test` within 2 s.
