@@ -276,7 +276,8 @@ async fn resume_lifts_a_block_pause() {
 async fn a_repeated_block_pauses_longer() {
     let origin = challenge_origin("127.0.34.61").await;
     let courtesy = Courtesy::start(&format!(
-        "{CONFIG}block_first_pause_seconds = 1\nblock_pause_seconds = 600\n"
+        // "reject": a pause this short is otherwise waited out (on_cooldown = "auto").
+        "{CONFIG}block_first_pause_seconds = 1\nblock_pause_seconds = 600\non_cooldown = \"reject\"\n"
     ))
     .await;
     let client = courtesy.client();

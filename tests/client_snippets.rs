@@ -251,7 +251,11 @@ fn the_crawlee_snippets_are_lines_of_the_crawls_the_tests_run() {
         .into_iter()
         .filter(|s| s.kind == "from")
         .collect();
-    assert_eq!(from.len(), 2, "the Node and the Python crawl");
+    assert_eq!(
+        from.len(),
+        3,
+        "the Node crawl on Crawlee's defaults, and the Node and the Python crawl of the recipe"
+    );
     for snippet in from {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(&snippet.name);
         let script =

@@ -119,7 +119,7 @@ for s in statuses:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_scrapy_crawl_that_asks_to_be_held_loses_nothing_while_a_plain_one_loses_pages() {
+async fn scrapy_loses_nothing_on_defaults_and_on_a_rejecting_host_only_when_it_asks_to_be_held() {
     // Every fourth request the origin sees is answered 429 with Retry-After: 1.
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = seen.clone();
@@ -134,8 +134,21 @@ async fn a_scrapy_crawl_that_asks_to_be_held_loses_nothing_while_a_plain_one_los
         }
     })
     .await;
-    // The host rejects on a cooldown (the default): a client that does not ask is answered at once.
-    let courtesy = Courtesy::start("[defaults]\nrate = 20\nburst = 4\nconcurrency = 4\n").await;
+    // On courtesy's defaults a plain crawl gets every page: a short window is waited out, and a
+    // page the site answered 429 is sent again after it.
+    let defaults = Courtesy::start("[defaults]\nrate = 20\nburst = 4\nconcurrency = 4\n").await;
+    let plain = scrapy_crawl(&defaults, &origin.url("/defaults/"), false).await;
+    assert_eq!(plain.len(), 16, "{plain:?}");
+    assert!(
+        plain.iter().all(|s| *s == 200),
+        "every page arrives: {plain:?}"
+    );
+    // A host set to reject: a client that asks to be held (Courtesy-On-Cooldown: hold) loses
+    // nothing...
+    let courtesy = Courtesy::start(
+        "[defaults]\nrate = 20\nburst = 4\nconcurrency = 4\non_cooldown = \"reject\"\n",
+    )
+    .await;
     let held = scrapy_crawl(&courtesy, &origin.url("/held/"), true).await;
     assert_eq!(held.len(), 16, "{held:?}");
     assert!(
@@ -146,6 +159,6 @@ async fn a_scrapy_crawl_that_asks_to_be_held_loses_nothing_while_a_plain_one_los
     assert_eq!(plain.len(), 16, "{plain:?}");
     assert!(
         plain.contains(&429),
-        "without the header Scrapy's two quick retries meet local 429s and give up: {plain:?}"
+        "...while without it Scrapy's two quick retries meet local 429s and give up: {plain:?}"
     );
 }

@@ -40,9 +40,25 @@ pub enum OnCooldown {
     Reject,
     /// Hold them, in order, until the window ends (up to `max_wait_seconds`, then the local 429).
     Hold,
+    /// Hold them through a window a client can wait for (at most `max_hold_seconds` left), and
+    /// answer a longer one at once with the local 429 (the default: a naive client loses
+    /// nothing to a short cooldown, and none hangs for an hour).
+    Auto,
 }
 
-word_enum!(OnCooldown { Reject, Hold });
+word_enum!(OnCooldown { Reject, Hold, Auto });
+
+impl OnCooldown {
+    /// Whether a request with this answer to a cooldown waits out one with `remaining` left
+    /// (`max_hold`: the host's `max_hold_seconds`), rather than getting the local 429 now.
+    pub fn holds(self, remaining: std::time::Duration, max_hold: std::time::Duration) -> bool {
+        match self {
+            OnCooldown::Reject => false,
+            OnCooldown::Hold => true,
+            OnCooldown::Auto => remaining <= max_hold,
+        }
+    }
+}
 
 /// What courtesy does with a `CONNECT` tunnel (`https`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -232,21 +232,40 @@ keys! {
         /// The longest cooldown without Retry-After.
         backoff_max: Duration = Duration::from_secs(300),
             from backoff_max_seconds: f64, Seconds { min: 0.001, max: 7.0 * 86400.0 };
-        /// What requests get while the host cools down: `"reject"` (a local 429 at once) or
-        /// `"hold"` (wait out the window).
+        /// What requests get while the host cools down: `"auto"` (wait out a short window,
+        /// a local 429 at once for a long one), `"hold"` (wait out any window) or `"reject"` (a
+        /// local 429 at once).
         ///
-        /// "reject" answers every request (new and queued) with a local 429 and Retry-After =
-        /// the time left; "hold" keeps them queued, in order, until the window ends (up to
-        /// max_wait_seconds, then the local 429).
-        on_cooldown: OnCooldown = OnCooldown::Reject, from on_cooldown: String, Word;
+        /// "auto" holds new and queued requests, in order, while the time left is at most
+        /// max_hold_seconds, so that a crawler on its own defaults loses no page to a short
+        /// cooldown, and answers a longer window with the local 429 (Retry-After = the time
+        /// left) at once, so that no client hangs; "hold" keeps them queued until any window
+        /// ends (up to max_wait_seconds, then the local 429); "reject" answers every request
+        /// with the local 429 at once. A request's own Courtesy-On-Cooldown header (the same
+        /// three words) wins over the host's.
+        on_cooldown: OnCooldown = OnCooldown::Auto, from on_cooldown: String, Word;
+        /// Under "auto", the longest cooldown a request is held through; a longer one is
+        /// answered with the local 429 at once.
+        ///
+        /// 20 s: below the shortest timeout common clients keep on their defaults
+        /// (Playwright's and Puppeteer's 30 s navigation timeout; Scrapy's is 180 s, aiohttp's
+        /// 300 s, Crawlee's 60 s), with room for the turn after the window. courtesy's own
+        /// retries (retry_idempotent) wait out a window only as long as this too.
+        max_hold: Duration = Duration::from_secs(20),
+            from max_hold_seconds: f64, Seconds { min: 0.0, max: 86400.0 };
         /// After a cooldown the rate resumes at this fraction of the rate before it, then climbs
         /// back.
         ///
         /// aimd, and hosts without adaptive; cubic resumes just below its learned limit.
         resume_factor: f64 = 0.5, from resume_factor: f64, between(0.01, 1.0);
-        /// How often courtesy itself retries a bodiless GET/HEAD/OPTIONS that got 429/503, after
-        /// the cooldown (never any other method; 0: off).
-        retry_idempotent: u32 = 0, from retry_idempotent: i64, Count { min: 0, max: 10 };
+        /// How often courtesy itself sends again a bodiless GET/HEAD/OPTIONS that got 429/503,
+        /// after the cooldown it started (never any other method; 0: off).
+        ///
+        /// Four tries in all, as a careful crawler's own retry loop makes them. A retry waits
+        /// out a window of at most max_hold_seconds (any window under "hold"); after a longer
+        /// one, or a 429/503 that is a challenge page, the origin's answer is passed on at once.
+        /// Every answer says how many sends it took (Courtesy-Tries).
+        retry_idempotent: u32 = 3, from retry_idempotent: i64, Count { min: 0, max: 10 };
     }
 }
 

@@ -46,15 +46,23 @@ keys! {
         /// parent proxy. See docs/teams.md.
         client_auth: ClientAuth = ClientAuth::Optional, from client_auth: String, Word;
         /// Client connections open at once on the proxy listener; beyond it a new connection gets
-        /// a short 503 (connection_limit_reached) and is closed.
+        /// a short 503 (connection_limit_reached) and is closed. Unset: sized from the open file
+        /// limit.
         ///
-        /// Lowered at start to fit the open file limit (courtesy raises its soft RLIMIT_NOFILE to
-        /// the hard limit; each client connection may hold an upstream one too, so it counts
-        /// twice).
-        max_connections: usize = 4096, from max_connections: i64, Count { min: 1, max: 1_000_000 };
-        /// Client connections open at once from one address, on the proxy listener.
-        max_connections_per_client: usize = 256,
-            from max_connections_per_client: i64, Count { min: 1, max: 1_000_000 };
+        /// courtesy raises its soft RLIMIT_NOFILE to the hard limit at start and logs both; unset,
+        /// this is half the descriptors left beside the admin listener's (each client connection
+        /// may hold an upstream one too), at most 16384, so that a crawler never meets it before
+        /// the machine does. A value set here is lowered at start to fit the same budget. At the
+        /// cap, the kept-alive connection idle longest is closed to make room; a fresh one, or
+        /// one a request is arriving on, never is.
+        max_connections: Option<usize> = None,
+            from max_connections: i64, Maybe(Count { min: 1, max: 1_000_000 }), example "4096";
+        /// Client connections open at once from one address, on the proxy listener. Unset: all
+        /// of max_connections when the proxy listens on loopback (a sidecar: every client is the
+        /// crawler's own), else 256 (a team's proxy: one client's share).
+        max_connections_per_client: Option<usize> = None,
+            from max_connections_per_client: i64, Maybe(Count { min: 1, max: 1_000_000 }),
+            example "256";
         /// Upstream connections open at once, to all hosts and through every parent together,
         /// idle pooled ones included.
         ///
@@ -66,6 +74,16 @@ keys! {
         /// proxy_internal_error). Lowered at start to fit the open file limit.
         max_upstream_connections: usize = 8192,
             from max_upstream_connections: i64, Count { min: 1, max: 1_000_000 };
+        /// The longest a client may take no byte of a response (or of a tunnel's or a
+        /// WebSocket's bytes) that courtesy is sending it; then its connection is closed.
+        ///
+        /// Like nginx's send_timeout: measured between two writes, so a slow reader that keeps
+        /// reading is never cut. A client that stops reading would otherwise hold its host's
+        /// concurrency slot (and one of max_in_flight) for ever; the cut frees them at once, is
+        /// counted as the client's (courtesy_client_send_timeouts_total) and is never reported to
+        /// the host as slowness.
+        send_timeout: Duration = Duration::from_secs(60),
+            from send_timeout_seconds: f64, Seconds { min: 0.1, max: 86400.0 };
         /// How long a client may take to send its first byte after connecting, and then each
         /// request's whole head, on both listeners; a connection that does not is closed.
         header_timeout: Duration = Duration::from_secs(30),
@@ -76,8 +94,8 @@ keys! {
         ///
         /// It also bounds the memory unfinished heads can hold: at most max_connections of them,
         /// each at most this size (64 KiB, as Squid's request_header_max_size, × 4096
-        /// connections = 256 MiB at the very worst). Real crawlers send 1-4 KiB; large cookies
-        /// reach 16 KiB.
+        /// connections = 256 MiB at the very worst; × 16384, the most an unset max_connections
+        /// is sized to, 1 GiB). Real crawlers send 1-4 KiB; large cookies reach 16 KiB.
         max_request_head_bytes: usize = 65536,
             from max_request_head_bytes: i64, Count { min: 8192, max: 16_777_216 };
         /// Where state that outlives a run is kept (the CA, cooldowns, the response store).

@@ -195,7 +195,7 @@ fn reads_back<T: ConfigWord + PartialEq + std::fmt::Debug + std::fmt::Display>()
 
 #[test]
 fn each_choice_has_one_word_table_with_the_file_words() {
-    assert_eq!(words::<OnCooldown>(), ["reject", "hold"]);
+    assert_eq!(words::<OnCooldown>(), ["reject", "hold", "auto"]);
     assert_eq!(words::<HttpsMode>(), ["intercept", "tunnel"]);
     assert_eq!(words::<CacheMode>(), ["off", "revalidate", "dev"]);
     assert_eq!(words::<KeyMode>(), ["host", "domain", "ip"]);
@@ -225,7 +225,7 @@ fn a_word_outside_its_table_lists_every_choice_in_file_order() {
     assert_eq!(
         err.errors,
         [
-            "test.toml:2: [defaults]: on_cooldown must be one of \"reject\", \"hold\", got \"x\"",
+            "test.toml:2: [defaults]: on_cooldown must be one of \"reject\", \"hold\", \"auto\", got \"x\"",
             "test.toml:3: [defaults]: https must be one of \"intercept\", \"tunnel\", got \"y\"",
             "test.toml:4: [defaults]: cache must be one of \"off\", \"revalidate\", \"dev\", got \"z\"",
             "test.toml:5: [defaults]: skip_resources takes \"image\", \"font\", \"script\", \

@@ -1,8 +1,11 @@
 //! Who gets a connection at all, decided before a byte is read: a client outside
 //! `allow_clients` is closed at accept; a client over `max_connections_per_client`, or any client
 //! while `max_connections` are open, gets a short 503 and a close; a connection that sends nothing
-//! within `header_timeout_seconds` is closed. The caps are kept below the process's file
-//! descriptor limit (raised to its hard limit at start), and when `accept` fails for lack of
+//! within `header_timeout_seconds` is closed. The caps are sized from the process's file
+//! descriptor limit (raised to its hard limit at start) where the config leaves them unset, and
+//! kept below it where it sets them. Closing an idle connection to make room is a last resort at
+//! a cap: only one kept alive after a request, with no byte of the next one come; never a fresh
+//! one, never one a request is arriving on. When `accept` fails for lack of
 //! descriptors all the same, one spare descriptor is given up to take the waiting connection and
 //! close it, so the listener never spins on the same failure.
 //!
@@ -12,6 +15,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,6 +78,44 @@ pub(crate) fn upstream_fit(max: usize, proxy: Caps, admin: Caps, fd_limit: Optio
     max.min(fit)
 }
 
+/// The most proxy connections courtesy sizes itself for when `max_connections` is unset: a
+/// bound on the memory unfinished heads can pin (each at most `max_request_head_bytes`).
+pub(crate) const AUTO_MAX_CONNECTIONS: usize = 16_384;
+
+/// `max_connections_per_client` when unset on a listener that is not on loopback (a team's
+/// proxy): one client's share; on loopback (a sidecar) the only clients are the crawler's own,
+/// so the share is the whole listener's.
+pub(crate) const TEAM_PER_CLIENT: usize = 256;
+
+/// The proxy listener's caps as the config sets them, `None` where it leaves them to courtesy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Asked {
+    /// `max_connections`.
+    pub(crate) total: Option<usize>,
+    /// `max_connections_per_client`.
+    pub(crate) per_client: Option<usize>,
+}
+
+/// The proxy listener's caps: what the config sets, and where it sets nothing, sized from
+/// `fd_limit` (half the descriptors left beside the admin listener's and the reserve, each
+/// proxied connection may hold an upstream one; at most [`AUTO_MAX_CONNECTIONS`]) and, per
+/// client, the whole of it on a `loopback` listener or [`TEAM_PER_CLIENT`] elsewhere.
+pub(crate) fn proxy_caps(asked: Asked, admin: Caps, fd_limit: Option<u64>, loopback: bool) -> Caps {
+    let total = asked.total.unwrap_or_else(|| match fd_limit {
+        Some(limit) => {
+            let room = limit.saturating_sub(RESERVED_FDS) as usize;
+            (room.saturating_sub(admin.total) / 2).clamp(1, AUTO_MAX_CONNECTIONS)
+        }
+        None => 4096,
+    });
+    let per_client = asked.per_client.unwrap_or(if loopback {
+        total
+    } else {
+        TEAM_PER_CLIENT.min(total)
+    });
+    Caps { total, per_client }
+}
+
 /// The caps of the proxy and admin listeners, lowered to fit `fd_limit` (each proxied
 /// connection may hold an upstream connection too, so it counts twice).
 pub(crate) fn fit_to_fd_limit(proxy: Caps, admin: Caps, fd_limit: Option<u64>) -> (Caps, Caps) {
@@ -113,9 +155,9 @@ pub(crate) enum Refused {
 }
 
 /// The open connections of one listener, counted against its caps. Each is idle (kept alive
-/// between requests, or accepted and silent so far) or carrying requests; at a cap the one idle
-/// longest is closed to make room (an idle connection may be closed at any time, RFC 9112 9.6),
-/// and the new one is refused only when none is idle.
+/// between requests, or accepted and silent so far), receiving a request, or carrying requests;
+/// at a cap the kept-alive one idle longest is closed to make room (an idle connection may be
+/// closed at any time, RFC 9112 9.6), and the new one is refused when none is.
 #[derive(Debug)]
 pub(crate) struct Gate {
     caps: Caps,
@@ -129,8 +171,10 @@ struct Open {
     conns: HashMap<u64, Conn>,
     /// Connections counted per client address.
     per_client: HashMap<IpAddr, usize>,
-    /// The idle connections, first those that carried a request then fresh ones, each by when
-    /// they became idle (a sequence number), then id.
+    /// The idle connections that may be closed to make room: kept alive after a request, no
+    /// byte of the next one come yet; by when they became idle (a sequence number), then id.
+    /// A fresh connection that has carried no request is never among them: its client may be
+    /// about to send on it, and no client retries a request on a connection it just opened.
     idle: BTreeSet<IdleKey>,
     /// The idle connections of each client, the same way.
     idle_per_client: HashMap<IpAddr, BTreeSet<IdleKey>>,
@@ -138,8 +182,8 @@ struct Open {
     next: u64,
 }
 
-/// An idle connection's place in the order of eviction: (never carried a request, idle since, id).
-type IdleKey = (bool, u64, u64);
+/// An idle connection's place in the order of eviction: (idle since, id).
+type IdleKey = (u64, u64);
 
 /// One counted connection.
 #[derive(Debug)]
@@ -147,10 +191,12 @@ struct Conn {
     ip: IpAddr,
     /// Requests (or a CONNECT tunnel) it carries now.
     busy: usize,
-    /// Whether it has carried a request: a fresh connection that has not is closed only when no
-    /// kept-alive one is idle (its client may be about to send on it and would not retry, while
-    /// clients expect a kept-alive connection to close and retry on a new one).
+    /// Whether it has carried a request: a fresh connection that has not is never closed to
+    /// make room (its client may be about to send on it and would not retry, while clients
+    /// expect a kept-alive connection to close and retry on a new one).
     used: bool,
+    /// Bytes of a request have come since it became idle: it is in use, not closed to make room.
+    heard: bool,
     /// When it became idle (a sequence number); meaningful while `busy` is 0.
     idle_since: u64,
     /// Cancelled to ask the connection to close (it was idle longest at a cap).
@@ -169,7 +215,11 @@ impl Open {
             return;
         };
         conn.idle_since = seq;
-        let key = (!conn.used, seq, id);
+        conn.heard = false;
+        if !conn.used {
+            return;
+        }
+        let key = (seq, id);
         self.idle.insert(key);
         self.idle_per_client.entry(conn.ip).or_default().insert(key);
     }
@@ -178,7 +228,7 @@ impl Open {
         let Some(conn) = self.conns.get(&id) else {
             return;
         };
-        let key = (!conn.used, conn.idle_since, id);
+        let key = (conn.idle_since, id);
         self.idle.remove(&key);
         if let Some(set) = self.idle_per_client.get_mut(&conn.ip) {
             set.remove(&key);
@@ -210,7 +260,7 @@ impl Open {
                 .and_then(|set| set.first().copied()),
             None => self.idle.first().copied(),
         };
-        let Some((_, _, id)) = oldest else {
+        let Some((_, id)) = oldest else {
             return false;
         };
         if let Some(close) = self.forget(id) {
@@ -227,6 +277,9 @@ pub(crate) struct Slot {
     gate: Arc<Gate>,
     id: u64,
     close: CancellationToken,
+    /// Whether the connection is idle now (mirrors the gate's books, so that the first bytes of
+    /// a request take the gate's lock once, not every read).
+    idle: AtomicBool,
 }
 
 /// A request (or a CONNECT tunnel) carried by a connection: the connection is not idle, so not
@@ -267,6 +320,7 @@ impl Gate {
                 ip,
                 busy: 0,
                 used: false,
+                heard: false,
                 idle_since: 0,
                 close: close.clone(),
             },
@@ -277,6 +331,7 @@ impl Gate {
             gate: self.clone(),
             id,
             close,
+            idle: AtomicBool::new(true),
         })
     }
 
@@ -293,17 +348,38 @@ impl Slot {
         self.close.clone().cancelled_owned()
     }
 
+    /// Bytes came from the client: while the connection was idle, they are the start of a
+    /// request, so it is not closed to make room until it is idle again.
+    pub(crate) fn heard(&self) {
+        if !self.idle.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let mut open = locks::lock(&self.gate.open);
+        let quiet = open
+            .conns
+            .get(&self.id)
+            .is_some_and(|conn| conn.busy == 0 && !conn.heard);
+        if quiet {
+            open.unset_idle(self.id);
+            if let Some(conn) = open.conns.get_mut(&self.id) {
+                conn.heard = true;
+            }
+        }
+    }
+
     /// Marks the connection as carrying a request until the returned guard drops.
     pub(crate) fn carrying(self: &Arc<Self>) -> Busy {
+        self.idle.store(false, Ordering::Release);
         let mut open = locks::lock(&self.gate.open);
         if let Some(conn) = open.conns.get(&self.id) {
-            if conn.busy == 0 {
+            if conn.busy == 0 && !conn.heard {
                 open.unset_idle(self.id);
             }
         }
         if let Some(conn) = open.conns.get_mut(&self.id) {
             conn.busy += 1;
             conn.used = true;
+            conn.heard = false;
         }
         Busy { slot: self.clone() }
     }
@@ -322,6 +398,7 @@ impl Drop for Busy {
         };
         if now_idle {
             open.set_idle(id);
+            self.slot.idle.store(true, Ordering::Release);
         }
     }
 }
@@ -533,7 +610,7 @@ mod tests {
     }
 
     #[test]
-    fn at_the_per_client_cap_the_longest_idle_connection_makes_room() {
+    fn at_the_per_client_cap_the_longest_idle_kept_alive_connection_makes_room() {
         let gate = Gate::new(Caps {
             total: 100,
             per_client: 3,
@@ -554,38 +631,47 @@ mod tests {
         // Dropping the evicted slot later does not give its place back twice.
         drop(older);
         assert_eq!(gate.open(), 3);
-        // Kept-alive ones go before a fresh one that never carried a request.
-        let fifth = admitted(&gate, "127.0.0.1");
-        assert!(is_evicted(&newer) && !is_evicted(&fresh));
-        // Then the fresh one; then, with every one carrying a request, a refusal.
-        let (_c4, _c5) = (fourth.carrying(), fifth.carrying());
-        let sixth = admitted(&gate, "127.0.0.1");
-        assert!(is_evicted(&fresh));
-        let _c6 = sixth.carrying();
+        // The first bytes of a request on `newer` make it in use: not closed for a new one.
+        newer.heard();
         assert_eq!(
             gate.let_in("127.0.0.1".parse().unwrap()).unwrap_err(),
             Refused::PerClient(3)
         );
+        assert!(!is_evicted(&newer));
+        // Its request answered, it is idle again, and may make room.
+        drop(newer.carrying());
+        let fifth = admitted(&gate, "127.0.0.1");
+        assert!(is_evicted(&newer));
+        // A fresh connection that never carried a request is never closed for another: with
+        // the rest busy, the next one is refused.
+        let (_c4, _c5) = (fourth.carrying(), fifth.carrying());
+        assert_eq!(
+            gate.let_in("127.0.0.1".parse().unwrap()).unwrap_err(),
+            Refused::PerClient(3)
+        );
+        assert!(!is_evicted(&fresh));
         // Another client is not touched by this one's cap.
         assert!(gate.let_in("127.0.0.2".parse().unwrap()).is_ok());
     }
 
     #[test]
-    fn at_the_total_cap_anyones_idle_connection_makes_room() {
+    fn at_the_total_cap_anyones_idle_kept_alive_connection_makes_room() {
         let gate = Gate::new(Caps {
             total: 2,
             per_client: 2,
         });
         let a = admitted(&gate, "127.0.0.1");
+        drop(a.carrying());
         let b = admitted(&gate, "127.0.0.2");
         let _busy = b.carrying();
         let c = admitted(&gate, "127.0.0.3");
         assert!(is_evicted(&a) && !is_evicted(&b));
-        let _busy_too = c.carrying();
+        // `c` is fresh: kept, and the next one refused.
         assert_eq!(
             gate.let_in("127.0.0.4".parse().unwrap()).unwrap_err(),
             Refused::Total(2)
         );
+        assert!(!is_evicted(&c));
     }
 
     #[test]
@@ -595,6 +681,41 @@ mod tests {
         }
         assert!(!is_local_exhaustion(&io::Error::from_raw_os_error(111)));
         assert!(!is_local_exhaustion(&io::Error::other("x")));
+    }
+
+    #[test]
+    fn unset_caps_are_sized_from_the_fd_limit_and_a_sidecar_has_one_client() {
+        let admin = Caps {
+            total: 64,
+            per_client: 16,
+        };
+        let unset = Asked {
+            total: None,
+            per_client: None,
+        };
+        let sidecar = proxy_caps(unset, admin, Some(20_000), true);
+        assert_eq!(sidecar.total, (20_000 - RESERVED_FDS as usize - 64) / 2);
+        assert_eq!(sidecar.per_client, sidecar.total);
+        let team = proxy_caps(unset, admin, Some(20_000), false);
+        assert_eq!(
+            (team.total, team.per_client),
+            (sidecar.total, TEAM_PER_CLIENT)
+        );
+        // A huge limit is bounded; a tiny one still admits a connection.
+        assert_eq!(
+            proxy_caps(unset, admin, Some(10_000_000), true).total,
+            AUTO_MAX_CONNECTIONS
+        );
+        assert_eq!(proxy_caps(unset, admin, Some(100), false).per_client, 1);
+        // What the config sets is kept as it is (then fitted like any other).
+        let set = Asked {
+            total: Some(300),
+            per_client: Some(7),
+        };
+        let caps = proxy_caps(set, admin, Some(20_000), true);
+        assert_eq!((caps.total, caps.per_client), (300, 7));
+        let (fitted, _) = fit_to_fd_limit(sidecar, admin, Some(20_000));
+        assert_eq!(fitted, sidecar, "the sized caps fit as they are");
     }
 
     #[test]

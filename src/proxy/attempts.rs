@@ -34,10 +34,14 @@ pub(super) struct Attempts {
     replay: Option<Replay>,
     /// courtesy's own retries after a 429/503 so far (`retry_idempotent`).
     pub(super) attempt: u32,
+    /// Sends to the origin so far, every resend included (`Courtesy-Tries`).
+    pub(super) tries: u32,
     /// The request was already sent again after a stale pooled connection: that is done once.
     pub(super) fresh_retry: bool,
     /// The client's (or the CONNECT's) `Courtesy-On-Cooldown`, for the client's own send.
     asked: Option<OnCooldown>,
+    /// The host's `on_cooldown`, for courtesy's resends when the client named none.
+    host_answer: OnCooldown,
     /// What would have refused a report-only host's request, reported with its first turn.
     shadow_refused: Option<ShadowReason>,
     /// The request's job, as the host's queue sees it (`None`: "anonymous").
@@ -86,8 +90,10 @@ impl Attempts {
             first: Some(Request::from_parts(parts, UpstreamBody::Client(body))),
             replay,
             attempt: 0,
+            tries: 0,
             fresh_retry: false,
             asked: asked.on_cooldown,
+            host_answer: OnCooldown::Auto,
             shadow_refused,
             job: None,
             job_state: None,
@@ -106,6 +112,24 @@ impl Attempts {
     pub(super) fn upgrading(mut self, upgrade: Option<ClientUpgrade>) -> Self {
         self.upgrade = upgrade;
         self
+    }
+
+    /// The attempts of a request to a host whose `on_cooldown` is `answer` (what courtesy's
+    /// resends wait out when the client named nothing).
+    pub(super) fn held_as(mut self, answer: OnCooldown) -> Self {
+        self.host_answer = answer;
+        self
+    }
+
+    /// How courtesy's own resends answer a cooldown: held through any window where the
+    /// request (or its host) holds, else through a short one only (`max_hold_seconds`), even
+    /// where the client's own send would have been refused at once: a resend is there to wait
+    /// out a window, and an answer the client would get after a long one is the origin's own.
+    fn resend_answer(&self) -> OnCooldown {
+        match self.asked.unwrap_or(self.host_answer) {
+            OnCooldown::Hold => OnCooldown::Hold,
+            OnCooldown::Reject | OnCooldown::Auto => OnCooldown::Auto,
+        }
     }
 
     /// The attempts of a request of `caller`'s job, holding its place in the job's quota.
@@ -172,26 +196,20 @@ impl Attempts {
         }
     }
 
-    /// How the next turn is asked for. The client's cooldown choice is for its own send; courtesy's
-    /// resends hold through a cooldown (a retry after a 429/503 is there to wait it out).
+    /// How the next turn is asked for. The client's cooldown choice is for its own send;
+    /// courtesy's resends wait out a cooldown as [`Attempts::resend_answer`] says (a retry after
+    /// a 429/503 is there to wait it out).
     pub(super) fn admission<'a>(&mut self, budget: &'a BudgetKey) -> Admission<'a> {
         let admission = match &self.job {
             Some(job) => Admission::of(budget).job(job.clone(), self.priority),
             None => Admission::of(budget),
         };
         admission
-            .on_cooldown(
-                if self.attempt > 0
-                    || self.fresh_retry
-                    || self.challenge_retry
-                    || self.stream_retry
-                    || self.h1_retry
-                {
-                    Some(OnCooldown::Hold)
-                } else {
-                    self.asked
-                },
-            )
+            .on_cooldown(if self.tries > 0 {
+                Some(self.resend_answer())
+            } else {
+                self.asked
+            })
             .refused(self.shadow_refused.take())
     }
 
@@ -204,6 +222,7 @@ impl Attempts {
 
     /// The request to send now: the client's the first time, a rebuilt one after that.
     pub(super) fn next_request(&mut self) -> Result<Request<UpstreamBody>, Failure> {
+        self.tries += 1;
         match (self.first.take(), &self.replay) {
             (Some(request), _) => Ok(request),
             (None, Some(replay)) => Ok(replay.request()),
@@ -240,14 +259,24 @@ impl Attempts {
         resend
     }
 
-    /// Whether courtesy retries after the origin answered `status` (counting the retry if so).
-    pub(super) fn retry_after(&mut self, status: u16, policy: &HostPolicy) -> bool {
+    /// Whether courtesy retries after the origin answered `status` (counting the retry if so),
+    /// with `cooldown_left` of the window the answer started: only through a window the retry
+    /// would be held through, so that the client never waits longer for the origin's answer
+    /// than it would for courtesy's own 429.
+    pub(super) fn retry_after(
+        &mut self,
+        status: u16,
+        policy: &HostPolicy,
+        cooldown_left: Option<std::time::Duration>,
+    ) -> bool {
         // A report-only host gets no retries of courtesy's own: they could not wait out the
         // cooldown, and report-only never adds a request.
+        let left = cooldown_left.unwrap_or_default();
         let retry = self.replay.is_some()
             && policy.scope.enforce
             && self.attempt < policy.cooldown.retry_idempotent
-            && matches!(status, 429 | 503);
+            && matches!(status, 429 | 503)
+            && self.resend_answer().holds(left, policy.cooldown.max_hold);
         if retry {
             self.attempt += 1;
         }

@@ -51,6 +51,14 @@ pub enum ProxyBody {
     },
     /// A small body made by courtesy.
     Local(Option<Bytes>),
+    /// Bytes courtesy read ahead of a body (to see whether a 429 or 503 was a challenge page
+    /// before sending the request again), then the rest of it.
+    Prefixed {
+        /// What was read ahead, sent first.
+        first: Option<Bytes>,
+        /// The rest of the body.
+        rest: Box<ProxyBody>,
+    },
 }
 
 impl ProxyBody {
@@ -156,6 +164,10 @@ impl Body for ProxyBody {
                 polled
             }
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            ProxyBody::Prefixed { first, rest } => match first.take() {
+                Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                None => Pin::new(rest.as_mut()).poll_frame(cx),
+            },
         }
     }
 
@@ -163,6 +175,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream { body, .. } => body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
+            ProxyBody::Prefixed { first, rest } => first.is_none() && rest.is_end_stream(),
         }
     }
 
@@ -171,6 +184,16 @@ impl Body for ProxyBody {
             ProxyBody::Upstream { body, .. } => body.size_hint(),
             ProxyBody::Local(data) => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            ProxyBody::Prefixed { first, rest } => {
+                let ahead = first.as_ref().map_or(0, |d| d.len() as u64);
+                let rest = rest.size_hint();
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower().saturating_add(ahead));
+                if let Some(upper) = rest.upper() {
+                    hint.set_upper(upper.saturating_add(ahead));
+                }
+                hint
             }
         }
     }

@@ -120,8 +120,8 @@ impl Proxy {
         self.finish(response, trail)
     }
 
-    /// The answer to a forwarded request as the client gets it: its trace ended, courtesy's
-    /// `Server-Timing` entries added.
+    /// The answer to a forwarded request as the client gets it: its trace ended, how many sends
+    /// it took (`Courtesy-Tries`) and courtesy's `Server-Timing` entries added.
     fn finish(&self, response: Response<ProxyBody>, trail: Trail) -> Response<ProxyBody> {
         if let Some(trace) = &trail.trace {
             // Made by courtesy: its own Proxy-Status member (an origin behind another proxy
@@ -133,6 +133,10 @@ impl Proxy {
             let held = (trail.held.wait(), trail.held.reason());
             trace.finish(response.status().as_u16(), local, held);
         }
+        let mut response = response;
+        response
+            .headers_mut()
+            .insert(timing::TRIES, timing::tries_value(trail.tries));
         self.with_timing(response, &trail.held)
     }
 
@@ -233,6 +237,7 @@ impl Proxy {
         let attempts = Attempts::new(parts, body, replayable, asked, shadow_refused)
             .of_job(&asking.caller, ticket)
             .signed_with(signing)
+            .held_as(host_policy.cooldown.on_cooldown)
             .upgrading(upgrade);
         let mut outcome = self
             .send_until_answered(&budget, attempts, cache_use.as_ref(), trail)
@@ -336,6 +341,7 @@ impl Proxy {
         loop {
             let attempted = self.attempt(budget, &mut attempts, cache_use, trail);
             if let ControlFlow::Break(outcome) = attempted.await {
+                trail.tries = attempts.tries;
                 return outcome;
             }
         }
@@ -517,21 +523,38 @@ impl Proxy {
             attempt = attempts.attempt,
             "upstream response"
         );
-        if attempts.retry_after(status, &policy) {
-            info!(
-                attempt = attempts.attempt,
-                "retrying after the cooldown (retry_idempotent)"
-            );
-            return ControlFlow::Continue(());
+        let mut response = exchanged.response;
+        let mut ahead = None;
+        if attempts.retry_after(status, &policy, permit.cooldown_left()) {
+            match self.block_before_resend(response, &permit, &policy).await {
+                None => {
+                    info!(
+                        attempt = attempts.attempt,
+                        "retrying after the cooldown (retry_idempotent)"
+                    );
+                    return ControlFlow::Continue(());
+                }
+                Some(block) => {
+                    response = block.response;
+                    ahead = Some(block.ahead).filter(|a| !a.is_empty());
+                }
+            }
         }
         let held = (permit, exchanged.idle);
-        if upgrade::switches(&exchanged.response) {
+        if upgrade::switches(&response) {
             if let Some(client) = attempts.upgrade.take() {
-                let response = self.join(exchanged.response, client, held);
+                let response = self.join(response, client, held);
                 return ControlFlow::Break((response, None));
             }
         }
-        let response = self.finish_response(exchanged.response, held, &policy, cache_use);
+        let response = self.finish_response(response, held, &policy, cache_use);
+        let response = match ahead {
+            Some(first) => response.map(|rest| ProxyBody::Prefixed {
+                first: Some(first),
+                rest: Box::new(rest),
+            }),
+            None => response,
+        };
         ControlFlow::Break((response, None))
     }
 

@@ -7,9 +7,9 @@ use http::{HeaderMap, Version};
 
 use super::failure::Failure;
 use super::timing::SERVER_TIMING;
-use crate::config::OnCooldown;
+use crate::config::{ConfigWord as _, OnCooldown};
 
-/// A client's own answer to a cooldown for this request (`hold` or `reject`), overriding the
+/// A client's own answer to a cooldown for this request (`auto`, `hold` or `reject`), overriding the
 /// host's `on_cooldown`. Never forwarded.
 pub(super) const ON_COOLDOWN_HEADER: &str = "courtesy-on-cooldown";
 
@@ -17,7 +17,7 @@ pub(super) const ON_COOLDOWN_HEADER: &str = "courtesy-on-cooldown";
 const ON_COOLDOWN: HeaderName = HeaderName::from_static(ON_COOLDOWN_HEADER);
 
 /// Takes `Courtesy-On-Cooldown` out of the headers: the request's own choice, `None` without one,
-/// or a 400 for a value other than `hold` or `reject`.
+/// or a 400 for a value other than `auto`, `hold` or `reject`.
 pub(crate) fn own_cooldown_choice(headers: &mut HeaderMap) -> Result<Option<OnCooldown>, Failure> {
     let values: Vec<HeaderValue> = headers.get_all(&ON_COOLDOWN).iter().cloned().collect();
     if values.is_empty() {
@@ -27,19 +27,15 @@ pub(crate) fn own_cooldown_choice(headers: &mut HeaderMap) -> Result<Option<OnCo
     let mut choice = None;
     for value in &values {
         let word = value.to_str().unwrap_or("").trim().to_ascii_lowercase();
-        let this = match word.as_str() {
-            "hold" => OnCooldown::Hold,
-            "reject" => OnCooldown::Reject,
-            _ => {
-                return Err(Failure::bad_request(format!(
-                    "Courtesy-On-Cooldown must be \"hold\" or \"reject\", got {value:?}"
-                )))
-            }
+        let Some(this) = OnCooldown::from_word(&word) else {
+            return Err(Failure::bad_request(format!(
+                "Courtesy-On-Cooldown must be \"auto\", \"hold\" or \"reject\", got {value:?}"
+            )));
         };
-        if choice.is_some_and(|c| c != this) {
-            return Err(Failure::bad_request(
-                "Courtesy-On-Cooldown says both \"hold\" and \"reject\"".to_string(),
-            ));
+        if let Some(before) = choice.filter(|c| *c != this) {
+            return Err(Failure::bad_request(format!(
+                "Courtesy-On-Cooldown says both \"{before}\" and \"{this}\""
+            )));
         }
         choice = Some(this);
     }

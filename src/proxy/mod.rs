@@ -9,6 +9,7 @@
 //! | `forward.rs` | one forwarded request, top to bottom, with courtesy's own retries |
 //! | `attempts.rs` | a forwarded request's sends: the client's, then rebuilt ones for resends and retries |
 //! | `exchange.rs` | the one paced send: send under a permit, report the answer, count, log |
+//! | `before_resend.rs` | before a retry of a 429/503: whether the answer was a challenge page (never retried) |
 //! | `connect.rs` | CONNECT: interception, plain HTTP inside, blind tunnels, dialing |
 //! | `sniff.rs` | telling TLS from HTTP by a tunnel's first bytes, and replaying them |
 //! | `target.rs` | where a request goes: host, port, authority, `Host` header |
@@ -33,6 +34,7 @@
 //! request may leave (`crate::budget::limiter`).
 
 mod attempts;
+mod before_resend;
 mod blocked;
 pub(crate) mod body;
 pub(crate) mod cache;

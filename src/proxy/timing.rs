@@ -36,6 +36,40 @@ pub(crate) struct Trail {
     pub(crate) held: Held,
     /// Its spans.
     pub(crate) trace: Option<Arc<RequestTrace>>,
+    /// How many times it was sent to the origin, courtesy's own resends included
+    /// (`Courtesy-Tries`; 0: answered by courtesy before any send).
+    pub(crate) tries: u32,
+}
+
+/// The header that tells a client how many sends to the origin its answer took.
+pub(crate) const TRIES: HeaderName = HeaderName::from_static("courtesy-tries");
+
+/// `Courtesy-Tries: n`, made at compile time for every count courtesy can reach (one send and at
+/// most 10 retries of `retry_idempotent`, a signed resend, a resend on a fresh connection and
+/// one over HTTP/1.1).
+pub(crate) fn tries_value(tries: u32) -> HeaderValue {
+    const VALUES: [HeaderValue; 16] = [
+        HeaderValue::from_static("0"),
+        HeaderValue::from_static("1"),
+        HeaderValue::from_static("2"),
+        HeaderValue::from_static("3"),
+        HeaderValue::from_static("4"),
+        HeaderValue::from_static("5"),
+        HeaderValue::from_static("6"),
+        HeaderValue::from_static("7"),
+        HeaderValue::from_static("8"),
+        HeaderValue::from_static("9"),
+        HeaderValue::from_static("10"),
+        HeaderValue::from_static("11"),
+        HeaderValue::from_static("12"),
+        HeaderValue::from_static("13"),
+        HeaderValue::from_static("14"),
+        HeaderValue::from_static("15"),
+    ];
+    match VALUES.get(tries as usize) {
+        Some(value) => value.clone(),
+        None => HeaderValue::from(tries),
+    }
 }
 
 /// How long courtesy held one request, why, and how long the origin took.

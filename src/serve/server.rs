@@ -26,6 +26,7 @@ use crate::admin::Admin;
 use crate::budget::keys::Keyer;
 use crate::budget::limiter::Limiter;
 use crate::config::{Config, LiveConfig};
+use crate::front::client_io::ClientIo;
 use crate::front::connections::Connections;
 use crate::front::gate::{self, Caps, Gate, Slot, Spare};
 use crate::observe::metrics::Metrics;
@@ -104,6 +105,8 @@ struct Parts {
     http: auto::Builder<TokioExecutor>,
     /// `header_timeout_seconds`: how long a new connection may stay silent.
     header_timeout: Duration,
+    /// `send_timeout_seconds`: how long a client may take no byte courtesy sends it.
+    send_timeout: Duration,
     /// The state saver, the sweeper, the store's tasks.
     background: Background,
     /// The trace exporter, flushed last.
@@ -146,7 +149,7 @@ impl Parts {
         let admin_addr = listeners.admin.local_addr()?;
         check_addresses(&config, proxy_addr, admin_addr)?;
         let mut config = config;
-        let (proxy_caps, admin_caps) = fit_to_descriptors(&mut config);
+        let (proxy_caps, admin_caps) = fit_to_descriptors(&mut config, proxy_addr);
         if crate::util::files::tighten_dir(&config.proxy.state_dir)? {
             warn!(dir = %config.proxy.state_dir.display(), "the state directory was open to others; made it 0700");
         }
@@ -223,6 +226,7 @@ impl Parts {
                 config.proxy.max_request_head_bytes,
             ),
             header_timeout: config.proxy.header_timeout,
+            send_timeout: config.proxy.send_timeout,
             background,
             telemetry,
             hangups: hangup_signals(),
@@ -267,6 +271,7 @@ impl Parts {
         let proxy = self.proxy.clone();
         let slot = Arc::new(slot);
         let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
+        let watched = slot.clone();
         let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             // A CONNECT tunnel keeps the connection's place for its life.
             req.extensions_mut().insert(slot.clone());
@@ -276,19 +281,23 @@ impl Parts {
             // section 11); a box moves as a pointer.
             gate::carry(&slot, Box::pin(proxy.clone().serve(req, peer)))
         });
-        let (http, tasks, header_timeout) = (
+        let (http, tasks, header_timeout, send_timeout) = (
             self.http.clone(),
             self.connections.clone(),
             self.header_timeout,
+            self.send_timeout,
         );
         self.connections.spawn(async move {
             if !gate::first_byte(&stream, header_timeout, tasks.stopping(), evicted).await {
                 debug!(client = %peer, "closed before its first byte: header_timeout_seconds, or its place was needed");
                 return;
             }
+            // A client that takes no byte for send_timeout_seconds is cut; the first bytes of a
+            // request keep the connection from being closed to make room.
+            let io = ClientIo::new(stream, send_timeout, Some(watched));
             // hyper's own answer to a head it cannot parse gets its Proxy-Status here.
             let conn = http
-                .serve_connection_with_upgrades(TokioIo::new(ParseRefusals::new(stream)), service)
+                .serve_connection_with_upgrades(TokioIo::new(ParseRefusals::new(io)), service)
                 .into_owned();
             if let Err(e) = tasks.serve_until(conn, evicted_later).await {
                 debug!(client = %peer, "client connection ended: {e}");
@@ -303,18 +312,21 @@ impl Parts {
         let admin = self.admin.clone();
         let slot = Arc::new(slot);
         let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
+        let watched = slot.clone();
         let service = service_fn(move |req| gate::carry(&slot, admin.clone().serve(req, peer)));
-        let (http, tasks, header_timeout) = (
+        let (http, tasks, header_timeout, send_timeout) = (
             self.http.clone(),
             self.connections.clone(),
             self.header_timeout,
+            self.send_timeout,
         );
         self.connections.spawn(async move {
             if !gate::first_byte(&stream, header_timeout, tasks.stopping(), evicted).await {
                 return;
             }
+            let io = ClientIo::new(stream, send_timeout, Some(watched));
             let conn = http
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(io), service)
                 .into_owned();
             if let Err(e) = tasks.serve_until(conn, evicted_later).await {
                 debug!(client = %peer, "admin connection ended: {e}");
@@ -428,18 +440,24 @@ fn check_addresses(
 
 /// Raises the open file limit and fits under it the caps of both ports (returned: proxy, admin)
 /// and `max_upstream_connections` (lowered in `config`).
-fn fit_to_descriptors(config: &mut Config) -> (Caps, Caps) {
+fn fit_to_descriptors(config: &mut Config, proxy_addr: SocketAddr) -> (Caps, Caps) {
     let fd_limit = gate::raise_fd_limit();
-    let (proxy_caps, admin_caps) = gate::fit_to_fd_limit(
-        Caps {
-            total: config.proxy.max_connections,
-            per_client: config.proxy.max_connections_per_client,
-        },
-        Caps {
-            total: config.admin.max_connections,
-            per_client: config.admin.max_connections_per_client,
-        },
-        fd_limit,
+    let admin = Caps {
+        total: config.admin.max_connections,
+        per_client: config.admin.max_connections_per_client,
+    };
+    let asked = gate::Asked {
+        total: config.proxy.max_connections,
+        per_client: config.proxy.max_connections_per_client,
+    };
+    let loopback = proxy_addr.ip().is_loopback();
+    let proxy = gate::proxy_caps(asked, admin, fd_limit, loopback);
+    let (proxy_caps, admin_caps) = gate::fit_to_fd_limit(proxy, admin, fd_limit);
+    info!(
+        fd_limit = fd_limit.unwrap_or(0),
+        max_connections = proxy_caps.total,
+        max_connections_per_client = proxy_caps.per_client,
+        "connection caps"
     );
     config.proxy.max_upstream_connections = gate::upstream_fit(
         config.proxy.max_upstream_connections,

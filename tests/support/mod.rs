@@ -19,6 +19,8 @@
 //! - [`parent`]: real parent proxies (Squid, microsocks) for `upstream_proxy`;
 //! - [`tls`]: the test CA and client TLS configs;
 //! - [`temp`]: fresh temporary directories;
+//! - [`throttled_site`]: a linked site with its own 429 limiter and robots.txt, and the checks
+//!   that a crawl got every page while the site kept its budget;
 //! - [`wait`]: bounded waits for what happens elsewhere.
 //!
 //! A test file says `mod support;` and `use support::*;`: every helper is re-exported here.
@@ -39,6 +41,7 @@ mod real_clients;
 mod redis;
 mod redis_topology;
 mod temp;
+mod throttled_site;
 mod tls;
 mod wait;
 
@@ -63,6 +66,10 @@ pub use self::{
     redis::RedisServer,
     redis_topology::{cli_at, RedisCluster, RedisSentinels, TlsRedis},
     temp::temp_dir,
+    throttled_site::{
+        assert_every_page_once_and_the_site_kept, path_of, site_page, throttled_site, SiteLimits,
+        SiteShape,
+    },
     tls::{client_tls_trusting, TestCa},
     wait::eventually,
 };

@@ -57,8 +57,9 @@ impl<'a> Admission<'a> {
     }
 
     /// This request's own answer to a cooldown instead of the host's `on_cooldown` (`None`: the
-    /// host's): `Hold` waits it out (courtesy's own retries do, and clients that send
-    /// `Courtesy-On-Cooldown: hold`), `Reject` is answered at once.
+    /// host's): `Hold` waits it out (clients that send `Courtesy-On-Cooldown: hold`), `Auto`
+    /// waits out a window of at most the host's `max_hold_seconds` (courtesy's own retries do),
+    /// `Reject` is answered at once.
     pub fn on_cooldown(mut self, on_cooldown: Option<OnCooldown>) -> Self {
         self.on_cooldown = on_cooldown;
         self
@@ -147,13 +148,15 @@ impl Limiter {
                 let permit = Permit::new(entry, self, None, Paced::AtOnce);
                 return TryNow::Now(permit.with_shadow(verdict));
             }
-            let answer = request
-                .on_cooldown
-                .unwrap_or(state.policy().cooldown.on_cooldown);
+            let cooldown = &state.policy().cooldown;
+            let (answer, max_hold) = (
+                request.on_cooldown.unwrap_or(cooldown.on_cooldown),
+                cooldown.max_hold,
+            );
             if let Some(c) = state
                 .pacing()
                 .block(now)
-                .filter(|_| answer == OnCooldown::Reject)
+                .filter(|c| !answer.holds(c.until.saturating_duration_since(now), max_hold))
             {
                 let refusal = Refusal::CoolingDown {
                     remaining: c.until.saturating_duration_since(now),

@@ -384,6 +384,17 @@ impl Permit {
         self.host.lock().pacing().effective_rate(Instant::now())
     }
 
+    /// How long the host's cooldown or pause has left now (`None`: it takes requests), so
+    /// that a retry of courtesy's own is tried only through a window it would be held through.
+    pub fn cooldown_left(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let state = self.host.lock();
+        state
+            .pacing()
+            .block(now)
+            .map(|c| c.until.saturating_duration_since(now))
+    }
+
     /// The HTTP version this permit's host answers over, or its fallback to HTTP/1.1.
     pub fn upstream_protocol(&self) -> super::UpstreamProtocol {
         self.host.lock().stats().protocol()

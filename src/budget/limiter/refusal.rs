@@ -7,7 +7,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::host::{HostState, Waiter};
-use crate::config::OnCooldown;
 use crate::pacing::policy::{CooldownCause, WaitReason};
 
 /// Why a request was not given a turn. Each becomes a locally made response.
@@ -64,20 +63,22 @@ impl Refusal {
     }
 }
 
-/// With a cooldown or pause in force, takes every queued request that rejects on a cooldown (its
-/// own `Courtesy-On-Cooldown`, else the host's `on_cooldown`) out with its refusal (to be sent
-/// after the lock is released).
+/// With a cooldown or pause in force, takes every queued request that is not held through it
+/// (its own `Courtesy-On-Cooldown`, else the host's `on_cooldown`, against the time left and
+/// `max_hold_seconds`) out with its refusal (to be sent after the lock is released).
 pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, Refusal)> {
-    let policy = state.policy().cooldown.on_cooldown;
-    let rejects = |w: &Waiter| w.on_cooldown.unwrap_or(policy) == OnCooldown::Reject;
-    if !state.queue().iter().any(rejects) {
-        return Vec::new();
-    }
     let Some(c) = state.pacing().block(now) else {
         return Vec::new();
     };
+    let remaining = c.until.saturating_duration_since(now);
+    let cooldown = &state.policy().cooldown;
+    let (policy, max_hold) = (cooldown.on_cooldown, cooldown.max_hold);
+    let rejects = |w: &Waiter| !w.on_cooldown.unwrap_or(policy).holds(remaining, max_hold);
+    if !state.queue().iter().any(rejects) {
+        return Vec::new();
+    }
     let refusal = Refusal::CoolingDown {
-        remaining: c.until.saturating_duration_since(now),
+        remaining,
         cause: c.cause,
     };
     // Those that asked to be held (or whose host holds) keep their places.

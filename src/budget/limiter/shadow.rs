@@ -12,7 +12,6 @@ use tokio::time::Instant;
 
 use super::host::HostState;
 use super::lanes::JobTag;
-use crate::config::OnCooldown;
 use crate::pacing::policy::CooldownCause;
 
 /// Why a report-only host's request would have been refused, had courtesy enforced: one closed
@@ -22,9 +21,9 @@ use crate::pacing::policy::CooldownCause;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum ShadowReason {
-    /// A cooldown in reject mode (`on_cooldown = "reject"`).
+    /// A cooldown the request would not be held through (`on_cooldown`, `max_hold_seconds`).
     CoolingDown = 0,
-    /// An operator's pause in reject mode.
+    /// An operator's pause the request would not be held through.
     Paused,
     /// The host's queue would have been full (`max_queue`).
     QueueFull,
@@ -168,7 +167,8 @@ pub(super) fn judge(
     verdict
 }
 
-/// Places the request in the host's would-be schedule: refused by a cooldown (reject), a full
+/// Places the request in the host's would-be schedule: refused by a cooldown it is not held
+/// through (`on_cooldown`, `max_hold_seconds`), a full
 /// queue or `max_wait_seconds`, or given a turn, perhaps later than now.
 fn schedule(
     state: &mut HostState,
@@ -177,7 +177,10 @@ fn schedule(
     now: Instant,
 ) {
     let policy = state.policy().clone();
-    if let Some(c) = block.filter(|_| policy.cooldown.on_cooldown == OnCooldown::Reject) {
+    let (answer, max_hold) = (policy.cooldown.on_cooldown, policy.cooldown.max_hold);
+    if let Some(c) =
+        block.filter(|c| !answer.holds(c.until.saturating_duration_since(now), max_hold))
+    {
         verdict.would_refuse = Some(if c.cause == CooldownCause::Operator {
             ShadowReason::Paused
         } else {

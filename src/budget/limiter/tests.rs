@@ -258,6 +258,103 @@ async fn a_request_that_waits_too_long_is_refused() {
     assert_eq!(limiter.snapshot("wait.test", 80).unwrap().queued, 0);
 }
 
+/// A 429 answered to a request of `host` with `Retry-After: retry_after` (seconds).
+fn throttled(permit: &Permit, retry_after: f64) {
+    permit.report(&crate::pacing::policy::Answer {
+        feedback: crate::pacing::feedback::Feedback::Throttled,
+        status: Some(429),
+        latency: Duration::ZERO,
+        retry_after: Some(Duration::from_secs_f64(retry_after)),
+        server: None,
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_a_short_cooldown_is_waited_out_and_a_long_one_refused_at_once() {
+    let mut p = policy(1000.0, 1000, 10);
+    p.adaptive.enabled = false;
+    let limiter = limiter_with(p, 1000);
+    assert_eq!(
+        limiter.config().defaults.cooldown.on_cooldown,
+        crate::config::OnCooldown::Auto
+    );
+    let max_hold = limiter.config().defaults.cooldown.max_hold;
+    // A window of 2 s: a new request is held through it, and leaves as it ends.
+    let mut first = limiter.admit(("short.test", 80)).await.unwrap();
+    first.mark_sent();
+    throttled(&first, 2.0);
+    drop(first);
+    let start = Instant::now();
+    let mut held = limiter.admit(("short.test", 80)).await.unwrap();
+    held.mark_sent();
+    assert_eq!(start.elapsed(), Duration::from_secs(2));
+    drop(held);
+    // A window of an hour: the local 429 at once, with the time left.
+    let mut first = limiter.admit(("long.test", 80)).await.unwrap();
+    first.mark_sent();
+    throttled(&first, 3600.0);
+    drop(first);
+    let start = Instant::now();
+    let refused = limiter.admit(("long.test", 80)).await.unwrap_err();
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    assert!(
+        matches!(refused, Refusal::CoolingDown { remaining, .. } if remaining > max_hold),
+        "{refused:?}"
+    );
+    // A request that asks for it is refused even a short window; one that asks to hold waits
+    // out a long one (until max_wait_seconds).
+    let mut first = limiter.admit(("asks.test", 80)).await.unwrap();
+    first.mark_sent();
+    throttled(&first, 2.0);
+    drop(first);
+    let key = BudgetKey::of_host("asks.test", 80);
+    let reject = Admission::of(&key).on_cooldown(Some(crate::config::OnCooldown::Reject));
+    assert!(matches!(
+        limiter.admit(reject).await,
+        Err(Refusal::CoolingDown { .. })
+    ));
+    let mut first = limiter.admit(("holds.test", 80)).await.unwrap();
+    first.mark_sent();
+    throttled(&first, 100.0);
+    drop(first);
+    let key = BudgetKey::of_host("holds.test", 80);
+    let hold = Admission::of(&key).on_cooldown(Some(crate::config::OnCooldown::Hold));
+    let start = Instant::now();
+    let mut permit = limiter.admit(hold).await.unwrap();
+    permit.mark_sent();
+    assert_eq!(start.elapsed(), Duration::from_secs(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn queued_requests_are_refused_when_a_cooldown_grows_past_max_hold_seconds() {
+    let mut p = policy(1000.0, 1000, 1);
+    p.adaptive.enabled = false;
+    let limiter = limiter_with(p, 1000);
+    let mut first = limiter.admit(("grow.test", 80)).await.unwrap();
+    first.mark_sent();
+    // Two requests queue behind the one in flight.
+    let waiting: Vec<_> = (0..2)
+        .map(|_| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.admit(("grow.test", 80)).await.map(drop) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(limiter.snapshot("grow.test", 80).unwrap().queued, 2);
+    // The answer in flight is a 429 with a window of 10 minutes: too long to hold.
+    let start = Instant::now();
+    throttled(&first, 600.0);
+    drop(first);
+    for task in waiting {
+        let refused = task.await.unwrap().unwrap_err();
+        assert!(
+            matches!(refused, Refusal::CoolingDown { .. }),
+            "{refused:?}"
+        );
+    }
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
 #[tokio::test(start_paused = true)]
 async fn shutdown_refuses_queued_and_new_requests() {
     let limiter = limiter_with(policy(0.1, 1, 1), 1000);

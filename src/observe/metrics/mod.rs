@@ -82,6 +82,11 @@ const UPSTREAM_CLASSES: [&str; 4] = [
     "upstream_5xx",
 ];
 
+/// Client connections cut by `send_timeout_seconds` since start: counted where the cut is made
+/// (`crate::front`'s client connection), read into the metric at each scrape.
+pub(crate) static CLIENT_SEND_TIMEOUTS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 /// All of courtesy's metrics and the registry that renders them.
 pub struct Metrics {
     registry: Registry,
@@ -98,6 +103,8 @@ pub struct Metrics {
     blocks: Family<OutcomeLabels, Counter>,
     leaf_minted: Counter,
     leaf_hits: Counter,
+    /// `courtesy_client_send_timeouts_total`, brought up to [`CLIENT_SEND_TIMEOUTS`] at a scrape.
+    send_timeouts: Counter,
     /// The hosts with a label of their own, and their response series.
     labelled: Mutex<HashMap<String, Arc<HostSeries>>>,
     /// The response series of `host="other"`, made at its first use.
@@ -316,6 +323,12 @@ impl Metrics {
             "CONNECTs served from the leaf certificate cache",
             leaf_hits.clone(),
         );
+        let send_timeouts = Counter::default();
+        registry.register(
+            "client_send_timeouts",
+            "Client connections closed because the client accepted no byte of what courtesy was sending for send_timeout_seconds (the client's fault: never reported to the host)",
+            send_timeouts.clone(),
+        );
         let shadow = ShadowFamilies {
             would_wait: Family::default(),
             would_wait_seconds: Family::default(),
@@ -372,6 +385,7 @@ impl Metrics {
             blocks,
             leaf_minted,
             leaf_hits,
+            send_timeouts,
             labelled: Mutex::new(HashMap::new()),
             other: std::sync::OnceLock::new(),
             max_hosts,
@@ -706,6 +720,9 @@ impl Metrics {
 
     /// Renders the Prometheus text format, filling the gauges from the host table first.
     pub fn render(&self, limiter: &Limiter, leaf: (u64, u64)) -> String {
+        let cut = CLIENT_SEND_TIMEOUTS.load(std::sync::atomic::Ordering::Relaxed);
+        self.send_timeouts
+            .inc_by(cut.saturating_sub(self.send_timeouts.get()));
         let snapshots = limiter.snapshots();
         let mut per_label: HashMap<String, (f64, i64, i64, f64)> = HashMap::new();
         let mut bytes: HashMap<String, (u64, f64)> = HashMap::new();
