@@ -59,12 +59,14 @@ struct Crawl {
 }
 
 /// courtesy at 5 requests a second (over the site's 3) in front of the site, with `rest` added
-/// to its `[defaults]`; otherwise on its defaults (the site's name and CA are plumbing).
+/// to its `[defaults]`; otherwise on its defaults (the site's name and CA are plumbing;
+/// `obey_robots = true` is the default, said because the harness turns robots.txt off in
+/// configs that do not mention it).
 async fn courtesy_for(dir: &std::path::Path, ca_file: &std::path::Path, rest: &str) -> Courtesy {
     let hosts = dir.join("hosts");
     std::fs::write(&hosts, format!("127.0.0.1 {SITE}\n")).unwrap();
     Courtesy::start(&format!(
-        "[proxy]\nupstream_ca = {:?}\nhosts_file = {:?}\n\n[defaults]\nrate = 5\nburst = 1\n{rest}",
+        "[proxy]\nupstream_ca = {:?}\nhosts_file = {:?}\n\n[defaults]\nrate = 5\nburst = 1\nobey_robots = true\n{rest}",
         ca_file.display().to_string(),
         hosts.display().to_string()
     ))
@@ -143,13 +145,19 @@ fn assert_nothing_lost_on_defaults(
     );
 }
 
-/// Runs a crawler script to its end through `courtesy` at the site, and reads its JSON line.
-async fn crawl_with<T: serde::de::DeserializeOwned>(
-    cmd: &mut tokio::process::Command,
-    courtesy: &Courtesy,
-    origin: &Origin,
-    dir: &std::path::Path,
-) -> T {
+/// A crawl of the site (its 429s announcing `retry_after` seconds) by the script `script` makes
+/// (given the test's directory), through courtesy with `rest` in its `[defaults]`; its JSON
+/// report, and the site with what its limiter found.
+async fn crawl<T: serde::de::DeserializeOwned>(
+    name: &str,
+    (retry_after, rest): (u64, &str),
+    script: impl FnOnce(&std::path::Path) -> tokio::process::Command,
+) -> (T, Origin, std::sync::Arc<Mutex<SiteLimits>>) {
+    let ca = TestCa::new();
+    let dir = temp_dir(name);
+    let (origin, limits) = throttling_site(&ca, retry_after).await;
+    let courtesy = courtesy_for(&dir, &ca.write(&dir, "site-ca.pem"), rest).await;
+    let mut cmd = script(&dir);
     let out = run_to_success(
         cmd.env("PROXY_URL", format!("http://{}", courtesy.addr))
             .env(
@@ -161,8 +169,9 @@ async fn crawl_with<T: serde::de::DeserializeOwned>(
             .env("CRAWLEE_STORAGE_DIR", dir.join("storage")),
     )
     .await;
-    serde_json::from_str(out.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("the crawl's report ({e}): {out}"))
+    let report = serde_json::from_str(out.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("the crawl's report ({e}): {out}"));
+    (report, origin, limits)
 }
 
 /// The Node crawl `script` (in tests/node).
@@ -185,53 +194,36 @@ fn python(script: &str, dir: &std::path::Path) -> tokio::process::Command {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crawlee_for_node_on_its_defaults_gets_every_page_through_courtesy_on_its_defaults() {
-    let ca = TestCa::new();
-    let dir = temp_dir("crawlee-node-defaults");
-    let (origin, limits) = throttling_site(&ca, 2).await;
-    let courtesy = courtesy_for(&dir, &ca.write(&dir, "site-ca.pem"), "adaptive = true\n").await;
-    let crawl: DefaultsCrawl =
-        crawl_with(&mut node("crawlee_defaults.mjs"), &courtesy, &origin, &dir).await;
+    let (crawl, origin, limits): (DefaultsCrawl, _, _) =
+        crawl("crawlee-node-defaults", (2, "adaptive = true\n"), |_| {
+            node("crawlee_defaults.mjs")
+        })
+        .await;
     assert_nothing_lost_on_defaults(&crawl, &origin, &limits, "Crawlee for Node, defaults");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crawlee_for_python_on_its_defaults_gets_every_page_through_courtesy_on_its_defaults() {
-    let ca = TestCa::new();
-    let dir = temp_dir("crawlee-python-defaults");
-    let (origin, limits) = throttling_site(&ca, 2).await;
-    let courtesy = courtesy_for(&dir, &ca.write(&dir, "site-ca.pem"), "adaptive = true\n").await;
-    let crawl: DefaultsCrawl = crawl_with(
-        &mut python("crawlee_defaults.py", &dir),
-        &courtesy,
-        &origin,
-        &dir,
-    )
-    .await;
+    let (crawl, origin, limits): (DefaultsCrawl, _, _) =
+        crawl("crawlee-python-defaults", (2, "adaptive = true\n"), |dir| {
+            python("crawlee_defaults.py", dir)
+        })
+        .await;
     assert_nothing_lost_on_defaults(&crawl, &origin, &limits, "Crawlee for Python, defaults");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crawlee_for_node_with_the_recipe_crawls_every_page_once_with_no_retry() {
-    let ca = TestCa::new();
-    let dir = temp_dir("crawlee-node");
-    let (origin, limits) = throttling_site(&ca, 1).await;
-    let courtesy = courtesy_for(&dir, &ca.write(&dir, "site-ca.pem"), "").await;
-    let crawl: Crawl = crawl_with(&mut node("crawlee.mjs"), &courtesy, &origin, &dir).await;
+    let (crawl, origin, limits): (Crawl, _, _) =
+        crawl("crawlee-node", (1, ""), |_| node("crawlee.mjs")).await;
     assert_polite_and_complete(&crawl, &origin, &limits, "Crawlee for Node, recipe");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crawlee_for_python_with_the_recipe_crawls_every_page_once_with_no_retry() {
-    let ca = TestCa::new();
-    let dir = temp_dir("crawlee-python");
-    let (origin, limits) = throttling_site(&ca, 1).await;
-    let courtesy = courtesy_for(&dir, &ca.write(&dir, "site-ca.pem"), "").await;
-    let crawl: Crawl = crawl_with(
-        &mut python("crawlee_crawl.py", &dir),
-        &courtesy,
-        &origin,
-        &dir,
-    )
+    let (crawl, origin, limits): (Crawl, _, _) = crawl("crawlee-python", (1, ""), |dir| {
+        python("crawlee_crawl.py", dir)
+    })
     .await;
     assert_polite_and_complete(&crawl, &origin, &limits, "Crawlee for Python, recipe");
 }

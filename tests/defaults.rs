@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use http::Response;
 use support::*;
-use tokio::io::AsyncWriteExt as _;
 use tokio::time::Instant;
 
 /// The site's name (courtesy's `hosts_file` puts it on 127.0.0.1).
@@ -44,6 +43,8 @@ fn expected() -> Vec<String> {
 
 /// The https site and courtesy in front of it on its defaults, but for the rate the issue's
 /// crawls used (5/s, burst 1, adaptive: above what the site takes, so that it answers 429s).
+/// `obey_robots = true` is the default, said because the harness turns robots.txt off in
+/// configs that do not mention it.
 async fn site_and_courtesy(
     ca: &TestCa,
     dir: &std::path::Path,
@@ -53,7 +54,7 @@ async fn site_and_courtesy(
     std::fs::write(&hosts, format!("127.0.0.1 {SITE}\n")).unwrap();
     let ca_file = ca.write(dir, "site-ca.pem");
     let courtesy = Courtesy::start(&format!(
-        "[proxy]\nupstream_ca = {:?}\nhosts_file = {:?}\n\n[defaults]\nrate = 5\nburst = 1\nadaptive = true\n",
+        "[proxy]\nupstream_ca = {:?}\nhosts_file = {:?}\n\n[defaults]\nrate = 5\nburst = 1\nadaptive = true\nobey_robots = true\n",
         ca_file.display().to_string(),
         hosts.display().to_string()
     ))
@@ -72,25 +73,9 @@ async fn python_crawl(courtesy: &Courtesy, script: &str, urls: &[String]) -> ser
         .env("http_proxy", &proxy)
         .env("https_proxy", &proxy)
         .env("REQUESTS_CA_BUNDLE", courtesy.ca_path())
-        .env("SSL_CERT_FILE", courtesy.ca_path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("python3 (scripts/test installs it)");
+        .env("SSL_CERT_FILE", courtesy.ca_path());
     let list = serde_json::to_string(urls).unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(list.as_bytes()).await.unwrap();
-    drop(stdin);
-    let out = tokio::time::timeout(Duration::from_secs(240), child.wait_with_output())
-        .await
-        .expect("the crawl ends within 240 s")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_with_input(&mut cmd, list.as_bytes(), Duration::from_secs(240)).await;
     serde_json::from_str(stdout.lines().last().unwrap_or_default())
         .unwrap_or_else(|e| panic!("the crawl's report ({e}): {stdout}"))
 }
@@ -105,6 +90,23 @@ fn listed(report: &serde_json::Value, key: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// A report of URLs fetched (`got`) and anything else (`other`: none): every page once, and the
+/// site kept (5/s, burst 1).
+fn assert_got_every_page(
+    report: &serde_json::Value,
+    site: (&Origin, &Mutex<SiteLimits>),
+    who: &str,
+) {
+    assert_eq!(report["other"], serde_json::json!([]), "{report}");
+    assert_every_page_once_and_the_site_kept(
+        &listed(report, "got"),
+        &expected(),
+        site,
+        (5, 1),
+        who,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,14 +175,7 @@ for url in urls:
 print(json.dumps({"got": got, "other": other}))
 "#;
     let report = python_crawl(&courtesy, script, &urls(&origin, "https")).await;
-    assert_eq!(report["other"], serde_json::json!([]), "{report}");
-    assert_every_page_once_and_the_site_kept(
-        &listed(&report, "got"),
-        &expected(),
-        (&origin, &limits),
-        (5, 1),
-        "requests, defaults",
-    );
+    assert_got_every_page(&report, (&origin, &limits), "requests, defaults");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,14 +207,7 @@ async def main():
 asyncio.run(main())
 "#;
     let report = python_crawl(&courtesy, script, &urls(&origin, "https")).await;
-    assert_eq!(report["other"], serde_json::json!([]), "{report}");
-    assert_every_page_once_and_the_site_kept(
-        &listed(&report, "got"),
-        &expected(),
-        (&origin, &limits),
-        (5, 1),
-        "aiohttp, defaults",
-    );
+    assert_got_every_page(&report, (&origin, &limits), "aiohttp, defaults");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -311,7 +299,7 @@ async fn a_short_window_is_waited_out_and_the_page_sent_again_for_the_client() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_frees_its_host_after_send_timeout_seconds() {
-    use tokio::io::AsyncReadExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     // A large page: far more than the socket buffers hold between courtesy and a client that
     // reads nothing.
     let big = bytes::Bytes::from(vec![b'x'; 64 << 20]);

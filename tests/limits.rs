@@ -378,35 +378,15 @@ async def main():
 asyncio.run(main())
 "#;
     let mut cmd = client_command("python3");
-    cmd.args(["-c", script, &courtesy.addr.to_string()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .expect("python3 with aiohttp (scripts/test installs it)");
-    {
-        use tokio::io::AsyncWriteExt;
-        let mut stdin = child.stdin.take().unwrap();
-        let list = format!(
-            "[{}]",
-            urls.iter()
-                .map(|u| format!("\"{u}\""))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
-        stdin.write_all(list.as_bytes()).await.unwrap();
-    }
-    let out = tokio::time::timeout(Duration::from_secs(150), child.wait_with_output())
-        .await
-        .expect("the crawl ends within 150 s")
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    cmd.args(["-c", script, &courtesy.addr.to_string()]);
+    let list = format!(
+        "[{}]",
+        urls.iter()
+            .map(|u| format!("\"{u}\""))
+            .collect::<Vec<_>>()
+            .join(",")
     );
+    let stdout = run_with_input(&mut cmd, list.as_bytes(), Duration::from_secs(150)).await;
     assert!(
         stdout.contains(r#"{"statuses": {"200": 2000}, "errors": [], "error_count": 0}"#),
         "{stdout}"

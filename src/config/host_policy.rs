@@ -269,6 +269,16 @@ keys! {
     }
 }
 
+impl CooldownSettings {
+    /// Whether a request whose own answer to a cooldown is `asked` (`None`: the host's
+    /// `on_cooldown`) waits out one with `remaining` left, rather than getting the local 429 now.
+    pub fn holds(&self, asked: Option<OnCooldown>, remaining: Duration) -> bool {
+        asked
+            .unwrap_or(self.on_cooldown)
+            .holds(remaining, self.max_hold)
+    }
+}
+
 keys! {
     /// robots.txt (see docs/robots-blocks-cache.md).
     pub struct Robots in HostPolicy.robots as KEYS {

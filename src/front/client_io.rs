@@ -15,6 +15,7 @@
 //! a CONNECT tunnel (intercepted or blind) and of a WebSocket, which travel over the same
 //! connection once upgraded.
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -76,6 +77,23 @@ impl<S> ClientIo<S> {
         }
     }
 
+    /// What a write (or flush) that `polled` the client's socket comes to: as it is when it went
+    /// on, an error when it has waited `send_timeout` without progress.
+    fn watched<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Ready(done) => {
+                self.progressed();
+                Poll::Ready(done)
+            }
+            Poll::Pending if self.stalled_too_long(cx) => Poll::Ready(Err(self.timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
     /// The error that ends a write the client took no byte of in time (counted once).
     fn timed_out(&mut self) -> io::Error {
         self.waiting = false;
@@ -90,8 +108,6 @@ impl<S> ClientIo<S> {
         )
     }
 }
-
-use std::future::Future as _;
 
 impl<S: AsyncRead + Unpin> AsyncRead for ClientIo<S> {
     fn poll_read(
@@ -118,14 +134,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write(cx, buf) {
-            Poll::Ready(written) => {
-                this.progressed();
-                Poll::Ready(written)
-            }
-            Poll::Pending if this.stalled_too_long(cx) => Poll::Ready(Err(this.timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.watched(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -134,14 +144,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(written) => {
-                this.progressed();
-                Poll::Ready(written)
-            }
-            Poll::Pending if this.stalled_too_long(cx) => Poll::Ready(Err(this.timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.watched(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -150,14 +154,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ClientIo<S> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_flush(cx) {
-            Poll::Ready(flushed) => {
-                this.progressed();
-                Poll::Ready(flushed)
-            }
-            Poll::Pending if this.stalled_too_long(cx) => Poll::Ready(Err(this.timed_out())),
-            Poll::Pending => Poll::Pending,
-        }
+        let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        this.watched(cx, polled)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -122,7 +122,7 @@ impl Proxy {
 
     /// The answer to a forwarded request as the client gets it: its trace ended, how many sends
     /// it took (`Courtesy-Tries`) and courtesy's `Server-Timing` entries added.
-    fn finish(&self, response: Response<ProxyBody>, trail: Trail) -> Response<ProxyBody> {
+    fn finish(&self, mut response: Response<ProxyBody>, trail: Trail) -> Response<ProxyBody> {
         if let Some(trace) = &trail.trace {
             // Made by courtesy: its own Proxy-Status member (an origin behind another proxy
             // may carry one of that proxy's).
@@ -133,7 +133,6 @@ impl Proxy {
             let held = (trail.held.wait(), trail.held.reason());
             trace.finish(response.status().as_u16(), local, held);
         }
-        let mut response = response;
         response
             .headers_mut()
             .insert(timing::TRIES, timing::tries_value(trail.tries));

@@ -62,7 +62,9 @@ pub use self::{
     otlp::{OtlpReceiver, Received},
     parent::{free_port, ParentProxy},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
-    real_clients::{client_command, run_to_success, trust_in_nss_home, undici_through},
+    real_clients::{
+        client_command, run_to_success, run_with_input, trust_in_nss_home, undici_through,
+    },
     redis::RedisServer,
     redis_topology::{cli_at, RedisCluster, RedisSentinels, TlsRedis},
     temp::temp_dir,

@@ -39,6 +39,39 @@ pub async fn run_to_success(cmd: &mut tokio::process::Command) -> String {
     stdout
 }
 
+/// Runs a client command (see [`client_command`]) with `input` on its standard input, to its end
+/// within `limit`, and returns its stdout; fails the test, with both outputs, unless it exited
+/// successfully in time.
+pub async fn run_with_input(
+    cmd: &mut tokio::process::Command,
+    input: &[u8],
+    limit: std::time::Duration,
+) -> String {
+    use tokio::io::AsyncWriteExt as _;
+    let program = cmd.as_std().get_program().to_string_lossy().into_owned();
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| {
+        panic!("cannot run {program} ({e}): `scripts/test` installs every client the tests use")
+    });
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).await.unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{program} ends within {limit:?}"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 /// Fetches each of `urls` with Node's undici `ProxyAgent` (default options) through the proxy at
 /// `proxy`, trusting `ca`; returns one line per URL: `<status> <body length>`.
 pub async fn undici_through(

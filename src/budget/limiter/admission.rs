@@ -149,15 +149,9 @@ impl Limiter {
                 return TryNow::Now(permit.with_shadow(verdict));
             }
             let cooldown = &state.policy().cooldown;
-            let (answer, max_hold) = (
-                request.on_cooldown.unwrap_or(cooldown.on_cooldown),
-                cooldown.max_hold,
-            );
-            if let Some(c) = state
-                .pacing()
-                .block(now)
-                .filter(|c| !answer.holds(c.until.saturating_duration_since(now), max_hold))
-            {
+            if let Some(c) = state.pacing().block(now).filter(|c| {
+                !cooldown.holds(request.on_cooldown, c.until.saturating_duration_since(now))
+            }) {
                 let refusal = Refusal::CoolingDown {
                     remaining: c.until.saturating_duration_since(now),
                     cause: c.cause,

@@ -71,8 +71,11 @@ pub(super) fn refuse_queue(state: &mut HostState, now: Instant) -> Vec<(Waiter, 
         return Vec::new();
     };
     let remaining = c.until.saturating_duration_since(now);
-    let cooldown = &state.policy().cooldown;
-    let (policy, max_hold) = (cooldown.on_cooldown, cooldown.max_hold);
+    // Copied out: the queue is changed below while the policy is read.
+    let (policy, max_hold) = (
+        state.policy().cooldown.on_cooldown,
+        state.policy().cooldown.max_hold,
+    );
     let rejects = |w: &Waiter| !w.on_cooldown.unwrap_or(policy).holds(remaining, max_hold);
     if !state.queue().iter().any(rejects) {
         return Vec::new();

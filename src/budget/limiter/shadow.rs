@@ -177,10 +177,11 @@ fn schedule(
     now: Instant,
 ) {
     let policy = state.policy().clone();
-    let (answer, max_hold) = (policy.cooldown.on_cooldown, policy.cooldown.max_hold);
-    if let Some(c) =
-        block.filter(|c| !answer.holds(c.until.saturating_duration_since(now), max_hold))
-    {
+    if let Some(c) = block.filter(|c| {
+        !policy
+            .cooldown
+            .holds(None, c.until.saturating_duration_since(now))
+    }) {
         verdict.would_refuse = Some(if c.cause == CooldownCause::Operator {
             ShadowReason::Paused
         } else {
