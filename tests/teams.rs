@@ -723,3 +723,48 @@ async fn wrong_tokens_are_counted_slowed_and_answered_alike() {
     );
     assert_eq!(origin.count(), 0);
 }
+
+/// A job set to `on_cooldown = "reject"` gets the local 429 at once through a short window that
+/// the defaults wait out for everyone else ("auto"), and its request's own header still wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_set_to_reject_is_answered_at_once_while_the_others_are_held() {
+    // The first request is answered 429 with Retry-After: 2; the rest are pages.
+    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let origin = Origin::start("127.0.0.1", move |_req| {
+        let throttle = first.swap(false, std::sync::atomic::Ordering::SeqCst);
+        async move {
+            if throttle {
+                come_back_later(429, "2", "slow down")
+            } else {
+                http::Response::new(full("a page"))
+            }
+        }
+    })
+    .await;
+    let courtesy = Courtesy::start(&format!(
+        "[defaults]\nobey_robots = false\nretry_idempotent = 0\n{}",
+        jobs_section("on_cooldown = \"reject\"", "")
+    ))
+    .await;
+    let client = courtesy.client();
+    assert_eq!(client.get(&origin.url("/first")).await.status, 429);
+    let started = Instant::now();
+    let rejected = client
+        .send(get_as(&origin.url("/a"), "crawl-a", TOKEN_A))
+        .await;
+    assert_eq!(rejected.status, 429);
+    assert!(rejected.header("proxy-status").starts_with("courtesy"));
+    assert!(started.elapsed() < Duration::from_millis(500));
+    // The same job asking to be held is held; another job is held by the default.
+    let mut asks = get_as(&origin.url("/a-held"), "crawl-a", TOKEN_A);
+    asks.headers_mut().insert(
+        "courtesy-on-cooldown",
+        http::HeaderValue::from_static("hold"),
+    );
+    let (held, other) = tokio::join!(
+        client.send(asks),
+        client.send(get_as(&origin.url("/b"), "crawl-b", TOKEN_B))
+    );
+    assert_eq!((held.status.as_u16(), other.status.as_u16()), (200, 200));
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+}

@@ -1,5 +1,5 @@
 //! A job's settings (`[[job]]`): who a job is (its name, the username of the proxy URL, and its
-//! token), its share of each host's turns, its default priority, its quota, and what courtesy
+//! token), its share of each host's turns, its default priority and answer to a cooldown, its quota, and what courtesy
 //! stamps on its requests, and the key it signs with. Keeping per-job state is `crate::budget::jobs`'s job.
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::key_tables::keys;
 use super::key_tables::kinds::{between, Count, Maybe, Seconds, Word};
 use super::key_tables::process::{AgentUrl, HeaderText, JobName, Path, Sha256Hex, Token};
-use super::{Priority, Purpose};
+use super::{OnCooldown, Priority, Purpose};
 use crate::wire::httpsig::SigningKey;
 
 keys! {
@@ -38,6 +38,11 @@ keys! {
         weight: f64 = 1.0, from weight: f64, between(0.01, 1000.0);
         /// The priority of its requests that do not say theirs in Courtesy-Priority.
         priority: Priority = Priority::Normal, from priority: String, Word;
+        /// What its requests get while a host cools down, over the host's `on_cooldown`:
+        /// `"auto"`, `"hold"` or `"reject"` (a request's own Courtesy-On-Cooldown wins); unset:
+        /// the host's.
+        on_cooldown: Option<OnCooldown> = None, from on_cooldown: String, Maybe(Word),
+            example "\"reject\"";
         /// Requests it may send to all hosts together per `per_seconds`; past it, local 429s
         /// until the window frees. Unset: no quota.
         max_requests: Option<u64> = None,

@@ -82,8 +82,8 @@ impl Proxy {
             .get::<Arc<crate::front::gate::Slot>>()
             .cloned();
         let asking = Asking {
+            on_cooldown: choice.or(caller.on_cooldown()),
             caller,
-            on_cooldown: choice,
             priority,
             slot: slot.clone(),
         };

@@ -147,7 +147,7 @@ pub struct Proxy {
 pub(crate) struct Asking {
     /// The request's job.
     pub(crate) caller: Caller,
-    /// The CONNECT's own answer to a cooldown.
+    /// The CONNECT's own answer to a cooldown, else the job's.
     pub(crate) on_cooldown: Option<crate::config::OnCooldown>,
     /// The class of the request within its job, unless it says its own.
     pub(crate) priority: crate::config::Priority,
@@ -158,12 +158,13 @@ pub(crate) struct Asking {
 }
 
 impl Asking {
-    /// A plain request of `caller`'s: nothing asked beyond what the request itself says.
+    /// A plain request of `caller`'s: nothing asked beyond what the request itself says and
+    /// its job's own settings.
     fn plain(caller: Caller) -> Self {
         let priority = caller.priority();
         Asking {
+            on_cooldown: caller.on_cooldown(),
             caller,
-            on_cooldown: None,
             priority,
             slot: None,
         }

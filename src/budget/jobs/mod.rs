@@ -187,6 +187,12 @@ impl Caller {
             .map_or(Priority::Normal, |s| s.priority)
     }
 
+    /// The job's own answer to a cooldown (`None`: the host's), for requests that do not say
+    /// theirs.
+    pub fn on_cooldown(&self) -> Option<crate::config::OnCooldown> {
+        self.settings.as_ref().and_then(|s| s.on_cooldown)
+    }
+
     /// Reserves one request of the job's quota, or says how long until the window frees. A job
     /// without a quota always gets a ticket (that reserves nothing and counts the request served).
     pub fn reserve(&self, now: std::time::Instant) -> Result<QuotaTicket, std::time::Duration> {
