@@ -329,9 +329,14 @@ async fn a_client_that_stops_reading_frees_its_host_after_send_timeout_seconds()
     let mut first = [0u8; 64];
     let n = a.read(&mut first).await.unwrap();
     assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
-    // Client B (another job) asks the same host, whose one slot A's response holds.
+    // Client B, of another job (the username of its proxy URL), asks the same host, whose one
+    // slot A's response holds.
     let started = Instant::now();
-    let b = courtesy.client().get(&origin.url("/small")).await;
+    let as_b = http::Request::get(origin.url("/small"))
+        .header("proxy-authorization", "Basic Yjp4") // b:x
+        .body(empty())
+        .unwrap();
+    let b = courtesy.client().send(as_b).await;
     let waited = started.elapsed();
     assert_eq!(b.status, 200, "{:?}", b.body);
     assert!(

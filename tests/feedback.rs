@@ -203,7 +203,7 @@ async fn a_503_without_retry_after_backs_off_exponentially() {
     })
     .await;
     let config =
-        "[defaults]\nrate = 50\nburst = 1\non_cooldown = \"hold\"\nbackoff_initial_seconds = 0.5\n";
+        "[defaults]\nrate = 50\nburst = 1\non_cooldown = \"hold\"\nbackoff_initial_seconds = 0.5\nretry_idempotent = 0\n";
     let courtesy = Courtesy::start(config).await;
     let mut conn = courtesy.client().connect().await;
     let statuses = [
@@ -261,7 +261,8 @@ async fn reject_answers_at_once_during_a_cooldown_and_other_hosts_are_unaffected
     })
     .await;
     let other = Origin::ok("127.0.0.7").await;
-    let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 5\n").await;
+    let courtesy =
+        Courtesy::start("[defaults]\nrate = 100\nburst = 5\non_cooldown = \"reject\"\n").await;
     let client = courtesy.client();
     let got = client.get(&throttling.url("/a")).await;
     assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS);
@@ -518,8 +519,9 @@ async fn a_client_that_asks_to_be_held_waits_out_the_cooldown_while_others_are_r
         }
     })
     .await;
-    // The host rejects on a cooldown (the default); one client asks to be held instead.
-    let courtesy = Courtesy::start("[defaults]\nrate = 50\nburst = 5\n").await;
+    // The host rejects on a cooldown; one client asks to be held instead.
+    let courtesy =
+        Courtesy::start("[defaults]\nrate = 50\nburst = 5\non_cooldown = \"reject\"\n").await;
     let client = courtesy.client();
     assert_eq!(
         client.get(&origin.url("/first")).await.status,
@@ -560,7 +562,7 @@ async fn a_host_that_holds_rejects_a_client_that_asks_for_it() {
     })
     .await;
     let courtesy =
-        Courtesy::start("[defaults]\nrate = 50\non_cooldown = \"hold\"\nmax_wait_seconds = 60\n")
+        Courtesy::start("[defaults]\nrate = 50\non_cooldown = \"hold\"\nmax_wait_seconds = 60\nretry_idempotent = 0\n")
             .await;
     let client = courtesy.client();
     assert_eq!(

@@ -171,7 +171,10 @@ async fn a_429_over_https_cools_the_host_down_as_over_http() {
         test_ca,
         dir: temp_dir("https429"),
     };
-    let courtesy = https.courtesy("[defaults]\nrate = 50\nburst = 5\n").await;
+    // "reject": a window this short (20 s) is otherwise waited out (on_cooldown = "auto").
+    let courtesy = https
+        .courtesy("[defaults]\nrate = 50\nburst = 5\non_cooldown = \"reject\"\n")
+        .await;
     let client = reqwest_client(&courtesy, false);
     let first = client.get(https.url("/a")).send().await.unwrap();
     assert_eq!(first.status(), 429);

@@ -150,7 +150,8 @@ async fn a_cooldown_learned_through_one_instance_holds_for_all() {
         3,
         &redis,
         "",
-        "[defaults]\nrate = 50.0\nburst = 5\non_cooldown = \"hold\"\nmax_wait_seconds = 10\n",
+        // No retry of courtesy's own: the first request's answer is the 429 that starts it.
+        "[defaults]\nrate = 50.0\nburst = 5\non_cooldown = \"hold\"\nmax_wait_seconds = 10\nretry_idempotent = 0\n",
     )
     .await;
     let first = all[0].client().get(&origin.url("/first")).await;
@@ -640,7 +641,13 @@ async fn a_host_that_never_answered_keeps_its_store_keys_a_minute_and_one_that_d
     let Some((redis, origin)) = store_and_origin().await else {
         return;
     };
-    let courtesy = instance(&redis, "", "[defaults]\nrate = 100\nburst = 10\n").await;
+    // "reject": the failures' backoff answers at once instead of holding the next request.
+    let courtesy = instance(
+        &redis,
+        "",
+        "[defaults]\nrate = 100\nburst = 10\non_cooldown = \"reject\"\n",
+    )
+    .await;
     // Nothing listens there: every request is refused at connect, no answer ever comes back.
     let dead = format!("127.0.0.1:{}", free_port());
     for i in 0..3 {

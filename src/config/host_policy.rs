@@ -262,8 +262,9 @@ keys! {
         /// after the cooldown it started (never any other method; 0: off).
         ///
         /// Four tries in all, as a careful crawler's own retry loop makes them. A retry waits
-        /// out a window of at most max_hold_seconds (any window under "hold"); after a longer
-        /// one, or a 429/503 that is a challenge page, the origin's answer is passed on at once.
+        /// out a window exactly where the request would be held through it (on_cooldown: up to
+        /// max_hold_seconds under "auto", any under "hold", none under "reject"); otherwise, and
+        /// for a 429/503 that is a challenge page, the origin's answer is passed on at once.
         /// Every answer says how many sends it took (Courtesy-Tries).
         retry_idempotent: u32 = 3, from retry_idempotent: i64, Count { min: 0, max: 10 };
     }

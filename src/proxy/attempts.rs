@@ -121,15 +121,11 @@ impl Attempts {
         self
     }
 
-    /// How courtesy's own resends answer a cooldown: held through any window where the
-    /// request (or its host) holds, else through a short one only (`max_hold_seconds`), even
-    /// where the client's own send would have been refused at once: a resend is there to wait
-    /// out a window, and an answer the client would get after a long one is the origin's own.
+    /// How courtesy's own resends answer a cooldown: as the request would (its own
+    /// `Courtesy-On-Cooldown`, else its host's `on_cooldown`). A resend is there to wait a
+    /// window out, so under "reject" none waits: the origin's answer is the client's.
     fn resend_answer(&self) -> OnCooldown {
-        match self.asked.unwrap_or(self.host_answer) {
-            OnCooldown::Hold => OnCooldown::Hold,
-            OnCooldown::Reject | OnCooldown::Auto => OnCooldown::Auto,
-        }
+        self.asked.unwrap_or(self.host_answer)
     }
 
     /// The attempts of a request of `caller`'s job, holding its place in the job's quota.
