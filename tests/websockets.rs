@@ -380,14 +380,11 @@ async fn wss_echoes_inside_an_intercepted_connect() {
     assert_eq!(until_open(&courtesy, &origin.key(), 0).await.0, 0);
 }
 
-/// Sends an HTTP/2 extended CONNECT for a WebSocket at `path` (RFC 8441) on an h2 connection
-/// inside a CONNECT to `origin`, trusting courtesy's CA; returns courtesy's answer.
-async fn h2_extended_connect(
+/// An h2 session (ALPN h2) inside a CONNECT to `origin`, trusting courtesy's CA.
+async fn h2_session(
     courtesy: &Courtesy,
     origin: SocketAddr,
-    path: &str,
-) -> http::Response<hyper::body::Incoming> {
-    // An h2 client (ALPN h2) inside the CONNECT asks for a WebSocket on a stream.
+) -> hyper::client::conn::http2::SendRequest<TestBody> {
     let (stream, head) = open_tunnel(courtesy.addr, origin).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut tls = client_tls_trusting(&courtesy.ca_path());
@@ -398,13 +395,23 @@ async fn h2_extended_connect(
         .await
         .expect("TLS");
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+    let (sender, conn) = hyper::client::conn::http2::handshake(
         hyper_util::rt::TokioExecutor::new(),
         hyper_util::rt::TokioIo::new(tls),
     )
     .await
     .expect("h2 handshake");
     tokio::spawn(conn);
+    sender
+}
+
+/// Sends an HTTP/2 extended CONNECT for a WebSocket at `path` (RFC 8441) on `sender`'s session
+/// to `origin`; returns courtesy's answer.
+async fn extended_connect_on(
+    sender: &mut hyper::client::conn::http2::SendRequest<TestBody>,
+    origin: SocketAddr,
+    path: &str,
+) -> http::Response<hyper::body::Incoming> {
     // The server's SETTINGS (with ENABLE_CONNECT_PROTOCOL) come right after the handshake.
     for _ in 0..50 {
         let mut req = http::Request::builder()
@@ -422,6 +429,63 @@ async fn h2_extended_connect(
         }
     }
     panic!("the extended CONNECT was never sent");
+}
+
+/// Sends an HTTP/2 extended CONNECT for a WebSocket at `path` (RFC 8441) on an h2 connection
+/// inside a CONNECT to `origin`, trusting courtesy's CA; returns courtesy's answer.
+async fn h2_extended_connect(
+    courtesy: &Courtesy,
+    origin: SocketAddr,
+    path: &str,
+) -> http::Response<hyper::body::Incoming> {
+    let mut sender = h2_session(courtesy, origin).await;
+    extended_connect_on(&mut sender, origin, path).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websockets_on_http2_streams_count_as_the_clients_connections() {
+    let test_ca = TestCa::new();
+    let origin = EchoOrigin::start(Some(test_ca.server_config(&["127.0.0.1"]))).await;
+    let courtesy = courtesy_trusting(
+        &test_ca,
+        "max_connections_per_client = 4
+[defaults]
+rate = 100
+burst = 20
+",
+    )
+    .await;
+    // One client connection: the tunnel (1), two sockets (2 more), and the third handshake's
+    // own stream in flight (the 4th place): the third socket finds no place of its own.
+    let mut sender = h2_session(&courtesy, origin.addr).await;
+    let mut sockets = Vec::new();
+    for path in ["/a", "/b"] {
+        let response = extended_connect_on(&mut sender, origin.addr, path).await;
+        assert_eq!(response.status(), 200, "{response:?}");
+        let upgraded = hyper::upgrade::on(response).await.expect("the stream");
+        let io = hyper_util::rt::TokioIo::new(upgraded);
+        sockets.push(WebSocketStream::from_raw_socket(io, Role::Client, None).await);
+    }
+    let response = extended_connect_on(&mut sender, origin.addr, "/c").await;
+    assert_eq!(response.status(), 503, "{response:?}");
+    let status = response.headers()["proxy-status"].to_str().unwrap();
+    assert!(
+        status.contains("error=connection_limit_reached"),
+        "{status}"
+    );
+    assert!(status.contains("max_connections_per_client"), "{status}");
+    assert_eq!(origin.count(), 2);
+    for socket in &mut sockets {
+        assert_eq!(round_trip(socket, "still open").await, "still open");
+    }
+    // One closed: its place comes back.
+    let mut closed = sockets.remove(0);
+    closed.close(None).await.unwrap();
+    drop(closed);
+    assert_eq!(until_open(&courtesy, &origin.key(), 1).await.0, 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let response = extended_connect_on(&mut sender, origin.addr, "/d").await;
+    assert_eq!(response.status(), 200, "{response:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -543,7 +607,7 @@ async fn handshakes_are_paced_at_the_hosts_rate() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pause_holds_new_handshakes_while_open_sockets_keep_echoing() {
+async fn a_pause_holds_new_handshakes_and_closes_open_sockets() {
     let origin = EchoOrigin::start(None).await;
     let courtesy =
         Courtesy::start("[defaults]\nrate = 100\nburst = 10\non_cooldown = \"hold\"\n").await;
@@ -564,11 +628,11 @@ async fn a_pause_holds_new_handshakes_while_open_sockets_keep_echoing() {
         "no handshake leaves while the host is paused"
     );
     assert!(!held.is_finished());
-    // The open socket is not the host's business any more: it keeps echoing.
-    for n in 0..5 {
-        let text = format!("during {n}");
-        assert_eq!(round_trip(&mut open, &text).await, text);
-    }
+    // The open socket closed with the pause (issue 47: a paused host keeps no socket open).
+    assert!(
+        socket_ends(&mut open).await,
+        "the pause closed the open socket"
+    );
     let view = host_view(&courtesy, &key).await;
     assert_eq!(view["state"], "paused", "{view}");
     assert_eq!(view["queued"], 1, "{view}");
@@ -920,4 +984,309 @@ async fn chromium_page_opens_a_socket_to_its_own_https_origin() {
     // Chromium opened the socket on the page's h2 connection (RFC 8441, since courtesy's h2
     // server allows it): courtesy's Via names the version it received, HTTP/2.
     assert!(seen[0].via.starts_with("2 courtesy"), "{seen:?}");
+}
+
+/// Whether `socket` ends (a close frame, EOF or a reset) within [`LIMIT`], reading past any
+/// message still on its way.
+async fn socket_ends<S>(socket: &mut Socket<S>) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let end = Instant::now() + LIMIT;
+    loop {
+        match tokio::time::timeout_at(end, socket.next()).await {
+            Err(_) => return false,
+            Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => return true,
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+/// [`absolute_handshake`] from the loopback address `from`: another client to courtesy.
+async fn absolute_handshake_from(from: &str, proxy: SocketAddr, url: &str) -> (TcpStream, String) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
+    let mut stream = socket.connect(proxy).await.unwrap();
+    let authority = url.split('/').nth(2).unwrap();
+    let head = format!(
+        "GET {url} HTTP/1.1\r\nHost: {authority}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let head = read_head(&mut stream).await;
+    (stream, head)
+}
+
+/// Asserts `head` is courtesy's 503 for a socket over a cap, naming `cap`.
+fn assert_over_cap(head: &str, cap: &str) {
+    let lower = head.to_ascii_lowercase();
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    assert!(
+        lower.contains("proxy-status: courtesy; error=connection_limit_reached"),
+        "{head}"
+    );
+    assert!(lower.contains("retry-after:"), "{head}");
+    assert!(head.contains(cap), "{head}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_are_capped_per_client_per_host_and_by_their_share_of_upstream_connections() {
+    let a = EchoOrigin::start(None).await;
+    let b = EchoOrigin::start(None).await;
+    let page = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(
+        "[proxy]\nmax_websockets_per_client = 2\nmax_websockets_per_host = 3\n\
+         max_upstream_connections = 8\nmax_upstream_sockets = 4\n\
+         [defaults]\nrate = 100\nburst = 20\n",
+    )
+    .await;
+    let proxy = courtesy.addr;
+    let to = |origin: &EchoOrigin, path: &str| format!("ws://{}/{path}", origin.addr);
+    let mut open = Vec::new();
+    for path in ["one", "two"] {
+        let (stream, head) = absolute_handshake_from("127.0.0.1", proxy, &to(&a, path)).await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        open.push(stream);
+    }
+    // A third from the same client, to another host: the client's cap.
+    let (_, head) = absolute_handshake_from("127.0.0.1", proxy, &to(&b, "three")).await;
+    assert_over_cap(&head, "max_websockets_per_client");
+    // Another client: the host's third is let in, the fourth is the host's cap.
+    let (stream, head) = absolute_handshake_from("127.0.0.2", proxy, &to(&a, "four")).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    open.push(stream);
+    let (_, head) = absolute_handshake_from("127.0.0.3", proxy, &to(&a, "five")).await;
+    assert_over_cap(&head, "max_websockets_per_host");
+    // The fourth socket in all fills the share of upstream connections sockets may hold.
+    let (stream, head) = absolute_handshake_from("127.0.0.3", proxy, &to(&b, "six")).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    open.push(stream);
+    let (_, head) = absolute_handshake_from("127.0.0.4", proxy, &to(&b, "seven")).await;
+    assert_over_cap(&head, "max_upstream_sockets");
+    // Plain requests still find upstream connections.
+    for n in 0..4 {
+        let got = courtesy.client().get(&page.url(&format!("/page{n}"))).await;
+        assert_eq!(got.status, 200, "a bystander's request: {:?}", got.body);
+    }
+    assert_eq!(a.count() + b.count(), 4, "refused handshakes never left");
+    // A socket that closes gives its places back.
+    drop(open.remove(0));
+    assert_eq!(until_open(&courtesy, &a.key(), 2).await.0, 2);
+    let (_, head) = absolute_handshake_from("127.0.0.1", proxy, &to(&b, "again")).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_with_no_byte_either_way_closes_after_the_idle_timeout() {
+    let origin = EchoOrigin::start(None).await;
+    let courtesy = Courtesy::start(
+        "[proxy]\nsocket_idle_timeout_seconds = 1\n[defaults]\nrate = 100\nburst = 10\n",
+    )
+    .await;
+    let mut socket = absolute_socket(courtesy.addr, &format!("ws://{}/idle", origin.addr)).await;
+    // Talking every 400 ms keeps it open for well past the timeout.
+    for n in 0..6 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let text = format!("alive {n}");
+        assert_eq!(round_trip(&mut socket, &text).await, text);
+    }
+    let quiet = Instant::now();
+    assert!(socket_ends(&mut socket).await, "an idle socket is closed");
+    let took = quiet.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(until_open(&courtesy, &origin.key(), 0).await.0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_closes_a_hosts_sockets_and_others_stay_open() {
+    let origin = EchoOrigin::start(None).await;
+    let other = EchoOrigin::start(None).await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 10\n").await;
+    let mut first = absolute_socket(courtesy.addr, &format!("ws://{}/1", origin.addr)).await;
+    let mut second = connect_socket(courtesy.addr, origin.addr, "2").await;
+    let mut elsewhere = absolute_socket(courtesy.addr, &format!("ws://{}/3", other.addr)).await;
+    assert_eq!(until_open(&courtesy, &origin.key(), 2).await.0, 2);
+    let close = courtesy.admin_url(&format!("/hosts/{}/close-sockets", origin.key()));
+    let (status, body) = admin_call("POST", &close, None, "").await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["closed"], 2, "{body}");
+    assert!(socket_ends(&mut first).await);
+    assert!(socket_ends(&mut second).await);
+    assert_eq!(round_trip(&mut elsewhere, "still").await, "still");
+    assert_eq!(until_open(&courtesy, &origin.key(), 0).await.0, 0);
+}
+
+/// An origin on 127.0.0.1 that answers the first request head of every connection with
+/// `answer`, then keeps whatever else the connection brings (for a test to see that nothing
+/// came through). Counts its connections.
+struct ScriptedOrigin {
+    addr: SocketAddr,
+    after: Arc<Mutex<Vec<u8>>>,
+    connections: Arc<Mutex<usize>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ScriptedOrigin {
+    async fn start(answer: &'static str) -> ScriptedOrigin {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let after = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(Mutex::new(0));
+        let (kept, counted) = (after.clone(), connections.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                *counted.lock().unwrap() += 1;
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    while !head.ends_with(b"\r\n\r\n") {
+                        let mut byte = [0u8; 1];
+                        match stream.read(&mut byte).await {
+                            Ok(1) => head.push(byte[0]),
+                            _ => return,
+                        }
+                    }
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = stream.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        kept.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                });
+            }
+        });
+        ScriptedOrigin {
+            addr,
+            after,
+            connections,
+            task,
+        }
+    }
+
+    fn after(&self) -> String {
+        String::from_utf8_lossy(&self.after.lock().unwrap()).into_owned()
+    }
+
+    fn connections(&self) -> usize {
+        *self.connections.lock().unwrap()
+    }
+}
+
+impl Drop for ScriptedOrigin {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Sends a WebSocket handshake for `path` to `origin` through the proxy with five plain
+/// requests pipelined after it; returns courtesy's answer head.
+async fn handshake_with_pipelined_requests(
+    proxy: SocketAddr,
+    origin: SocketAddr,
+    head: &str,
+) -> String {
+    let mut stream = TcpStream::connect(proxy).await.unwrap();
+    let mut sent = head.replace("{origin}", &origin.to_string());
+    for n in 0..5 {
+        sent.push_str(&format!(
+            "GET http://{origin}/pipelined{n} HTTP/1.1\r\nHost: {origin}\r\n\r\n"
+        ));
+    }
+    stream.write_all(sent.as_bytes()).await.unwrap();
+    read_head(&mut stream).await
+}
+
+/// Asserts `head` is courtesy's 502 for a 101 it refused.
+fn assert_refused_switch(head: &str) {
+    assert!(head.starts_with("HTTP/1.1 502"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("proxy-status: courtesy; error=http_protocol_error"),
+        "{head}"
+    );
+}
+
+const WS_HANDSHAKE: &str = "GET http://{origin}/ws HTTP/1.1\r\nHost: {origin}\r\n\
+    Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+    Sec-WebSocket-Version: 13\r\n\r\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_101_that_does_not_answer_the_clients_key_is_a_502_and_nothing_is_joined() {
+    // The accept of some other key: the origin did not read this handshake.
+    let origin = ScriptedOrigin::start(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\n\r\n",
+    )
+    .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 0.5\nburst = 1\n").await;
+    let head = handshake_with_pipelined_requests(courtesy.addr, origin.addr, WS_HANDSHAKE).await;
+    assert_refused_switch(&head);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        origin.after(),
+        "",
+        "nothing reached the origin through a pipe"
+    );
+    let key = format!("127.0.0.1:{}", origin.addr.port());
+    assert_eq!(open_and_in_flight(&courtesy, &key).await.0, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsolicited_101_or_one_to_h2c_is_a_502() {
+    let plain_get = "GET http://{origin}/page HTTP/1.1\r\nHost: {origin}\r\n\r\n";
+    let unsolicited =
+        ScriptedOrigin::start("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+            .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 10\n").await;
+    let head = handshake_with_pipelined_requests(courtesy.addr, unsolicited.addr, plain_get).await;
+    assert_refused_switch(&head);
+    let h2c = ScriptedOrigin::start(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+    )
+    .await;
+    let head = handshake_with_pipelined_requests(courtesy.addr, h2c.addr, WS_HANDSHAKE).await;
+    assert_refused_switch(&head);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(unsolicited.after(), "");
+    assert_eq!(h2c.after(), "");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_answered_otherwise_leaves_its_connection_out_of_the_pool() {
+    let origin = ScriptedOrigin::start(
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok",
+    )
+    .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 10\n").await;
+    let (_stream, head) =
+        absolute_handshake(courtesy.addr, &format!("ws://{}/not-a-socket", origin.addr)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let got = courtesy
+        .client()
+        .get(&format!("http://{}/next", origin.addr))
+        .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(
+        origin.connections(),
+        2,
+        "the next request went out on a new connection"
+    );
+    assert_eq!(
+        origin.after(),
+        "",
+        "nothing more was sent on the handshake's"
+    );
 }

@@ -21,12 +21,14 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::json;
+use tracing::info;
 
 use crate::admin::views::{unix_ms, BudgetView, HostView, HostsPage, JobsPage, Totals};
 use crate::budget::jobs::Jobs;
 use crate::budget::keys::{BudgetKey, Keyer};
 use crate::budget::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::config::LiveConfig;
+use crate::front::sockets::Sockets;
 use crate::observe::metrics::Metrics;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response::{self, local, ProxyError};
@@ -48,6 +50,9 @@ pub(crate) struct Admin {
     own: Option<SocketAddr>,
     /// The proxy's table of jobs, for `/jobs` and the job metrics.
     jobs: Arc<Jobs>,
+    /// The proxy's open WebSockets and tunnels: a pause closes a host's, and so does
+    /// `POST /hosts/<h>/close-sockets`.
+    sockets: Arc<Sockets>,
 }
 
 impl Admin {
@@ -68,7 +73,15 @@ impl Admin {
             interceptor,
             own: None,
             jobs: Arc::new(Jobs::new()),
+            sockets: Sockets::new(1),
         }
+    }
+
+    /// This service, closing the proxy's open sockets (`Proxy::sockets`) on a pause and on
+    /// `close-sockets`.
+    pub(crate) fn with_sockets(mut self, sockets: Arc<Sockets>) -> Self {
+        self.sockets = sockets;
+        self
     }
 
     /// This service, showing the proxy's table of jobs (`Proxy::jobs`).
@@ -248,6 +261,17 @@ impl Admin {
                     ),
                 }
             }
+            (&Method::POST, ["hosts", key, "close-sockets"]) => match self.find(key).await {
+                Ok(budget) => {
+                    let closed = self.sockets.close_host(&budget.key);
+                    info!(host = %budget.key, closed, "operator: closed the host's WebSockets and tunnels");
+                    json_response(
+                        StatusCode::OK,
+                        &json!({ "host": budget.key, "closed": closed }),
+                    )
+                }
+                Err((status, message)) => error_json(status, &message),
+            },
             (&Method::POST, ["hosts", key, "resume"]) => {
                 self.operate(key, OperatorAction::Resume).await
             }
@@ -334,8 +358,16 @@ impl Admin {
             Ok(found) => found,
             Err((status, message)) => return error_json(status, &message),
         };
+        let pausing = matches!(action, OperatorAction::Pause(_));
         match self.limiter.operate_on(&budget, action) {
             Ok(snapshot) => {
+                if pausing {
+                    // A paused host's open sockets and tunnels close with it.
+                    let closed = self.sockets.close_host(&budget.key);
+                    if closed > 0 {
+                        info!(host = %budget.key, closed, "closed the paused host's WebSockets and tunnels");
+                    }
+                }
                 json_response(StatusCode::OK, &HostView::of(&snapshot, SystemTime::now()))
             }
             Err(e) => error_json(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),

@@ -74,6 +74,43 @@ keys! {
         /// proxy_internal_error). Lowered at start to fit the open file limit.
         max_upstream_connections: usize = 8192,
             from max_upstream_connections: i64, Count { min: 1, max: 1_000_000 };
+        /// Upstream connections that WebSockets and blind CONNECT tunnels may hold at once, out
+        /// of max_upstream_connections. Unset: half of it.
+        ///
+        /// A socket or a blind tunnel holds its upstream connection for its whole life; the rest
+        /// of the table stays for plain requests, which always find room. A socket or tunnel
+        /// beyond it is refused: a handshake gets 503 (connection_limit_reached) with
+        /// Retry-After, a blind tunnel is closed.
+        max_upstream_sockets: Option<usize> = None,
+            from max_upstream_sockets: i64, Maybe(Count { min: 1, max: 1_000_000 }),
+            example "4096";
+        /// WebSockets open at once from one client (an IPv6 client by its /64); beyond it a
+        /// handshake gets 503 (connection_limit_reached) with Retry-After.
+        ///
+        /// A WebSocket opened on an HTTP/2 stream (extended CONNECT) also counts as one of the
+        /// client's connections (max_connections_per_client), as one opened by HTTP/1.1 does.
+        max_websockets_per_client: usize = 64,
+            from max_websockets_per_client: i64, Count { min: 1, max: 1_000_000 };
+        /// WebSockets open at once to one host (its budget), from all clients together; beyond it
+        /// a handshake gets 503 (connection_limit_reached) with Retry-After.
+        max_websockets_per_host: usize = 32,
+            from max_websockets_per_host: i64, Count { min: 1, max: 1_000_000 };
+        /// How long a WebSocket or a blind CONNECT tunnel may carry no byte either way before
+        /// courtesy closes it (HAProxy's timeout tunnel).
+        ///
+        /// A WebSocket's own pings count as bytes, so a live socket with pings more often than
+        /// this is never cut.
+        socket_idle_timeout: Duration = Duration::from_secs(300),
+            from socket_idle_timeout_seconds: f64, Seconds { min: 0.1, max: 86400.0 };
+        /// Requests (HTTP/2 streams) one intercepted HTTP/2 connection inside a CONNECT tunnel may
+        /// have open at once (SETTINGS_MAX_CONCURRENT_STREAMS; hyper's default is 200).
+        ///
+        /// Each stream in flight also counts as one of the client's connections
+        /// (max_connections_per_client, max_connections), so a client cannot carry more than its
+        /// share on one connection. A session with no stream open for header_timeout_seconds is
+        /// closed with a GOAWAY.
+        tunnel_max_streams: usize = 100,
+            from tunnel_max_streams: i64, Count { min: 1, max: 10_000 };
         /// The longest a client may take no byte of a response (or of a tunnel's or a
         /// WebSocket's bytes) that courtesy is sending it; then its connection is closed.
         ///
@@ -85,7 +122,12 @@ keys! {
         send_timeout: Duration = Duration::from_secs(60),
             from send_timeout_seconds: f64, Seconds { min: 0.1, max: 86400.0 };
         /// How long a client may take to send its first byte after connecting, and then each
-        /// request's whole head, on both listeners; a connection that does not is closed.
+        /// request's whole head, on both listeners and inside CONNECT tunnels; a connection that
+        /// does not is closed.
+        ///
+        /// It is also how long a connection inside a tunnel may stay idle between requests
+        /// (HTTP/1.1 and HTTP/2 alike: an HTTP/2 session with no stream open that long gets a
+        /// GOAWAY), and how long a tunnel may take to send its first bytes.
         header_timeout: Duration = Duration::from_secs(30),
             from header_timeout_seconds: f64, Seconds { min: 0.1, max: 3600.0 };
         /// The largest request head (request line and headers) a client may send, on both

@@ -146,11 +146,14 @@ pub(crate) fn fit_to_fd_limit(proxy: Caps, admin: Caps, fd_limit: Option<u64>) -
 }
 
 /// Why a connection was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Refused {
     /// `max_connections` are open, every one carrying a request.
+    #[error("{0} connections are open (max_connections)")]
     Total(usize),
-    /// This client has `max_connections_per_client` open, every one carrying a request.
+    /// This client (an IPv6 client by its /64) has `max_connections_per_client` open, every one
+    /// carrying a request.
+    #[error("this client has {0} connections open (max_connections_per_client)")]
     PerClient(usize),
 }
 
@@ -276,6 +279,8 @@ impl Open {
 pub(crate) struct Slot {
     gate: Arc<Gate>,
     id: u64,
+    /// The client, as the caps count it (`crate::wire::client_group`).
+    ip: IpAddr,
     close: CancellationToken,
     /// Whether the connection is idle now (mirrors the gate's books, so that the first bytes of
     /// a request take the gate's lock once, not every read).
@@ -302,7 +307,20 @@ impl Gate {
     /// none. At a cap the connection idle longest (the client's at `per_client`, anyone's at
     /// `total`) is asked to close and stops counting at once.
     pub(crate) fn let_in(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
-        let ip = crate::wire::literal::canonical_ip(ip);
+        let ip = crate::wire::client_group::client_group(ip);
+        let (id, close) = self.count(ip, false)?;
+        Ok(Slot {
+            gate: self.clone(),
+            id,
+            ip,
+            close,
+            idle: AtomicBool::new(true),
+        })
+    }
+
+    /// Counts one more connection of `ip` (already grouped), idle (fresh) or carrying for good
+    /// (`busy`: an [`Extra`], never closed to make room), making room at a cap as `let_in` says.
+    fn count(&self, ip: IpAddr, busy: bool) -> Result<(u64, CancellationToken), Refused> {
         let mut open = locks::lock(&self.open);
         if open.per_client.get(&ip).copied().unwrap_or(0) >= self.caps.per_client
             && !open.evict(Some(ip))
@@ -318,21 +336,18 @@ impl Gate {
             id,
             Conn {
                 ip,
-                busy: 0,
-                used: false,
+                busy: usize::from(busy),
+                used: busy,
                 heard: false,
                 idle_since: 0,
                 close: close.clone(),
             },
         );
         *open.per_client.entry(ip).or_insert(0) += 1;
-        open.set_idle(id);
-        Ok(Slot {
-            gate: self.clone(),
-            id,
-            close,
-            idle: AtomicBool::new(true),
-        })
+        if !busy {
+            open.set_idle(id);
+        }
+        Ok((id, close))
     }
 
     /// Connections counted now.
@@ -365,6 +380,22 @@ impl Slot {
                 conn.heard = true;
             }
         }
+    }
+
+    /// The client of this connection, as the caps count it (an IPv6 client by its /64).
+    pub(crate) fn client(&self) -> IpAddr {
+        self.ip
+    }
+
+    /// One more place for this connection's client, counted against both caps as a connection
+    /// of its own (a WebSocket on an HTTP/2 stream, a stream in flight inside a tunnel: one
+    /// connection must not carry more than the client's share), or why there is none.
+    pub(crate) fn extra(&self) -> Result<Extra, Refused> {
+        let (id, _) = self.gate.count(self.ip, true)?;
+        Ok(Extra {
+            gate: self.gate.clone(),
+            id,
+        })
     }
 
     /// Marks the connection as carrying a request until the returned guard drops.
@@ -403,22 +434,37 @@ impl Drop for Busy {
     }
 }
 
+/// A place counted for a client beside its connections ([`Slot::extra`]): busy for its life,
+/// given back when it drops.
+#[derive(Debug)]
+pub(crate) struct Extra {
+    gate: Arc<Gate>,
+    id: u64,
+}
+
+impl Drop for Extra {
+    fn drop(&mut self) {
+        locks::lock(&self.gate.open).forget(self.id);
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         locks::lock(&self.gate.open).forget(self.id);
     }
 }
 
-/// A response body that keeps its connection [`Busy`] until it ends, fails or is dropped.
+/// A response body that keeps its connection [`Busy`] (or whatever `G` marks the request in
+/// flight with) until it ends, fails or is dropped.
 #[derive(Debug)]
-pub(crate) struct Carried<B> {
+pub(crate) struct Carried<B, G = Busy> {
     body: B,
-    busy: Option<Busy>,
+    busy: Option<G>,
 }
 
-impl<B> Carried<B> {
+impl<B, G> Carried<B, G> {
     /// `body`, carrying `busy`.
-    pub(crate) fn new(body: B, busy: Busy) -> Self {
+    pub(crate) fn new(body: B, busy: G) -> Self {
         Carried {
             body,
             busy: Some(busy),
@@ -426,7 +472,7 @@ impl<B> Carried<B> {
     }
 }
 
-impl<B: http_body::Body + Unpin> http_body::Body for Carried<B> {
+impl<B: http_body::Body + Unpin, G: Unpin> http_body::Body for Carried<B, G> {
     type Data = B::Data;
     type Error = B::Error;
 
@@ -456,12 +502,7 @@ impl<B: http_body::Body + Unpin> http_body::Body for Carried<B> {
 /// The short answer to a connection over a cap, written without reading the request (it fits in
 /// a fresh socket's send buffer; if it does not, the close alone is the answer).
 pub(crate) fn refuse_busy(stream: &TcpStream, why: Refused) {
-    let reason = match why {
-        Refused::Total(n) => format!("{n} connections are open (max_connections)"),
-        Refused::PerClient(n) => {
-            format!("this client has {n} connections open (max_connections_per_client)")
-        }
-    };
+    let reason = why.to_string();
     let body = format!("courtesy: 503 (connection_limit_reached): {reason}\n");
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\nproxy-status: courtesy; error=connection_limit_reached; \
@@ -652,6 +693,51 @@ mod tests {
         assert!(!is_evicted(&fresh));
         // Another client is not touched by this one's cap.
         assert!(gate.let_in("127.0.0.2".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn an_ipv6_client_is_counted_by_its_64() {
+        let gate = Gate::new(Caps {
+            total: 100,
+            per_client: 2,
+        });
+        let a = admitted(&gate, "2001:db8:1:2::1");
+        let b = admitted(&gate, "2001:db8:1:2:ffff::9");
+        let (_a, _b) = (a.carrying(), b.carrying());
+        assert_eq!(
+            gate.let_in("2001:db8:1:2:1234::1".parse().unwrap())
+                .unwrap_err(),
+            Refused::PerClient(2),
+            "another address of the same /64 is the same client"
+        );
+        assert!(gate.let_in("2001:db8:1:3::1".parse().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn extra_places_count_against_both_caps_and_are_never_evicted() {
+        let gate = Gate::new(Caps {
+            total: 4,
+            per_client: 3,
+        });
+        let conn = admitted(&gate, "127.0.0.1");
+        let _busy = conn.carrying();
+        let first = conn.extra().unwrap();
+        let _second = conn.extra().unwrap();
+        assert_eq!(conn.extra().unwrap_err(), Refused::PerClient(3));
+        assert_eq!(
+            gate.let_in("127.0.0.1".parse().unwrap()).unwrap_err(),
+            Refused::PerClient(3)
+        );
+        let other = admitted(&gate, "127.0.0.2");
+        assert_eq!(gate.open(), 4);
+        let _other = other.carrying();
+        assert_eq!(
+            gate.let_in("127.0.0.3".parse().unwrap()).unwrap_err(),
+            Refused::Total(4),
+            "an extra place is never closed to make room"
+        );
+        drop(first);
+        assert!(conn.extra().is_ok());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! What courtesy does about a block (`crate::pacing::blocks` says what one looks like): the host's pause is
 //! started through its permit, then the block is counted in `/metrics`, logged at `warn` and posted
 //! to the webhook. Soft blocks (a challenge page, a redirect to a block path) and hard blocks
-//! (`hard_block_after` 403s in a row) are both handled here and nowhere else.
+//! (`hard_block_after` 403s in a row) are both handled here and nowhere else. A blocked host's
+//! open WebSockets and blind tunnels are closed with its pause.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use tracing::warn;
 
 use crate::budget::limiter::Permit;
 use crate::config::HostPolicy;
+use crate::front::sockets::Sockets;
 use crate::observe::alerts::Alerts;
 use crate::observe::metrics::Metrics;
 use crate::pacing::blocks::{scan_wanted, BodyScan};
@@ -21,12 +23,29 @@ use crate::proxy::body::MarkerScan;
 pub(crate) struct Blocks {
     metrics: Arc<Metrics>,
     alerts: Arc<Alerts>,
+    /// The open WebSockets and tunnels: a blocked host's are closed with its pause.
+    sockets: Arc<Sockets>,
 }
 
 impl Blocks {
-    /// Reactions that count in `metrics` and post to `alerts`.
-    pub(crate) fn new(metrics: Arc<Metrics>, alerts: Arc<Alerts>) -> Self {
-        Blocks { metrics, alerts }
+    /// Reactions that count in `metrics`, post to `alerts` and close the host's `sockets`.
+    pub(crate) fn new(metrics: Arc<Metrics>, alerts: Arc<Alerts>, sockets: Arc<Sockets>) -> Self {
+        Blocks {
+            metrics,
+            alerts,
+            sockets,
+        }
+    }
+
+    /// Closes the sockets and tunnels open to a host that has just been paused for a block.
+    fn close_sockets(&self, host: &str) {
+        let closed = self.sockets.close_host(host);
+        if closed > 0 {
+            warn!(
+                host,
+                closed, "closed the host's open WebSockets and tunnels: it is paused"
+            );
+        }
     }
 
     /// A soft block was seen in the response of `permit` (`what` says how): pauses the host, once
@@ -41,6 +60,7 @@ impl Blocks {
             );
             self.alerts
                 .host_blocked(permit.host_key(), "soft_block", what, pause);
+            self.close_sockets(permit.host_key());
         }
     }
 
@@ -71,6 +91,7 @@ impl Blocks {
             &format!("{} consecutive 403 answers", policy.blocks.hard_block_after),
             pause,
         );
+        self.close_sockets(permit.host_key());
     }
 
     /// A scan of a response body (of an answer of `status`) for `policy`'s markers that reports a

@@ -5,7 +5,14 @@
 //!   every decrypted request goes back through `forward_inside`, paced like plain http;
 //! - plain HTTP inside the tunnel: served and forwarded the same way;
 //! - anything else in `tunnel` mode: one admission, then bytes copied both ways, the host's
-//!   concurrency slot held for the tunnel's whole life; only to `connect_ports`.
+//!   concurrency slot held for the tunnel's whole life; only to `connect_ports`, within the
+//!   share of upstream connections sockets may hold (`max_upstream_sockets`), closed after
+//!   `socket_idle_timeout_seconds` without a byte or when its host is paused.
+//!
+//! A served tunnel's connection counts as carrying a request only while one inside is in flight
+//! (`inside.rs`): idle, it may be closed to make room, and after `header_timeout_seconds` without
+//! a request it closes (HTTP/2 with a GOAWAY). Each HTTP/2 stream in flight inside counts as one
+//! of the client's connections, and at most `tunnel_max_streams` are open at once.
 //!
 //! In intercept mode a CONNECT to any port is accepted, since whatever courtesy serves inside is
 //! paced request by request; a tunnel that carries neither TLS nor HTTP is closed unopened.
@@ -32,6 +39,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::failure::Failure;
 use super::headers::own_cooldown_choice;
+use super::inside::{quiet_for, InFlight, Inside, InsideBusy};
 use super::sniff::{classify_opening, Opening, Prefixed};
 use super::target::Target;
 use super::Asking;
@@ -40,14 +48,14 @@ use crate::budget::jobs::{priority_of, Caller};
 use crate::budget::limiter::Admission;
 use crate::config::{HttpsMode, Route};
 use crate::front::connections::Connections;
+use crate::front::gate::{Busy, Carried};
+use crate::front::sockets::{self, Ended, Kind, SocketCaps};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response::ProxyError;
 use crate::upstream::parent::tcp::{self, TcpFault};
 use crate::upstream::parent::{self, OpenError};
 use crate::wire::scheme::Scheme;
-
-/// How long a client may take to send its first bytes (and its TLS ClientHello) after the 200.
-const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
+use tokio::sync::watch;
 
 impl Proxy {
     /// Answers `CONNECT host:port` with 200 and hands what comes inside to a task of its own.
@@ -114,15 +122,16 @@ impl Proxy {
             },
             HttpsMode::Tunnel => None,
         };
-        // A tunnel carries a request for its life: its connection is never closed to make room.
-        let carrying = slot.as_ref().map(|slot| slot.carrying());
+        // The connection carries its CONNECT until the first request inside begins (a blind
+        // tunnel: for its life); then only while a request inside is in flight, so that an idle
+        // tunnel may be closed to make room like an idle kept-alive connection.
+        let opening = slot.as_ref().map(|slot| slot.carrying());
         let connections = self.connections.clone();
         let served = self
-            .serve_connect(req, target, leaf, client, asking)
+            .serve_connect(req, target, leaf, client, (asking, opening))
             .instrument(span);
         connections.spawn(async move {
             let _slot = slot;
-            let _carrying = carrying;
             served.await
         });
         Response::new(ProxyBody::empty())
@@ -136,7 +145,7 @@ impl Proxy {
         target: Target,
         leaf: Option<Arc<ServerConfig>>,
         client: SocketAddr,
-        asking: Asking,
+        (asking, opening): (Asking, Option<Busy>),
     ) {
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(u) => u,
@@ -147,11 +156,12 @@ impl Proxy {
         };
         let mut io = TokioIo::new(upgraded);
         let mut first = Vec::with_capacity(16);
-        let opening = loop {
+        let first_bytes_timeout = self.config.get().proxy.header_timeout;
+        let kind = loop {
             let mut buf = [0u8; 16];
             let want = 16 - first.len();
             let read = tokio::select! {
-                read = tokio::time::timeout(FIRST_BYTES_TIMEOUT, io.read(&mut buf[..want])) => read,
+                read = tokio::time::timeout(first_bytes_timeout, io.read(&mut buf[..want])) => read,
                 () = self.connections.stopping() => return,
             };
             match read {
@@ -169,13 +179,13 @@ impl Proxy {
             }
         };
         let stream = Prefixed::new(Bytes::from(first), io);
-        match (opening, leaf) {
+        match (kind, leaf) {
             (Opening::PlainHttp, _) => {
-                self.serve_inside(stream, target, Scheme::Http, client, asking)
-                    .await
+                let inside = Inside::new(target, Scheme::Http, client, (asking, opening));
+                self.serve_inside(stream, inside).await
             }
             (Opening::Tls, Some(leaf)) => {
-                self.intercept_tls(stream, target, leaf, client, asking)
+                self.intercept_tls(stream, target, leaf, client, (asking, opening))
                     .await
             }
             (_, None) => self.tunnel(stream, target, &asking).await,
@@ -193,12 +203,13 @@ impl Proxy {
         target: Target,
         leaf: Arc<ServerConfig>,
         client: SocketAddr,
-        asking: Asking,
+        (asking, opening): (Asking, Option<Busy>),
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
-        let start = match tokio::time::timeout(FIRST_BYTES_TIMEOUT, acceptor).await {
+        let handshake_timeout = self.config.get().proxy.header_timeout;
+        let start = match tokio::time::timeout(handshake_timeout, acceptor).await {
             Ok(Ok(start)) => start,
             Ok(Err(e)) => {
                 debug!("TLS ClientHello from the client failed: {e}");
@@ -223,44 +234,103 @@ impl Proxy {
         };
         match start.into_stream(config).await {
             Ok(tls) => {
-                self.serve_inside(tls, target, Scheme::Https, client, asking)
-                    .await
+                let inside = Inside::new(target, Scheme::Https, client, (asking, opening));
+                self.serve_inside(tls, inside).await
             }
             Err(e) => debug!("TLS handshake with the client failed: {e}"),
         }
     }
 
-    /// Serves HTTP/1.1 or HTTP/2 on `stream`; every request goes to `target` through the proxy.
-    async fn serve_inside<S>(
-        self: Arc<Self>,
-        stream: S,
-        target: Target,
-        scheme: Scheme,
-        client: SocketAddr,
-        asking: Asking,
-    ) where
+    /// Serves HTTP/1.1 or HTTP/2 on `stream`; every request goes to the tunnel's target through
+    /// the proxy. The session ends when it has had no request in flight for
+    /// `header_timeout_seconds` (HTTP/2: a GOAWAY), when its connection's place is needed for
+    /// another while it is idle, or at shutdown.
+    async fn serve_inside<S>(self: Arc<Self>, stream: S, inside: Inside)
+    where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let connections = self.connections.clone();
-        let max_head_bytes = self.config.get().proxy.max_request_head_bytes;
+        let (max_head_bytes, idle_limit, max_streams) = {
+            let config = self.config.get();
+            let proxy = &config.proxy;
+            (
+                proxy.max_request_head_bytes,
+                proxy.header_timeout,
+                proxy.tunnel_max_streams,
+            )
+        };
+        let (load, quiet) = watch::channel(0usize);
+        let evicted = inside.asking.slot.as_ref().map(|slot| slot.evicted());
+        let inside = Arc::new(inside);
+        let load = Arc::new(load);
         let service = service_fn(move |req: Request<Incoming>| {
-            let (proxy, target, asking) = (self.clone(), target.clone(), asking.clone());
-            async move {
-                Ok::<_, Infallible>(
-                    proxy
-                        .forward_inside(req, target, scheme, client, &asking)
-                        .await,
-                )
-            }
+            let (proxy, inside) = (self.clone(), inside.clone());
+            let in_flight = InFlight::begin(&load);
+            async move { Ok::<_, Infallible>(proxy.serve_one_inside(req, &inside, in_flight).await) }
         });
-        let builder = Connections::builder(true, max_head_bytes);
+        let mut builder = Connections::builder_with(true, idle_limit, max_head_bytes);
+        builder
+            .http2()
+            .max_concurrent_streams(u32::try_from(max_streams).unwrap_or(u32::MAX));
         // With upgrades: a WebSocket handshake inside the tunnel switches on a `101` (`upgrade.rs`).
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
-        if let Err(e) = connections.serve(conn).await {
+        let close = async move {
+            let evicted = async move {
+                match evicted {
+                    Some(evicted) => evicted.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = quiet_for(quiet, idle_limit) => debug!("tunnel idle for header_timeout_seconds: closing"),
+                () = evicted => debug!("idle tunnel closed to make room"),
+            }
+        };
+        if let Err(e) = connections.serve_until(conn, close).await {
             debug!("connection inside the tunnel ended: {e}");
         }
+    }
+
+    /// One request inside a tunnel: its connection marked carrying until the answer has been
+    /// sent, and over HTTP/2 counted as one of the client's connections meanwhile (a client may
+    /// not carry more than its share on one connection), else a local 503.
+    async fn serve_one_inside(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        inside: &Inside,
+        in_flight: InFlight,
+    ) -> Response<Carried<ProxyBody, InsideBusy>> {
+        // The first request inside ends the CONNECT's own hold.
+        crate::util::locks::lock(&inside.opening).take();
+        let slot = inside.asking.slot.as_ref();
+        let extra = match slot {
+            Some(slot) if req.version() == http::Version::HTTP_2 => match slot.extra() {
+                Ok(extra) => Some(extra),
+                Err(refused) => {
+                    let answer = crate::proxy::response::local(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        ProxyError::ConnectionLimitReached,
+                        &refused.to_string(),
+                        Some(Duration::from_secs(1)),
+                    );
+                    return answer.map(|body| Carried::new(body, (None, None, in_flight)));
+                }
+            },
+            _ => None,
+        };
+        let busy = slot.map(|slot| slot.carrying());
+        let response = self
+            .forward_inside(
+                req,
+                inside.target.clone(),
+                inside.scheme,
+                inside.client,
+                &inside.asking,
+            )
+            .await;
+        response.map(|body| Carried::new(body, (busy, extra, in_flight)))
     }
 
     /// Admits and dials a blind tunnel, then copies `client` bytes both ways.
@@ -294,6 +364,22 @@ impl Proxy {
                 return;
             }
         };
+        // A share of the upstream table that tunnels and sockets may hold, then a slot in it.
+        let (caps, idle_timeout) = {
+            let config = self.config.get();
+            let caps = SocketCaps {
+                per_client: config.proxy.max_websockets_per_client,
+                per_host: config.proxy.max_websockets_per_host,
+            };
+            (caps, config.proxy.socket_idle_timeout)
+        };
+        let open = match self.sockets.open(Kind::Tunnel, &budget.key, caps) {
+            Ok(open) => open,
+            Err(full) => {
+                warn!(error = "connection_limit_reached", "tunnel refused: {full}");
+                return;
+            }
+        };
         let slot = match self.client.slots().take().await {
             Ok(slot) => slot,
             Err(full) => {
@@ -307,9 +393,21 @@ impl Proxy {
         match self.dial(&target).await {
             Ok(mut upstream) => {
                 info!(wait_ms = permit.waited().as_millis() as u64, "tunnel open");
-                match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-                    Ok((up, down)) => debug!(bytes_up = up, bytes_down = down, "tunnel closed"),
-                    Err(e) => debug!("tunnel ended: {e}"),
+                let closing = open.closing();
+                match sockets::pipe(&mut client, &mut upstream, idle_timeout, closing).await {
+                    Ended::Done(Ok((up, down))) => {
+                        debug!(bytes_up = up, bytes_down = down, "tunnel closed")
+                    }
+                    Ended::Done(Err(e)) => debug!("tunnel ended: {e}"),
+                    Ended::Idle => info!(
+                        idle_s = idle_timeout.as_secs_f64(),
+                        "tunnel closed: no byte either way for socket_idle_timeout_seconds"
+                    ),
+                    Ended::Closed => {
+                        info!(
+                            "tunnel closed: its host was paused or blocked, or the operator asked"
+                        )
+                    }
                 }
             }
             Err(failure) => {

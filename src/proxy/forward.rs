@@ -10,8 +10,9 @@ use std::ops::ControlFlow;
 use http::header::{HeaderValue, HOST, VIA};
 use http::{HeaderMap, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::capture_connection;
 use tokio::time::Instant;
-use tracing::{info, info_span, Instrument};
+use tracing::{info, info_span, warn, Instrument};
 
 use super::attempts::{replayable, Asked, Attempts, Outcome};
 use super::cached::CacheUse;
@@ -29,6 +30,7 @@ use super::{Asking, Proxy};
 use crate::budget::jobs::{priority_of, Caller, QuotaTicket};
 use crate::budget::limiter::{BudgetKey, Permit, ShadowReason, ShadowVerdict, WaitReason};
 use crate::config::HostPolicy;
+use crate::front::sockets::SocketCaps;
 use crate::observe::telemetry::{RequestTrace, Requested};
 use crate::pacing::blocks::{header_block, is_block_redirect};
 use crate::pacing::feedback::crawler_price;
@@ -209,6 +211,17 @@ impl Proxy {
             Err(failure) => return (failure.into_response(), Some(body)),
         };
         if let Some(upgrade) = &mut upgrade {
+            let caps = {
+                let config = self.config.get();
+                SocketCaps {
+                    per_client: config.proxy.max_websockets_per_client,
+                    per_host: config.proxy.max_websockets_per_host,
+                }
+            };
+            if let Err(refused) = upgrade.place(&self.sockets, &budget.key, caps) {
+                info!("WebSocket refused locally: at a socket cap");
+                return (refused, Some(body));
+            }
             upgrade.ask_upstream(&mut parts.headers);
         }
         let replayable = replayable(&parts.method, &body);
@@ -367,6 +380,10 @@ impl Proxy {
             Err(failure) => return ControlFlow::Break((failure.into_response(), None)),
         };
         attempts.sign(&mut request, &self.challenged, &budget.key);
+        let upgrade_capture = attempts
+            .upgrade
+            .is_some()
+            .then(|| capture_connection(&mut request));
         let upstream = trail.trace.as_ref().map(|trace| {
             let host = request.uri().host().unwrap_or_default();
             let span = trace.upstream(request.method().as_str(), host);
@@ -408,6 +425,15 @@ impl Proxy {
         };
         trail.held.answered(exchanged.latency);
         let response = &exchanged.response;
+        if let Some(capture) = upgrade_capture {
+            if response.status() != StatusCode::SWITCHING_PROTOCOLS {
+                // A handshake answered otherwise: the origin may have switched all the same, so
+                // its connection never carries another request.
+                if let Some(connected) = capture.connection_metadata().as_ref() {
+                    connected.poison();
+                }
+            }
+        }
         if response.status() == StatusCode::MISDIRECTED_REQUEST
             && response.version() == Version::HTTP_2
             && attempts.may_resend_over_http1()
@@ -540,12 +566,22 @@ impl Proxy {
             }
         }
         let held = (permit, exchanged.idle);
-        if upgrade::switches(&response) {
-            if let Some(client) = attempts.upgrade.take() {
-                let response = self.join(response, client, held);
-                return ControlFlow::Break((response, None));
-            }
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            // Joined only when it switches to the WebSocket the client asked for; any other 101
+            // is refused, and its connection dropped with it.
+            let refused = match attempts.upgrade.take() {
+                Some(client) if upgrade::switches(&response) => {
+                    return ControlFlow::Break((self.join(response, client, held), None));
+                }
+                Some(_) => {
+                    "the origin's 101 switches to another protocol than the WebSocket asked for"
+                }
+                None => "the origin answered 101 to a request that asked to switch to nothing",
+            };
+            warn!("{refused}");
+            return ControlFlow::Break((upgrade::refused_switch(refused), None));
         }
+
         let response = self.finish_response(response, held, &policy, cache_use);
         let response = match ahead {
             Some(first) => response.map(|rest| ProxyBody::Prefixed {

@@ -12,6 +12,7 @@
 //! | `before_resend.rs` | before a retry of a 429/503: whether the answer was a challenge page (never retried) |
 //! | `connect.rs` | CONNECT: interception, plain HTTP inside, blind tunnels, dialing |
 //! | `sniff.rs` | telling TLS from HTTP by a tunnel's first bytes, and replaying them |
+//! | `inside.rs` | a session inside a tunnel: its requests in flight, and its end when idle |
 //! | `target.rs` | where a request goes: host, port, authority, `Host` header |
 //! | `headers.rs` | hop-by-hop headers and our `Via` entry |
 //! | `timing.rs` | the `Server-Timing` header: how long courtesy held a request, and why |
@@ -44,6 +45,7 @@ mod exchange;
 mod failure;
 mod forward;
 mod headers;
+mod inside;
 mod loops;
 mod preferences;
 pub(crate) mod response;
@@ -97,6 +99,7 @@ use crate::budget::keys::{BudgetKey, Keyer};
 use crate::budget::limiter::Limiter;
 use crate::config::{HostPolicy, LiveConfig};
 use crate::front::connections::Connections;
+use crate::front::sockets::Sockets;
 use crate::observe::alerts::Alerts;
 use crate::observe::metrics::Metrics;
 use crate::pacing::preferences::HeaderMemory;
@@ -105,6 +108,12 @@ use crate::proxy::body::ProxyBody;
 use crate::upstream::resolve::Resolver;
 use crate::upstream::tls::Interceptor;
 use blocked::Blocks;
+
+/// `max_upstream_sockets`, or half of `max_upstream_connections` where unset; never more than
+/// the table itself.
+fn upstream_sockets(asked: Option<usize>, table: usize) -> usize {
+    asked.unwrap_or(table / 2).clamp(1, table.max(1))
+}
 
 /// How courtesy reaches origins: names resolved through `keyer`'s resolver (so that a connection
 /// goes to the address a `key = "ip"` budget was made from), upstream TLS verified with `tls`.
@@ -138,6 +147,8 @@ pub struct Proxy {
     challenged: Arc<sign::Challenged>,
     /// Where request traces go, when `[telemetry] otlp_endpoint` is set.
     telemetry: Option<Arc<crate::observe::telemetry::Telemetry>>,
+    /// The open WebSockets and blind tunnels, bounded and closed by host.
+    sockets: Arc<Sockets>,
 }
 
 /// Who asks, and what they asked of courtesy itself on the request's CONNECT: the job the
@@ -198,6 +209,10 @@ impl Proxy {
             start.proxy.connect_timeout,
         );
         let client = upstream::Upstreams::new(&start, resolver.clone(), upstream_tls, slots);
+        let sockets = Sockets::new(upstream_sockets(
+            start.proxy.max_upstream_sockets,
+            start.proxy.max_upstream_connections,
+        ));
         Proxy {
             config,
             limiter,
@@ -205,7 +220,7 @@ impl Proxy {
             resolver,
             keyer,
             interceptor,
-            blocks: Arc::new(Blocks::new(metrics.clone(), alerts)),
+            blocks: Arc::new(Blocks::new(metrics.clone(), alerts, sockets.clone())),
             metrics,
             robots: RobotsCache::new(),
             stated: HeaderMemory::default(),
@@ -218,7 +233,14 @@ impl Proxy {
             jobs: Arc::new(Jobs::new()),
             challenged: Arc::new(sign::Challenged::default()),
             telemetry: None,
+            sockets,
         }
+    }
+
+    /// The open WebSockets and blind tunnels (for the admin API: a pause closes a host's, and
+    /// `POST /hosts/<h>/close-sockets`).
+    pub(crate) fn sockets(&self) -> &Arc<Sockets> {
+        &self.sockets
     }
 
     /// The service, tracing every forwarded request to `telemetry`.
@@ -290,11 +312,21 @@ impl Proxy {
             Ok(caller) => caller,
             Err(why) => {
                 drop(config);
-                // An address that keeps failing waits for each answer (no lock is held here).
+                let mut refused = response::proxy_auth_required(&why.why);
+                // An address that keeps failing waits for each answer (no lock is held here), a
+                // few at once; the rest are answered at once and their connections closed.
                 if !why.hold.is_zero() {
-                    tokio::time::sleep(why.hold).await;
+                    let group = crate::wire::client_group::client_group(client.ip());
+                    match self.jobs.guard.hold(group) {
+                        Some(_held) => tokio::time::sleep(why.hold).await,
+                        None => {
+                            refused.headers_mut().insert(
+                                http::header::CONNECTION,
+                                http::HeaderValue::from_static("close"),
+                            );
+                        }
+                    }
                 }
-                let refused = response::proxy_auth_required(&why.why);
                 return Ok(self.with_timing(refused, &not_held()));
             }
         };

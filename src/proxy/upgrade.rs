@@ -40,8 +40,10 @@ use super::headers::strip_hop_by_hop;
 use super::table::IdleMark;
 use super::Proxy;
 use crate::budget::limiter::{ByteMeter, Permit};
-use crate::front::gate::{Busy, Slot};
+use crate::front::gate::{Busy, Extra, Slot};
+use crate::front::sockets::{self, Ended, Kind, OpenSocket, SocketCaps, Sockets};
 use crate::proxy::body::ProxyBody;
+use crate::proxy::response;
 use crate::wire::proxy_status::ProxyError;
 
 /// The GUID a server appends to the client's key for `Sec-WebSocket-Accept` (RFC 6455 1.3).
@@ -57,10 +59,18 @@ pub(super) struct ClientUpgrade {
     form: Form,
     /// For an extended CONNECT: the `Sec-WebSocket-Key` courtesy sent upstream in its name.
     key: Option<String>,
+    /// For an HTTP/1.1 handshake: the client's own `Sec-WebSocket-Key`, which the origin's
+    /// `Sec-WebSocket-Accept` must answer.
+    client_key: Option<String>,
     /// The client connection's place (`max_connections`): the socket keeps it, marked as
     /// carrying a request, so that it counts against the client's caps and is never closed to
     /// make room.
     slot: Option<Arc<Slot>>,
+    /// The socket's place among the open sockets (`crate::front::sockets`), taken before the
+    /// handshake is sent ([`ClientUpgrade::place`]).
+    open: Option<OpenSocket>,
+    /// For an extended CONNECT: the socket counted as one of the client's connections.
+    extra: Option<Extra>,
 }
 
 /// `ws://host/path` in absolute form (a client that sends WebSockets to an HTTP proxy without
@@ -147,12 +157,23 @@ pub(super) fn take(
         parts.extensions.remove::<Protocol>();
     }
     let slot = parts.extensions.get::<Arc<Slot>>().or(tunnel).cloned();
+    let client_key = match form {
+        Form::Upgrade => parts
+            .headers
+            .get(SEC_WEBSOCKET_KEY)
+            .and_then(|v| v.to_str().ok())
+            .map(|key| key.trim().to_owned()),
+        Form::ExtendedConnect => None,
+    };
     Some(ClientUpgrade {
         on,
         protocol: HeaderValue::from_static("websocket"),
         form,
         key: None,
+        client_key,
         slot,
+        open: None,
+        extra: None,
     })
 }
 
@@ -176,17 +197,59 @@ impl ClientUpgrade {
         }
     }
 
-    /// Whether the origin's `101` answers this handshake: for courtesy's own key, its
-    /// `Sec-WebSocket-Accept` must be the key's (RFC 6455 4.2.2); a client's own key is the
-    /// client's to check.
-    fn accepted_by(&self, headers: &HeaderMap) -> bool {
-        match &self.key {
-            Some(key) => headers
-                .get(SEC_WEBSOCKET_ACCEPT)
-                .is_some_and(|v| v.as_bytes() == accept_for(key).as_bytes()),
-            None => self.form == Form::Upgrade,
+    /// Takes the socket's place before the handshake goes out: one of the open sockets of its
+    /// client and host and of the upstream share (`crate::front::sockets`), and for an extended
+    /// CONNECT one of the client's connections. `Err` is the local 503.
+    pub(super) fn place(
+        &mut self,
+        sockets: &Arc<Sockets>,
+        host: &str,
+        caps: SocketCaps,
+    ) -> Result<(), Response<ProxyBody>> {
+        let over = |why: String| {
+            response::local(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ProxyError::ConnectionLimitReached,
+                &why,
+                Some(RETRY_AFTER),
+            )
+        };
+        if self.form == Form::ExtendedConnect {
+            if let Some(slot) = &self.slot {
+                self.extra = Some(slot.extra().map_err(|why| over(why.to_string()))?);
+            }
         }
+        let client = self.slot.as_ref().map(|slot| slot.client());
+        let open = sockets
+            .open(Kind::WebSocket(client), host, caps)
+            .map_err(|why| over(why.to_string()))?;
+        self.open = Some(open);
+        Ok(())
     }
+
+    /// Whether the origin's `101` answers this handshake (RFC 6455 4.2.2): its
+    /// `Sec-WebSocket-Accept` must be the one for the key sent, courtesy's own for an extended
+    /// CONNECT, the client's for an HTTP/1.1 handshake. Any other `101` would join the client to
+    /// a connection that is not a WebSocket, where whatever the client sends next would reach the
+    /// origin unpaced.
+    fn accepted_by(&self, headers: &HeaderMap) -> bool {
+        let Some(key) = self.key.as_ref().or(self.client_key.as_ref()) else {
+            return false;
+        };
+        headers
+            .get(SEC_WEBSOCKET_ACCEPT)
+            .is_some_and(|v| v.as_bytes() == accept_for(key).as_bytes())
+    }
+}
+
+/// How long a client refused a socket is asked to wait before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The answer to a `101` that switches to nothing the client asked for: an unsolicited one, one
+/// to another protocol (`h2c`), or one whose `Sec-WebSocket-Accept` does not answer the key. The
+/// origin's connection is dropped with it; nothing is joined.
+pub(super) fn refused_switch(why: &str) -> Response<ProxyBody> {
+    Failure::new(StatusCode::BAD_GATEWAY, ProxyError::HttpProtocolError, why).into_response()
 }
 
 /// The `Sec-WebSocket-Accept` that answers `key` (RFC 6455 4.2.2): SHA-1 of the key and the
@@ -219,13 +282,10 @@ impl Proxy {
         (permit, idle): (Permit, Option<IdleMark>),
     ) -> Response<ProxyBody> {
         if !client.accepted_by(response.headers()) {
-            // Not an answer to courtesy's handshake: nothing is joined, the turn ends.
-            return Failure::new(
-                StatusCode::BAD_GATEWAY,
-                ProxyError::HttpProtocolError,
+            // Not an answer to the handshake: nothing is joined, the turn ends.
+            return refused_switch(
                 "the origin's 101 does not accept the WebSocket handshake (Sec-WebSocket-Accept)",
-            )
-            .into_response();
+            );
         }
         let origin = response.extensions_mut().remove::<OnUpgrade>();
         let (mut parts, _) = response.into_parts();
@@ -249,13 +309,25 @@ impl Proxy {
         let meter = permit.into_meter(&self.limiter);
         info!(host = meter.host_key(), "switching protocols: socket open");
         if let Some(origin) = origin {
-            let grace = self.config.get().proxy.shutdown_grace;
+            let (grace, idle_timeout) = {
+                let config = self.config.get();
+                (
+                    config.proxy.shutdown_grace,
+                    config.proxy.socket_idle_timeout,
+                )
+            };
             let stopping = self.connections.stopping();
             let carrying = client
                 .slot
                 .as_ref()
                 .map(|slot| (slot.clone(), slot.carrying()));
-            let joined = pipe(client.on, origin, meter, (idle, carrying));
+            let held = Held {
+                _idle: idle,
+                _carrying: carrying,
+                _extra: client.extra,
+            };
+            let open = client.open;
+            let joined = join_sides(client.on, origin, meter, (open, idle_timeout), held);
             self.connections.spawn(
                 async move {
                     tokio::select! {
@@ -278,14 +350,24 @@ async fn closed_at_shutdown(stopping: impl std::future::Future<Output = ()>, gra
     tokio::time::sleep(grace).await;
 }
 
-/// Waits for both sides to switch, then copies bytes both ways until either side closes.
-/// `held` (the upstream connection's idle mark, the client connection's place) is kept until
-/// the socket closes.
-async fn pipe(
+/// What an open socket keeps until it closes: the upstream connection's idle mark, the client
+/// connection's place (marked carrying), and for an extended CONNECT its own place among the
+/// client's connections.
+struct Held {
+    _idle: Option<IdleMark>,
+    _carrying: Option<(Arc<Slot>, Busy)>,
+    _extra: Option<Extra>,
+}
+
+/// Waits for both sides to switch, then copies bytes both ways until either side closes, no byte
+/// has gone for `idle_timeout`, or the socket is closed by its host's pause or the operator
+/// (`open`). `held` is kept until the socket closes.
+async fn join_sides(
     client: OnUpgrade,
     origin: OnUpgrade,
     meter: ByteMeter,
-    held: (Option<IdleMark>, Option<(Arc<Slot>, Busy)>),
+    (open, idle_timeout): (Option<OpenSocket>, Duration),
+    held: Held,
 ) {
     let _held = held;
     let (client, origin) = match tokio::join!(client, origin) {
@@ -300,10 +382,25 @@ async fn pipe(
         io: TokioIo::new(origin),
         meter,
     };
-    match tokio::io::copy_bidirectional(&mut client, &mut origin).await {
-        Ok((up, down)) => info!(bytes_up = up, bytes_down = down, "socket closed"),
-        Err(e) => debug!("socket ended: {e}"),
+    let closing = open.as_ref().map(OpenSocket::closing);
+    let close = async move {
+        match closing {
+            Some(closing) => closing.await,
+            None => std::future::pending().await,
+        }
+    };
+    match sockets::pipe(&mut client, &mut origin, idle_timeout, close).await {
+        Ended::Done(Ok((up, down))) => info!(bytes_up = up, bytes_down = down, "socket closed"),
+        Ended::Done(Err(e)) => debug!("socket ended: {e}"),
+        Ended::Idle => info!(
+            idle_s = idle_timeout.as_secs_f64(),
+            "socket closed: no byte either way for socket_idle_timeout_seconds"
+        ),
+        Ended::Closed => {
+            info!("socket closed: its host was paused or blocked, or the operator asked")
+        }
     }
+    drop(open);
 }
 
 /// The origin's side of a socket, counting every byte read from or written to it.

@@ -206,6 +206,7 @@ impl Parts {
                 interceptor,
             )
             .with_jobs(proxy.jobs().clone())
+            .with_sockets(proxy.sockets().clone())
             .listening_on(admin_addr),
         );
         let background = Background::start(

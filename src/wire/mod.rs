@@ -5,6 +5,7 @@
 //! signs them (`httpsig`).
 //! Pure: no I/O, nothing above it.
 
+pub(crate) mod client_group;
 pub(crate) mod host_key;
 pub mod host_name;
 pub(crate) mod hosts_file;

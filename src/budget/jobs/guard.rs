@@ -4,6 +4,12 @@
 //! failure up to [`MAX_DELAY`], so guessing tokens costs time. The table of addresses is bounded
 //! ([`MAX_ADDRESSES`]: the stalest entry makes room) and its lock is never held across an await
 //! (the caller sleeps after [`AuthGuard::failed`] returns).
+//!
+//! An address is a client as `crate::wire::client_group` groups it (an IPv6 client by its /64,
+//! so that rotating through a /64 does not reset the brake). A held 407 keeps its connection, so
+//! at most [`MAX_HELD_PER_ADDRESS`] are held at once per address ([`AuthGuard::hold`]); the rest
+//! are answered at once and their connections closed: on a shared NAT address, a guesser's held
+//! answers can never fill the address's connection slots.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -21,6 +27,8 @@ pub(super) const MAX_DELAY: Duration = Duration::from_secs(5);
 const FORGET_AFTER: Duration = Duration::from_secs(600);
 /// Addresses with failures remembered at once.
 const MAX_ADDRESSES: usize = 4096;
+/// 407s held at once per address; beyond them, each is answered at once with `Connection: close`.
+pub(crate) const MAX_HELD_PER_ADDRESS: usize = 4;
 
 /// One address's recent failures.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +42,8 @@ struct Strikes {
 pub struct AuthGuard {
     failures: AtomicU64,
     strikes: Mutex<HashMap<IpAddr, Strikes>>,
+    /// 407s being held now, per address (only addresses with one: bounded by the connections).
+    held: Mutex<HashMap<IpAddr, usize>>,
     /// When a failure was last logged, and how many were not since.
     log: Mutex<Option<(Instant, u64)>>,
 }
@@ -44,7 +54,7 @@ impl AuthGuard {
         self.failures.load(Ordering::Relaxed)
     }
 
-    /// Counts one failure of `client` (an address as [`crate::budget::jobs::client_key`] groups it) at
+    /// Counts one failure of `client` (an address as `crate::wire::client_group` groups it) at
     /// `now`; returns how long its 407 is held, and whether to log it (with the count of
     /// failures not logged since the last line).
     pub fn failed(&self, client: IpAddr, now: Instant) -> (Duration, Option<u64>) {
@@ -91,6 +101,42 @@ impl AuthGuard {
     }
 }
 
+/// One held 407 of an address's, counted until it drops.
+#[derive(Debug)]
+pub(crate) struct Held<'a> {
+    guard: &'a AuthGuard,
+    client: IpAddr,
+}
+
+impl AuthGuard {
+    /// A place to hold one more 407 of `client` (grouped as [`AuthGuard::failed`] is given it),
+    /// or `None` when [`MAX_HELD_PER_ADDRESS`] are held already: that one is answered at once.
+    pub(crate) fn hold(&self, client: IpAddr) -> Option<Held<'_>> {
+        let mut held = crate::util::locks::lock(&self.held);
+        let count = held.entry(client).or_insert(0);
+        if *count >= MAX_HELD_PER_ADDRESS {
+            return None;
+        }
+        *count += 1;
+        Some(Held {
+            guard: self,
+            client,
+        })
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut held = crate::util::locks::lock(&self.guard.held);
+        if let Some(count) = held.get_mut(&self.client) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.client);
+            }
+        }
+    }
+}
+
 /// How long the answer to an address's `count`-th failure in a row is held.
 fn delay_after(count: u32) -> Duration {
     if count <= FREE_STRIKES {
@@ -118,6 +164,17 @@ mod tests {
         assert_eq!(delays[11], MAX_DELAY);
         assert_eq!(guard.failed(b, now).0, Duration::ZERO, "per address");
         assert_eq!(guard.failures(), 13);
+        let held: Vec<_> = (0..MAX_HELD_PER_ADDRESS)
+            .map_while(|_| guard.hold(a))
+            .collect();
+        assert_eq!(held.len(), MAX_HELD_PER_ADDRESS);
+        assert!(
+            guard.hold(a).is_none(),
+            "the held 407s of one address are capped"
+        );
+        assert!(guard.hold(b).is_some(), "per address");
+        drop(held);
+        assert!(guard.hold(a).is_some());
         // Quiet for long enough, an address starts again.
         assert_eq!(guard.failed(a, now + FORGET_AFTER).0, Duration::ZERO);
     }

@@ -249,11 +249,7 @@ impl NotAccepted {
 /// so a share per address would be a share per pick), an IPv4-mapped one as IPv4. It begins with
 /// `@`, which no job name may contain.
 pub(crate) fn client_lane(client: IpAddr) -> Arc<str> {
-    let client = match client {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(client, IpAddr::V4),
-        v4 => v4,
-    };
-    match client {
+    match crate::wire::client_group::client_group(client) {
         IpAddr::V4(v4) => {
             // Asked on every request: written into the stack, without `fmt` (at most 16 bytes).
             let mut text = [0u8; 16];
@@ -271,11 +267,7 @@ pub(crate) fn client_lane(client: IpAddr) -> Arc<str> {
             }
             Arc::from(std::str::from_utf8(&text[..len]).unwrap_or("@"))
         }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            let net = std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
-            Arc::from(format!("@{net}/64"))
-        }
+        IpAddr::V6(net) => Arc::from(format!("@{net}/64")),
     }
 }
 
@@ -353,7 +345,8 @@ impl Jobs {
 
     /// Counts a refused credential of `client`'s and says how long to hold its 407.
     fn refuse(&self, user: &str, client: IpAddr) -> NotAccepted {
-        let (hold, log) = self.guard.failed(client, std::time::Instant::now());
+        let group = crate::wire::client_group::client_group(client);
+        let (hold, log) = self.guard.failed(group, std::time::Instant::now());
         if let Some(skipped) = log {
             let user: String = user.chars().take(64).collect();
             tracing::warn!(
