@@ -536,3 +536,177 @@ async fn request_heads_are_bounded_and_a_thousand_huge_heads_pin_no_memory() {
     let _ = child.kill().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sends `GET path` to `origin` inside the tunnel `stream` (plain HTTP/1.1, served by courtesy in
+/// intercept mode) and reads the whole answer; returns its status line.
+async fn get_inside(stream: &mut TcpStream, origin: SocketAddr, path: &str) -> String {
+    use tokio::io::AsyncWriteExt;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {origin}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    // Origin::ok answers "ok" with a length: the answer ends with it.
+    while !got.ends_with(b"ok") {
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        assert!(n > 0, "closed before the answer's end");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_tunnel_is_closed_to_make_room_like_an_idle_kept_alive_connection() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nmax_connections_per_client = 2\n{FAST_HOSTS}"
+    ))
+    .await;
+    // Two tunnels, each done with a request: both idle, neither carrying.
+    let mut tunnels = Vec::new();
+    for n in 0..2 {
+        let (mut stream, head) = open_tunnel(courtesy.addr, origin.addr).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let status = get_inside(&mut stream, origin.addr, &format!("/inside{n}")).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        tunnels.push(stream);
+    }
+    // A new connection at the cap takes the place of the tunnel idle longest.
+    let got = tokio::time::timeout(
+        Duration::from_secs(5),
+        courtesy.client().get(&origin.url("/new")),
+    )
+    .await
+    .expect("served within 5 s");
+    assert_eq!(got.status, StatusCode::OK, "{:?}", got.body);
+    assert!(
+        closed_within(&mut tunnels[0], Duration::from_secs(5))
+            .await
+            .is_some(),
+        "the tunnel idle longest was closed to make room"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http11_session_inside_a_tunnel_ends_after_header_timeout_seconds() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nheader_timeout_seconds = 1\n{FAST_HOSTS}"
+    ))
+    .await;
+    let (mut stream, head) = open_tunnel(courtesy.addr, origin.addr).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let status = get_inside(&mut stream, origin.addr, "/once").await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let idle = tokio::time::Instant::now();
+    assert!(
+        closed_within(&mut stream, Duration::from_secs(10))
+            .await
+            .is_some(),
+        "an idle tunnel ends"
+    );
+    let took = idle.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(8),
+        "closed after {took:?}, not after header_timeout_seconds (1 s)"
+    );
+}
+
+/// An h2 session (raw `h2`, ALPN h2) inside an intercepted CONNECT to `origin`, trusting
+/// courtesy's CA; the connection's task ends when courtesy ends the session.
+async fn h2_inside(
+    courtesy: &Courtesy,
+    origin: SocketAddr,
+) -> (
+    h2::client::SendRequest<bytes::Bytes>,
+    JoinHandle<Result<(), h2::Error>>,
+) {
+    let (stream, head) = open_tunnel(courtesy.addr, origin).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut tls = client_tls_trusting(&courtesy.ca_path());
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let name = rustls_pki_types::ServerName::IpAddress(origin.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
+        .connect(name, stream)
+        .await
+        .expect("TLS");
+    let (sender, conn) = h2::client::handshake(tls).await.expect("h2 handshake");
+    let task = tokio::spawn(conn);
+    (sender, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_session_inside_a_tunnel_gets_a_goaway_after_header_timeout_seconds() {
+    let test_ca = TestCa::new();
+    let origin = Origin::start_tls(
+        "127.0.0.1",
+        test_ca.server_config(&["127.0.0.1"]),
+        |_| async { http::Response::new(full("ok")) },
+    )
+    .await;
+    let dir = temp_dir("h2-idle");
+    let trust = test_ca.write(&dir, "origin-ca.pem");
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nheader_timeout_seconds = 1\nupstream_ca = \"{}\"\n{FAST_HOSTS}",
+        trust.display()
+    ))
+    .await;
+    let (sender, session) = h2_inside(&courtesy, origin.addr).await;
+    let mut sender = sender.ready().await.expect("ready");
+    let request = http::Request::get(format!("https://{}/one", origin.addr))
+        .body(())
+        .unwrap();
+    let (answer, _) = sender.send_request(request, true).unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), answer)
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut body = answer.into_body();
+    while let Some(chunk) = body.data().await {
+        let _ = chunk.unwrap();
+    }
+    // No stream open from now on: the session ends within a few seconds, not never.
+    let idle = tokio::time::Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(10), session)
+        .await
+        .expect("the idle session was ended (GOAWAY)")
+        .unwrap();
+    assert!(ended.is_ok(), "a graceful end: {ended:?}");
+    let took = idle.elapsed();
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    drop(sender);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_inside_a_tunnel_is_offered_tunnel_max_streams_streams() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!("[proxy]\ntunnel_max_streams = 7\n{FAST_HOSTS}")).await;
+    let (stream, head) = open_tunnel(courtesy.addr, origin.addr).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let mut tls = client_tls_trusting(&courtesy.ca_path());
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let name = rustls_pki_types::ServerName::IpAddress(origin.addr.ip().into());
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
+        .connect(name, stream)
+        .await
+        .expect("TLS");
+    let (_sender, mut conn) = h2::client::handshake(tls).await.expect("h2 handshake");
+    let mut ping = conn.ping_pong().expect("ping");
+    let max = tokio::time::timeout(Duration::from_secs(10), async {
+        use std::future::Future;
+        let mut polled = std::pin::pin!(std::future::poll_fn(
+            |cx| std::pin::Pin::new(&mut conn).poll(cx)
+        ));
+        tokio::select! {
+            _ = ping.ping(h2::Ping::opaque()) => {}
+            _ = &mut polled => panic!("the session ended"),
+        }
+    })
+    .await;
+    assert!(max.is_ok(), "the server's SETTINGS in time");
+    assert_eq!(conn.max_concurrent_send_streams(), 7);
+}

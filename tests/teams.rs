@@ -724,6 +724,64 @@ async fn wrong_tokens_are_counted_slowed_and_answered_alike() {
     assert_eq!(origin.count(), 0);
 }
 
+/// Held 407s are capped per address (issue 47): past the brake's free strikes, at most four
+/// wrong-token answers of one address are held at once; the rest are answered at once and their
+/// connections closed, so a guesser on a shared NAT address cannot fill its connection slots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_four_407s_of_one_address_are_held_at_once() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]
+client_auth = \"required\"\n{}",
+        jobs_section("", "")
+    ))
+    .await;
+    // Ten failures in a row: the next ones of this address are held 3.2 s and more.
+    let mut conn = courtesy.client().connect().await;
+    for _ in 0..10 {
+        let got = conn
+            .send(get_as(
+                &origin.url("/x"),
+                "crawl-a",
+                "wrong-token-wrong-token",
+            ))
+            .await;
+        assert_eq!(got.status, 407);
+    }
+    let client = courtesy.client();
+    let started = Instant::now();
+    let guesses: Vec<_> = (0..12)
+        .map(|_| {
+            let client = client.clone();
+            let url = origin.url("/x");
+            tokio::spawn(async move {
+                let got = client
+                    .send(get_as(&url, "crawl-a", "wrong-token-wrong-token"))
+                    .await;
+                (got, started.elapsed())
+            })
+        })
+        .collect();
+    let mut at_once = 0;
+    for guess in guesses {
+        let (got, took) = guess.await.unwrap();
+        assert_eq!(got.status, 407);
+        if took < Duration::from_secs(1) {
+            at_once += 1;
+            assert_eq!(
+                got.header("connection"),
+                "close",
+                "answered at once, closed"
+            );
+        }
+    }
+    assert!(
+        at_once >= 8,
+        "only four held at once: {at_once} answered at once"
+    );
+    assert_eq!(origin.count(), 0);
+}
+
 /// A job set to `on_cooldown = "reject"` gets the local 429 at once through a short window that
 /// the defaults wait out for everyone else ("auto"), and its request's own header still wins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
