@@ -752,7 +752,6 @@ client_auth = \"required\"\n{}",
     let started = Instant::now();
     let guesses: Vec<_> = (0..12)
         .map(|_| {
-            let client = client.clone();
             let url = origin.url("/x");
             tokio::spawn(async move {
                 let got = client

@@ -218,9 +218,9 @@ impl Proxy {
                     per_host: config.proxy.max_websockets_per_host,
                 }
             };
-            if let Err(refused) = upgrade.place(&self.sockets, &budget.key, caps) {
-                info!("WebSocket refused locally: at a socket cap");
-                return (refused, Some(body));
+            if let Err(why) = upgrade.place(&self.sockets, &budget.key, caps) {
+                info!("WebSocket refused locally: {why}");
+                return (upgrade::over_cap(&why), Some(body));
             }
             upgrade.ask_upstream(&mut parts.headers);
         }

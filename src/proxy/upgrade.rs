@@ -11,6 +11,11 @@
 //!   ways unpaced, charged to the host's byte budget ([`ByteMeter`]), the turn ended (its slot
 //!   freed: an open socket would otherwise starve the host's page requests), the socket counted
 //!   apart (`websockets_open` in `/hosts`);
+//! - the bounds (`crate::front::sockets`): a place per client, per host and among the upstream
+//!   connections sockets may hold, taken before the handshake goes (else a local 503); the socket
+//!   closed after `socket_idle_timeout_seconds` without a byte, and when its host is paused;
+//! - the origin's `101` joined only when it accepts the key sent (`Sec-WebSocket-Accept`): any
+//!   other 101 is a 502, since a joined connection is a pipe no turn paces;
 //! - shutdown: the socket is a task of [`crate::front::connections::Connections`], closed once
 //!   `shutdown_grace_seconds` have passed after shutdown began.
 
@@ -199,30 +204,23 @@ impl ClientUpgrade {
 
     /// Takes the socket's place before the handshake goes out: one of the open sockets of its
     /// client and host and of the upstream share (`crate::front::sockets`), and for an extended
-    /// CONNECT one of the client's connections. `Err` is the local 503.
+    /// CONNECT one of the client's connections. `Err` says which bound is full
+    /// ([`over_cap`] is the client's answer).
     pub(super) fn place(
         &mut self,
         sockets: &Arc<Sockets>,
         host: &str,
         caps: SocketCaps,
-    ) -> Result<(), Response<ProxyBody>> {
-        let over = |why: String| {
-            response::local(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ProxyError::ConnectionLimitReached,
-                &why,
-                Some(RETRY_AFTER),
-            )
-        };
+    ) -> Result<(), String> {
         if self.form == Form::ExtendedConnect {
             if let Some(slot) = &self.slot {
-                self.extra = Some(slot.extra().map_err(|why| over(why.to_string()))?);
+                self.extra = Some(slot.extra().map_err(|why| why.to_string())?);
             }
         }
         let client = self.slot.as_ref().map(|slot| slot.client());
         let open = sockets
             .open(Kind::WebSocket(client), host, caps)
-            .map_err(|why| over(why.to_string()))?;
+            .map_err(|why| why.to_string())?;
         self.open = Some(open);
         Ok(())
     }
@@ -244,6 +242,16 @@ impl ClientUpgrade {
 
 /// How long a client refused a socket is asked to wait before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The local 503 for a handshake over a socket bound (`why` names it); it never leaves.
+pub(super) fn over_cap(why: &str) -> Response<ProxyBody> {
+    response::local(
+        StatusCode::SERVICE_UNAVAILABLE,
+        ProxyError::ConnectionLimitReached,
+        why,
+        Some(RETRY_AFTER),
+    )
+}
 
 /// The answer to a `101` that switches to nothing the client asked for: an unsolicited one, one
 /// to another protocol (`h2c`), or one whose `Sec-WebSocket-Accept` does not answer the key. The
