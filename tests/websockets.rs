@@ -889,7 +889,7 @@ async fn page_and_socket_origin(tls: Arc<rustls::ServerConfig>) -> EchoOrigin {
             let (record, tls) = (record.clone(), tls.clone());
             tokio::spawn(async move {
                 if let Ok(stream) = tls.accept(stream).await {
-                    page_or_socket(stream, record).await;
+                    page_or_socket(stream, record, PAGE_ANSWER).await;
                 }
             });
         }
@@ -897,8 +897,13 @@ async fn page_and_socket_origin(tls: Arc<rustls::ServerConfig>) -> EchoOrigin {
     EchoOrigin { addr, seen, task }
 }
 
-/// Serves requests on one connection: pages until a WebSocket handshake, then the socket.
-async fn page_or_socket<S>(mut stream: S, record: Arc<Mutex<Vec<Handshake>>>)
+/// The answer of [`page_or_socket`] to a request for a page: `{PAGE}` is the page.
+const PAGE_ANSWER: &str =
+    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {LENGTH}\r\n\r\n{PAGE}";
+
+/// Serves requests on one connection: pages (`page`, with `{LENGTH}` and `{PAGE}` filled in)
+/// until a WebSocket handshake, then the socket.
+async fn page_or_socket<S>(mut stream: S, record: Arc<Mutex<Vec<Handshake>>>, page: &str)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -921,10 +926,9 @@ where
         };
         let path = head.split(' ').nth(1).unwrap_or("/").to_string();
         let Some(key) = header("sec-websocket-key") else {
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\n\r\n{PAGE}",
-                PAGE.len()
-            );
+            let answer = page
+                .replace("{LENGTH}", &PAGE.len().to_string())
+                .replace("{PAGE}", PAGE);
             if stream.write_all(answer.as_bytes()).await.is_err() {
                 return;
             }
@@ -1289,4 +1293,40 @@ async fn a_handshake_answered_otherwise_leaves_its_connection_out_of_the_pool() 
         "",
         "nothing more was sent on the handshake's"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_closes_the_hosts_open_sockets() {
+    // Pages are Cloudflare's challenge; the socket is a socket.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(page_or_socket(
+                stream,
+                Arc::new(Mutex::new(Vec::new())),
+                "HTTP/1.1 403 Forbidden\r\ncf-mitigated: challenge\r\ncontent-length: 0\r\n\r\n",
+            ));
+        }
+    });
+    let courtesy =
+        Courtesy::start("[defaults]\nrate = 100\nburst = 10\nobey_robots = false\n").await;
+    let mut socket = absolute_socket(courtesy.addr, &format!("ws://{addr}/feed")).await;
+    assert_eq!(round_trip(&mut socket, "before").await, "before");
+    let page = courtesy.client().get(&format!("http://{addr}/page")).await;
+    assert_eq!(page.status, 403);
+    assert!(
+        socket_ends(&mut socket).await,
+        "the block closed the open socket"
+    );
+    let key = format!("127.0.0.1:{}", addr.port());
+    assert_eq!(
+        host_view(&courtesy, &key).await["state"],
+        "cooling_down",
+        "paused for the block"
+    );
+    task.abort();
 }
