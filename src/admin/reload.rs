@@ -11,7 +11,7 @@ use crate::budget::limiter::Limiter;
 use crate::config::Config;
 
 /// Re-reads the config file courtesy was started with and applies it. Listen addresses, the state
-/// directory, upstream TLS settings, `hosts_file`, `deny_destinations` and `allow_destinations`, the shared store (`[shared]`), traces (`[telemetry]`) and setting or lifting
+/// directory, upstream TLS settings, `hosts_file`, `deny_destinations` and `allow_destinations`, `max_upstream_sockets`, the shared store (`[shared]`), traces (`[telemetry]`) and setting or lifting
 /// `global_rate` (and `global_bytes_per_second`) need a restart; a change to them is reported and ignored.
 /// On errors the old config stays.
 pub(crate) fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
@@ -49,6 +49,11 @@ pub(crate) fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     }
     new.proxy.deny_destinations = old.proxy.deny_destinations.clone();
     new.proxy.allow_destinations = old.proxy.allow_destinations.clone();
+    if new.proxy.max_upstream_sockets != old.proxy.max_upstream_sockets {
+        // The share is a table made at start.
+        kept.push("max_upstream_sockets");
+        new.proxy.max_upstream_sockets = old.proxy.max_upstream_sockets;
+    }
     if new.proxy.connect_timeout != old.proxy.connect_timeout {
         kept.push("connect_timeout_seconds");
     }

@@ -80,7 +80,7 @@ keys! {
         /// A socket or a blind tunnel holds its upstream connection for its whole life; the rest
         /// of the table stays for plain requests, which always find room. A socket or tunnel
         /// beyond it is refused: a handshake gets 503 (connection_limit_reached) with
-        /// Retry-After, a blind tunnel is closed.
+        /// Retry-After, a blind tunnel is closed. Read at start (a reload keeps it).
         max_upstream_sockets: Option<usize> = None,
             from max_upstream_sockets: i64, Maybe(Count { min: 1, max: 1_000_000 }),
             example "4096";
