@@ -21,8 +21,9 @@ fn proxy_section(lines: &str, extra: &str) -> String {
 }
 
 /// Every way of writing 127.0.0.1 (or an address the kernel reaches as loopback) that clients
-/// and resolvers accept, and names that resolve to it.
-const SPELLINGS: [&str; 11] = [
+/// and resolvers accept (with the IPv6 forms that carry it: NAT64, IPv4-compatible, 6to4), and
+/// names that resolve to it.
+const SPELLINGS: [&str; 14] = [
     "127.0.0.1",
     "0.0.0.0",
     "0",
@@ -31,6 +32,9 @@ const SPELLINGS: [&str; 11] = [
     "2130706433",
     "017700000001",
     "[::ffff:127.0.0.1]",
+    "[64:ff9b::7f00:1]",
+    "[::127.0.0.1]",
+    "[2002:7f00:1::1]",
     "localhost",
     "admin.loop.test",
     "LOOP.test.",
@@ -91,7 +95,6 @@ async fn denied_destinations_are_refused_on_the_resolved_address_and_never_diale
             ),
         ))
         .await;
-        let client = courtesy.client();
         for host in [
             "127.0.0.1",
             "127.1",
@@ -99,23 +102,34 @@ async fn denied_destinations_are_refused_on_the_resolved_address_and_never_diale
             "internal.test",
             "mapped.test",
         ] {
-            let url = format!("http://{host}:{port}/secret");
-            let got = client.get(&url).await;
-            assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
-            assert!(
-                got.header("proxy-status")
-                    .starts_with("courtesy; error=destination_ip_prohibited"),
-                "{url}: {}",
-                got.header("proxy-status")
-            );
-            assert_connect_refused(
-                &courtesy,
-                &format!("{host}:{port}"),
-                "destination_ip_prohibited",
-                &format!("{https} CONNECT {host}"),
-            )
-            .await;
+            assert_denied(&courtesy, host, port, https).await;
         }
+    }
+    assert_eq!(origin.count(), 0, "nothing was dialed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv4_address_inside_an_ipv6_one_is_denied_as_that_ipv4_address() {
+    let origin = Origin::ok("127.0.0.2").await;
+    let port = origin.addr.port();
+    let courtesy = Courtesy::start(&proxy_section(
+        "64:ff9b::7f00:2 nat64.test\n2002:7f00:2::1 sixtofour.test\n",
+        &format!(
+            "deny_destinations = [\"127.0.0.2/32\"]\n\
+             connect_ports = [{port}]\n"
+        ),
+    ))
+    .await;
+    for host in [
+        "[::ffff:127.0.0.2]",
+        "[64:ff9b::7f00:2]",
+        "[64:ff9b:1::7f00:2]",
+        "[::127.0.0.2]",
+        "[2002:7f00:2::1]",
+        "nat64.test",
+        "sixtofour.test",
+    ] {
+        assert_denied(&courtesy, host, port, "tunnel").await;
     }
     assert_eq!(origin.count(), 0, "nothing was dialed");
 }
@@ -623,6 +637,27 @@ async fn a_state_dir_another_user_owns_is_refused_at_start() {
         !state.join("ca-key.pem").exists(),
         "no CA key written into it"
     );
+}
+
+/// A plain GET of `host:port` and a CONNECT to it are both answered 403
+/// `destination_ip_prohibited`; `https` names the case in the message.
+async fn assert_denied(courtesy: &Courtesy, host: &str, port: u16, https: &str) {
+    let url = format!("http://{host}:{port}/secret");
+    let got = courtesy.client().get(&url).await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
+    assert!(
+        got.header("proxy-status")
+            .starts_with("courtesy; error=destination_ip_prohibited"),
+        "{url}: {}",
+        got.header("proxy-status")
+    );
+    assert_connect_refused(
+        courtesy,
+        &format!("{host}:{port}"),
+        "destination_ip_prohibited",
+        &format!("{https} CONNECT {host}"),
+    )
+    .await;
 }
 
 /// A CONNECT to `target` through `courtesy` is answered 403 with `error=<error>`; `context` names

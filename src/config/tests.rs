@@ -544,3 +544,21 @@ fn upstream_http2_is_auto_by_default_per_host_and_a_bad_word_names_file_line_and
         UpstreamHttp2::Auto
     );
 }
+
+#[test]
+fn a_parent_at_an_ipv6_form_of_the_listen_address_is_a_loop() {
+    for parent in [
+        "http://[64:ff9b::7f00:1]:3128",
+        "http://[::127.0.0.1]:3128",
+        "http://[2002:7f00:1::1]:3128",
+    ] {
+        let text = format!("[proxy]\nupstream_proxy = \"{parent}\"\n");
+        let errors = parse(&text).unwrap_err().errors;
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("is courtesy's own listen address")),
+            "{parent}: {errors:?}"
+        );
+    }
+}
