@@ -606,7 +606,7 @@ async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_wa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_state_dir_another_user_owns_is_refused_at_start() {
+async fn a_state_dir_another_user_owns_is_refused_at_start_and_by_ca() {
     let dir = temp_dir("state-foreign");
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
@@ -637,6 +637,22 @@ async fn a_state_dir_another_user_owns_is_refused_at_start() {
         !state.join("ca-key.pem").exists(),
         "no CA key written into it"
     );
+    // `courtesy ca` refuses it too, with or without --regenerate.
+    for args in [&["ca"][..], &["ca", "--regenerate"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(said.contains("owned by uid 65534"), "{args:?}: {said}");
+        assert!(
+            !state.join("ca-key.pem").exists(),
+            "{args:?}: no CA key written into it"
+        );
+    }
 }
 
 /// A plain GET of `host:port` and a CONNECT to it are both answered 403
