@@ -544,6 +544,48 @@ async fn secrets_in_a_bad_config_are_not_echoed() {
     }
 }
 
+#[test]
+fn check_warns_of_weak_and_published_tokens_and_of_a_listener_without_a_deny_list() {
+    let said = |path: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+            .arg("check")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let dir = temp_dir("check-secrets");
+    let path = dir.join("courtesy.toml");
+    std::fs::write(
+        &path,
+        "[proxy]\nlisten = \"0.0.0.0:3128\"\nallow_clients = [\"10.0.0.0/8\"]\n\
+         [admin]\ntoken = \"aaaaaaaaaaaaaaaa\"\n\
+         [[job]]\nname = \"crawl-a\"\n\
+         token_sha256 = \"dbb592e5b38c4ded208b00c3fdd7f4edcc869782b18ed935c6ffc90f5d6e0837\"\n",
+    )
+    .unwrap();
+    let out = said(&path);
+    for warning in [
+        "warning: [proxy] listen 0.0.0.0:3128 is not a loopback address and [proxy] \
+         deny_destinations is empty",
+        "warning: [admin] token is guessable",
+        "warning: [[job]] crawl-a token_sha256 is a shipped example's",
+    ] {
+        assert!(out.contains(warning), "{warning}\n{out}");
+    }
+    assert!(!out.contains("aaaaaaaa"), "the token is not shown: {out}");
+    // The example itself says so of its own hashes.
+    let team = said(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/team.toml"
+    )));
+    assert!(
+        team.contains("warning: [[job]] crawl-a token_sha256 is a shipped example's"),
+        "{team}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_warning() {
     use std::os::unix::fs::PermissionsExt as _;
