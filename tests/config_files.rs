@@ -263,3 +263,53 @@ fn the_default_config_reads_the_published_limits() {
     assert!(nominatim.pacing.rate <= 1.0 && nominatim.pacing.concurrency == 1);
     assert!(config.policy_for("crates.io", 443).pacing.rate <= 1.0);
 }
+
+/// Every `*.toml` under `dir`, at any depth.
+fn tomls_under(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            tomls_under(&path, out);
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_shipped_deny_list_names_the_prefixes_that_carry_ipv4() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    tomls_under(&root.join("config"), &mut files);
+    tomls_under(&root.join("deploy"), &mut files);
+    let mut lists = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let Ok(doc) = text.parse::<toml::Table>() else {
+            continue;
+        };
+        let Some(deny) = doc
+            .get("proxy")
+            .and_then(|p| p.get("deny_destinations"))
+            .and_then(|d| d.as_array())
+            .filter(|d| !d.is_empty())
+        else {
+            continue;
+        };
+        lists += 1;
+        for net in [
+            "127.0.0.0/8",
+            "169.254.0.0/16",
+            "64:ff9b::/96",
+            "64:ff9b:1::/48",
+            "2002::/16",
+        ] {
+            assert!(
+                deny.iter().any(|d| d.as_str() == Some(net)),
+                "{}: deny_destinations lacks {net}",
+                path.display()
+            );
+        }
+    }
+    assert!(lists >= 3, "the team, Kubernetes and compose examples");
+}

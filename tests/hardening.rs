@@ -364,3 +364,42 @@ async fn undici_reaches_http_on_any_port_through_connect_and_other_bytes_are_ref
     let dialed = tokio::time::timeout(Duration::from_millis(200), ssh.accept()).await;
     assert!(dialed.is_err(), "no connection to the SSH port was made");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_listeners_bound_a_request_head_at_max_request_head_bytes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for max in [65_536usize, 100_000] {
+        let courtesy = Courtesy::start(&format!("[proxy]\nmax_request_head_bytes = {max}\n")).await;
+        let admin = courtesy.admin;
+        for (listener, target) in [
+            (admin, "/healthz".to_string()),
+            (courtesy.addr, format!("http://{admin}/healthz")),
+        ] {
+            for (size, fits) in [
+                (max - 500, true),
+                (max + 100, false),
+                (max * 6 / 5, false),
+                (max * 3 / 2, false),
+            ] {
+                let start = format!("GET {target} HTTP/1.1\r\nHost: {admin}\r\nx-pad: ");
+                let mut head = start.into_bytes();
+                head.resize(size - 4, b'a');
+                head.extend_from_slice(b"\r\n\r\n");
+                let mut stream = tokio::net::TcpStream::connect(listener).await.unwrap();
+                // courtesy may stop reading at the bound: the rest of the write may fail.
+                let (mut reader, mut writer) = stream.split();
+                let write = async {
+                    let _ = writer.write_all(&head).await;
+                };
+                let mut said = vec![0u8; 64];
+                let read = tokio::time::timeout(Duration::from_secs(5), reader.read(&mut said));
+                let (_, got) = tokio::join!(write, read);
+                let n = got.ok().and_then(Result::ok).unwrap_or(0);
+                let said = String::from_utf8_lossy(&said[..n]).into_owned();
+                let context = format!("max {max}, a head of {size} bytes to {listener}: {said}");
+                assert!(said.starts_with("HTTP/1.1 "), "{context}");
+                assert_eq!(!said.starts_with("HTTP/1.1 431"), fits, "{context}");
+            }
+        }
+    }
+}

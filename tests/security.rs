@@ -21,8 +21,9 @@ fn proxy_section(lines: &str, extra: &str) -> String {
 }
 
 /// Every way of writing 127.0.0.1 (or an address the kernel reaches as loopback) that clients
-/// and resolvers accept, and names that resolve to it.
-const SPELLINGS: [&str; 11] = [
+/// and resolvers accept (with the IPv6 forms that carry it: NAT64, IPv4-compatible, 6to4), and
+/// names that resolve to it.
+const SPELLINGS: [&str; 14] = [
     "127.0.0.1",
     "0.0.0.0",
     "0",
@@ -31,6 +32,9 @@ const SPELLINGS: [&str; 11] = [
     "2130706433",
     "017700000001",
     "[::ffff:127.0.0.1]",
+    "[64:ff9b::7f00:1]",
+    "[::127.0.0.1]",
+    "[2002:7f00:1::1]",
     "localhost",
     "admin.loop.test",
     "LOOP.test.",
@@ -91,7 +95,6 @@ async fn denied_destinations_are_refused_on_the_resolved_address_and_never_diale
             ),
         ))
         .await;
-        let client = courtesy.client();
         for host in [
             "127.0.0.1",
             "127.1",
@@ -99,23 +102,34 @@ async fn denied_destinations_are_refused_on_the_resolved_address_and_never_diale
             "internal.test",
             "mapped.test",
         ] {
-            let url = format!("http://{host}:{port}/secret");
-            let got = client.get(&url).await;
-            assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
-            assert!(
-                got.header("proxy-status")
-                    .starts_with("courtesy; error=destination_ip_prohibited"),
-                "{url}: {}",
-                got.header("proxy-status")
-            );
-            assert_connect_refused(
-                &courtesy,
-                &format!("{host}:{port}"),
-                "destination_ip_prohibited",
-                &format!("{https} CONNECT {host}"),
-            )
-            .await;
+            assert_denied(&courtesy, host, port, https).await;
         }
+    }
+    assert_eq!(origin.count(), 0, "nothing was dialed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipv4_address_inside_an_ipv6_one_is_denied_as_that_ipv4_address() {
+    let origin = Origin::ok("127.0.0.2").await;
+    let port = origin.addr.port();
+    let courtesy = Courtesy::start(&proxy_section(
+        "64:ff9b::7f00:2 nat64.test\n2002:7f00:2::1 sixtofour.test\n",
+        &format!(
+            "deny_destinations = [\"127.0.0.2/32\"]\n\
+             connect_ports = [{port}]\n"
+        ),
+    ))
+    .await;
+    for host in [
+        "[::ffff:127.0.0.2]",
+        "[64:ff9b::7f00:2]",
+        "[64:ff9b:1::7f00:2]",
+        "[::127.0.0.2]",
+        "[2002:7f00:2::1]",
+        "nat64.test",
+        "sixtofour.test",
+    ] {
+        assert_denied(&courtesy, host, port, "tunnel").await;
     }
     assert_eq!(origin.count(), 0, "nothing was dialed");
 }
@@ -530,6 +544,48 @@ async fn secrets_in_a_bad_config_are_not_echoed() {
     }
 }
 
+#[test]
+fn check_warns_of_weak_and_published_tokens_and_of_a_listener_without_a_deny_list() {
+    let said = |path: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+            .arg("check")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let dir = temp_dir("check-secrets");
+    let path = dir.join("courtesy.toml");
+    std::fs::write(
+        &path,
+        "[proxy]\nlisten = \"0.0.0.0:3128\"\nallow_clients = [\"10.0.0.0/8\"]\n\
+         [admin]\ntoken = \"aaaaaaaaaaaaaaaa\"\n\
+         [[job]]\nname = \"crawl-a\"\n\
+         token_sha256 = \"dbb592e5b38c4ded208b00c3fdd7f4edcc869782b18ed935c6ffc90f5d6e0837\"\n",
+    )
+    .unwrap();
+    let out = said(&path);
+    for warning in [
+        "warning: [proxy] listen 0.0.0.0:3128 is not a loopback address and [proxy] \
+         deny_destinations is empty",
+        "warning: [admin] token is guessable",
+        "warning: [[job]] crawl-a token_sha256 is a shipped example's",
+    ] {
+        assert!(out.contains(warning), "{warning}\n{out}");
+    }
+    assert!(!out.contains("aaaaaaaa"), "the token is not shown: {out}");
+    // The example itself says so of its own hashes.
+    let team = said(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/team.toml"
+    )));
+    assert!(
+        team.contains("warning: [[job]] crawl-a token_sha256 is a shipped example's"),
+        "{team}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_warning() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -592,7 +648,7 @@ async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_wa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_state_dir_another_user_owns_is_refused_at_start() {
+async fn a_state_dir_another_user_owns_is_refused_at_start_and_by_ca() {
     let dir = temp_dir("state-foreign");
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
@@ -623,6 +679,43 @@ async fn a_state_dir_another_user_owns_is_refused_at_start() {
         !state.join("ca-key.pem").exists(),
         "no CA key written into it"
     );
+    // `courtesy ca` refuses it too, with or without --regenerate.
+    for args in [&["ca"][..], &["ca", "--regenerate"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(said.contains("owned by uid 65534"), "{args:?}: {said}");
+        assert!(
+            !state.join("ca-key.pem").exists(),
+            "{args:?}: no CA key written into it"
+        );
+    }
+}
+
+/// A plain GET of `host:port` and a CONNECT to it are both answered 403
+/// `destination_ip_prohibited`; `https` names the case in the message.
+async fn assert_denied(courtesy: &Courtesy, host: &str, port: u16, https: &str) {
+    let url = format!("http://{host}:{port}/secret");
+    let got = courtesy.client().get(&url).await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN, "{url}");
+    assert!(
+        got.header("proxy-status")
+            .starts_with("courtesy; error=destination_ip_prohibited"),
+        "{url}: {}",
+        got.header("proxy-status")
+    );
+    assert_connect_refused(
+        courtesy,
+        &format!("{host}:{port}"),
+        "destination_ip_prohibited",
+        &format!("{https} CONNECT {host}"),
+    )
+    .await;
 }
 
 /// A CONNECT to `target` through `courtesy` is answered 403 with `error=<error>`; `context` names

@@ -43,6 +43,7 @@ mod pattern;
 mod read;
 pub(crate) mod redis_url;
 pub mod reference;
+pub(crate) mod secrets;
 mod settings;
 mod signing;
 mod suggest;
@@ -239,7 +240,10 @@ impl Config {
     /// every address in (an open proxy, if the listener is reachable); a `[[job]]` without a
     /// token while other machines may connect (only loopback clients can claim it, so crawlers
     /// elsewhere get a 407 for a job the file names); a host that would be signed but whose
-    /// CONNECTs are blind tunnels (nothing inside can be signed).
+    /// CONNECTs are blind tunnels (nothing inside can be signed); a listener beyond loopback
+    /// without `deny_destinations` (other machines' clients reach this one's private
+    /// neighbours); a token under 128 bits or one a shipped example publishes
+    /// ([`secrets::warnings`]).
     pub fn warnings(&self) -> Vec<String> {
         let open = self
             .proxy
@@ -277,7 +281,23 @@ impl Config {
                 self.unsigned_tunnel(policy)
                     .map(|why| format!("{label}: {why}"))
             });
-        open.chain(tokenless).chain(tunnels).collect()
+        let unguarded = (!self.proxy.listen.ip().is_loopback()
+            && self.proxy.deny_destinations.is_empty())
+        .then(|| {
+            format!(
+                "[proxy] listen {} is not a loopback address and [proxy] deny_destinations is \
+                 empty: clients from other machines reach this machine's own services, \
+                 link-local (cloud metadata at 169.254.169.254) and private networks through \
+                 courtesy; deny them (config/team.toml has the list)",
+                self.proxy.listen
+            )
+        });
+        let secrets = secrets::warnings(self.admin.token.as_deref(), &self.jobs);
+        open.chain(tokenless)
+            .chain(tunnels)
+            .chain(unguarded)
+            .chain(secrets)
+            .collect()
     }
 
     /// An error when the admin listener `addr` is beyond loopback without an `[admin] token`:

@@ -238,8 +238,11 @@ keys! {
         /// Never judged on the name's spelling, so DNS rebinding and `127.1` cannot pass; for
         /// plain requests, CONNECT, blind tunnels and robots.txt fetches: 403 with Proxy-Status:
         /// courtesy; error=destination_ip_prohibited, nothing dialed. A name with any address in
-        /// the list is refused. Empty: none (a machine's own crawler). A shared proxy denies this
-        /// machine, link-local (cloud metadata) and private ranges; see config/team.toml.
+        /// the list is refused. An IPv6 address with an IPv4 address inside (NAT64 64:ff9b::/96
+        /// and 64:ff9b:1::/48, 6to4 2002::/16, ::a.b.c.d) is judged as that IPv4 address too.
+        /// Empty: none (a machine's own crawler), and a warning when listen is not on loopback.
+        /// A shared proxy denies this machine, link-local (cloud metadata), the private ranges
+        /// and those prefixes; see config/team.toml.
         deny_destinations: Vec<IpNet> = Vec::new(),
             from deny_destinations: Vec<Spanned<String>>, Networks;
         /// Networks inside deny_destinations that are open all the same (the team's staging

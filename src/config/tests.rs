@@ -477,7 +477,8 @@ fn a_job_without_a_token_is_a_warning_only_when_other_machines_may_connect() {
     let local = parse(jobs).unwrap();
     assert!(local.warnings().is_empty(), "{:?}", local.warnings());
     let shared = parse(&format!(
-        "[proxy]\nlisten = \"0.0.0.0:3128\"\nallow_clients = [\"10.0.0.0/8\"]\n\n{jobs}"
+        "[proxy]\nlisten = \"0.0.0.0:3128\"\nallow_clients = [\"10.0.0.0/8\"]\n\
+         deny_destinations = [\"169.254.0.0/16\"]\n\n{jobs}"
     ))
     .unwrap();
     let warnings = shared.warnings();
@@ -543,4 +544,65 @@ fn upstream_http2_is_auto_by_default_per_host_and_a_bad_word_names_file_line_and
         c.policy_for("new.test", 443).forward.http2,
         UpstreamHttp2::Auto
     );
+}
+
+#[test]
+fn a_parent_at_an_ipv6_form_of_the_listen_address_is_a_loop() {
+    for parent in [
+        "http://[64:ff9b::7f00:1]:3128",
+        "http://[::127.0.0.1]:3128",
+        "http://[2002:7f00:1::1]:3128",
+    ] {
+        let text = format!("[proxy]\nupstream_proxy = \"{parent}\"\n");
+        let errors = parse(&text).unwrap_err().errors;
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("is courtesy's own listen address")),
+            "{parent}: {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn a_listener_beyond_loopback_without_a_deny_list_is_a_warning() {
+    let open = "[proxy]\nlisten = \"0.0.0.0:3128\"\nallow_clients = [\"10.0.0.0/8\"]\n";
+    let warnings = parse(open).unwrap().warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("[proxy] listen 0.0.0.0:3128 is not a loopback address and [proxy] deny_destinations is empty"),
+        "{warnings:?}"
+    );
+    let denied = format!("{open}deny_destinations = [\"169.254.0.0/16\"]\n");
+    assert!(parse(&denied).unwrap().warnings().is_empty());
+    assert!(parse("").unwrap().warnings().is_empty(), "loopback");
+}
+
+#[test]
+fn weak_and_published_tokens_are_warnings_that_never_show_them() {
+    let text = "[admin]\ntoken = \"aaaaaaaaaaaaaaaa\"\n\
+                [[job]]\nname = \"a\"\ntoken = \"a-long-random-token-for-crawl-a\"\n\
+                [[job]]\nname = \"b\"\n\
+                token_sha256 = \"dbb592e5b38c4ded208b00c3fdd7f4edcc869782b18ed935c6ffc90f5d6e0837\"\n\
+                [[job]]\nname = \"c\"\ntoken = \"9f86d081884c7d659a2feaa0c55ad015\"\n";
+    let warnings = parse(text).unwrap().warnings();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("[admin] token is guessable: about 5 bits"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].starts_with("[[job]] a token is a shipped example's"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[2].starts_with("[[job]] b token_sha256 is a shipped example's"),
+        "{warnings:?}"
+    );
+    for w in &warnings {
+        assert!(
+            !w.contains("aaaaaaaa") && !w.contains("crawl-a") && !w.contains("dbb592"),
+            "{w}"
+        );
+    }
 }

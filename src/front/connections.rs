@@ -6,12 +6,17 @@
 //! `shutdown_grace_seconds`. A task spawned anywhere through [`Connections::spawn`] is waited for,
 //! so work handed off by a CONNECT upgrade is never cut short by an early exit.
 
+use std::error::Error as StdError;
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
+use hyper::body::{Body, Incoming};
+use hyper::rt::{Read, Write};
+use hyper::server::conn::http1;
+use hyper::service::HttpService;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulConnection;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -71,6 +76,24 @@ impl Connections {
         builder
     }
 
+    /// The HTTP/1.1 server settings of both listening ports (proxy and admin, one builder):
+    /// keep-alive, `header_timeout` for each request head, and a head of at most
+    /// `max_head_bytes` (at least 8192), exactly. hyper's read buffer alone (`max_buf_size`, all
+    /// that [`Connections::builder_with`] can set) is checked only between reads, and one read
+    /// can take it to about twice the bound; `max_header_size` judges the head itself.
+    pub fn listener(header_timeout: Duration, max_head_bytes: usize) -> http1::Builder {
+        let max_head_bytes = max_head_bytes.max(MIN_HEAD_BYTES);
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            // A head that does not fit is hyper's 431 (Proxy-Status added by `unparsable`).
+            .max_header_size(max_head_bytes)
+            .max_buf_size(max_head_bytes)
+            .keep_alive(true);
+        builder
+    }
+
     /// Runs `task` on its own, as part of the work a shutdown waits for.
     pub fn spawn<F>(&self, task: F)
     where
@@ -82,7 +105,7 @@ impl Connections {
     /// Serves `conn` to its end; once shutdown begins, asks it to finish what is in flight and close.
     pub fn serve<C>(&self, conn: C) -> impl Future<Output = C::Output> + Send + 'static
     where
-        C: GracefulConnection + Send + 'static,
+        C: Finish + Send + 'static,
     {
         self.serve_until(conn, std::future::pending())
     }
@@ -96,7 +119,7 @@ impl Connections {
         close: impl Future<Output = ()> + Send + 'static,
     ) -> impl Future<Output = C::Output> + Send + 'static
     where
-        C: GracefulConnection + Send + 'static,
+        C: Finish + Send + 'static,
     {
         let stopping = self.stopping();
         async move {
@@ -106,7 +129,7 @@ impl Connections {
                 () = stopping => {}
                 () = close => {}
             }
-            conn.as_mut().graceful_shutdown();
+            conn.as_mut().finish();
             conn.await
         }
     }
@@ -123,5 +146,54 @@ impl Connections {
         self.stop.cancel();
         self.tasks.close();
         tokio::time::timeout(grace, self.tasks.wait()).await.is_ok()
+    }
+}
+
+/// A served connection that can be asked to finish the request in flight and close (hyper's
+/// `graceful_shutdown`, which hyper-util's `GracefulConnection` lacks for an HTTP/1 connection
+/// with upgrades).
+pub trait Finish: Future {
+    /// Asks the connection to finish what is in flight and close.
+    fn finish(self: Pin<&mut Self>);
+}
+
+impl<I, S, B> Finish for http1::Connection<I, S>
+where
+    S: HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    I: Read + Write + Unpin + 'static,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S, B> Finish for http1::UpgradeableConnection<I, S>
+where
+    S: HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    I: Read + Write + Unpin + Send + 'static,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
+    }
+}
+
+impl<I, S, B, E> Finish for auto::UpgradeableConnection<'_, I, S, E>
+where
+    S: hyper::service::Service<http::Request<Incoming>, Response = http::Response<B>>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    S::Future: 'static,
+    I: Read + Write + Unpin + Send + 'static,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    fn finish(self: Pin<&mut Self>) {
+        self.graceful_shutdown();
     }
 }

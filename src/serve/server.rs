@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -101,8 +101,8 @@ struct Parts {
     admin: Arc<Admin>,
     /// Every connection task the drain waits for (the admin port's while serving included).
     connections: Connections,
-    /// The HTTP server settings of both ports.
-    http: auto::Builder<TokioExecutor>,
+    /// The HTTP server settings of both ports (one bound on a request head for both).
+    http: http1::Builder,
     /// `header_timeout_seconds`: how long a new connection may stay silent.
     header_timeout: Duration,
     /// `send_timeout_seconds`: how long a client may take no byte courtesy sends it.
@@ -221,8 +221,7 @@ impl Parts {
             proxy,
             admin,
             connections,
-            http: Connections::builder_with(
-                false,
+            http: Connections::listener(
                 config.proxy.header_timeout,
                 config.proxy.max_request_head_bytes,
             ),
@@ -298,8 +297,8 @@ impl Parts {
             let io = ClientIo::new(stream, send_timeout, Some(watched));
             // hyper's own answer to a head it cannot parse gets its Proxy-Status here.
             let conn = http
-                .serve_connection_with_upgrades(TokioIo::new(ParseRefusals::new(io)), service)
-                .into_owned();
+                .serve_connection(TokioIo::new(ParseRefusals::new(io)), service)
+                .with_upgrades();
             if let Err(e) = tasks.serve_until(conn, evicted_later).await {
                 debug!(client = %peer, "client connection ended: {e}");
             }
@@ -326,9 +325,7 @@ impl Parts {
                 return;
             }
             let io = ClientIo::new(stream, send_timeout, Some(watched));
-            let conn = http
-                .serve_connection(TokioIo::new(io), service)
-                .into_owned();
+            let conn = http.serve_connection(TokioIo::new(io), service);
             if let Err(e) = tasks.serve_until(conn, evicted_later).await {
                 debug!(client = %peer, "admin connection ended: {e}");
             }
@@ -341,10 +338,7 @@ impl Parts {
         let Accepted { stream, peer, slot } = accepted;
         let admin = self.admin.clone();
         let service = service_fn(move |req| admin.clone().serve(req, peer));
-        let conn = self
-            .http
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
+        let conn = self.http.serve_connection(TokioIo::new(stream), service);
         tokio::spawn(async move {
             let _slot = slot;
             if let Err(e) = conn.await {

@@ -125,6 +125,15 @@ fn number(part: &[u8]) -> Option<u64> {
     Some(value)
 }
 
+/// The address a destination `ip` is judged as: the IPv4 address inside it when it carries one
+/// ([`embedded_ipv4`]), else itself.
+pub(crate) fn judged_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => embedded_ipv4(v6).map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 /// IPv4-mapped IPv6 addresses (`::ffff:a.b.c.d`) as the plain IPv4 address they map, so that an
 /// address is judged (and a rule matched) the same in either form.
 pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
@@ -134,6 +143,36 @@ pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
             .map(IpAddr::V4)
             .unwrap_or(IpAddr::V6(v6)),
         v4 => v4,
+    }
+}
+
+/// The IPv4 address an IPv6 destination carries inside it, if it is one of the forms that reach
+/// (or are routed toward) that IPv4 address: IPv4-mapped `::ffff:a.b.c.d`; NAT64, the well-known
+/// `64:ff9b::/96` and the local-use `64:ff9b:1::/48` (RFC 6052, RFC 8215: the IPv4 address in
+/// the last 32 bits, the /96-style layout); 6to4 `2002:AABB:CCDD::/48` (RFC 3056: bits 16..48);
+/// and IPv4-compatible `::a.b.c.d` (RFC 4291, deprecated), except `::` and `::1`, which are
+/// IPv6's own unspecified and loopback addresses.
+///
+/// A check that judges a destination by address judges such an address as the IPv4 address in
+/// it too (`crate::upstream::resolve`'s guard), so that `127.0.0.0/8` in a deny list is not
+/// passed by `[64:ff9b::7f00:1]`, `[2002:7f00:1::1]` or `[::127.0.0.1]`.
+pub(crate) fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    let bits = u128::from(v6);
+    let last32 = Ipv4Addr::from((bits & 0xffff_ffff) as u32);
+    let s = v6.segments();
+    match s {
+        // NAT64 well-known prefix, 64:ff9b::/96.
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(last32),
+        // NAT64 local-use prefix, 64:ff9b:1::/48.
+        [0x64, 0xff9b, 1, ..] => Some(last32),
+        // 6to4, 2002::/16: the IPv4 address in bits 16..48.
+        [0x2002, hi, lo, ..] => Some(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))),
+        // IPv4-compatible, ::a.b.c.d, except :: and ::1.
+        [0, 0, 0, 0, 0, 0, _, _] if bits > 1 => Some(last32),
+        _ => None,
     }
 }
 
@@ -207,5 +246,33 @@ mod tests {
             numeric_ipv4("1.2.65535"),
             Some(Ipv4Addr::new(1, 2, 255, 255))
         );
+    }
+
+    #[test]
+    fn embedded_ipv4_is_read_from_every_form_that_carries_one() {
+        let v4 = |t: &str| Some(t.parse::<Ipv4Addr>().unwrap());
+        for (v6, want) in [
+            ("::ffff:127.0.0.2", v4("127.0.0.2")),
+            ("64:ff9b::7f00:2", v4("127.0.0.2")),
+            ("64:ff9b::a9fe:a9fe", v4("169.254.169.254")),
+            ("64:ff9b:1::7f00:2", v4("127.0.0.2")),
+            ("64:ff9b:1:ffff:ffff:ffff:a00:1", v4("10.0.0.1")),
+            ("2002:7f00:2::1", v4("127.0.0.2")),
+            ("2002:a9fe:a9fe:1:2:3:4:5", v4("169.254.169.254")),
+            ("::127.0.0.2", v4("127.0.0.2")),
+            ("::2", v4("0.0.0.2")),
+            ("::", None),
+            ("::1", None),
+            // Outside the /96: neither NAT64 nor anything else.
+            ("64:ff9b:0:0:1::7f00:2", None),
+            ("64:ff9b:2::7f00:2", None),
+            ("2001:db8::7f00:2", None),
+            ("2003:7f00:2::1", None),
+            ("::1:0:0:7f00:2", None),
+            ("fe80::1", None),
+        ] {
+            let addr: Ipv6Addr = v6.parse().unwrap();
+            assert_eq!(embedded_ipv4(addr), want, "{v6}");
+        }
     }
 }

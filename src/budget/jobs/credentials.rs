@@ -6,6 +6,7 @@ use base64::Engine as _;
 use http::header::PROXY_AUTHORIZATION;
 use http::HeaderMap;
 
+use crate::config::secrets::sha256;
 use crate::config::JobSettings;
 
 /// The username and password of the request's `Proxy-Authorization: Basic`, `None` without
@@ -38,13 +39,6 @@ pub(super) fn token_matches(job: &JobSettings, password: &str) -> bool {
         (None, None) => return false,
     };
     constant_time_eq(&given, &want)
-}
-
-fn sha256(bytes: &[u8]) -> [u8; 32] {
-    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(digest.as_ref());
-    out
 }
 
 /// Equality of two digests in time that does not depend on where they differ.

@@ -352,20 +352,14 @@ pub(crate) struct Sha256Hex;
 impl Kind<String, [u8; 32]> for Sha256Hex {
     fn check(&self, hex: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<[u8; 32]> {
         let hex = hex.trim();
-        let mut out = [0u8; 32];
-        let ok = hex.len() == 64
-            && out.iter_mut().enumerate().all(|(i, byte)| {
-                let pair = hex.get(2 * i..2 * i + 2).unwrap_or("");
-                u8::from_str_radix(pair, 16).map(|b| *byte = b).is_ok()
-            });
-        if !ok {
+        let Some(out) = crate::config::secrets::hex32(hex) else {
             let label = say.label;
             say.error(
                 at,
                 &format!("{label}: {key} must be 64 hex digits (the SHA-256 of the token: printf %s TOKEN | sha256sum)"),
             );
             return None;
-        }
+        };
         Some(out)
     }
 

@@ -91,7 +91,7 @@ fn is_listen_address(parent: &UpstreamProxy, listen: std::net::SocketAddr) -> bo
         return false;
     }
     let ip = match parent.host.parse::<std::net::IpAddr>() {
-        Ok(ip) => ip,
+        Ok(ip) => crate::wire::literal::judged_ip(ip),
         Err(_) if parent.host == "localhost" => std::net::IpAddr::from([127, 0, 0, 1]),
         Err(_) => return false,
     };

@@ -6,12 +6,15 @@
 //! A wildcard listener (`0.0.0.0`, `[::]`) is reached through every local address: all of
 //! `127.0.0.0/8`, `::1`, and the machine's interface addresses (an address is local when a socket
 //! can be bound to it; binding sends nothing). A destination of `0.0.0.0` or `::` is reached as
-//! loopback by the kernel, so it is judged as loopback too.
+//! loopback by the kernel, so it is judged as loopback too. An IPv6 address with an IPv4 address
+//! inside (IPv4-mapped `::ffff:127.0.0.1`, NAT64 `64:ff9b::7f00:1` and `64:ff9b:1::/48`, 6to4
+//! `2002:7f00:1::`, IPv4-compatible `::127.0.0.1`) is judged as that IPv4 address as well as
+//! itself: a translator or relay on the way delivers it there.
 //!
 //! This module judges addresses; resolving names is `super::Resolver`, which asks it about every
 //! address before one is dialed.
 
-use crate::wire::literal::canonical_ip;
+use crate::wire::literal::{canonical_ip, judged_ip};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;
@@ -40,14 +43,19 @@ impl Destinations {
         Destinations { own, deny, allow }
     }
 
-    /// Whether `addr` may be dialed, or why not.
+    /// Whether `addr` may be dialed, or why not. An IPv6 address that carries an IPv4 address
+    /// (IPv4-mapped, NAT64, 6to4, IPv4-compatible: [`judged_ip`]) is judged as both: each of
+    /// its forms on its own, refused when any form is a listener of ours or is denied and not
+    /// allowed (so `allow_destinations = ["10.1.2.0/24"]` does not open `64:ff9b::a01:203` while
+    /// `64:ff9b::/96` itself is denied).
     pub(crate) fn check(&self, addr: SocketAddr) -> Result<(), Forbidden> {
-        let ip = canonical_ip(addr.ip());
-        let reached = reached_as(ip);
-        if self.is_own(reached, addr.port()) {
+        let ip = addr.ip();
+        let judged = judged_ip(ip);
+        let reached = reached_as(judged);
+        if (ip != reached && self.is_own(ip, addr.port())) || self.is_own(reached, addr.port()) {
             return Err(Forbidden::Loop);
         }
-        for candidate in [ip, reached] {
+        for candidate in [ip, judged, reached] {
             if let Some(net) = self.deny.iter().find(|n| n.contains(&candidate)) {
                 if !self.allow.iter().any(|a| a.contains(&candidate)) {
                     return Err(Forbidden::Denied(*net));
@@ -167,5 +175,65 @@ mod tests {
         );
         assert_eq!(d.check(addr("10.1.2.3:80")), Ok(()));
         assert_eq!(d.check(addr("192.0.2.1:80")), Ok(()));
+    }
+
+    #[test]
+    fn embedded_ipv4_is_judged_as_ipv4() {
+        let net = |t: &str| t.parse::<IpNet>().unwrap();
+        let d = Destinations::new(
+            vec![addr("127.0.0.1:3128")],
+            vec![net("127.0.0.2/32"), net("10.0.0.0/8")],
+            vec![net("10.1.2.0/24")],
+        );
+        for denied in [
+            "[::ffff:127.0.0.2]:80",
+            "[64:ff9b::7f00:2]:80",
+            "[64:ff9b:1::7f00:2]:80",
+            "[::127.0.0.2]:80",
+            "[2002:7f00:2::1]:80",
+        ] {
+            assert_eq!(
+                d.check(addr(denied)),
+                Err(Forbidden::Denied(net("127.0.0.2/32"))),
+                "{denied}"
+            );
+        }
+        for own in [
+            "[64:ff9b::7f00:1]:3128",
+            "[64:ff9b:1::7f00:1]:3128",
+            "[::127.0.0.1]:3128",
+            "[2002:7f00:1::1]:3128",
+        ] {
+            assert_eq!(d.check(addr(own)), Err(Forbidden::Loop), "{own}");
+        }
+        // allow_destinations reads the IPv4 address inside too.
+        assert_eq!(d.check(addr("[64:ff9b::a01:203]:80")), Ok(()));
+        assert_eq!(
+            d.check(addr("[2002:a00:1::]:80")),
+            Err(Forbidden::Denied(net("10.0.0.0/8")))
+        );
+        // Not embedded forms: judged as themselves.
+        assert_eq!(d.check(addr("[::1]:80")), Ok(()));
+        assert_eq!(d.check(addr("[2001:db8::7f00:2]:80")), Ok(()));
+        assert_eq!(d.check(addr("[64:ff9b::7f00:3]:80")), Ok(()));
+    }
+
+    #[test]
+    fn a_denied_translation_prefix_is_not_opened_by_an_allowed_ipv4_network() {
+        let net = |t: &str| t.parse::<IpNet>().unwrap();
+        let d = Destinations::new(
+            vec![],
+            vec![net("64:ff9b::/96"), net("2002::/16"), net("10.0.0.0/8")],
+            vec![net("10.1.2.0/24")],
+        );
+        assert_eq!(
+            d.check(addr("[64:ff9b::a01:203]:80")),
+            Err(Forbidden::Denied(net("64:ff9b::/96")))
+        );
+        assert_eq!(
+            d.check(addr("[2002:c000:201::1]:80")),
+            Err(Forbidden::Denied(net("2002::/16")))
+        );
+        assert_eq!(d.check(addr("10.1.2.3:80")), Ok(()));
     }
 }

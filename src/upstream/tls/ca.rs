@@ -63,7 +63,10 @@ impl LocalCa {
     }
 
     /// Replaces the CA in `state_dir` with a new one (clients must trust the new certificate).
+    /// A state directory another user owns is refused as [`LocalCa::load_or_create`] refuses
+    /// it: no key is written where someone else can read or replace it.
     pub fn regenerate(state_dir: &Path) -> anyhow::Result<LocalCa> {
+        crate::util::files::refuse_foreign_owner(state_dir, "the state directory")?;
         LocalCa::create(state_dir)
     }
 
