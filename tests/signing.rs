@@ -644,7 +644,7 @@ fn bad_signing_settings_fail_with_file_line_and_key_and_never_the_key() {
         format!("{name}:2: [signing] key_file: {}: not an Ed25519 key", not_ed25519.display()),
         format!("{name}:3: [signing] signature_agent must be an https:// URL"),
         format!("{name}:4: [signing]: mode must be one of \"always\", \"on_challenge\", \"off\", got \"sometimes\""),
-        format!("{name}:5: [signing]: expires_seconds must be between 1 and 86400, got 0"),
+        format!("{name}:5: [signing]: expires_seconds must be between 1 and 300, got 0"),
         format!("{name}:8: job 1 (crawl-a): signing_key_file: {}: not a JSON Web Key", garbled.display()),
         format!("{name}:11: job 2 (crawl-b): signing_key_file: cannot read {}", dir.join("missing.jwk").display()),
     ] {

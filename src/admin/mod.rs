@@ -29,6 +29,7 @@ use crate::budget::keys::{BudgetKey, Keyer};
 use crate::budget::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::config::LiveConfig;
 use crate::front::sockets::Sockets;
+use crate::proxy::sign::PlainUnsigned;
 use crate::observe::metrics::Metrics;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response::{self, local, ProxyError};
@@ -53,6 +54,8 @@ pub(crate) struct Admin {
     /// The proxy's open WebSockets and tunnels: a pause closes a host's, and so does
     /// `POST /hosts/<h>/close-sockets`.
     sockets: Arc<Sockets>,
+    /// The hosts whose requests went unsigned over plain http while signing was on.
+    plain_unsigned: Arc<PlainUnsigned>,
 }
 
 impl Admin {
@@ -74,7 +77,21 @@ impl Admin {
             own: None,
             jobs: Arc::new(Jobs::new()),
             sockets: Sockets::new(1),
+            plain_unsigned: Arc::new(PlainUnsigned::default()),
         }
+    }
+
+    /// This service, telling in `/hosts` which hosts' requests went unsigned over plain http
+    /// (`Proxy::plain_unsigned`).
+    pub(crate) fn with_plain_unsigned(mut self, hosts: Arc<PlainUnsigned>) -> Self {
+        self.plain_unsigned = hosts;
+        self
+    }
+
+    /// One host's view, as `/hosts` shows it.
+    fn view(&self, snapshot: &HostSnapshot) -> HostView {
+        HostView::of(snapshot, SystemTime::now())
+            .unsigned_over_plain_http(self.plain_unsigned.contains(&snapshot.key))
     }
 
     /// This service, closing the proxy's open sockets (`Proxy::sockets`) on a pause and on
@@ -239,7 +256,7 @@ impl Admin {
             (&Method::GET | &Method::HEAD, ["hosts"]) => self.hosts(&query),
             (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key).await {
                 Ok(budget) => match self.limiter.snapshot_by_key(&budget.key) {
-                    Some(s) => json_response(StatusCode::OK, &HostView::of(&s, SystemTime::now())),
+                    Some(s) => json_response(StatusCode::OK, &self.view(&s)),
                     None => {
                         error_json(StatusCode::NOT_FOUND, &format!("no host {}", budget.name()))
                     }
@@ -348,7 +365,7 @@ impl Admin {
                 total,
                 budget: BudgetView::of(&self.limiter),
                 next,
-                hosts: HostList(&snapshots, now),
+                hosts: HostList(&snapshots, now, &self.plain_unsigned),
             },
         )
     }
@@ -368,7 +385,7 @@ impl Admin {
                         info!(host = %budget.key, closed, "closed the paused host's WebSockets and tunnels");
                     }
                 }
-                json_response(StatusCode::OK, &HostView::of(&snapshot, SystemTime::now()))
+                json_response(StatusCode::OK, &self.view(&snapshot))
             }
             Err(e) => error_json(StatusCode::UNPROCESSABLE_ENTITY, &e.to_string()),
         }
@@ -624,14 +641,16 @@ fn with_type(body: String, content_type: &'static str) -> Response<ProxyBody> {
 
 /// The hosts of a `GET /hosts` answer. Each host's view is made, written and dropped in turn, so
 /// that a listing of many hosts costs its text and not also a value for every host.
-struct HostList<'a>(&'a [HostSnapshot], SystemTime);
+struct HostList<'a>(&'a [HostSnapshot], SystemTime, &'a PlainUnsigned);
 
 impl serde::Serialize for HostList<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
         for snapshot in self.0 {
-            seq.serialize_element(&HostView::of(snapshot, self.1))?;
+            let view = HostView::of(snapshot, self.1)
+                .unsigned_over_plain_http(self.2.contains(&snapshot.key));
+            seq.serialize_element(&view)?;
         }
         seq.end()
     }
@@ -673,13 +692,14 @@ mod tests {
             drop(limiter.admit((&format!("h{i}.test"), 80)).await.unwrap());
         }
         let now = SystemTime::now();
+        let unsigned = PlainUnsigned::default();
         let body_of = |snapshots: &[HostSnapshot], next: Option<String>| {
             serde_json::to_string_pretty(&HostsPage {
                 now_unix_ms: 0,
                 total: Totals::default(),
                 budget: BudgetView::of(&limiter),
                 next,
-                hosts: HostList(snapshots, now),
+                hosts: HostList(snapshots, now, &unsigned),
             })
             .unwrap()
         };

@@ -188,6 +188,10 @@ pub struct HostView {
     /// of `RateLimit`), each on its own, as the server wrote it (docs/reacting.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ratelimit_policies: Vec<RateLimitPolicyView>,
+    /// Why requests to the host go unsigned although signing is on (only requests that leave
+    /// over TLS are signed); absent when nothing is to be said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing: Option<String>,
 }
 
 /// The HTTP version courtesy speaks to a host's origin, and why it fell back to HTTP/1.1 if it did.
@@ -502,7 +506,19 @@ impl HostView {
                 .flat_map(|p| p.iter())
                 .map(RateLimitPolicyView::of)
                 .collect(),
+            signing: None,
         }
+    }
+
+    /// This view, saying that requests to the host went unsigned over plain http while signing
+    /// was on (when `plain_unsigned`).
+    pub fn unsigned_over_plain_http(mut self, plain_unsigned: bool) -> Self {
+        if plain_unsigned {
+            self.signing = Some(
+                "unsigned over plain http: courtesy signs only requests that leave over TLS".into(),
+            );
+        }
+        self
     }
 }
 

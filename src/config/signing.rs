@@ -37,7 +37,11 @@ keys! {
             example "\"always\"";
         /// How long a signature is valid (`expires` = `created` + this); each is made when the
         /// request leaves, after its wait.
-        expires_seconds: u64 = 300, from expires_seconds: i64, Count { min: 1, max: 86_400 };
+        ///
+        /// Short on purpose: a signature lifted from a request (only TLS requests are signed,
+        /// and TRACE is never forwarded, but an origin's logs or a TLS-terminating middlebox
+        /// see them) verifies for its host, path and method until it expires. At most 300.
+        expires_seconds: u64 = 60, from expires_seconds: i64, Count { min: 1, max: 300 };
     }
     also {
         /// The key of key_file, read when the config was read.

@@ -66,6 +66,13 @@ pub(super) struct Attempts {
     pub(super) upgrade: Option<ClientUpgrade>,
 }
 
+/// Why a request under signing left unsigned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unsigned {
+    /// It went over plain `http://`: signatures travel over TLS only.
+    PlainHttp,
+}
+
 /// What the request asked of courtesy itself: its own (or its CONNECT's) answer to a cooldown and
 /// its class within its job.
 #[derive(Debug, Clone, Copy)]
@@ -144,16 +151,25 @@ impl Attempts {
 
     /// Signs the send about to leave, when it is to be signed (now, after its wait: a resend is
     /// signed again, so no signature is older than its send).
-    pub(super) fn sign<B>(&mut self, request: &mut Request<B>, challenged: &Challenged, key: &str) {
+    /// Only a request that leaves over TLS is signed: over plain `http://` anyone on the path
+    /// could lift the signature and use it until it expires (`Unsigned::PlainHttp`).
+    pub(super) fn sign<B>(
+        &mut self,
+        request: &mut Request<B>,
+        challenged: &Challenged,
+        key: &str,
+    ) -> Option<Unsigned> {
         self.signed = false;
-        if let Some(signing) = self
+        let signing = self
             .signing
             .as_ref()
-            .filter(|s| s.signs_now(challenged, key))
-        {
-            signing.sign(request);
-            self.signed = true;
+            .filter(|s| s.signs_now(challenged, key))?;
+        if request.uri().scheme_str() != Some("https") {
+            return Some(Unsigned::PlainHttp);
         }
+        signing.sign(request);
+        self.signed = true;
+        None
     }
 
     /// After an unsigned send under `on_challenge` was refused with `Accept-Signature`: the

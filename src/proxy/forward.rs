@@ -14,7 +14,7 @@ use hyper_util::client::legacy::connect::capture_connection;
 use tokio::time::Instant;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::attempts::{replayable, Asked, Attempts, Outcome};
+use super::attempts::{replayable, Asked, Attempts, Outcome, Unsigned};
 use super::cached::CacheUse;
 use super::exchange::Exchanged;
 use super::failure::{Failure, H2Signal};
@@ -185,6 +185,10 @@ impl Proxy {
                 asked,
             )));
         }
+        if is_trace(req.method()) {
+            return (response::trace_refused(req.method()), Some(req.into_body()));
+        }
+        let signing = signing.map(|signing| signing.keeping(&req));
         stamp(req.headers_mut(), &host_policy, &asking.caller);
         let budget = match self.budget_key(&target, &host_policy).await {
             Ok(budget) => budget,
@@ -379,7 +383,15 @@ impl Proxy {
             Ok(request) => request,
             Err(failure) => return ControlFlow::Break((failure.into_response(), None)),
         };
-        attempts.sign(&mut request, &self.challenged, &budget.key);
+        if let Some(Unsigned::PlainHttp) = attempts.sign(&mut request, &self.challenged, &budget.key)
+        {
+            if self.plain_unsigned.first(&budget.key) {
+                warn!(
+                    host = %budget.key,
+                    "signing is on, but requests to this host go over plain http: sent unsigned (signatures travel over TLS only)"
+                );
+            }
+        }
         let upgrade_capture = attempts
             .upgrade
             .is_some()
@@ -685,4 +697,10 @@ fn quota(
         )),
         Err(retry_after) => Err(retry_after),
     }
+}
+
+/// Whether `method` is TRACE or TRACK: never forwarded (an origin that echoes the request would
+/// hand back its headers, a signature or credentials among them).
+fn is_trace(method: &http::Method) -> bool {
+    method.as_str().eq_ignore_ascii_case("TRACE") || method.as_str().eq_ignore_ascii_case("TRACK")
 }

@@ -51,7 +51,7 @@ mod preferences;
 pub(crate) mod response;
 mod reuse;
 mod robots;
-mod sign;
+pub(crate) mod sign;
 mod skip;
 mod sniff;
 mod table;
@@ -149,6 +149,8 @@ pub struct Proxy {
     telemetry: Option<Arc<crate::observe::telemetry::Telemetry>>,
     /// The open WebSockets and blind tunnels, bounded and closed by host.
     sockets: Arc<Sockets>,
+    /// The hosts whose requests went unsigned over plain http while signing was on.
+    plain_unsigned: Arc<sign::PlainUnsigned>,
 }
 
 /// Who asks, and what they asked of courtesy itself on the request's CONNECT: the job the
@@ -234,7 +236,13 @@ impl Proxy {
             challenged: Arc::new(sign::Challenged::default()),
             telemetry: None,
             sockets,
+            plain_unsigned: Arc::new(sign::PlainUnsigned::default()),
         }
+    }
+
+    /// The hosts whose requests went unsigned over plain http (for `/hosts`).
+    pub(crate) fn plain_unsigned(&self) -> &Arc<sign::PlainUnsigned> {
+        &self.plain_unsigned
     }
 
     /// The open WebSockets and blind tunnels (for the admin API: a pause closes a host's, and

@@ -77,6 +77,22 @@ pub(crate) fn proxy_auth_required(why: &str) -> Response<ProxyBody> {
     response
 }
 
+/// The answer to a TRACE or TRACK (as nginx answers them): a local 405, never forwarded, since an
+/// origin that echoes the request would hand back its headers, courtesy's signature among them.
+pub(crate) fn trace_refused(method: &http::Method) -> Response<ProxyBody> {
+    let mut response = local(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ProxyError::HttpRequestDenied,
+        &format!("{method} is not forwarded: it would reflect the request's headers"),
+        None,
+    );
+    response.headers_mut().insert(
+        http::header::ALLOW,
+        HeaderValue::from_static("GET, HEAD, POST, PUT, DELETE, CONNECT, OPTIONS, PATCH"),
+    );
+    response
+}
+
 /// The answer for a job past its quota (`max_requests` per `per_seconds`): a local 429 until
 /// its window frees.
 pub(crate) fn quota_reached(job: &str, retry_after: Duration) -> Response<ProxyBody> {

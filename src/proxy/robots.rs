@@ -170,8 +170,10 @@ impl Proxy {
             if let Ok(host) = HeaderValue::from_str(next.host_header(next_scheme)) {
                 headers.insert(HOST, host);
             }
-            // courtesy's own request, signed with [signing]'s key like the requests it forwards.
-            let signing = super::sign::Signing::own(&self.config.get(), &policy);
+            // courtesy's own request, signed with [signing]'s key like the requests it forwards
+            // (and like them, only over TLS).
+            let signing = super::sign::Signing::own(&self.config.get(), &policy)
+                .filter(|_| request.uri().scheme_str() == Some("https"));
             if let Some(signing) = signing.filter(|s| s.signs_now(&self.challenged, &budget.key)) {
                 signing.sign(&mut request);
             }

@@ -16,7 +16,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
 use super::Caller;
 use crate::config::{Config, HostPolicy, SigningMode};
-use crate::wire::httpsig::{self, sf_string, Component, Param, SigningKey};
+use crate::wire::httpsig::{self, sf_string, Carried, Component, Param, SigningKey};
+use tracing::info;
 
 /// `Signature-Agent`: where the key directory is published.
 pub(crate) static SIGNATURE_AGENT: HeaderName = HeaderName::from_static("signature-agent");
@@ -46,6 +47,9 @@ pub(super) struct Signing {
     expires_seconds: u64,
     /// `mode = "on_challenge"`: signed once the host asked.
     on_challenge: bool,
+    /// The signatures the client's request came with, kept beside courtesy's where courtesy
+    /// changes nothing they cover.
+    client: Option<Arc<ClientSignatures>>,
 }
 
 impl Signing {
@@ -82,7 +86,16 @@ impl Signing {
             agent,
             expires_seconds: config.signing.expires_seconds,
             on_challenge: mode == SigningMode::OnChallenge,
+            client: None,
         })
+    }
+
+    /// This signing, for a request that came with `headers`: the client's own signatures, if
+    /// any, and the fields they cover as they came, so that those courtesy leaves intact travel
+    /// on beside its own.
+    pub(super) fn keeping<B>(mut self, request: &Request<B>) -> Self {
+        self.client = ClientSignatures::of(request.headers(), authority_of(request)).map(Arc::new);
+        self
     }
 
     /// Whether the request is signed now: always, or once its host asked.
@@ -95,21 +108,28 @@ impl Signing {
         self.on_challenge
     }
 
-    /// Signs `request` as it leaves: any `Signature`, `Signature-Input` and `Signature-Agent`
-    /// the client sent are replaced by courtesy's, made now with a fresh nonce.
+    /// Signs `request` as it leaves, with a signature made now with a fresh nonce. The client's
+    /// own signatures that cover nothing courtesy changed travel on beside it, each under its
+    /// label (RFC 9421 4.3); the others are removed, and the log says why.
     pub(super) fn sign<B>(&self, request: &mut Request<B>) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let authority = authority_of(request);
         let headers = request.headers_mut();
+        let kept = match &self.client {
+            Some(client) => client.kept(headers, &authority),
+            None => Kept::default(),
+        };
         for name in [&SIGNATURE, &SIGNATURE_INPUT, &SIGNATURE_AGENT] {
             headers.remove(name);
         }
+        let label = kept.free_label();
+        let label = label.as_str();
         let agent = sf_string(&self.agent);
         let components = [
             Component::named("@authority", &authority),
-            Component::member("signature-agent", LABEL, &agent),
+            Component::member("signature-agent", label, &agent),
         ];
         let params = vec![
             ("created", Param::Integer(now)),
@@ -119,19 +139,174 @@ impl Signing {
             ("nonce", Param::Text(nonce())),
             ("tag", Param::Text(TAG.into())),
         ];
-        let signed = httpsig::sign(&self.key, LABEL, &components, &params);
-        // The agent URL was checked printable at config time; the rest is ours.
+        let signed = httpsig::sign(&self.key, label, &components, &params);
+        // The agent URL was checked printable at config time; the rest is ours, or the client's
+        // members as the client wrote them.
         let fields = [
-            (&SIGNATURE_AGENT, format!("{LABEL}={agent}")),
-            (&SIGNATURE_INPUT, signed.input),
-            (&SIGNATURE, signed.signature),
+            (&SIGNATURE_AGENT, kept.agents, format!("{label}={agent}")),
+            (&SIGNATURE_INPUT, kept.inputs, signed.input),
+            (&SIGNATURE, kept.signatures, signed.signature),
         ];
+        let fields = fields.map(|(name, mut theirs, ours)| {
+            theirs.push(ours);
+            (name, theirs.join(", "))
+        });
         for (name, value) in fields {
             if let Ok(value) = HeaderValue::from_str(&value) {
                 headers.insert(name.clone(), value);
             }
         }
     }
+}
+
+/// The signatures a client's request came with, and the fields they cover as they came.
+#[derive(Debug)]
+pub(super) struct ClientSignatures {
+    carried: Vec<Carried>,
+    /// The request's `@authority` as it came.
+    authority: String,
+    /// The client's `Signature-Agent` members, by key.
+    agents: Vec<(String, String)>,
+    /// Each field a signature covers, with its value as it came (lines joined by `, `).
+    came: Vec<(String, Option<Vec<u8>>)>,
+}
+
+/// What of the client's signatures goes on: the members of each field, as the client wrote
+/// them, and the labels taken.
+#[derive(Debug, Default)]
+struct Kept {
+    inputs: Vec<String>,
+    signatures: Vec<String>,
+    agents: Vec<String>,
+    labels: Vec<String>,
+}
+
+impl Kept {
+    /// A label for courtesy's signature that none of the client's uses: `sig1`, else the next.
+    fn free_label(&self) -> String {
+        (1..)
+            .map(|n| format!("sig{n}"))
+            .find(|label| !self.labels.contains(label))
+            .unwrap_or_else(|| LABEL.to_string())
+    }
+}
+
+impl ClientSignatures {
+    /// The signatures on a request with `headers`, or `None` when it carries none. Fields that
+    /// cannot be read carry nothing that can be kept: they are replaced, as before.
+    fn of(headers: &HeaderMap, authority: String) -> Option<ClientSignatures> {
+        let input = joined(headers, &SIGNATURE_INPUT)?;
+        let signature = joined(headers, &SIGNATURE)?;
+        let carried = match httpsig::carried(&input, &signature) {
+            Ok(carried) if !carried.is_empty() => carried,
+            Ok(_) => return None,
+            Err(why) => {
+                info!("the client's signature cannot be read and is replaced: {why}");
+                return None;
+            }
+        };
+        let agents = joined(headers, &SIGNATURE_AGENT)
+            .and_then(|value| httpsig::members(&value))
+            .unwrap_or_default();
+        let mut came: Vec<(String, Option<Vec<u8>>)> = Vec::new();
+        for covered in carried.iter().flat_map(|c| &c.covered) {
+            if covered.is_derived() {
+                continue;
+            }
+            let name = covered.name.as_str();
+            if !came.iter().any(|(n, _)| n == name) {
+                let value = HeaderName::from_bytes(name.as_bytes())
+                    .ok()
+                    .and_then(|name| joined(headers, &name));
+                came.push((name.to_string(), value));
+            }
+        }
+        Some(ClientSignatures {
+            carried,
+            authority,
+            agents,
+            came,
+        })
+    }
+
+    /// Which signatures go on with a request leaving with `headers`: those whose covered fields
+    /// are as they came. courtesy's own `Signature-Agent` member is added beside the client's, so
+    /// a signature over the whole field (not one member) cannot stay, nor one over the
+    /// signature fields themselves.
+    fn kept(&self, headers: &HeaderMap, authority: &str) -> Kept {
+        let mut kept = Kept::default();
+        for carried in &self.carried {
+            match self.changed(carried, headers, authority) {
+                Some(why) => info!(
+                    label = %carried.label.escape_debug(),
+                    "the client's signature is removed: {why}"
+                ),
+                None => {
+                    kept.inputs.push(carried.input.clone());
+                    kept.signatures.push(carried.signature.clone());
+                    kept.labels.push(carried.label.clone());
+                }
+            }
+        }
+        for (key, member) in &self.agents {
+            let covered = self.carried.iter().any(|c| {
+                kept.labels.contains(&c.label)
+                    && c.covered
+                        .iter()
+                        .any(|v| v.name == "signature-agent" && v.key.as_deref() == Some(key))
+            });
+            if covered {
+                kept.agents.push(member.clone());
+                kept.labels.push(key.clone());
+            }
+        }
+        kept
+    }
+
+    /// What courtesy changed that `carried` covers, in words; `None`: nothing.
+    fn changed(&self, carried: &Carried, headers: &HeaderMap, authority: &str) -> Option<String> {
+        for covered in &carried.covered {
+            let name = match covered.name.as_str() {
+                "@authority" if authority != self.authority => {
+                    return Some("courtesy sends it to another authority than it came with".into());
+                }
+                // Method, path, query and scheme go on as they came.
+                _ if covered.is_derived() => continue,
+                "signature" | "signature-input" => {
+                    return Some(format!("it covers {}, which courtesy's own signature adds to", covered.name));
+                }
+                "signature-agent" if covered.key.is_none() => {
+                    return Some("it covers the whole Signature-Agent field, to which courtesy adds its own member".into());
+                }
+                "signature-agent" => continue,
+                name => name,
+            };
+            let came = self
+                .came
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, v)| v.as_deref());
+            let leaves = HeaderName::from_bytes(name.as_bytes())
+                .ok()
+                .and_then(|name| joined(headers, &name));
+            if came != leaves.as_deref() {
+                return Some(format!("it covers {}, which courtesy changes on the way", covered.name));
+            }
+        }
+        None
+    }
+}
+
+/// Every line of the field `name`, joined by `, ` (RFC 9110 5.3); `None` when absent.
+fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
+    let mut lines = headers.get_all(name).iter();
+    let first = lines.next()?;
+    let mut value = first.as_bytes().to_vec();
+    for line in lines {
+        value.extend_from_slice(b", ");
+        value.extend_from_slice(line.as_bytes());
+    }
+    Some(value)
 }
 
 /// The request's `@authority` (RFC 9421 section 2.2.3): the `Host` courtesy sends, lowercase,
@@ -176,6 +351,27 @@ impl Challenged {
     }
 }
 
+/// The budget keys whose requests went unsigned over plain `http://` while signing was on: told
+/// once per host in the log, and shown in `/hosts`.
+#[derive(Debug, Default)]
+pub(crate) struct PlainUnsigned(DashSet<String>);
+
+impl PlainUnsigned {
+    /// Notes an unsigned plain request to `budget_key`'s host; `true` the first time (up to
+    /// [`MAX_CHALLENGED`] hosts are remembered).
+    pub(super) fn first(&self, budget_key: &str) -> bool {
+        if self.0.contains(budget_key) || self.0.len() >= MAX_CHALLENGED {
+            return false;
+        }
+        self.0.insert(budget_key.to_string())
+    }
+
+    /// Whether requests to `budget_key`'s host went unsigned over plain `http://`.
+    pub(crate) fn contains(&self, budget_key: &str) -> bool {
+        self.0.contains(budget_key)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +383,7 @@ mod tests {
             agent: "https://bot.example".into(),
             expires_seconds: 300,
             on_challenge: false,
+            client: None,
         };
         let mut request = Request::get("http://Site.Test:8080/a")
             .header(HOST, "Site.Test:8080")
@@ -222,6 +419,87 @@ mod tests {
             first,
             "a fresh nonce each time"
         );
+    }
+
+    fn signing_keeping(request: &Request<()>) -> Signing {
+        Signing {
+            key: Arc::new(SigningKey::generate().unwrap()),
+            agent: "https://bot.example".into(),
+            expires_seconds: 60,
+            on_challenge: false,
+            client: None,
+        }
+        .keeping(request)
+    }
+
+    #[test]
+    fn a_clients_signature_over_what_courtesy_leaves_alone_travels_beside_courtesys() {
+        let mut request = Request::get("https://site.test/a")
+            .header(HOST, "site.test")
+            .header("content-type", "text/plain")
+            .header(
+                "signature-input",
+                "sig1=(\"@method\" \"@authority\" \"content-type\" \"signature-agent\";key=\"sig1\");created=1;keyid=\"theirs\"",
+            )
+            .header("signature", "sig1=:AAAA:")
+            .header("signature-agent", "sig1=\"https://client.example\"")
+            .body(())
+            .unwrap();
+        let signing = signing_keeping(&request);
+        // On the way courtesy adds Via, which the client's signature does not cover.
+        request
+            .headers_mut()
+            .insert("via", HeaderValue::from_static("1.1 courtesy"));
+        signing.sign(&mut request);
+        let field = |name: &HeaderName| request.headers()[name].to_str().unwrap().to_string();
+        let input = field(&SIGNATURE_INPUT);
+        assert!(
+            input.starts_with("sig1=(\"@method\" \"@authority\" \"content-type\" \"signature-agent\";key=\"sig1\");created=1;keyid=\"theirs\", sig2=(\"@authority\" \"signature-agent\";key=\"sig2\");"),
+            "the client's label untouched, courtesy's beside it: {input}"
+        );
+        assert!(field(&SIGNATURE).starts_with("sig1=:AAAA:, sig2=:"));
+        assert_eq!(
+            field(&SIGNATURE_AGENT),
+            "sig1=\"https://client.example\", sig2=\"https://bot.example\""
+        );
+    }
+
+    #[test]
+    fn a_clients_signature_over_a_field_courtesy_changes_is_removed() {
+        let covering = |covered: &str| {
+            let mut request = Request::get("https://site.test/a")
+                .header(HOST, "site.test")
+                .header("user-agent", "theirs/1.0")
+                .header(
+                    "signature-input",
+                    format!("mine=({covered});created=1;keyid=\"theirs\""),
+                )
+                .header("signature", "mine=:AAAA:")
+                .body(())
+                .unwrap();
+            let signing = signing_keeping(&request);
+            request
+                .headers_mut()
+                .insert("user-agent", HeaderValue::from_static("courtesy-stamped/1.0"));
+            request
+                .headers_mut()
+                .insert("via", HeaderValue::from_static("1.1 courtesy"));
+            signing.sign(&mut request);
+            request.headers()[&SIGNATURE_INPUT]
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        // A changed field, a field courtesy adds, the whole Signature-Agent field.
+        for changed in ["\"user-agent\"", "\"via\"", "\"signature-agent\""] {
+            let input = covering(changed);
+            assert!(input.starts_with("sig1=("), "{changed}: {input}");
+            assert!(!input.contains("mine="), "{changed}: {input}");
+        }
+        // A field left alone: kept, and courtesy's label is the first free one.
+        let input = covering("\"@path\"");
+        assert!(input.starts_with("mine=(\"@path\")"), "{input}");
+        assert!(input.contains(", sig1=("), "{input}");
     }
 
     #[test]
