@@ -330,3 +330,60 @@ async fn a_resumed_block_pause_stays_lifted_after_a_restart() {
     assert_passes(third.client(), &origin, "/free").await;
     assert_eq!(origin.paths(), vec!["/challenge", "/free"]);
 }
+
+/// An origin with an open redirect: `/out?url=X` answers 302 with `Location: X` (X as written),
+/// and any other path an ordinary page.
+async fn open_redirect_origin(ip: &str) -> Origin {
+    Origin::start(ip, |req: Request<hyper::body::Incoming>| {
+        let location = (req.uri().path() == "/out")
+            .then(|| req.uri().query().and_then(|q| q.strip_prefix("url=")))
+            .flatten()
+            .map(str::to_string);
+        async move {
+            match location {
+                Some(to) => Response::builder()
+                    .status(302)
+                    .header("location", to)
+                    .body(full(""))
+                    .unwrap(),
+                None => Response::builder()
+                    .header("content-type", "text/html")
+                    .body(full("<html><body>fine</body></html>"))
+                    .unwrap(),
+            }
+        }
+    })
+    .await
+}
+
+/// Issue 47, finding 5: a redirect that names a block page where no vendor blocks (the marker in
+/// the query string, further along the path, on another host, Google's page redirected to from
+/// a host that is not Google's) pauses nothing; the host's own path that starts with the marker
+/// still does. Before, any `Location` that contained `/sorry/index` paused the redirecting host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_redirect_to_a_block_page_where_the_vendor_blocks_pauses_the_host() {
+    let origin = open_redirect_origin("127.0.34.70").await;
+    let courtesy = Courtesy::start(CONFIG).await;
+    let client = courtesy.client();
+    for planted in [
+        "https://evil.example/sorry/index",
+        "/go?next=/sorry/index",
+        "/en/sorry/index",
+        "https://www.google.com/sorry/index?continue=x",
+    ] {
+        let got = client
+            .get(&origin.url(&format!("/out?url={planted}")))
+            .await;
+        assert_eq!(got.status, StatusCode::FOUND, "{planted}");
+        assert_eq!(got.header("location"), planted);
+        assert_passes(client, &origin, "/after").await;
+    }
+    let own = client
+        .get(&origin.url("/out?url=/sorry/index?continue=/"))
+        .await;
+    assert_eq!(own.status, StatusCode::FOUND);
+    let refused = client.get(&origin.url("/next")).await;
+    assert_eq!(refused.status, StatusCode::TOO_MANY_REQUESTS);
+    let status = refused.header("proxy-status");
+    assert!(status.contains("soft block"), "{status}");
+}
