@@ -263,15 +263,9 @@ async fn closing_origin() -> (
             let log = log.clone();
             tokio::spawn(async move {
                 for answered in [true, false] {
-                    let mut head = Vec::new();
-                    let mut byte = [0u8; 1];
-                    while !head.ends_with(b"\r\n\r\n") {
-                        match stream.read(&mut byte).await {
-                            Ok(1) => head.push(byte[0]),
-                            _ => return,
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let Some(text) = read_request_head(&mut stream).await else {
+                        return;
+                    };
                     log.lock()
                         .unwrap()
                         .push(text.lines().next().unwrap_or("").to_string());
