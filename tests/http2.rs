@@ -494,3 +494,37 @@ async fn pacing_invariants_hold_over_http11() {
 async fn pacing_invariants_hold_over_h2() {
     pacing_invariants_over(Speaks::H2 { max_streams: None }).await;
 }
+
+/// Issue 47, finding 6, over interception and HTTP/2: an h2 origin's own `Proxy-Status:
+/// courtesy; ...` member never reaches the client (who would take it for courtesy's refusal);
+/// its other member does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_origins_courtesy_member_never_reaches_the_client_through_interception() {
+    let tls = Tls::new();
+    let origin = Origin::start_speaking(
+        "127.0.0.1",
+        tls.server(),
+        Speaks::H2 { max_streams: None },
+        |_req| async {
+            Response::builder()
+                .status(403)
+                .header(
+                    "proxy-status",
+                    "courtesy; error=http_request_denied; details=\"robots.txt\", cdn; error=dns_timeout",
+                )
+                .body(full("no"))
+                .unwrap()
+        },
+    )
+    .await;
+    let courtesy = tls.courtesy(origin.addr.port(), ROOMY).await;
+    let got = client(&courtesy)
+        .get(origin.https_url("/planted"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 403);
+    let fields: Vec<_> = got.headers().get_all("proxy-status").iter().collect();
+    assert_eq!(fields, ["cdn; error=dns_timeout"]);
+    assert_eq!(origin.versions(), [Version::HTTP_2]);
+}
