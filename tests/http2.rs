@@ -33,6 +33,16 @@ impl Tls {
         self.ca.server_config(&["localhost", "127.0.0.1"])
     }
 
+    /// An h2-only origin on 127.0.0.1 with this CA's certificate, answering with `handler`.
+    async fn h2_origin<F, Fut>(&self, handler: F) -> Origin
+    where
+        F: Fn(http::Request<hyper::body::Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let h2 = Speaks::H2 { max_streams: None };
+        Origin::start_speaking("127.0.0.1", self.server(), h2, handler).await
+    }
+
     /// courtesy trusting the test CA, allowing CONNECT to `port`, with `extra` appended.
     async fn courtesy(&self, port: u16, extra: &str) -> Courtesy {
         let ca = self.ca.write(&self.dir, "origin-ca.pem");
@@ -93,13 +103,9 @@ const ROOMY: &str = "[defaults]\nrate = 1000\nburst = 100\nconcurrency = 8\nobey
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_only_origin_gets_every_request_over_one_h2_connection() {
     let tls = Tls::new();
-    let origin = Origin::start_speaking(
-        "127.0.0.1",
-        tls.server(),
-        Speaks::H2 { max_streams: None },
-        |_req| async { Response::new(full("ok")) },
-    )
-    .await;
+    let origin = tls
+        .h2_origin(|_req| async { Response::new(full("ok")) })
+        .await;
     let courtesy = tls.courtesy(origin.addr.port(), ROOMY).await;
     let client = client(&courtesy);
     // The first request makes the connection; the next fifty, eight at a time, share it.
@@ -326,13 +332,9 @@ async fn h2_goes_end_to_end_through_a_socks5_and_an_http_parents_tunnel() {
         return;
     };
     let tls = Tls::new();
-    let origin = Origin::start_speaking(
-        "127.0.0.1",
-        tls.server(),
-        Speaks::H2 { max_streams: None },
-        |_req| async { Response::new(full("ok")) },
-    )
-    .await;
+    let origin = tls
+        .h2_origin(|_req| async { Response::new(full("ok")) })
+        .await;
     for parent in [
         format!("socks5h://127.0.0.1:{}", socks.port),
         format!("http://127.0.0.1:{}", squid.port),
@@ -501,11 +503,8 @@ async fn pacing_invariants_hold_over_h2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_origins_courtesy_member_never_reaches_the_client_through_interception() {
     let tls = Tls::new();
-    let origin = Origin::start_speaking(
-        "127.0.0.1",
-        tls.server(),
-        Speaks::H2 { max_streams: None },
-        |_req| async {
+    let origin = tls
+        .h2_origin(|_req| async {
             Response::builder()
                 .status(403)
                 .header(
@@ -514,9 +513,8 @@ async fn an_h2_origins_courtesy_member_never_reaches_the_client_through_intercep
                 )
                 .body(full("no"))
                 .unwrap()
-        },
-    )
-    .await;
+        })
+        .await;
     let courtesy = tls.courtesy(origin.addr.port(), ROOMY).await;
     let got = client(&courtesy)
         .get(origin.https_url("/planted"))
