@@ -50,30 +50,45 @@ pub(crate) fn names_us(member: &[u8]) -> bool {
 /// empty, so that `courtesy` in the field the client gets is courtesy's word alone. Returns how
 /// many members went. Nothing is allocated unless a line mentions the name.
 pub(crate) fn without_ours(headers: &mut HeaderMap) -> usize {
-    let mentions = |v: &HeaderValue| {
-        v.as_bytes()
-            .windows(PROXY_NAME.len())
-            .any(|w| w.eq_ignore_ascii_case(PROXY_NAME.as_bytes()))
-    };
-    if !headers.get_all(&PROXY_STATUS).iter().any(mentions) {
+    if !headers.get_all(&PROXY_STATUS).iter().any(mentions_us) {
         return 0;
     }
     let lines: Vec<HeaderValue> = headers.get_all(&PROXY_STATUS).iter().cloned().collect();
     headers.remove(&PROXY_STATUS);
     let mut removed = 0;
-    for line in lines {
-        let kept: Vec<&[u8]> = members(line.as_bytes()).filter(|m| !names_us(m)).collect();
-        let all = members(line.as_bytes()).count();
-        removed += all - kept.len();
-        if kept.len() == all {
-            headers.append(&PROXY_STATUS, line);
-        } else if !kept.is_empty() {
-            if let Ok(value) = HeaderValue::from_bytes(&kept.join(&b", "[..])) {
-                headers.append(&PROXY_STATUS, value);
-            }
+    for line in &lines {
+        let (kept, gone) = line_without_ours(line);
+        removed += gone;
+        if let Some(kept) = kept {
+            headers.append(&PROXY_STATUS, kept);
         }
     }
     removed
+}
+
+/// One `Proxy-Status` line without its members named like courtesy's (`None` when none is left;
+/// the line as it was when none went), and how many went. Also for a parent proxy's field, which
+/// courtesy carries in front of its own member.
+pub(crate) fn line_without_ours(line: &HeaderValue) -> (Option<HeaderValue>, usize) {
+    if !mentions_us(line) {
+        return (Some(line.clone()), 0);
+    }
+    let kept: Vec<&[u8]> = members(line.as_bytes()).filter(|m| !names_us(m)).collect();
+    let gone = members(line.as_bytes()).count() - kept.len();
+    let value = match gone {
+        0 => Some(line.clone()),
+        _ if kept.is_empty() => None,
+        _ => HeaderValue::from_bytes(&kept.join(&b", "[..])).ok(),
+    };
+    (value, gone)
+}
+
+/// Whether a line has courtesy's name anywhere in it (without regard to case): a cheap look
+/// before any member is read.
+fn mentions_us(line: &HeaderValue) -> bool {
+    line.as_bytes()
+        .windows(PROXY_NAME.len())
+        .any(|w| w.eq_ignore_ascii_case(PROXY_NAME.as_bytes()))
 }
 
 /// The RFC 9209 error types courtesy uses, as one closed set.
@@ -226,5 +241,11 @@ mod tests {
         assert_eq!(lines(&clean), [r#"cdn; details="courtesy, as in""#]);
         let mut none = HeaderMap::new();
         assert_eq!(without_ours(&mut none), 0);
+        let parent = HeaderValue::from_static("squid; error=x, courtesy; error=y");
+        let (kept, gone) = line_without_ours(&parent);
+        assert_eq!(
+            (kept, gone),
+            (Some(HeaderValue::from_static("squid; error=x")), 1)
+        );
     }
 }
