@@ -220,11 +220,7 @@ async fn an_untrusted_certificate_under_obey_robots_is_a_502_and_no_back_off() {
         origin.addr.port()
     ))
     .await;
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(format!("http://{}", courtesy.addr)).unwrap())
-        .tls_backend_preconfigured(client_tls_trusting(&courtesy.ca_path()))
-        .build()
-        .unwrap();
+    let client = courtesy.intercepted_client();
     let url = format!("https://{}/page", origin.addr);
     for attempt in 0..2 {
         let got = client.get(&url).send().await.unwrap();

@@ -19,36 +19,63 @@ type Seen = Arc<Mutex<Vec<(usize, String)>>>;
 /// A raw HTTP/1.1 origin on 127.0.0.1: each connection serves requests one after another,
 /// answering a path from `answers` with its bytes as written, any other with `200 ok`.
 async fn raw_origin(answers: Vec<(&'static str, Vec<u8>)>) -> (SocketAddr, Seen) {
+    raw_origin_over(answers, None).await
+}
+
+/// [`raw_origin`], over TLS with `tls` (HTTP/1.1 by ALPN) when given.
+async fn raw_origin_over(
+    answers: Vec<(&'static str, Vec<u8>)>,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> (SocketAddr, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let seen: Seen = Arc::default();
     let log = seen.clone();
     let answers = Arc::new(answers);
+    let acceptor = tls.map(|tls| {
+        let mut tls = (*tls).clone();
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        tokio_rustls::TlsAcceptor::from(Arc::new(tls))
+    });
     tokio::spawn(async move {
         for number in 0.. {
-            let Ok((mut stream, _)) = listener.accept().await else {
+            let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
-            let (log, answers) = (log.clone(), answers.clone());
+            let (log, answers, acceptor) = (log.clone(), answers.clone(), acceptor.clone());
             tokio::spawn(async move {
-                while let Some(text) = read_request_head(&mut stream).await {
-                    let path = text.split(' ').nth(1).unwrap_or("").to_string();
-                    log.lock().unwrap().push((number, path.clone()));
-                    let answer = answers
-                        .iter()
-                        .find(|(p, _)| *p == path)
-                        .map(|(_, bytes)| bytes.clone())
-                        .unwrap_or_else(|| {
-                            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()
-                        });
-                    if stream.write_all(&answer).await.is_err() {
-                        return;
+                match acceptor {
+                    Some(acceptor) => {
+                        if let Ok(stream) = acceptor.accept(stream).await {
+                            serve_raw(stream, number, &log, &answers).await;
+                        }
                     }
+                    None => serve_raw(stream, number, &log, &answers).await,
                 }
             });
         }
     });
     (addr, seen)
+}
+
+/// Serves the requests of one connection, connection `number`, as [`raw_origin`] says.
+async fn serve_raw<S>(mut stream: S, number: usize, log: &Seen, answers: &[(&'static str, Vec<u8>)])
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    while let Some(text) = read_request_head(&mut stream).await {
+        let path = text.split(' ').nth(1).unwrap_or("").to_string();
+        log.lock().unwrap().push((number, path.clone()));
+        let answer = answers
+            .iter()
+            .find(|(p, _)| *p == path)
+            .map(|(_, bytes)| bytes.clone())
+            .unwrap_or_else(|| b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec());
+        if stream.write_all(&answer).await.is_err() {
+            return;
+        }
+        let _ = stream.flush().await;
+    }
 }
 
 /// The connection number the request for `path` came on (the first such request).
@@ -66,6 +93,15 @@ fn chunked(body: &[u8]) -> Vec<u8> {
     out.extend_from_slice(body);
     out.extend_from_slice(b"\r\n0\r\n\r\n");
     out
+}
+
+/// `Content-Length: 5` beside `Transfer-Encoding: chunked`, and an 11-byte chunked body.
+fn both_lengths() -> Vec<u8> {
+    let mut both = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\
+        transfer-encoding: chunked\r\n\r\n"
+        .to_vec();
+    both.extend(chunked(b"hello world"));
+    both
 }
 
 const CONFIG: &str = "[defaults]\nrate = 50\nburst = 10\n";
@@ -100,11 +136,7 @@ async fn assert_after_comes_on_a_new_connection(
 /// in the pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_both_lengths_the_transfer_coding_wins_and_the_connection_is_not_reused() {
-    let mut both = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\
-        transfer-encoding: chunked\r\n\r\n"
-        .to_vec();
-    both.extend(chunked(b"hello world"));
-    let (origin, seen) = raw_origin(vec![("/both", both)]).await;
+    let (origin, seen) = raw_origin(vec![("/both", both_lengths())]).await;
     let courtesy = Courtesy::start(CONFIG).await;
     let client = courtesy.client();
     assert_eq!(
@@ -126,6 +158,56 @@ async fn with_both_lengths_the_transfer_coding_wins_and_the_connection_is_not_re
         seen.lock().unwrap()
     );
     assert_after_comes_on_a_new_connection(client, origin, &seen, "/both").await;
+}
+
+/// The same answer from an `https://` origin, through interception (the upstream connection is
+/// TLS, which the connection table sees only as ciphertext): the length goes, and the connection
+/// carries nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_both_lengths_over_intercepted_tls_the_connection_is_not_reused_either() {
+    let ca = TestCa::new();
+    let (origin, seen) = raw_origin_over(
+        vec![("/both", both_lengths())],
+        Some(ca.server_config(&["127.0.0.1"])),
+    )
+    .await;
+    let ca_file = ca.write(&temp_dir("origin-answers"), "origin-ca.pem");
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nupstream_ca = {:?}\nconnect_ports = [{}]\n{CONFIG}",
+        ca_file.display().to_string(),
+        origin.port()
+    ))
+    .await;
+    let client = courtesy.intercepted_client();
+    let mut bodies = Vec::new();
+    for path in ["/first", "/both", "/after"] {
+        let got = client
+            .get(format!("https://{origin}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.status(), 200, "{path}");
+        assert_ne!(
+            got.headers().get("content-length").map(|v| v.as_bytes()),
+            Some(&b"5"[..]),
+            "{path}"
+        );
+        bodies.push(got.text().await.unwrap());
+    }
+    assert_eq!(bodies, ["ok", "hello world", "ok"]);
+    let connections = |path| connection_of(&seen, path);
+    assert_eq!(
+        connections("/first"),
+        connections("/both"),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    assert_ne!(
+        connections("/both"),
+        connections("/after"),
+        "{:?}",
+        seen.lock().unwrap()
+    );
 }
 
 /// `Transfer-Encoding: gzip, chunked`: courtesy takes off `chunked` alone, so the gzip bytes would
