@@ -92,6 +92,15 @@ pub(crate) mod testing {
             .map(|t| t.key())
             .map_err(|f| f.details)
     }
+
+    /// An origin's answer as courtesy passes it on (`sanitize.rs`): whether its framing was
+    /// refused, and whether its `Content-Length` went.
+    pub(crate) fn sanitized<B>(response: &mut http::Response<B>, head: bool) -> (bool, bool) {
+        match super::sanitize::sanitize(response, head) {
+            Ok(framing) => (false, framing == super::sanitize::Framing::LengthDropped),
+            Err(_) => (true, false),
+        }
+    }
 }
 
 use crate::budget::jobs::{Caller, Jobs};
