@@ -3,7 +3,9 @@
 //! robots.txt and the preferences it and the `Content-Usage` header state, the first bytes
 //! inside a CONNECT, admin API paths and `Host` headers, host spellings
 //! that are addresses, config files (their CIDR lists among them) and hosts files, parent
-//! proxy URLs and a parent's answers (to CONNECT, and its error pages told from the target's). For
+//! proxy URLs and a parent's answers (to CONNECT, and its error pages told from the target's), an
+//! origin's answer as courtesy passes it on (`Transfer-Encoding`, `Content-Length`,
+//! `Proxy-Status`) and a redirect's `Location` judged for a block page. For
 //! arbitrary input each must answer (a value or an error)
 //! without panicking, within a bounded time, and without output larger than its input allows.
 
@@ -229,6 +231,68 @@ proptest! {
             }
             Ok(())
         })?;
+    }
+
+    #[test]
+    fn an_origins_framing_and_proxy_status(
+        codings in proptest::collection::vec("[a-zA-Z ;=,]{0,20}", 0..3),
+        lines in proptest::collection::vec(
+            prop_oneof![texty(), "((courtesy|cdn|\"Courtesy\")(; ?[a-z]{1,8}=(\"[a-z ,;]{0,9}\"|[a-z_]{1,9})){0,3}(, ?)?){0,4}"],
+            0..3,
+        ),
+        length in any::<bool>(),
+        head in any::<bool>(),
+    ) {
+        let mut response = http::Response::new(());
+        for coding in &codings {
+            if let Ok(value) = HeaderValue::from_str(coding) {
+                response.headers_mut().append("transfer-encoding", value);
+            }
+        }
+        for line in &lines {
+            if let Ok(value) = HeaderValue::from_str(line) {
+                response.headers_mut().append("proxy-status", value);
+            }
+        }
+        if length {
+            response.headers_mut().insert("content-length", HeaderValue::from_static("5"));
+        }
+        let (refused, dropped) =
+            bounded("an origin's answer", || crate::proxy::testing::sanitized(&mut response, head));
+        let headers = response.headers();
+        if !refused {
+            prop_assert!(!(headers.contains_key("transfer-encoding") && headers.contains_key("content-length")));
+            prop_assert_eq!(dropped, length && headers.contains_key("transfer-encoding"));
+        }
+        for line in headers.get_all("proxy-status") {
+            for member in crate::wire::proxy_status::members(line.as_bytes()) {
+                prop_assert!(!crate::wire::proxy_status::names_us(member), "{:?}", line);
+            }
+        }
+    }
+
+    #[test]
+    fn redirect_locations(location in texty(), host in "[a-z.]{1,20}", status in 300u16..309) {
+        let mut response = http::Response::new(());
+        if let Ok(code) = http::StatusCode::from_u16(status) {
+            *response.status_mut() = code;
+        }
+        if let Ok(value) = HeaderValue::from_str(&location) {
+            response.headers_mut().insert("location", value);
+        }
+        let (parts, ()) = response.into_parts();
+        let markers = crate::config::BlockMarkers::new(
+            crate::config::DEFAULT_BLOCK_MARKERS.iter().map(|m| m.to_string()).collect(),
+        );
+        let judged = bounded("a redirect's Location", || {
+            crate::pacing::blocks::block_redirect(&parts, &markers, &host).is_some()
+        });
+        // A marker only in the query never counts.
+        if let Some((_, query)) = location.split_once('?') {
+            if !location[..location.len() - query.len()].to_ascii_lowercase().contains("sorry") {
+                prop_assert!(!judged, "{}", location);
+            }
+        }
     }
 
     #[test]

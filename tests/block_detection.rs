@@ -330,3 +330,111 @@ async fn a_resumed_block_pause_stays_lifted_after_a_restart() {
     assert_passes(third.client(), &origin, "/free").await;
     assert_eq!(origin.paths(), vec!["/challenge", "/free"]);
 }
+
+/// An origin with an open redirect: `/out?url=X` answers 302 with `Location: X` (X as written),
+/// and any other path an ordinary page.
+async fn open_redirect_origin(ip: &str) -> Origin {
+    Origin::start(ip, |req: Request<hyper::body::Incoming>| {
+        let location = (req.uri().path() == "/out")
+            .then(|| req.uri().query().and_then(|q| q.strip_prefix("url=")))
+            .flatten()
+            .map(str::to_string);
+        async move {
+            match location {
+                Some(to) => Response::builder()
+                    .status(302)
+                    .header("location", to)
+                    .body(full(""))
+                    .unwrap(),
+                None => Response::builder()
+                    .header("content-type", "text/html")
+                    .body(full("<html><body>fine</body></html>"))
+                    .unwrap(),
+            }
+        }
+    })
+    .await
+}
+
+/// Follows none of it: `base` + `/out?url=to` must be the origin's 302 to `to` as written; then
+/// the answer to `base` + `/next`, which says whether the redirect paused the host.
+async fn next_after_redirect(client: ProxyClient, base: &str, to: &str) -> Got {
+    let redirect = client.get(&format!("{base}/out?url={to}")).await;
+    assert_eq!(redirect.status, StatusCode::FOUND, "{to}");
+    assert_eq!(redirect.header("location"), to);
+    client.get(&format!("{base}/next")).await
+}
+
+/// Whether `got` is the local 429 of a host paused for a soft block.
+fn is_block_pause(got: &Got) -> bool {
+    got.status == StatusCode::TOO_MANY_REQUESTS && got.header("proxy-status").contains("soft block")
+}
+
+/// Issue 47, finding 5: a redirect that names a block page where no vendor blocks (the marker in
+/// the query string, further along the path, on another host, Google's page redirected to from
+/// a host that is not Google's) pauses nothing; the host's own path that starts with the marker
+/// still does. Before, any `Location` that contained `/sorry/index` paused the redirecting host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_redirect_to_a_block_page_where_the_vendor_blocks_pauses_the_host() {
+    let origin = open_redirect_origin("127.0.34.70").await;
+    let courtesy = Courtesy::start(CONFIG).await;
+    let client = courtesy.client();
+    let base = origin.url("");
+    for planted in [
+        "https://evil.example/sorry/index",
+        "/go?next=/sorry/index",
+        "/en/sorry/index",
+        "https://www.google.com/sorry/index?continue=x",
+    ] {
+        let next = next_after_redirect(client, &base, planted).await;
+        assert_eq!(
+            next.status,
+            StatusCode::OK,
+            "{planted}: {}",
+            next.header("proxy-status")
+        );
+    }
+    let own = next_after_redirect(client, &base, "/sorry/index?continue=/").await;
+    assert!(
+        is_block_pause(&own),
+        "{} {}",
+        own.status,
+        own.header("proxy-status")
+    );
+}
+
+/// Issue 47, finding 5: Google's own block page on Google's hosts, redirected to from one of
+/// them (`www.google.de` to `ipv4.google.com/sorry/index`, names put on 127.0.0.1 by
+/// `hosts_file`), pauses the redirecting host; the same redirect from another name does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn googles_sorry_page_on_googles_hosts_pauses_the_google_host_that_redirects_there() {
+    let origin = open_redirect_origin("127.0.0.1").await;
+    let port = origin.addr.port();
+    let hosts = temp_dir("google-sorry").join("hosts");
+    std::fs::write(
+        &hosts,
+        "127.0.0.1 www.google.de ipv4.google.com shop.example\n",
+    )
+    .unwrap();
+    let courtesy = Courtesy::start(&format!(
+        "[proxy]\nhosts_file = {:?}\n{CONFIG}",
+        hosts.display().to_string()
+    ))
+    .await;
+    let client = courtesy.client();
+    let sorry = format!("http://ipv4.google.com:{port}/sorry/index?continue=x");
+    let shop = next_after_redirect(client, &format!("http://shop.example:{port}"), &sorry).await;
+    assert_eq!(
+        shop.status,
+        StatusCode::OK,
+        "{}",
+        shop.header("proxy-status")
+    );
+    let google = next_after_redirect(client, &format!("http://www.google.de:{port}"), &sorry).await;
+    assert!(
+        is_block_pause(&google),
+        "{} {}",
+        google.status,
+        google.header("proxy-status")
+    );
+}

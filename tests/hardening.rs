@@ -220,11 +220,7 @@ async fn an_untrusted_certificate_under_obey_robots_is_a_502_and_no_back_off() {
         origin.addr.port()
     ))
     .await;
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(format!("http://{}", courtesy.addr)).unwrap())
-        .tls_backend_preconfigured(client_tls_trusting(&courtesy.ca_path()))
-        .build()
-        .unwrap();
+    let client = courtesy.intercepted_client();
     let url = format!("https://{}/page", origin.addr);
     for attempt in 0..2 {
         let got = client.get(&url).send().await.unwrap();
@@ -263,15 +259,9 @@ async fn closing_origin() -> (
             let log = log.clone();
             tokio::spawn(async move {
                 for answered in [true, false] {
-                    let mut head = Vec::new();
-                    let mut byte = [0u8; 1];
-                    while !head.ends_with(b"\r\n\r\n") {
-                        match stream.read(&mut byte).await {
-                            Ok(1) => head.push(byte[0]),
-                            _ => return,
-                        }
-                    }
-                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let Some(text) = read_request_head(&mut stream).await else {
+                        return;
+                    };
                     log.lock()
                         .unwrap()
                         .push(text.lines().next().unwrap_or("").to_string());

@@ -33,6 +33,16 @@ impl Tls {
         self.ca.server_config(&["localhost", "127.0.0.1"])
     }
 
+    /// An h2-only origin on 127.0.0.1 with this CA's certificate, answering with `handler`.
+    async fn h2_origin<F, Fut>(&self, handler: F) -> Origin
+    where
+        F: Fn(http::Request<hyper::body::Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let h2 = Speaks::H2 { max_streams: None };
+        Origin::start_speaking("127.0.0.1", self.server(), h2, handler).await
+    }
+
     /// courtesy trusting the test CA, allowing CONNECT to `port`, with `extra` appended.
     async fn courtesy(&self, port: u16, extra: &str) -> Courtesy {
         let ca = self.ca.write(&self.dir, "origin-ca.pem");
@@ -93,13 +103,9 @@ const ROOMY: &str = "[defaults]\nrate = 1000\nburst = 100\nconcurrency = 8\nobey
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_only_origin_gets_every_request_over_one_h2_connection() {
     let tls = Tls::new();
-    let origin = Origin::start_speaking(
-        "127.0.0.1",
-        tls.server(),
-        Speaks::H2 { max_streams: None },
-        |_req| async { Response::new(full("ok")) },
-    )
-    .await;
+    let origin = tls
+        .h2_origin(|_req| async { Response::new(full("ok")) })
+        .await;
     let courtesy = tls.courtesy(origin.addr.port(), ROOMY).await;
     let client = client(&courtesy);
     // The first request makes the connection; the next fifty, eight at a time, share it.
@@ -326,13 +332,9 @@ async fn h2_goes_end_to_end_through_a_socks5_and_an_http_parents_tunnel() {
         return;
     };
     let tls = Tls::new();
-    let origin = Origin::start_speaking(
-        "127.0.0.1",
-        tls.server(),
-        Speaks::H2 { max_streams: None },
-        |_req| async { Response::new(full("ok")) },
-    )
-    .await;
+    let origin = tls
+        .h2_origin(|_req| async { Response::new(full("ok")) })
+        .await;
     for parent in [
         format!("socks5h://127.0.0.1:{}", socks.port),
         format!("http://127.0.0.1:{}", squid.port),
@@ -493,4 +495,34 @@ async fn pacing_invariants_hold_over_http11() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pacing_invariants_hold_over_h2() {
     pacing_invariants_over(Speaks::H2 { max_streams: None }).await;
+}
+
+/// Issue 47, finding 6, over interception and HTTP/2: an h2 origin's own `Proxy-Status:
+/// courtesy; ...` member never reaches the client (who would take it for courtesy's refusal);
+/// its other member does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_origins_courtesy_member_never_reaches_the_client_through_interception() {
+    let tls = Tls::new();
+    let origin = tls
+        .h2_origin(|_req| async {
+            Response::builder()
+                .status(403)
+                .header(
+                    "proxy-status",
+                    "courtesy; error=http_request_denied; details=\"robots.txt\", cdn; error=dns_timeout",
+                )
+                .body(full("no"))
+                .unwrap()
+        })
+        .await;
+    let courtesy = tls.courtesy(origin.addr.port(), ROOMY).await;
+    let got = client(&courtesy)
+        .get(origin.https_url("/planted"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 403);
+    let fields: Vec<_> = got.headers().get_all("proxy-status").iter().collect();
+    assert_eq!(fields, ["cdn; error=dns_timeout"]);
+    assert_eq!(origin.versions(), [Version::HTTP_2]);
 }

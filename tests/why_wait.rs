@@ -60,12 +60,7 @@ async fn a_forwarded_answer_carries_the_wait_and_the_origins_time_after_the_orig
         .unwrap();
     let got = courtesy.client().send(req).await;
     assert_eq!(got.status, 200);
-    let lines: Vec<&str> = got
-        .headers
-        .get_all("server-timing")
-        .iter()
-        .map(|v| v.to_str().unwrap())
-        .collect();
+    let lines = got.header_lines("server-timing");
     assert_eq!(
         lines[0], "db;dur=53, app;dur=47.2",
         "the origin's own first: {lines:?}"

@@ -18,6 +18,8 @@ pub struct BlockMarkers {
     list: Vec<String>,
     matcher: Option<AhoCorasick>,
     longest: usize,
+    /// The vendors' own block pages whose marker is in `list` (a redirect there is a block).
+    vendors: Vec<&'static VendorBlockPath>,
 }
 
 /// The bytes folded to lower case at a time: a block plus the overlap with the previous one fits
@@ -43,10 +45,15 @@ impl BlockMarkers {
             })
             .flatten();
         let longest = list.iter().map(String::len).max().unwrap_or(0);
+        let vendors = VENDOR_BLOCK_PATHS
+            .iter()
+            .filter(|v| list.iter().any(|m| m.eq_ignore_ascii_case(v.marker)))
+            .collect();
         BlockMarkers {
             list,
             matcher,
             longest,
+            vendors,
         }
     }
 
@@ -58,6 +65,18 @@ impl BlockMarkers {
     /// The markers.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
         self.list.iter().map(String::as_str)
+    }
+
+    /// The markers that are paths (start with `/`): a redirect on its own host to a path that
+    /// starts with one is a block.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.iter().filter(|m| m.starts_with('/'))
+    }
+
+    /// The vendors' own block pages that these markers name (Google's `/sorry/` while
+    /// `/sorry/index` is a marker).
+    pub fn vendors(&self) -> impl Iterator<Item = &'static VendorBlockPath> + '_ {
+        self.vendors.iter().copied()
     }
 
     /// The length of the longest marker, in bytes.
@@ -149,6 +168,44 @@ pub const DEFAULT_BLOCK_MARKERS: [&str; 12] = [
     "window.gokuprops",
 ];
 
+/// A bot-management vendor's own block page: where the vendor sends a client it blocks, on its
+/// own hosts. A redirect from one of the vendor's hosts to this path on one of them is a block
+/// (an open redirect elsewhere that names the page is not: only the vendor blocks there).
+#[derive(Debug)]
+pub struct VendorBlockPath {
+    /// The vendor, for the log line and the block's reason.
+    pub vendor: &'static str,
+    /// The `block_markers` entry that names this page: the vendor's rule holds while the marker
+    /// is in a host's list (an operator's own list without it turns the rule off).
+    pub marker: &'static str,
+    /// The block page's path prefix on the vendor's hosts (compared without regard to case).
+    pub path: &'static str,
+    /// Whether a canonical host name (lower case, no final dot) is one of the vendor's.
+    pub hosts: fn(&str) -> bool,
+}
+
+/// The vendors' own block pages courtesy knows: Google's `/sorry/` on Google's hosts.
+static VENDOR_BLOCK_PATHS: [VendorBlockPath; 1] = [VendorBlockPath {
+    vendor: "Google",
+    marker: "/sorry/index",
+    path: "/sorry/",
+    hosts: is_google_host,
+}];
+
+/// Whether `host` (canonical) is Google's: `google.com` or a country domain of it (`google.de`,
+/// `google.co.uk`, `google.com.au`), or a name under one of them (`www.google.de`,
+/// `ipv4.google.com`). A name that merely contains the label (`google.example.com`) is not.
+fn is_google_host(host: &str) -> bool {
+    let country = |label: &str| label.len() == 2 && label.bytes().all(|b| b.is_ascii_lowercase());
+    let mut labels = host.rsplit('.');
+    match (labels.next(), labels.next(), labels.next()) {
+        (Some("com"), Some("google"), _) => true,
+        (Some(tld), Some("google"), _) => country(tld),
+        (Some(tld), Some("co" | "com"), Some("google")) => country(tld),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +250,41 @@ mod tests {
         far[at..].copy_from_slice(marker);
         assert_eq!(m.find(&far), Some("incapsula incident id"));
         assert_eq!(m.find(&vec![b'y'; 20 * FOLD_BLOCK]), None);
+    }
+
+    #[test]
+    fn google_hosts_are_google_com_its_country_domains_and_names_under_them() {
+        for host in [
+            "google.com",
+            "www.google.com",
+            "ipv4.google.com",
+            "google.de",
+            "www.google.de",
+            "google.co.uk",
+            "www.google.co.jp",
+            "google.com.au",
+        ] {
+            assert!(is_google_host(host), "{host}");
+        }
+        for host in [
+            "google.example.com",
+            "notgoogle.com",
+            "google.com.evil.net",
+            "google.co.evil",
+            "google.evil",
+            "sorry.example",
+            "google",
+            "",
+        ] {
+            assert!(!is_google_host(host), "{host}");
+        }
+        let defaults = markers(&DEFAULT_BLOCK_MARKERS);
+        assert_eq!(
+            defaults.vendors().map(|v| v.vendor).collect::<Vec<_>>(),
+            ["Google"]
+        );
+        assert_eq!(defaults.paths().collect::<Vec<_>>(), ["/sorry/index"]);
+        assert_eq!(markers(&["just a moment"]).vendors().count(), 0);
     }
 
     #[test]

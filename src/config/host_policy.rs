@@ -310,6 +310,10 @@ keys! {
         ///
         /// A marker in a large page with another status (a 200 product page) is not a block: the
         /// defaults only match interstitials, never a captcha widget embedded in a real page.
+        /// A marker that starts with / is a path: a redirect is a block when its Location is the
+        /// host's own name with a path that starts with the marker, or, while /sorry/index is a
+        /// marker, Google's /sorry/ on Google's hosts redirected to from one of them; never a
+        /// marker in a query string, further along a path or on another host.
         markers: Arc<BlockMarkers> = default_markers(), from block_markers: Vec<String>, Markers;
         /// The longest pause for a detected block (a challenge, or hard_block_after 403s in a
         /// row): repeated blocks double the pause up to this.

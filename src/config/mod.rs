@@ -25,7 +25,7 @@
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`], [`TelemetrySettings`], [`SharedSettings`]: their keys and defaults |
 //! | `parent.rs` | [`UpstreamProxy`] and [`Route`]: parent proxy URLs, parsed and redacted |
-//! | `block_markers.rs` | [`BlockMarkers`]: what a challenge page contains, the defaults, the matcher |
+//! | `block_markers.rs` | [`BlockMarkers`]: what a challenge page contains, the defaults, the matcher; the vendors' own block pages ([`VendorBlockPath`]) |
 //! | `redis_url.rs` | `[shared] redis_url` read: one server, a Cluster's seeds, a master's Sentinels |
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
 
@@ -59,7 +59,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::wire::literal::canonical_ip;
-pub use block_markers::{BlockMarkers, DEFAULT_BLOCK_MARKERS};
+pub use block_markers::{BlockMarkers, VendorBlockPath, DEFAULT_BLOCK_MARKERS};
 pub use built_in::{BUILT_IN_CONFIG, BUILT_IN_NAME};
 pub use choices::{
     CacheMode, ClientAuth, ContentPreferences, Controller, HttpsMode, KeyMode, OnCooldown,

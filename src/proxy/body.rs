@@ -113,7 +113,13 @@ impl Body for ProxyBody {
                         return Poll::Ready(Some(Err(Box::new(SilentOrigin(limit)))));
                     }
                 }
-                let polled = polled.map(|frame| frame.map(|r| r.map_err(BodyError::from)));
+                let mut polled = polled.map(|frame| frame.map(|r| r.map_err(BodyError::from)));
+                if let Poll::Ready(Some(Ok(frame))) = &mut polled {
+                    if let Some(trailers) = frame.trailers_mut() {
+                        // A trailer is an answer's field too: courtesy's name is its own there.
+                        crate::wire::proxy_status::without_ours(trailers);
+                    }
+                }
                 match &polled {
                     Poll::Ready(Some(Ok(frame))) => {
                         if let (Some(data), Some(permit)) = (frame.data_ref(), permit.as_mut()) {

@@ -159,6 +159,9 @@ impl Proxy {
         let headers = response.headers_mut();
         *headers = head.header_map();
         headers.remove(http::header::CONTENT_LENGTH);
+        // Stored clean (`super::sanitize`), but an entry of an older courtesy may carry an
+        // origin's member named like courtesy's.
+        crate::wire::proxy_status::without_ours(headers);
         headers.append(VIA, self.loops.via().clone());
         headers.insert("x-courtesy-cache", HeaderValue::from_static(how));
         response

@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::failure::{Failure, H2Signal};
 use super::reuse;
+use super::sanitize::{sanitize, Framing};
 use super::table::IdleMark;
 use super::upstream::UpstreamBody;
 use super::Proxy;
@@ -82,6 +83,7 @@ impl Proxy {
                 forwarded_through = Some(parent);
             }
         }
+        let head = request.method() == http::Method::HEAD;
         permit.mark_sent();
         let started = Instant::now();
         // No head within read_timeout_seconds is the origin's silence too (nginx's
@@ -111,6 +113,25 @@ impl Proxy {
                         failure,
                         stale: false,
                     });
+                }
+                let mut response = response;
+                match sanitize(&mut response, head) {
+                    Ok(Framing::AsSent) => {}
+                    Ok(Framing::LengthDropped) => {
+                        reuse::retire(&response);
+                        info!(
+                            "the origin sent Transfer-Encoding with Content-Length: the length \
+                             dropped, the connection retired (RFC 9112 6.3)"
+                        );
+                    }
+                    Err(failure) => {
+                        reuse::retire(&response);
+                        self.report_failure(&permit, &failure, latency).await;
+                        return Err(Unanswered {
+                            failure,
+                            stale: false,
+                        });
+                    }
                 }
                 response
             }

@@ -15,6 +15,7 @@ use crate::proxy::body::ProxyBody;
 use crate::proxy::response::{local, proxy_status_member, sf_string, ProxyError};
 use crate::upstream::parent::{ParentError, ParentFault};
 use crate::upstream::resolve::{DnsError, Forbidden};
+use crate::wire::proxy_status;
 
 /// A request that ends in a response courtesy makes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,7 +127,13 @@ impl Failure {
                 params.push_str(&format!("; received-status={status}"));
             }
             let ours = proxy_status_member(self.kind, &params, &self.details);
-            let value = match parent.parent_status.as_ref().and_then(|v| v.to_str().ok()) {
+            // The parent's members, but none named like courtesy's (an origin's answer through
+            // the parent may carry one): `courtesy` in the field is this courtesy's word.
+            let theirs = parent
+                .parent_status
+                .as_ref()
+                .and_then(|v| proxy_status::line_without_ours(v).0);
+            let value = match theirs.as_ref().and_then(|v| v.to_str().ok()) {
                 Some(theirs) => format!("{theirs}, {ours}"),
                 None => ours,
             };
@@ -366,6 +373,35 @@ mod tests {
             Failure::of_io(&reset, "x").kind,
             ProxyError::ConnectionTerminated
         );
+    }
+
+    #[test]
+    fn a_parents_field_goes_in_front_without_members_named_like_courtesys() {
+        let failure = Failure {
+            parent: Some(Box::new(ParentFault {
+                next_hop: "proxy.corp:3128".into(),
+                kind: crate::upstream::parent::ParentErrorKind::Refused,
+                received_status: Some(403),
+                parent_status: Some(HeaderValue::from_static(
+                    "courtesy; error=http_request_denied, squid; error=destination_ip_prohibited",
+                )),
+            })),
+            ..Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::DestinationIpProhibited,
+                "refused",
+            )
+        };
+        let response = failure.into_response();
+        let field = response.headers()["proxy-status"].to_str().unwrap_or("");
+        assert!(
+            field.starts_with(
+                "squid; error=destination_ip_prohibited, courtesy; \
+                 error=destination_ip_prohibited; next-hop=\"proxy.corp:3128\""
+            ),
+            "{field}"
+        );
+        assert_eq!(field.matches("courtesy").count(), 1, "{field}");
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::budget::limiter::{BudgetKey, Permit, ShadowReason, ShadowVerdict, Wai
 use crate::config::HostPolicy;
 use crate::front::sockets::SocketCaps;
 use crate::observe::telemetry::{RequestTrace, Requested};
-use crate::pacing::blocks::{header_block, is_block_redirect};
+use crate::pacing::blocks::{block_redirect, header_block};
 use crate::pacing::feedback::crawler_price;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response;
@@ -593,8 +593,7 @@ impl Proxy {
             warn!("{refused}");
             return ControlFlow::Break((upgrade::refused_switch(refused), None));
         }
-
-        let response = self.finish_response(response, held, &policy, cache_use);
+        let response = self.finish_response(response, held, (&policy, &budget.host), cache_use);
         let response = match ahead {
             Some(first) => response.map(|rest| ProxyBody::Prefixed {
                 first: Some(first),
@@ -606,14 +605,15 @@ impl Proxy {
     }
 
     /// The origin's response as the client gets it: hop-by-hop headers replaced by courtesy's
-    /// `Via`, a redirect to a block page reported to the host's pacing, and a body that holds the
+    /// `Via`, a redirect to a block page (where a vendor blocks: `pacing/blocks/redirect.rs`) from
+    /// `host` (the request's, canonical) reported to the host's pacing, and a body that holds the
     /// permit (and the mark that sets its upstream connection idle) while it streams, scanned for
     /// block markers and stored when the cache may keep it.
     fn finish_response(
         &self,
         response: Response<Incoming>,
         (permit, idle): (Permit, Option<IdleMark>),
-        policy: &HostPolicy,
+        (policy, host): (&HostPolicy, &str),
         cache_use: Option<&CacheUse>,
     ) -> Response<ProxyBody> {
         let (mut parts, body) = response.into_parts();
@@ -626,8 +626,9 @@ impl Proxy {
         } else if let Some(signal) = header_block(&parts.headers) {
             self.blocks
                 .soft(&permit, &format!("challenge header {signal}"));
-        } else if is_block_redirect(&parts, &policy.blocks.markers) {
-            self.blocks.soft(&permit, "a redirect to a block page");
+        } else if let Some(to) = block_redirect(&parts, &policy.blocks.markers, host) {
+            self.blocks
+                .soft(&permit, &format!("a redirect to a block page ({to})"));
         }
         let scan = if priced {
             None

@@ -9,6 +9,7 @@
 //! | `forward.rs` | one forwarded request, top to bottom, with courtesy's own retries |
 //! | `attempts.rs` | a forwarded request's sends: the client's, then rebuilt ones for resends and retries |
 //! | `exchange.rs` | the one paced send: send under a permit, report the answer, count, log |
+//! | `sanitize.rs` | an origin's answer as it may be passed on: RFC 9112 framing, no `Proxy-Status` member named like courtesy's |
 //! | `before_resend.rs` | before a retry of a 429/503: whether the answer was a challenge page (never retried) |
 //! | `connect.rs` | CONNECT: interception, plain HTTP inside, blind tunnels, dialing |
 //! | `sniff.rs` | telling TLS from HTTP by a tunnel's first bytes, and replaying them |
@@ -18,7 +19,7 @@
 //! | `timing.rs` | the `Server-Timing` header: how long courtesy held a request, and why |
 //! | `loops.rs` | requests that would come back to courtesy itself |
 //! | `skip.rs` | `skip_resources`: sub-resources answered locally |
-//! | `reuse.rs` | whether a request went out on a connection that had carried one before |
+//! | `reuse.rs` | whether a request went out on a connection that had carried one before; retiring a connection |
 //! | `table.rs` | `max_upstream_connections`: slots, and idle pooled connections closed for new ones |
 //! | `robots.rs` | obeying robots.txt and fetching it through the budget |
 //! | `preferences.rs` | the site's stated preferences against the job's purpose: a local 403 or a report header |
@@ -51,6 +52,7 @@ mod preferences;
 pub(crate) mod response;
 mod reuse;
 mod robots;
+mod sanitize;
 pub(crate) mod sign;
 mod skip;
 mod sniff;
@@ -91,6 +93,15 @@ pub(crate) mod testing {
         Target::of_connect(uri)
             .map(|t| t.key())
             .map_err(|f| f.details)
+    }
+
+    /// An origin's answer as courtesy passes it on (`sanitize.rs`): whether its framing was
+    /// refused, and whether its `Content-Length` went.
+    pub(crate) fn sanitized<B>(response: &mut http::Response<B>, head: bool) -> (bool, bool) {
+        match super::sanitize::sanitize(response, head) {
+            Ok(framing) => (false, framing == super::sanitize::Framing::LengthDropped),
+            Err(_) => (true, false),
+        }
     }
 }
 

@@ -165,6 +165,9 @@ impl<T: Write + Unpin> Write for Counted<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if let Some(refused) = this.refuse_request() {
+            return refused;
+        }
         let written = Pin::new(&mut this.io).poll_write(cx, buf);
         this.wrote(&written);
         written
@@ -188,6 +191,9 @@ impl<T: Write + Unpin> Write for Counted<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        if let Some(refused) = this.refuse_request() {
+            return refused;
+        }
         let written = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
         this.wrote(&written);
         written
@@ -195,6 +201,19 @@ impl<T: Write + Unpin> Write for Counted<T> {
 }
 
 impl<T> Counted<T> {
+    /// The error for a write that would begin a request on a retired connection (nothing of it is
+    /// sent: the request fails as on a connection the origin had closed, and a request that may be
+    /// sent twice goes again on a fresh one).
+    fn refuse_request(&self) -> Option<Poll<io::Result<usize>>> {
+        (!self.writing && self.uses.0.is_retired()).then(|| {
+            Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "courtesy retired this upstream connection (its last answer's framing was \
+                 suspect, RFC 9112 6.3)",
+            )))
+        })
+    }
+
     /// Notes a write: the first bytes written after a read begin a request.
     fn wrote(&mut self, written: &Poll<io::Result<usize>>) {
         if !self.writing && matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
@@ -214,6 +233,14 @@ pub(crate) fn count_answered<B>(response: &http::Response<B>) -> Option<IdleMark
     }
     uses.0.answered.fetch_add(1, Ordering::Relaxed);
     Some(uses.0.answered_now())
+}
+
+/// Retires the connection that carried `response`: it closes once the response has been read (or
+/// given up), and no request goes out on it again (`ConnState::retire`).
+pub(crate) fn retire<B>(response: &http::Response<B>) {
+    if let Some(uses) = response.extensions().get::<Uses>() {
+        uses.0.retire();
+    }
 }
 
 /// Counts a failed request on its connection; returns whether that connection had carried a

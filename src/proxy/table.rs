@@ -215,6 +215,9 @@ pub(crate) struct ConnState {
     listed: AtomicBool,
     /// It carries HTTP/2 (requests in flight at once): never idle here.
     multiplexed: AtomicBool,
+    /// Never to carry another request (an answer's framing was suspect, `super::sanitize`): its
+    /// next read once idle ends it, and a request begun on it fails before a byte is sent.
+    retired: AtomicBool,
     /// The task reading the connection, woken to close it.
     reader: AtomicWaker,
     table: Weak<IdleList>,
@@ -230,6 +233,7 @@ impl ConnState {
             closing: AtomicBool::new(false),
             listed: AtomicBool::new(false),
             multiplexed: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             reader: AtomicWaker::new(),
             table,
         }
@@ -256,11 +260,27 @@ impl ConnState {
         self.begun.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Whether a read should end the connection now (asked to close, and idle), registering
-    /// the reading task otherwise so that a later ask wakes it.
+    /// Whether a read should end the connection now (asked to close or retired, and idle),
+    /// registering the reading task otherwise so that a later ask wakes it.
     pub(crate) fn read_ends(&self, waker: &std::task::Waker) -> bool {
         self.reader.register(waker);
-        self.closing.load(Ordering::Acquire) && self.is_idle()
+        (self.closing.load(Ordering::Acquire) || self.is_retired()) && self.is_idle()
+    }
+
+    /// The connection is never to carry another request (RFC 9112 6.3: an answer with both
+    /// `Transfer-Encoding` and `Content-Length`, or one courtesy refused): it closes as soon as
+    /// the answer in flight has been read or given up, and a request that begins on it before
+    /// then (the pooled client may have taken it up again meanwhile) fails unsent.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        if self.is_idle() {
+            self.reader.wake();
+        }
+    }
+
+    /// Whether the connection is retired: a request must not begin on it.
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     /// The mark for the response that arrived now: the connection falls idle when it is
@@ -285,6 +305,13 @@ impl Drop for IdleMark {
     fn drop(&mut self) {
         let conn = &self.conn;
         conn.done.fetch_max(self.request, Ordering::AcqRel);
+        if conn.is_retired() {
+            // Read to the end: the reader closes it now, and it never joins the idle list.
+            if conn.is_idle() {
+                conn.reader.wake();
+            }
+            return;
+        }
         let Some(table) = conn.table.upgrade() else {
             return;
         };
@@ -369,6 +396,31 @@ mod tests {
         assert!(slots.take().await.is_err(), "no slot taken from it");
         assert!(!conn.read_ends(&waker()), "never asked to close");
         drop(held);
+    }
+
+    #[test]
+    fn a_retired_connection_ends_once_its_answer_is_read_and_is_never_listed_idle() {
+        let slots = UpstreamSlots::new(4, Duration::from_secs(1));
+        let conn = slots.new_connection();
+        conn.begin_request();
+        let mark = conn.answered_now();
+        assert!(!conn.is_retired());
+        conn.retire();
+        assert!(conn.is_retired());
+        assert!(
+            !conn.read_ends(&waker()),
+            "the answer in flight is read to its end"
+        );
+        drop(mark);
+        assert!(conn.read_ends(&waker()), "then the connection ends");
+        assert!(
+            !conn.listed.load(Ordering::Acquire),
+            "never offered as an idle connection"
+        );
+        // Retired between answers: its next read ends it.
+        let idle = slots.new_connection();
+        idle.retire();
+        assert!(idle.read_ends(&waker()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -132,6 +132,16 @@ impl Courtesy {
     pub fn client(&self) -> ProxyClient {
         ProxyClient { proxy: self.addr }
     }
+
+    /// A reqwest client that sends everything through this courtesy and trusts its CA, so that
+    /// `https://` requests are intercepted as a crawler's are.
+    pub fn intercepted_client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .proxy(reqwest::Proxy::all(format!("http://{}", self.addr)).expect("proxy URL"))
+            .tls_backend_preconfigured(super::tls::client_tls_trusting(&self.ca_path()))
+            .build()
+            .expect("reqwest client")
+    }
 }
 
 impl Drop for Courtesy {

@@ -58,7 +58,7 @@ pub use self::{
         all_seen, assert_within_budget, budget_mode, failed_store_calls, failed_store_calls_in,
         hammer_instances, instance_on, instances_on, readiness,
     },
-    origin::{come_back_later, Arrival, Origin, Speaks},
+    origin::{come_back_later, read_request_head, Arrival, Origin, Speaks},
     otlp::{OtlpReceiver, Received},
     parent::{free_port, ParentProxy},
     proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},

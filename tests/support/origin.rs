@@ -303,3 +303,18 @@ pub fn come_back_later(status: u16, retry_after: &str, body: &'static str) -> Re
         .body(full(body))
         .unwrap()
 }
+
+/// Reads a request head (to the blank line) from a raw origin's connection, a byte at a time so
+/// that nothing after it is taken; `None` when the connection ends first.
+pub async fn read_request_head<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<String> {
+    use tokio::io::AsyncReadExt as _;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte).await {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}

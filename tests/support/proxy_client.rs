@@ -36,6 +36,15 @@ impl Got {
             .unwrap_or("")
             .to_string()
     }
+
+    /// Every line of a header, in order ("?" for one that is not text).
+    pub fn header_lines(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap_or("?"))
+            .collect()
+    }
 }
 
 /// Sends requests through a proxy, as HTTP_PROXY clients do: absolute-form request lines.

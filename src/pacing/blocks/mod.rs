@@ -2,7 +2,7 @@
 //! the operator may replace them), and finding a block in
 //! a response (`scan.rs`): a bot-management vendor's challenge header, markers in the first bytes
 //! of a text body (decoded on the side when compressed, `decode.rs`) on a challenge status or a
-//! small page, a redirect to a block path.
+//! small page, a redirect to a block page where a vendor blocks (`redirect.rs`).
 //!
 //! A *soft block* is such a page; a *hard block* is `hard_block_after` 403s in a row, which the
 //! pure pacing state counts (`crate::pacing::policy`, which also makes repeated block pauses grow). This
@@ -11,11 +11,12 @@
 //! `crate::proxy`'s `blocked.rs`.
 
 mod decode;
+mod redirect;
 mod scan;
 
 pub(crate) use scan::header_block;
 
-pub(crate) use scan::is_block_redirect;
+pub(crate) use redirect::block_redirect;
 
 pub(crate) use scan::scan_wanted;
 

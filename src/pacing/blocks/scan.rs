@@ -1,7 +1,7 @@
 //! What a block looks like in a response: a vendor's challenge header, block markers in the first
 //! bytes of a text body (found across chunk edges without holding a plain body back; of a
-//! compressed body, in a copy of its first bytes decoded on the side), and redirects to a block
-//! page.
+//! compressed body, in a copy of its first bytes decoded on the side). Redirects to a block page
+//! are `redirect.rs`'s.
 //!
 //! A marker counts at once on a status challenge pages come with (403, 405, 429, 503); on any
 //! other status (a 200) only if the whole page is small (at most [`SMALL_PAGE`] bytes decoded):
@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use http::header::{CONTENT_ENCODING, CONTENT_TYPE, LOCATION};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use http::HeaderMap;
 
 use super::decode::{decode_prefix, Encoding};
@@ -251,21 +251,6 @@ fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
         .windows(needle.len())
         .any(|w| w.eq_ignore_ascii_case(needle))
-}
-
-/// Whether a redirect points at a block page (Google's `/sorry/` and the like): one of `markers`
-/// that is a path (starts with `/`) in its `Location`.
-pub(crate) fn is_block_redirect(parts: &http::response::Parts, markers: &BlockMarkers) -> bool {
-    if !parts.status.is_redirection() {
-        return false;
-    }
-    let Some(location) = parts.headers.get(LOCATION).and_then(|v| v.to_str().ok()) else {
-        return false;
-    };
-    let location = location.to_ascii_lowercase();
-    markers
-        .iter()
-        .any(|m| m.starts_with('/') && location.contains(m))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use http::Response;
 
 use super::{ParentError, ParentErrorKind};
 use crate::config::UpstreamProxy;
-use crate::wire::proxy_status::ProxyError;
+use crate::wire::proxy_status::{self, ProxyError};
 
 /// The parent's own failure, if `response` (to an absolute-form request through `parent`) is one.
 pub(crate) fn own_answer<B>(parent: &UpstreamProxy, response: &Response<B>) -> Option<ParentError> {
@@ -60,40 +60,15 @@ pub(crate) fn own_answer<B>(parent: &UpstreamProxy, response: &Response<B>) -> O
     Some(failure.answered(status, parent_status))
 }
 
-/// Whether the last member of a `Proxy-Status` list (RFC 8941 syntax) has an `error` parameter.
+/// Whether the last member of a `Proxy-Status` list (RFC 8941 syntax) has an `error` parameter
+/// (a quoted `;error=` inside a details string is not one).
 fn last_member_is_an_error(value: &HeaderValue) -> bool {
-    let Ok(text) = value.to_str() else {
+    let Some(member) = proxy_status::members(value.as_bytes()).last() else {
         return false;
     };
-    // The last comma outside a quoted string starts the last member.
-    let (mut quoted, mut escaped, mut start) = (false, false, 0);
-    for (i, c) in text.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            ',' if !quoted => start = i + 1,
-            _ => {}
-        }
-    }
-    let member = &text[start..];
-    // Parameters follow `;`; a quoted `;error=` inside a details string is not one.
-    let (mut quoted, mut escaped) = (false, false);
-    for (i, c) in member.char_indices() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            ';' if !quoted => {
-                let param = member[i + 1..].trim_start();
-                if param.starts_with("error=") {
-                    return true;
-                }
-            }
-            _ => {}
-        }
-    }
-    false
+    proxy_status::split_unquoted(member, b';')
+        .skip(1)
+        .any(|param| param.trim_ascii_start().starts_with(b"error="))
 }
 
 #[cfg(test)]
