@@ -7,6 +7,7 @@ Reads one JSON document on stdin:
                  "method": "GET", "url": "http://host:port/path",
                  "headers": [[name, value], ...],           # as they arrived
                  "request_headers": [[name, value], ...],   # directory: the request's
+                 "body": "...",                             # directory: the body, if given
                  "at": 1733450000.25}]}                     # unix seconds when it arrived
 and prints one JSON line per message: {"ok": true, ...what was verified} or
 {"ok": false, "error": "..."}. A signature is valid only if it verifies against a key of the
@@ -92,7 +93,12 @@ def main():
             if m["kind"] == "directory":
                 message = Response(200, m["headers"], request)
                 results = verify(verifier, message, "http-message-signatures-directory",
-                                 ['"@authority";req'])
+                                 ['"@authority";req', '"content-digest"'])
+                if "body" in m:
+                    # The signatures cover Content-Digest; the digest must be the body's.
+                    digest = base64.b64encode(hashlib.sha256(m["body"].encode()).digest()).decode()
+                    if message.headers.get("content-digest") != f"sha-256=:{digest}:":
+                        raise InvalidSignature("Content-Digest is not the body's SHA-256")
             else:
                 message = request
                 results = verify(verifier, message, "web-bot-auth",
