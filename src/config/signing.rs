@@ -19,15 +19,17 @@ keys! {
     pub struct SigningSettings in SigningSettings as KEYS {
         /// The Ed25519 private key, a JWK file (`courtesy keys new FILE` makes one, mode 0600).
         ///
-        /// Read once, at start (and at a reload); never logged or shown. Instances that share
-        /// a store ([shared]) should use the same key file.
+        /// Read once, at start (and at a reload); never logged or shown. Refused when group or
+        /// others may read it, or a user other than courtesy's (or root) owns it. Instances that
+        /// share a store ([shared]) should use the same key file.
         key_file: Option<PathBuf> = None, from key_file: String, Maybe(Path),
             example "\"/etc/courtesy/bot-key.jwk\"";
         /// Where the key directory is published: the Signature-Agent of every signed request
         /// (required with key_file).
         ///
-        /// Sites fetch `<signature_agent>/.well-known/http-message-signatures-directory`;
-        /// `courtesy keys directory` prints it and the admin listener serves it.
+        /// Sites fetch `<signature_agent>/.well-known/http-message-signatures-directory` (and
+        /// its card, `/.well-known/signature-agent-card`); `courtesy keys directory --agent URL`
+        /// prints it, and the admin listener serves it for that agent's Host only.
         signature_agent: Option<String> = None, from signature_agent: String, Maybe(AgentUrl),
             example "\"https://crawler.example.com\"";
         /// When to sign: `"always"`, `"on_challenge"` (a host's requests once it answered
