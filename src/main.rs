@@ -430,6 +430,17 @@ fn check(config: &Config) -> anyhow::Result<()> {
             signing.expires_seconds
         );
     }
+    for agent in config.agents() {
+        // One directory and one card per agent, each with only the keys that sign under it.
+        let ids: Vec<&str> = agent.keys.iter().map(|k| k.thumbprint()).collect();
+        outln!(
+            out,
+            "[signing] agent {} keyids={} (its directory and card answer Host: {})",
+            agent.url,
+            ids.join(","),
+            agent.authority()
+        );
+    }
     for job in &config.jobs {
         // The token is never printed: only whether there is one, and how it is kept.
         let token = match (&job.token, &job.token_sha256) {

@@ -688,6 +688,19 @@ async fn the_directory_and_the_card_answer_only_an_agents_host_with_its_own_keys
     );
     assert_eq!(crawl_b["web_bot_auth"]["trigger"], "crawler");
 
+    // `courtesy check` names each agent with its keys and the Host it answers.
+    let checked = courtesy_cli(&["check", path]);
+    let b_ids =
+        keyids(&serde_json::from_str(&print("directory", "https://crawl-b.example")).unwrap());
+    assert!(
+        checked.contains(&format!(
+            "[signing] agent https://crawl-b.example keyids={} (its directory and card answer \
+             Host: crawl-b.example)",
+            b_ids[0]
+        )),
+        "{checked}"
+    );
+
     // Without --agent, a config with two agents says which there are.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
         .args(["keys", "directory", "--config", path])

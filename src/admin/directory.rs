@@ -29,7 +29,7 @@ const MEDIA_TYPE: &str = "application/http-message-signatures-directory+json";
 const TAG: &str = "http-message-signatures-directory";
 
 /// The signed directory of the agent whose authority is `host`; a 404 for any other `Host`.
-pub(crate) fn answer(config: &Config, host: Option<&HeaderValue>) -> Response<ProxyBody> {
+pub(crate) fn answer(config: &Config, host: Option<&str>) -> Response<ProxyBody> {
     match agent_of(config, host) {
         Some((agent, authority)) => signed(
             agent.directory(),
@@ -45,8 +45,8 @@ pub(crate) fn answer(config: &Config, host: Option<&HeaderValue>) -> Response<Pr
 
 /// The agent whose authority is the request's `Host`, with that authority (lowercase) as the
 /// signatures cover it; `None` for any other `Host` (or none).
-pub(crate) fn agent_of(config: &Config, host: Option<&HeaderValue>) -> Option<(Agent, String)> {
-    let authority = host.and_then(|h| h.to_str().ok())?.to_ascii_lowercase();
+pub(crate) fn agent_of(config: &Config, host: Option<&str>) -> Option<(Agent, String)> {
+    let authority = host?.to_ascii_lowercase();
     config
         .agent_for_host(&authority)
         .map(|agent| (agent, authority))
@@ -122,9 +122,13 @@ pub(crate) fn content_digest(body: &[u8]) -> String {
     format!("sha-256=:{}:", STANDARD.encode(digest.as_ref()))
 }
 
-/// The `Host` of a request, for [`answer`].
-pub(crate) fn host_of<B>(req: &http::Request<B>) -> Option<&HeaderValue> {
-    req.headers().get(HOST)
+/// The authority a request was sent to, for [`answer`]: its `Host`, else (HTTP/2) the
+/// authority of its URI.
+pub(crate) fn host_of<B>(req: &http::Request<B>) -> Option<&str> {
+    match req.headers().get(HOST) {
+        Some(host) => host.to_str().ok(),
+        None => req.uri().authority().map(|a| a.as_str()),
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@
 //! carries its keys inline (`jwks`) and the draft asks for a signature covering
 //! `Content-Digest` then. docs/identity.md says which field comes from which key.
 
-use http::HeaderValue;
 use http::Response;
 use serde_json::{json, Map, Value};
 
@@ -20,7 +19,7 @@ pub(crate) const PATH: &str = "/.well-known/signature-agent-card";
 const TAG: &str = "signature-agent-card";
 
 /// The signed card of the agent whose authority is `host`; a 404 for any other `Host`.
-pub(crate) fn answer(config: &Config, host: Option<&HeaderValue>) -> Response<ProxyBody> {
+pub(crate) fn answer(config: &Config, host: Option<&str>) -> Response<ProxyBody> {
     match super::directory::agent_of(config, host) {
         Some((agent, authority)) => super::directory::signed(
             text(config, &agent),
