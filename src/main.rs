@@ -73,7 +73,8 @@ enum Command {
         #[arg(long)]
         regenerate: bool,
     },
-    /// Web Bot Auth keys: `keys new FILE` makes one, `keys directory` prints what to publish.
+    /// Web Bot Auth keys: `keys new FILE` makes one, `keys directory` and `keys card` print what
+    /// to publish.
     Keys {
         #[command(subcommand)]
         what: KeysCommand,
@@ -87,10 +88,23 @@ enum KeysCommand {
         /// Where to write the key.
         file: PathBuf,
     },
-    /// Print the key directory (a JWKS of the public keys of [signing] and every job's own) to
-    /// publish at <signature_agent>/.well-known/http-message-signatures-directory; the config
-    /// is read as `run` reads it (--config FILE).
-    Directory,
+    /// Print one agent's key directory (a JWKS of the public keys that sign requests sent under
+    /// that signature_agent) to publish at
+    /// <signature_agent>/.well-known/http-message-signatures-directory; the config is read as
+    /// `run` reads it (--config FILE).
+    Directory {
+        /// The signature_agent URL whose directory to print [default: the config's only one].
+        #[arg(long)]
+        agent: Option<String>,
+    },
+    /// Print one agent's Signature Agent Card (draft-meunier-webbotauth-registry: purpose,
+    /// trigger, rate expectations, robots.txt product token, User-Agent, keys) to publish at
+    /// <signature_agent>/.well-known/signature-agent-card.
+    Card {
+        /// The signature_agent URL whose card to print [default: the config's only one].
+        #[arg(long)]
+        agent: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -132,9 +146,14 @@ fn main() -> ExitCode {
             what: KeysCommand::New { file },
         }) => courtesy::keys::new_key(&file).and_then(|said| emit(&said)),
         Some(Command::Keys {
-            what: KeysCommand::Directory,
+            what: KeysCommand::Directory { agent },
         }) => load(cli.run.config.as_deref())
-            .and_then(|config| courtesy::keys::directory(&config))
+            .and_then(|config| courtesy::keys::directory(&config, agent.as_deref()))
+            .and_then(|text| emit(&text)),
+        Some(Command::Keys {
+            what: KeysCommand::Card { agent },
+        }) => load(cli.run.config.as_deref())
+            .and_then(|config| courtesy::keys::card(&config, agent.as_deref()))
             .and_then(|text| emit(&text)),
         Some(Command::Env { config }) => load(config.as_deref())
             .and_then(|config| courtesy::client_env::shell_lines(&config))
@@ -409,6 +428,17 @@ fn check(config: &Config) -> anyhow::Result<()> {
                 .as_deref()
                 .unwrap_or("(the jobs' own)"),
             signing.expires_seconds
+        );
+    }
+    for agent in config.agents() {
+        // One directory and one card per agent, each with only the keys that sign under it.
+        let ids: Vec<&str> = agent.keys.iter().map(|k| k.thumbprint()).collect();
+        outln!(
+            out,
+            "[signing] agent {} keyids={} (its directory and card answer Host: {})",
+            agent.url,
+            ids.join(","),
+            agent.authority()
         );
     }
     for job in &config.jobs {

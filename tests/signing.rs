@@ -377,9 +377,16 @@ async fn a_job_signs_with_its_own_key_and_a_sign_false_host_gets_no_signature() 
             job_key.display()
         ),
     );
-    let directory = setup.directory(&config);
-    let ids = keyids(&directory);
-    assert_eq!(ids.len(), 2, "[signing]'s key and crawl-b's: {directory}");
+    // One directory per agent, each with the one key that signs under it.
+    let path = config.to_str().unwrap();
+    let print = |agent: &str| -> Value {
+        let text = courtesy_cli(&["keys", "directory", "--agent", agent, "--config", path]);
+        serde_json::from_str(&text).unwrap()
+    };
+    let (main, b) = (print("https://bot.example"), print("https://b.example"));
+    let (main_ids, b_ids) = (keyids(&main), keyids(&b));
+    assert_eq!((main_ids.len(), b_ids.len()), (1, 1), "{main} {b}");
+    assert_ne!(main_ids, b_ids);
     let courtesy = setup.courtesy(&config).await;
     let client = courtesy.client();
     let as_job = |url: String, job: &str| {
@@ -399,9 +406,21 @@ async fn a_job_signs_with_its_own_key_and_a_sign_false_host_gets_no_signature() 
 
     let arrived = seen.all();
     assert_eq!(arrived.len(), 3);
-    let verdicts = verify(&directory, &arrived[..2]).await;
-    assert_signed(&verdicts[0], &ids[0], "https://bot.example");
-    assert_signed(&verdicts[1], &ids[1], "https://b.example");
+    assert_signed(
+        &verify(&main, &arrived[..1]).await[0],
+        &main_ids[0],
+        "https://bot.example",
+    );
+    assert_signed(
+        &verify(&b, &arrived[1..2]).await[0],
+        &b_ids[0],
+        "https://b.example",
+    );
+    assert_eq!(
+        verify(&main, &arrived[1..2]).await[0]["ok"],
+        false,
+        "crawl-b's key is not in [signing]'s agent's directory"
+    );
     let headers = arrived[2]["headers"].to_string();
     for name in [
         "\"signature\"",
@@ -516,6 +535,48 @@ async fn a_request_held_longer_than_a_signature_lasts_arrives_with_a_fresh_one()
     }
 }
 
+/// `GET` of `path` on the admin listener with `Host: host`: status, headers, body.
+async fn admin_get(courtesy: &Courtesy, path: &str, host: &str) -> (u16, HeaderMap, String) {
+    let request = Request::get(courtesy.admin_url(path))
+        .header("host", host)
+        .body(empty())
+        .unwrap();
+    let response = direct_client().request(request).await.unwrap();
+    let (status, headers) = (response.status().as_u16(), response.headers().clone());
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, headers, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// A directory (or card) answer for `host`, as the verifier reads it: the response, the
+/// request's `Host`, the body.
+fn served(path: &str, host: &str, headers: &HeaderMap, body: &str) -> Value {
+    json!({
+        "kind": "directory",
+        "method": "GET",
+        "url": format!("https://{host}{path}"),
+        "headers": pairs(headers),
+        "request_headers": [["host", host]],
+        "body": body,
+        "at": unix_now(),
+    })
+}
+
+/// The keyids that signed a verdict.
+fn signed_by(verdict: &Value) -> Vec<String> {
+    verdict["signatures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["keyid"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const DIRECTORY: &str = "/.well-known/http-message-signatures-directory";
+const CARD: &str = "/.well-known/signature-agent-card";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_directory_is_the_printed_one_signed_by_each_key() {
     let setup = Setup::new("sign-directory");
@@ -531,44 +592,125 @@ async fn the_admin_directory_is_the_printed_one_signed_by_each_key() {
     let directory: Value = serde_json::from_str(&printed).unwrap();
     assert!(!printed.contains("\"d\""), "public keys only: {printed}");
     let courtesy = setup.courtesy(&config).await;
-    let url = courtesy.admin_url("/.well-known/http-message-signatures-directory");
-    let response = direct_client()
-        .request(Request::get(&url).body(empty()).unwrap())
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let headers = response.headers().clone();
+    let (status, headers, body) = admin_get(&courtesy, DIRECTORY, "bot.example").await;
+    assert_eq!(status, 200);
     assert_eq!(
         headers["content-type"],
         "application/http-message-signatures-directory+json"
     );
-    let body = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    assert_eq!(String::from_utf8_lossy(&body), printed);
+    assert_eq!(body, printed);
 
-    let message = json!({
-        "kind": "directory",
-        "method": "GET",
-        "url": url,
-        "headers": pairs(&headers),
-        "request_headers": [["host", courtesy.admin.to_string()]],
-        "at": unix_now(),
-    });
+    let message = served(DIRECTORY, "bot.example", &headers, &body);
     let verdict = &verify(&directory, &[message]).await[0];
     assert_eq!(verdict["ok"], true, "{verdict}");
-    let signed_by: Vec<&str> = verdict["signatures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["keyid"].as_str().unwrap())
-        .collect();
-    let ids = keyids(&directory);
-    assert_eq!(signed_by.len(), 2, "one signature per key: {verdict}");
+    let components = verdict["signatures"][0]["components"].to_string();
     assert!(
-        ids.iter().all(|id| signed_by.contains(&id.as_str())),
-        "{verdict}"
+        components.contains("content-digest"),
+        "the proofs cover Content-Digest: {verdict}"
+    );
+    let signed_by = signed_by(verdict);
+    let ids = keyids(&directory);
+    assert_eq!(
+        signed_by.len(),
+        2,
+        "one signature per key (crawl-b signs under [signing]'s agent): {verdict}"
+    );
+    assert!(ids.iter().all(|id| signed_by.contains(id)), "{verdict}");
+
+    // A body that is not the one the digest was made of fails.
+    let mut forged = served(DIRECTORY, "bot.example", &headers, &body);
+    forged["body"] = json!(body.replace("OKP", "OKQ"));
+    assert_eq!(verify(&directory, &[forged]).await[0]["ok"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_directory_and_the_card_answer_only_an_agents_host_with_its_own_keys() {
+    let setup = Setup::new("sign-agents");
+    let job_key = new_key(&setup.dir, "crawl-b.jwk");
+    let config = setup.config(
+        "",
+        &format!(
+            "purpose = \"search\"\nuser_agent = \"ExampleBot/1.0\"\nobey_robots = true\n\
+             [[job]]\nname = \"crawl-b\"\nsigning_key_file = \"{}\"\n\
+             signature_agent = \"https://crawl-b.example\"\npurpose = \"ai-train\"\n",
+            job_key.display()
+        ),
+    );
+    let path = config.to_str().unwrap();
+    let print =
+        |verb: &str, agent: &str| courtesy_cli(&["keys", verb, "--agent", agent, "--config", path]);
+    let courtesy = setup.courtesy(&config).await;
+
+    // Any other Host: a 404 with a JSON error, and no signature at all.
+    let own = courtesy.admin.to_string();
+    for host in ["attacker.example", own.as_str(), "bot.example.evil"] {
+        for what in [DIRECTORY, CARD] {
+            let (status, headers, body) = admin_get(&courtesy, what, host).await;
+            assert_eq!(status, 404, "{host}{what}: {body}");
+            assert_eq!(headers["content-type"], "application/json");
+            assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string());
+            for field in ["signature", "signature-input", "content-digest"] {
+                assert!(!headers.contains_key(field), "{host}{what}: {field}");
+            }
+        }
+    }
+
+    // Each agent's Host: its own keys only, the printed set, each key's proof over that Host.
+    for (agent, host) in [
+        ("https://bot.example", "bot.example"),
+        ("https://crawl-b.example", "crawl-b.example"),
+    ] {
+        let printed = print("directory", agent);
+        let directory: Value = serde_json::from_str(&printed).unwrap();
+        assert_eq!(directory["keys"].as_array().unwrap().len(), 1, "{printed}");
+        let (status, headers, body) = admin_get(&courtesy, DIRECTORY, host).await;
+        assert_eq!((status, body.as_str()), (200, printed.as_str()));
+        let verdict = &verify(&directory, &[served(DIRECTORY, host, &headers, &body)]).await[0];
+        assert_eq!(signed_by(verdict), keyids(&directory), "{verdict}");
+
+        // The card: the printed one, signed the same way, with the same keys inline.
+        let printed = print("card", agent);
+        let card: Value = serde_json::from_str(&printed).unwrap();
+        let (status, headers, body) = admin_get(&courtesy, CARD, host).await;
+        assert_eq!((status, body.as_str()), (200, printed.as_str()));
+        assert_eq!(card["client_id"], format!("{agent}{CARD}"));
+        assert_eq!(card["jwks"], directory);
+        let mut message = served(CARD, host, &headers, &body);
+        message["kind"] = json!("card");
+        let verdict = &verify(&directory, &[message]).await[0];
+        assert_eq!(signed_by(verdict), keyids(&directory), "{verdict}");
+    }
+    let crawl_b: Value = serde_json::from_str(&print("card", "https://crawl-b.example")).unwrap();
+    assert_eq!(crawl_b["web_bot_auth"]["purpose"], "ai-train");
+    assert_eq!(
+        crawl_b["web_bot_auth"]["rfc9309-product-token"],
+        "ExampleBot"
+    );
+    assert_eq!(crawl_b["web_bot_auth"]["trigger"], "crawler");
+
+    // `courtesy check` names each agent with its keys and the Host it answers.
+    let checked = courtesy_cli(&["check", path]);
+    let b_ids =
+        keyids(&serde_json::from_str(&print("directory", "https://crawl-b.example")).unwrap());
+    assert!(
+        checked.contains(&format!(
+            "[signing] agent https://crawl-b.example keyids={} (its directory and card answer \
+             Host: crawl-b.example)",
+            b_ids[0]
+        )),
+        "{checked}"
+    );
+
+    // Without --agent, a config with two agents says which there are.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["keys", "directory", "--config", path])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("https://bot.example, https://crawl-b.example") && said.contains("--agent"),
+        "{said}"
     );
 }
 
@@ -623,6 +765,9 @@ fn bad_signing_settings_fail_with_file_line_and_key_and_never_the_key() {
     std::fs::write(&not_ed25519, r#"{"kty":"RSA","d":"TOP-SECRET-PART"}"#).unwrap();
     let garbled = dir.join("garbled.jwk");
     std::fs::write(&garbled, "TOP-SECRET-PART and more").unwrap();
+    for file in [&not_ed25519, &garbled] {
+        set_mode(file, 0o600);
+    }
     let path = dir.join("courtesy.toml");
     let name = path.display().to_string();
     std::fs::write(
@@ -749,4 +894,263 @@ async fn a_reload_signs_with_the_new_key_and_robots_txt_is_signed_too() {
         false,
         "the old key is gone"
     );
+}
+
+/// Sets the permission bits of `path`.
+fn set_mode(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// `courtesy` run on `config` until it exits (at most 20 s; then it is stopped, by its own
+/// handle): whether it exited at all, and what it said on stderr.
+fn run_until_refused(config: &Path) -> (bool, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["--config", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let exited = loop {
+        if child.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    (exited, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_key_file_others_can_read_or_another_user_owns_is_refused_at_check_and_at_start() {
+    use std::os::unix::fs::MetadataExt as _;
+    let setup = Setup::new("sign-key-mode");
+    let job_key = new_key(&setup.dir, "crawl-b.jwk");
+    let config = setup.config(
+        "",
+        &format!(
+            "[proxy]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nstate_dir = \"{}\"\n\
+             [[job]]\nname = \"crawl-b\"\nsigning_key_file = \"{}\"\n",
+            setup.dir.join("state").display(),
+            job_key.display()
+        ),
+    );
+    let (ok, said) = check(&config);
+    assert!(ok, "0600 keys of courtesy's own user pass: {said}");
+
+    // Readable by others: refused, naming the path, the mode and the owner.
+    set_mode(&setup.key, 0o644);
+    set_mode(&job_key, 0o640);
+    let own = std::fs::metadata(&setup.key).unwrap().uid();
+    let (ok, said) = check(&config);
+    assert!(!ok, "{said}");
+    for expected in [
+        format!(
+            "[signing] key_file: the key file {} is readable or writable by group or others \
+             (mode 0644, owner uid {own}",
+            setup.key.display()
+        ),
+        format!(
+            "job 1 (crawl-b): signing_key_file: the key file {} is readable or writable by \
+             group or others (mode 0640, owner uid {own}",
+            job_key.display()
+        ),
+        format!("chmod 600 {}", setup.key.display()),
+    ] {
+        assert!(said.contains(&expected), "missing {expected:?} in:\n{said}");
+    }
+    let (exited, said) = run_until_refused(&config);
+    assert!(exited, "courtesy refuses to start: {said}");
+    assert!(said.contains("mode 0644"), "{said}");
+    set_mode(&setup.key, 0o600);
+    set_mode(&job_key, 0o600);
+
+    // Owned by another user (root can give it away; others cannot, and skip this half).
+    if own != 0 {
+        return;
+    }
+    let status = std::process::Command::new("chown")
+        .args(["65534", job_key.to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (ok, said) = check(&config);
+    assert!(!ok, "{said}");
+    let expected = format!(
+        "job 1 (crawl-b): signing_key_file: the key file {} (mode 0600) is owned by uid 65534",
+        job_key.display()
+    );
+    assert!(said.contains(&expected), "missing {expected:?} in:\n{said}");
+    assert!(said.contains("not by courtesy's user (uid 0"), "{said}");
+    let (exited, said) = run_until_refused(&config);
+    assert!(exited && said.contains("owned by uid 65534"), "{said}");
+}
+
+/// A message as Cloudflare's `web-bot-auth` crate reads it: its authority (the request's, for
+/// `@authority` with or without `;req`) and its fields; a dictionary member (`;key=`) is the
+/// member's serialized value, as RFC 9421 section 2.1.2 makes it.
+struct Wire {
+    authority: String,
+    headers: Vec<(String, String)>,
+}
+
+impl Wire {
+    /// A recorded message (a [`Seen`] entry, or [`served`]): the `Host` it was sent with.
+    fn of(message: &Value) -> Wire {
+        let pairs = |v: &Value| -> Vec<(String, String)> {
+            serde_json::from_value(v.clone()).unwrap_or_default()
+        };
+        let headers = pairs(&message["headers"]);
+        let host = pairs(&message["request_headers"])
+            .into_iter()
+            .chain(headers.clone())
+            .find(|(n, _)| n.eq_ignore_ascii_case("host"))
+            .map(|(_, v)| v.to_ascii_lowercase())
+            .unwrap();
+        Wire {
+            authority: host,
+            headers,
+        }
+    }
+}
+
+impl web_bot_auth::message_signatures::SignedMessage for Wire {
+    fn lookup_component(&self, name: &web_bot_auth::components::CoveredComponent) -> Vec<String> {
+        use web_bot_auth::components::{
+            CoveredComponent, DerivedComponent, HTTPField, HTTPFieldParameters,
+        };
+        match name {
+            CoveredComponent::Derived(DerivedComponent::Authority { .. }) => {
+                vec![self.authority.clone()]
+            }
+            CoveredComponent::HTTP(HTTPField { name, parameters }) => {
+                let values = self
+                    .headers
+                    .iter()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.clone());
+                let key = parameters.0.iter().find_map(|p| match p {
+                    HTTPFieldParameters::Key(key) => Some(format!("{key}=")),
+                    _ => None,
+                });
+                match key {
+                    None => values.collect(),
+                    Some(key) => values
+                        .flat_map(|v| {
+                            v.split(',')
+                                .filter_map(|m| m.trim().strip_prefix(&key).map(str::to_string))
+                                .collect::<Vec<_>>()
+                        })
+                        .take(1)
+                        .collect(),
+                }
+            }
+            _ => vec![],
+        }
+    }
+}
+
+/// `directory` (a JWKS as courtesy prints it) as the crate's key ring, each key under its
+/// thumbprint as the crate computes it.
+fn key_ring(directory: &Value) -> web_bot_auth::keyring::KeyRing {
+    let jwks: web_bot_auth::keyring::JSONWebKeySet =
+        serde_json::from_value(directory.clone()).unwrap();
+    let mut ring = web_bot_auth::keyring::KeyRing::default();
+    assert!(ring.import_jwks(jwks).iter().all(Option::is_none));
+    ring
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloudflares_web_bot_auth_crate_verifies_https_requests_and_the_directory() {
+    use web_bot_auth::message_signatures::MessageVerifier;
+    use web_bot_auth::{SignatureAgentLink, WebBotAuthVerifier};
+    let setup = Setup::new("sign-interop");
+    let test_ca = TestCa::new();
+    let seen = Seen::default();
+    let recorded = seen.clone();
+    let origin = Origin::start_tls(
+        "127.0.0.1",
+        test_ca.server_config(&["localhost", "127.0.0.1"]),
+        move |req| {
+            let seen = recorded.clone();
+            async move { answer(&seen, "https", req) }
+        },
+    )
+    .await;
+    let ca = test_ca.write(&setup.dir, "origin-ca.pem");
+    let config = setup.config(
+        "",
+        &format!(
+            "[proxy]\nupstream_ca = \"{}\"\nconnect_ports = [{}]\n",
+            ca.display(),
+            origin.addr.port()
+        ),
+    );
+    let directory = setup.directory(&config);
+    let ring = key_ring(&directory);
+    let courtesy = setup.courtesy(&config).await;
+
+    // A request through intercepted TLS to a TLS origin: signed as it leaves, verified by the
+    // crate (which reads the dictionary form of Signature-Agent and names the agent).
+    let client = reqwest::Client::builder()
+        .proxy(reqwest::Proxy::all(format!("http://{}", courtesy.addr)).unwrap())
+        .tls_backend_preconfigured(client_tls_trusting(&courtesy.ca_path()))
+        .build()
+        .unwrap();
+    let got = client
+        .get(format!("https://{}/interop", origin.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    let arrived = seen.all();
+    assert_eq!(arrived.len(), 1);
+    let verifier = WebBotAuthVerifier::parse(&Wire::of(&arrived[0])).unwrap();
+    assert_eq!(
+        verifier.get_signature_agents(),
+        &vec![SignatureAgentLink::External("https://bot.example".into())]
+    );
+    verifier.verify(&ring, None).unwrap();
+
+    // Tampered: another authority fails.
+    let mut moved = Wire::of(&arrived[0]);
+    moved.authority = "elsewhere.example".into();
+    let verifier = WebBotAuthVerifier::parse(&moved).unwrap();
+    assert!(verifier.verify(&ring, None).is_err());
+
+    // The directory: each key's proof verifies over the agent's Host and the Content-Digest,
+    // which is the body's.
+    let (status, headers, body) = admin_get(&courtesy, DIRECTORY, "bot.example").await;
+    assert_eq!(status, 200);
+    let wire = Wire::of(&served(DIRECTORY, "bot.example", &headers, &body));
+    let digest =
+        base64::engine::general_purpose::STANDARD.encode(sha256_by_coreutils(body.as_bytes()));
+    assert_eq!(
+        headers["content-digest"],
+        format!("sha-256=:{digest}:").as_str()
+    );
+    let verifier = MessageVerifier::parse(&wire, |(_, inner)| {
+        let covered: Vec<String> = inner
+            .items
+            .iter()
+            .filter_map(|i| i.bare_item.as_string().map(|s| s.as_str().to_string()))
+            .collect();
+        inner
+            .params
+            .get("tag")
+            .and_then(|t| t.as_string())
+            .is_some_and(|t| t.as_str() == "http-message-signatures-directory")
+            && covered.iter().any(|c| c == "content-digest")
+    })
+    .unwrap();
+    verifier.verify(&ring, None).unwrap();
+    let mut elsewhere = wire;
+    elsewhere.authority = "attacker.example".into();
+    let verifier = MessageVerifier::parse(&elsewhere, |_| true).unwrap();
+    assert!(verifier.verify(&ring, None).is_err());
 }

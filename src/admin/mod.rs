@@ -5,6 +5,7 @@
 //! set, every request must carry it as a bearer token (and the token is required to bind beyond
 //! loopback). Every failure is a response; nothing here panics on input.
 
+pub(crate) mod card;
 mod directory;
 pub(crate) mod explain;
 pub(crate) mod reload;
@@ -127,9 +128,11 @@ impl Admin {
         // token for its /hosts calls from the URL fragment (`/#token=...`).
         // The probes (`/healthz`, `/readyz`) tell nothing but "up" and "ready": a kubelet or
         // a container's HEALTHCHECK reaches them without the token too.
-        // The key directory holds public keys only, published for every site to fetch: it is
-        // served without the token and under any Host (behind the operator's public host).
-        let public = req.uri().path() == directory::PATH;
+        // The key directory and the Signature Agent Card hold public facts only, published for
+        // every site to fetch: they are served without the token, and only under the Host of a
+        // configured signature_agent (behind the operator's public host); any other Host gets
+        // a 404 (`directory::agent_of`).
+        let public = matches!(req.uri().path(), directory::PATH | card::PATH);
         let is_page = (public || matches!(req.uri().path(), "/" | "/healthz" | "/readyz"))
             && matches!(*req.method(), Method::GET | Method::HEAD);
         if let Some(token) = config.admin.token.as_ref().filter(|_| !is_page) {
@@ -252,6 +255,9 @@ impl Admin {
             ),
             (&Method::GET | &Method::HEAD, _) if path == directory::PATH => {
                 directory::answer(&self.config.get(), directory::host_of(&req))
+            }
+            (&Method::GET | &Method::HEAD, _) if path == card::PATH => {
+                card::answer(&self.config.get(), directory::host_of(&req))
             }
             (&Method::GET | &Method::HEAD, ["hosts"]) => self.hosts(&query),
             (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key).await {

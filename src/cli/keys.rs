@@ -1,13 +1,15 @@
 //! `courtesy keys new FILE` (a fresh Ed25519 private key as a JWK, mode 0600, never over an
-//! existing file) and `courtesy keys directory` (the JWKS of every key the config signs with,
-//! as sites fetch it from `<signature_agent>/.well-known/http-message-signatures-directory`).
+//! existing file), `courtesy keys directory [--agent URL]` (the JWKS of the keys that sign under
+//! one agent, as sites fetch it from
+//! `<signature_agent>/.well-known/http-message-signatures-directory`) and `courtesy keys card
+//! [--agent URL]` (that agent's Signature Agent Card).
 
 use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
 
-use crate::config::Config;
+use crate::config::{Agent, Config};
 use crate::wire::httpsig::SigningKey;
 
 /// Writes a fresh private key to `path` (created, mode 0600; an existing file is refused) and
@@ -44,15 +46,51 @@ pub fn new_key(path: &Path) -> anyhow::Result<String> {
     ))
 }
 
-/// The key directory of `config`'s keys; an error when the config signs with none.
-pub fn directory(config: &Config) -> anyhow::Result<String> {
-    if config.signing_keys().is_empty() {
+/// The key directory of the agent `agent` (its URL; unset: the config's one agent): the keys
+/// that sign requests sent under it, and only those. An error when the config signs with no
+/// key, names no such agent, or has several and `agent` is unset.
+pub fn directory(config: &Config, agent: Option<&str>) -> anyhow::Result<String> {
+    pick(config, agent).map(|agent| agent.directory())
+}
+
+/// The Signature Agent Card of the agent `agent` (its URL; unset: the config's one agent), as
+/// the admin listener serves it at `<signature_agent>/.well-known/signature-agent-card`.
+pub fn card(config: &Config, agent: Option<&str>) -> anyhow::Result<String> {
+    pick(config, agent).map(|agent| crate::admin::card::text(config, &agent))
+}
+
+/// The agent named `wanted`, else the config's only one; the error lists the agents there are.
+fn pick(config: &Config, wanted: Option<&str>) -> anyhow::Result<Agent> {
+    let agents = config.agents();
+    let names = || {
+        agents
+            .iter()
+            .map(|a| a.url.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if agents.is_empty() {
         anyhow::bail!(
-            "{} has no signing key: set [signing] key_file (or a job's signing_key_file)",
+            "{} has no signing key: set [signing] key_file (or a job's signing_key_file) and \
+             signature_agent",
             config.source
         );
     }
-    Ok(config.key_directory())
+    match wanted {
+        Some(url) => config.agent(url).ok_or_else(|| {
+            anyhow::anyhow!(
+                "{url} is no signature_agent of {}: its agents are {}",
+                config.source,
+                names()
+            )
+        }),
+        None if agents.len() == 1 => Ok(agents[0].clone()),
+        None => anyhow::bail!(
+            "{} signs under several agents ({}): say which with --agent URL",
+            config.source,
+            names()
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The keys that take one word from a closed set: `on_cooldown`, `https`, `cache`, `key`,
-//! `controller`, `purpose`, `content_preferences`, `[signing] mode` and the entries of `skip_resources`, each as an enum whose serde derive is its word
+//! `controller`, `purpose`, `content_preferences`, `[signing] mode`, `trigger` and the entries of `skip_resources`, each as an enum whose serde derive is its word
 //! table (see [`ConfigWord`]).
 
 use std::fmt;
@@ -272,3 +272,17 @@ word_enum!(SigningMode {
     OnChallenge,
     Off
 });
+
+/// How an agent's requests come about (`trigger`, published in its Signature Agent Card,
+/// draft-meunier-webbotauth-registry): a crawler scans on its own, a fetcher fetches what a
+/// user asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Autonomous scanning.
+    Crawler,
+    /// Requests a user initiated.
+    Fetcher,
+}
+
+word_enum!(Trigger { Crawler, Fetcher });

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::key_tables::keys;
 use super::key_tables::kinds::{between, Count, Maybe, Seconds, Word};
 use super::key_tables::process::{AgentUrl, HeaderText, JobName, Path, Sha256Hex, Token};
-use super::{OnCooldown, Priority, Purpose};
+use super::{OnCooldown, Priority, Purpose, Trigger};
 use crate::wire::httpsig::SigningKey;
 
 keys! {
@@ -72,6 +72,10 @@ keys! {
         /// [signing]'s.
         signature_agent: Option<String> = None, from signature_agent: String, Maybe(AgentUrl),
             example "\"https://crawl-a.example.com\"";
+        /// How the job's requests come about, for its agent's Signature Agent Card:
+        /// `"crawler"` or `"fetcher"`; unset: [signing]'s `trigger`.
+        trigger: Option<Trigger> = None, from trigger: String, Maybe(Word),
+            example "\"fetcher\"";
     }
     also {
         /// The key of signing_key_file, read when the config was read.

@@ -29,6 +29,7 @@
 //! | `redis_url.rs` | `[shared] redis_url` read: one server, a Cluster's seeds, a master's Sentinels |
 //! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
 
+mod agents;
 mod block_markers;
 mod built_in;
 mod choices;
@@ -59,11 +60,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::wire::literal::canonical_ip;
+pub use agents::{authority_of, Agent};
 pub use block_markers::{BlockMarkers, VendorBlockPath, DEFAULT_BLOCK_MARKERS};
 pub use built_in::{BUILT_IN_CONFIG, BUILT_IN_NAME};
 pub use choices::{
     CacheMode, ClientAuth, ContentPreferences, Controller, HttpsMode, KeyMode, OnCooldown,
-    Priority, Purpose, ResourceKind, SigningMode, UpstreamHttp2,
+    Priority, Purpose, ResourceKind, SigningMode, Trigger, UpstreamHttp2,
 };
 pub use host_policy::{
     Adaptive, BlockSettings, BudgetScope, CooldownSettings, Forward, HostPolicy, OffPeak,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::key_tables::keys;
 use super::key_tables::kinds::{Count, Maybe, Word};
 use super::key_tables::process::{AgentUrl, Path};
-use super::SigningMode;
+use super::{SigningMode, Trigger};
 use crate::wire::httpsig::SigningKey;
 
 keys! {
@@ -19,15 +19,17 @@ keys! {
     pub struct SigningSettings in SigningSettings as KEYS {
         /// The Ed25519 private key, a JWK file (`courtesy keys new FILE` makes one, mode 0600).
         ///
-        /// Read once, at start (and at a reload); never logged or shown. Instances that share
-        /// a store ([shared]) should use the same key file.
+        /// Read once, at start (and at a reload); never logged or shown. Refused when group or
+        /// others may read it, or a user other than courtesy's (or root) owns it. Instances that
+        /// share a store ([shared]) should use the same key file.
         key_file: Option<PathBuf> = None, from key_file: String, Maybe(Path),
             example "\"/etc/courtesy/bot-key.jwk\"";
         /// Where the key directory is published: the Signature-Agent of every signed request
         /// (required with key_file).
         ///
-        /// Sites fetch `<signature_agent>/.well-known/http-message-signatures-directory`;
-        /// `courtesy keys directory` prints it and the admin listener serves it.
+        /// Sites fetch `<signature_agent>/.well-known/http-message-signatures-directory` (and
+        /// its card, `/.well-known/signature-agent-card`); `courtesy keys directory --agent URL`
+        /// prints it, and the admin listener serves it for that agent's Host only.
         signature_agent: Option<String> = None, from signature_agent: String, Maybe(AgentUrl),
             example "\"https://crawler.example.com\"";
         /// When to sign: `"always"`, `"on_challenge"` (a host's requests once it answered
@@ -40,8 +42,13 @@ keys! {
         ///
         /// Short on purpose: a signature lifted from a request (only TLS requests are signed,
         /// and TRACE is never forwarded, but an origin's logs or a TLS-terminating middlebox
-        /// see them) verifies for its host, path and method until it expires. At most 300.
+        /// see them) verifies for its host, whatever the path and method, until it expires. At
+        /// most 300.
         expires_seconds: u64 = 60, from expires_seconds: i64, Count { min: 1, max: 300 };
+        /// How the requests signed under signature_agent come about, as its Signature Agent
+        /// Card says (`trigger`): `"crawler"` (autonomous scanning) or `"fetcher"` (each one
+        /// asked for by a user); a job's own `trigger` wins for its agent.
+        trigger: Trigger = Trigger::Crawler, from trigger: String, Word;
     }
     also {
         /// The key of key_file, read when the config was read.
@@ -57,8 +64,12 @@ impl SigningSettings {
     }
 }
 
-/// Reads the signing key in `path`. The error names the file, never its content.
-pub(crate) fn read_key(path: &std::path::Path) -> Result<Arc<SigningKey>, String> {
+/// Reads the signing key in `path` (`what` names it in a refusal: `"the key file"`),
+/// refused first when others may read it or another user owns it
+/// ([`crate::util::files::refuse_loose_private_file`]). The error names the file, never its
+/// content.
+pub(crate) fn read_key(path: &std::path::Path, what: &str) -> Result<Arc<SigningKey>, String> {
+    crate::util::files::refuse_loose_private_file(path, what)?;
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     SigningKey::from_jwk(&text)
@@ -82,16 +93,6 @@ impl super::Config {
             }
         }
         keys
-    }
-
-    /// The key directory (draft-meunier-http-message-signatures-directory): a JWKS of the
-    /// public halves of [`Config::signing_keys`], as `courtesy keys directory` prints it and the
-    /// admin listener serves it.
-    pub fn key_directory(&self) -> String {
-        let keys: Vec<serde_json::Value> =
-            self.signing_keys().iter().map(|k| k.public_jwk()).collect();
-        let directory = serde_json::json!({ "keys": keys });
-        format!("{directory:#}\n")
     }
 
     /// Why the requests to a host under `policy` go unsigned though they would be signed: its
@@ -122,6 +123,8 @@ mod tests {
         let key = SigningKey::generate().unwrap();
         let file = dir.join("bot.jwk");
         std::fs::write(&file, key.private_jwk()).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         let jwk: serde_json::Value = serde_json::from_str(&key.private_jwk()).unwrap();
         let d = jwk["d"].as_str().unwrap();
         let text = format!(
@@ -139,7 +142,7 @@ mod tests {
             "one spelling, without the final slash"
         );
         assert_eq!(config.signing_keys().len(), 1, "the same key once");
-        let shown = format!("{config:?}{}", config.key_directory());
+        let shown = format!("{config:?}{}", config.agents()[0].directory());
         assert!(!shown.contains(d), "the private key never shows");
         assert!(shown.contains(key.thumbprint()));
     }

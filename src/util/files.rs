@@ -35,6 +35,41 @@ pub(crate) fn refuse_foreign_owner(path: &Path, what: &str) -> anyhow::Result<()
     )
 }
 
+/// Refuses a private key file (`what` names it: `"the key file"`) that others may read or
+/// that a user other than courtesy's own (or root) owns, as [`refuse_foreign_owner`] and the CA
+/// key's mode check do for the CA key: whoever can read a Web Bot Auth key can sign as the
+/// crawler, and whoever owns the file can replace it. The message names the path, its mode and
+/// its owner. A missing file passes here; reading it says so.
+pub(crate) fn refuse_loose_private_file(path: &Path, what: &str) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = fs::metadata(path) else {
+        return Ok(());
+    };
+    let own = rustix::process::geteuid().as_raw();
+    let (owner, mode) = (meta.uid(), meta.mode() & 0o777);
+    let named = |uid: u32| user_name(uid).map_or(String::new(), |n| format!(" ({n})"));
+    if owner != own && owner != 0 {
+        return Err(format!(
+            "{what} {} (mode {mode:04o}) is owned by uid {owner}{}, not by courtesy's user \
+             (uid {own}{}) or root: whoever owns it can replace the key. `chown` it to \
+             courtesy's user and `chmod 600` it",
+            path.display(),
+            named(owner),
+            named(own),
+        ));
+    }
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{what} {} is readable or writable by group or others (mode {mode:04o}, owner uid \
+             {owner}{}): whoever reads it can sign as the crawler. Run `chmod 600 {}`",
+            path.display(),
+            named(owner),
+            path.display(),
+        ));
+    }
+    Ok(())
+}
+
 /// The name of user `uid` in `/etc/passwd`, for messages (none where it is not listed).
 fn user_name(uid: u32) -> Option<String> {
     let passwd = fs::read_to_string("/etc/passwd").ok()?;

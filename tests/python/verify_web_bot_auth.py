@@ -3,10 +3,11 @@ http-message-signatures and cryptography), for tests/signing.rs.
 
 Reads one JSON document on stdin:
   {"jwks": {"keys": [...]},                    # what `courtesy keys directory` printed
-   "messages": [{"kind": "request" | "directory",
+   "messages": [{"kind": "request" | "directory" | "card",
                  "method": "GET", "url": "http://host:port/path",
                  "headers": [[name, value], ...],           # as they arrived
                  "request_headers": [[name, value], ...],   # directory: the request's
+                 "body": "...",                             # directory, card: the body
                  "at": 1733450000.25}]}                     # unix seconds when it arrived
 and prints one JSON line per message: {"ok": true, ...what was verified} or
 {"ok": false, "error": "..."}. A signature is valid only if it verifies against a key of the
@@ -89,10 +90,16 @@ def main():
     for m in doc["messages"]:
         try:
             request = Request(m["method"], m["url"], m.get("request_headers", m["headers"]))
-            if m["kind"] == "directory":
+            if m["kind"] in ("directory", "card"):
                 message = Response(200, m["headers"], request)
-                results = verify(verifier, message, "http-message-signatures-directory",
-                                 ['"@authority";req'])
+                tag = {"directory": "http-message-signatures-directory",
+                       "card": "signature-agent-card"}[m["kind"]]
+                results = verify(verifier, message, tag, ['"@authority";req', '"content-digest"'])
+                if "body" in m:
+                    # The signatures cover Content-Digest; the digest must be the body's.
+                    digest = base64.b64encode(hashlib.sha256(m["body"].encode()).digest()).decode()
+                    if message.headers.get("content-digest") != f"sha-256=:{digest}:":
+                        raise InvalidSignature("Content-Digest is not the body's SHA-256")
             else:
                 message = request
                 results = verify(verifier, message, "web-bot-auth",

@@ -71,7 +71,7 @@ impl Validator<'_> {
             return;
         };
         let at = section.at("signing_key_file").unwrap_or(section.at);
-        match crate::config::signing::read_key(&path) {
+        match crate::config::signing::read_key(&path, "the key file") {
             Ok(key) => job.signing_key = Some(key),
             Err(why) => self.error(at, &format!("{label}: signing_key_file: {why}")),
         }

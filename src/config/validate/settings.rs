@@ -76,7 +76,7 @@ impl Validator<'_> {
         );
         let at = section.at("key_file").unwrap_or(section.at);
         if let Some(path) = &s.key_file {
-            match crate::config::signing::read_key(path) {
+            match crate::config::signing::read_key(path, "the key file") {
                 Ok(key) => s.key = Some(key),
                 Err(why) => self.error(at, &format!("[signing] key_file: {why}")),
             }
