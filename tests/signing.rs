@@ -57,15 +57,48 @@ fn pairs(headers: &HeaderMap) -> Vec<(String, String)> {
         .collect()
 }
 
-/// An origin on `ip` that records every request: `/start` redirects to `/next`, `/guarded`
-/// refuses an unsigned request with 403 and `Accept-Signature`, everything else is 200.
-async fn recording_origin(ip: &str, seen: &Seen) -> Origin {
+/// An https origin on `ip` (its certificate from `setup`'s CA, which courtesy trusts) that
+/// records every request: `/start` redirects to `/next`, `/guarded` refuses an unsigned request
+/// with 403 and `Accept-Signature`, everything else is 200. Only requests that leave over TLS
+/// are signed, so the signing tests speak https.
+async fn recording_origin(setup: &Setup, ip: &str, seen: &Seen) -> Origin {
+    let seen = seen.clone();
+    let names = ["localhost", "127.0.0.1", "127.0.0.2", "127.0.0.3"];
+    Origin::start_tls(ip, setup.ca.server_config(&names), move |req| {
+        let seen = seen.clone();
+        async move { answer(&seen, "https", req) }
+    })
+    .await
+}
+
+/// An origin on `ip` that records every request over plain http.
+async fn plain_recording_origin(ip: &str, seen: &Seen) -> Origin {
     let seen = seen.clone();
     Origin::start(ip, move |req| {
         let seen = seen.clone();
         async move { answer(&seen, "http", req) }
     })
     .await
+}
+
+/// A client that sends `https://` requests through courtesy (CONNECT, courtesy's CA trusted),
+/// as `job` when given, following no redirect.
+fn https_client(courtesy: &Courtesy, job: Option<&str>) -> reqwest::Client {
+    let mut proxy = reqwest::Proxy::all(format!("http://{}", courtesy.addr)).unwrap();
+    if let Some(job) = job {
+        proxy = proxy.basic_auth(job, "");
+    }
+    reqwest::Client::builder()
+        .proxy(proxy)
+        .tls_backend_preconfigured(client_tls_trusting(&courtesy.ca_path()))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// The status of `GET url` by `client`.
+async fn get_status(client: &reqwest::Client, url: &str) -> u16 {
+    client.get(url).send().await.unwrap().status().as_u16()
 }
 
 fn answer<B>(seen: &Seen, scheme: &str, req: Request<B>) -> Response<TestBody> {
@@ -209,17 +242,39 @@ fn assert_signed(verdict: &Value, keyid: &str, agent: &str) {
     assert_eq!(verdict["agent"], format!("sig1=\"{agent}\""));
 }
 
-/// A directory for a test: its key file(s) and config file.
+/// A directory for a test: its key file(s) and config file, and the CA of its https origins.
 struct Setup {
     dir: PathBuf,
     key: PathBuf,
+    ca: TestCa,
 }
 
 impl Setup {
     fn new(tag: &str) -> Setup {
         let dir = temp_dir(tag);
         let key = new_key(&dir, "bot.jwk");
-        Setup { dir, key }
+        Setup {
+            dir,
+            key,
+            ca: TestCa::new(),
+        }
+    }
+
+    /// `[proxy] upstream_ca` for the origins of [`recording_origin`], in `rest`'s own `[proxy]`
+    /// table when it has one.
+    fn trusting(&self, rest: &str) -> String {
+        if rest.contains("upstream_ca") {
+            return rest.to_string();
+        }
+        let ca = self.ca.write(&self.dir, "origin-ca.pem");
+        let line = format!("upstream_ca = \"{}\"\n", ca.display());
+        match rest.find("[proxy]\n") {
+            Some(at) => {
+                let (before, after) = rest.split_at(at + "[proxy]\n".len());
+                format!("{before}{line}{after}")
+            }
+            None => format!("{rest}\n[proxy]\n{line}"),
+        }
     }
 
     /// Writes `courtesy.toml` with `[signing]` (the key, `extra` lines) and `rest`.
@@ -229,8 +284,9 @@ impl Setup {
             &path,
             format!(
                 "[signing]\nkey_file = \"{}\"\nsignature_agent = \"https://bot.example\"\n\
-                 {signing}\n[defaults]\nrate = 50\nburst = 10\n{rest}",
-                self.key.display()
+                 {signing}\n[defaults]\nrate = 50\nburst = 10\n{}",
+                self.key.display(),
+                self.trusting(rest)
             ),
         )
         .unwrap();
@@ -248,38 +304,68 @@ impl Setup {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plain_requests_and_each_redirect_hop_are_signed_afresh_and_verify() {
-    let setup = Setup::new("sign-plain");
-    let config = setup.config("", "");
-    let directory = setup.directory(&config);
-    let keyid = keyids(&directory).remove(0);
-    let seen = Seen::default();
-    let origin = recording_origin("127.0.0.1", &seen).await;
-    let courtesy = setup.courtesy(&config).await;
-    let client = courtesy.client();
+/// The usual cast of a signing test: a setup with the default config, its directory and the
+/// keyid in it, a recording https origin on 127.0.0.1, courtesy, and an https client through it.
+struct Cast {
+    setup: Setup,
+    directory: Value,
+    keyid: String,
+    seen: Seen,
+    origin: Origin,
+    _courtesy: Courtesy,
+    client: reqwest::Client,
+}
 
-    // A client's own signature fields are replaced by courtesy's.
-    let forged = Request::get(origin.url("/start"))
-        .header("signature", "sig1=:AAAA:")
-        .header(
-            "signature-input",
-            "sig1=(\"@authority\");created=1;keyid=\"x\"",
-        )
+impl Cast {
+    async fn start(tag: &str) -> Cast {
+        Cast::configured(tag, "", "").await
+    }
+
+    /// [`Cast::start`] with `[signing]`'s `signing` lines and `rest` in the config.
+    async fn configured(tag: &str, signing: &str, rest: &str) -> Cast {
+        let setup = Setup::new(tag);
+        let config = setup.config(signing, rest);
+        let directory = setup.directory(&config);
+        let keyid = keyids(&directory).remove(0);
+        let seen = Seen::default();
+        let origin = recording_origin(&setup, "127.0.0.1", &seen).await;
+        let courtesy = setup.courtesy(&config).await;
+        let client = https_client(&courtesy, None);
+        Cast {
+            setup,
+            directory,
+            keyid,
+            seen,
+            origin,
+            _courtesy: courtesy,
+            client,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_and_each_redirect_hop_are_signed_afresh_and_verify() {
+    let cast = Cast::start("sign-hops").await;
+    let (client, origin, seen) = (&cast.client, &cast.origin, &cast.seen);
+    let (directory, keyid) = (&cast.directory, &cast.keyid);
+
+    // A client's Signature-Agent that no signature of its own covers goes; courtesy's is sig1.
+    let first = client
+        .get(origin.https_url("/start"))
         .header("signature-agent", "sig1=\"https://forged.example\"")
-        .body(empty())
+        .send()
+        .await
         .unwrap();
-    let first = client.send(forged).await;
-    assert_eq!(first.status, 302);
+    assert_eq!(first.status(), 302);
     // The client follows the redirect: a new request, its own signature.
-    let second = client.get(&origin.url(&first.header("location"))).await;
-    assert_eq!(second.status, 200);
+    let location = first.headers()["location"].to_str().unwrap().to_string();
+    assert_eq!(get_status(client, &origin.https_url(&location)).await, 200);
 
     let arrived = seen.all();
     assert_eq!(arrived.len(), 2);
-    let verdicts = verify(&directory, &arrived).await;
+    let verdicts = verify(directory, &arrived).await;
     for verdict in &verdicts {
-        assert_signed(verdict, &keyid, "https://bot.example");
+        assert_signed(verdict, keyid, "https://bot.example");
     }
     let nonce = |v: &Value| v["signatures"][0]["nonce"].as_str().unwrap().to_string();
     assert_ne!(
@@ -290,7 +376,7 @@ async fn plain_requests_and_each_redirect_hop_are_signed_afresh_and_verify() {
 
     // Tampering shows: the same signature under another authority does not verify.
     let mut moved = arrived[1].clone();
-    moved["url"] = json!(origin.url("/next").replace("127.0.0.1", "localhost"));
+    moved["url"] = json!(origin.https_url("/next").replace("127.0.0.1", "localhost"));
     moved["headers"] = json!(arrived[1]["headers"]
         .as_array()
         .unwrap()
@@ -303,7 +389,7 @@ async fn plain_requests_and_each_redirect_hop_are_signed_afresh_and_verify() {
             }
         })
         .collect::<Vec<_>>());
-    let tampered = verify(&directory, &[moved]).await;
+    let tampered = verify(directory, &[moved]).await;
     assert_eq!(tampered[0]["ok"], false, "{}", tampered[0]);
     assert!(
         tampered[0]["error"]
@@ -312,6 +398,196 @@ async fn plain_requests_and_each_redirect_hop_are_signed_afresh_and_verify() {
             .starts_with("InvalidSignature"),
         "{}",
         tampered[0]
+    );
+}
+
+/// Issue 48: a signature cannot be borrowed. A request that leaves over plain http goes
+/// unsigned (anyone on the path could lift the signature), `/hosts` says so, and TRACE and TRACK
+/// are answered 405 locally, so no origin can reflect a signed request's headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_goes_unsigned_and_trace_is_never_forwarded() {
+    let setup = Setup::new("sign-plain");
+    let config = setup.config("", "");
+    let seen = Seen::default();
+    let origin = plain_recording_origin("127.0.0.1", &seen).await;
+    let courtesy = setup.courtesy(&config).await;
+    let client = courtesy.client();
+    assert_eq!(client.get(&origin.url("/plain")).await.status, 200);
+    assert_eq!(client.get(&origin.url("/again")).await.status, 200);
+    let arrived = seen.all();
+    assert_eq!(arrived.len(), 2);
+    for message in &arrived {
+        let headers = message["headers"].to_string();
+        for name in [
+            "\"signature\"",
+            "\"signature-input\"",
+            "\"signature-agent\"",
+        ] {
+            assert!(
+                !headers.contains(name),
+                "plain http is never signed: {headers}"
+            );
+        }
+    }
+    let (status, view) = courtesy
+        .host_page(&format!("127.0.0.1:{}", origin.addr.port()))
+        .await;
+    assert_eq!(status, 200, "{view}");
+    let view: Value = serde_json::from_str(&view).unwrap();
+    assert!(
+        view["signing"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("unsigned over plain http")),
+        "{view}"
+    );
+    for method in ["TRACE", "TRACK"] {
+        let request = Request::builder()
+            .method(method)
+            .uri(origin.url("/echo"))
+            .body(empty())
+            .unwrap();
+        let got = client.send(request).await;
+        assert_eq!(got.status, 405, "{method}");
+        assert!(
+            got.header("proxy-status")
+                .starts_with("courtesy; error=http_request_denied"),
+            "{method}: {}",
+            got.header("proxy-status")
+        );
+    }
+    // Nor inside intercepted TLS.
+    let tls_origin = recording_origin(&setup, "127.0.0.1", &seen).await;
+    let traced = https_client(&courtesy, None)
+        .request(
+            reqwest::Method::from_bytes(b"TRACE").unwrap(),
+            tls_origin.https_url("/echo"),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(traced.status(), 405);
+    assert_eq!(seen.all().len(), 2, "no TRACE reached an origin");
+}
+
+/// A client's own RFC 9421 signature over `components` of a GET of `path` on `authority`, made
+/// with the private JWK at `key` (`courtesy keys new`), by hand (the signature base of RFC 9421
+/// 2.5), tagged `client-own`: its `Signature-Input` and `Signature` fields, and its keyid.
+fn client_signature(
+    key: &Path,
+    authority: &str,
+    path: &str,
+    components: &[(&str, &str)],
+) -> (String, String) {
+    let jwk: Value = serde_json::from_str(&std::fs::read_to_string(key).unwrap()).unwrap();
+    let seed = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(jwk["d"].as_str().unwrap())
+        .unwrap();
+    let pair = ring::signature::Ed25519KeyPair::from_seed_unchecked(&seed).unwrap();
+    let keyid = keyids(&json!({ "keys": [jwk] })).remove(0);
+    let ids: Vec<String> = components
+        .iter()
+        .map(|(id, _)| format!("\"{id}\""))
+        .collect();
+    let created = unix_now() as u64;
+    let params = format!(
+        "({});created={created};expires={};keyid=\"{keyid}\";tag=\"client-own\"",
+        ids.join(" "),
+        created + 60
+    );
+    let mut base = String::new();
+    for (id, value) in components {
+        let value = match *id {
+            "@method" => "GET",
+            "@authority" => authority,
+            "@path" => path,
+            _ => value,
+        };
+        base.push_str(&format!("\"{id}\": {value}\n"));
+    }
+    base.push_str(&format!("\"@signature-params\": {params}"));
+    let signature = base64::engine::general_purpose::STANDARD.encode(pair.sign(base.as_bytes()));
+    (format!("client={params}"), format!("client=:{signature}:"))
+}
+
+/// Issue 48: several signatures travel together. A client's own signature over what courtesy
+/// leaves alone reaches the origin untouched beside courtesy's, and both verify there; one over a
+/// field courtesy changes (`via`, which courtesy adds) is removed, and courtesy's alone arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_own_signature_travels_beside_courtesys_when_courtesy_changes_nothing_it_covers()
+{
+    let cast = Cast::start("sign-several").await;
+    let (directory, keyid, seen) = (&cast.directory, &cast.keyid, &cast.seen);
+    let (origin, client) = (&cast.origin, &cast.client);
+    let client_key = new_key(&cast.setup.dir, "client.jwk");
+    let authority = format!("127.0.0.1:{}", origin.addr.port());
+
+    // Signed by the client over its own field (a kept one, then Via, which courtesy changes).
+    let covered = [
+        ("@method", ""),
+        ("@authority", ""),
+        ("@path", ""),
+        ("content-type", "text/plain"),
+    ];
+    for (path, field, value, covers) in [
+        ("/kept", "content-type", "text/plain", &covered[..]),
+        (
+            "/removed",
+            "via",
+            "1.1 the-client",
+            &[("via", "1.1 the-client")][..],
+        ),
+    ] {
+        let (input, signature) = client_signature(&client_key, &authority, path, covers);
+        let got = client
+            .get(origin.https_url(path))
+            .header(field, value)
+            .header("signature-input", input.as_str())
+            .header("signature", signature.as_str())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.status(), 200);
+    }
+
+    let arrived = seen.all();
+    assert_eq!(arrived.len(), 2);
+    for verdict in verify(directory, &arrived).await {
+        assert_signed(&verdict, keyid, "https://bot.example");
+    }
+    let jwk: Value = serde_json::from_str(&std::fs::read_to_string(&client_key).unwrap()).unwrap();
+    let client_jwks = json!({ "keys": [{ "kty": jwk["kty"], "crv": jwk["crv"], "x": jwk["x"] }] });
+    let mut theirs = arrived[0].clone();
+    theirs["tag"] = json!("client-own");
+    theirs["required"] = json!(["\"@path\"", "\"content-type\""]);
+    let verdict = &verify(&client_jwks, &[theirs]).await[0];
+    assert_eq!(
+        verdict["ok"], true,
+        "the client's own signature verifies: {verdict}"
+    );
+    let inputs = |m: &Value| {
+        m["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|pair| pair[0] == "signature-input")
+            .map(|pair| pair[1].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    assert!(
+        inputs(&arrived[0]).starts_with("client=("),
+        "{}",
+        inputs(&arrived[0])
+    );
+    assert!(
+        inputs(&arrived[0]).contains(", sig1=("),
+        "{}",
+        inputs(&arrived[0])
+    );
+    assert!(
+        !inputs(&arrived[1]).contains("client="),
+        "a signature over Via, which courtesy changes, is removed: {}",
+        inputs(&arrived[1])
     );
 }
 
@@ -341,15 +617,10 @@ async fn requests_inside_intercepted_https_are_signed() {
     );
     let directory = setup.directory(&config);
     let courtesy = setup.courtesy(&config).await;
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(format!("http://{}", courtesy.addr)).unwrap())
-        .tls_backend_preconfigured(client_tls_trusting(&courtesy.ca_path()))
-        .build()
-        .unwrap();
+    let client = https_client(&courtesy, None);
     for _ in 0..2 {
         let url = format!("https://{}/inside", origin.addr);
-        let got = client.get(url).send().await.unwrap();
-        assert_eq!(got.status(), 200);
+        assert_eq!(get_status(&client, &url).await, 200);
     }
     let arrived = seen.all();
     assert_eq!(arrived.len(), 2);
@@ -365,8 +636,8 @@ async fn a_job_signs_with_its_own_key_and_a_sign_false_host_gets_no_signature() 
     let setup = Setup::new("sign-jobs");
     let job_key = new_key(&setup.dir, "crawl-b.jwk");
     let seen = Seen::default();
-    let origin = recording_origin("127.0.0.1", &seen).await;
-    let unsigned = recording_origin("127.0.0.2", &seen).await;
+    let origin = recording_origin(&setup, "127.0.0.1", &seen).await;
+    let unsigned = recording_origin(&setup, "127.0.0.2", &seen).await;
     let config = setup.config(
         "",
         &format!(
@@ -388,20 +659,16 @@ async fn a_job_signs_with_its_own_key_and_a_sign_false_host_gets_no_signature() 
     assert_eq!((main_ids.len(), b_ids.len()), (1, 1), "{main} {b}");
     assert_ne!(main_ids, b_ids);
     let courtesy = setup.courtesy(&config).await;
-    let client = courtesy.client();
-    let as_job = |url: String, job: &str| {
-        let pair = base64::engine::general_purpose::STANDARD.encode(format!("{job}:"));
-        Request::get(url)
-            .header("proxy-authorization", format!("Basic {pair}"))
-            .body(empty())
-            .unwrap()
-    };
+    // The job is named on the CONNECT, for every request inside.
     for (url, job) in [
-        (origin.url("/a"), "crawl-a"),
-        (origin.url("/b"), "crawl-b"),
-        (unsigned.url("/c"), "crawl-b"),
+        (origin.https_url("/a"), "crawl-a"),
+        (origin.https_url("/b"), "crawl-b"),
+        (unsigned.https_url("/c"), "crawl-b"),
     ] {
-        assert_eq!(client.send(as_job(url, job)).await.status, 200);
+        assert_eq!(
+            get_status(&https_client(&courtesy, Some(job)), &url).await,
+            200
+        );
     }
 
     let arrived = seen.all();
@@ -433,21 +700,16 @@ async fn a_job_signs_with_its_own_key_and_a_sign_false_host_gets_no_signature() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_challenge_signs_after_a_403_with_accept_signature_and_resends_once() {
-    let setup = Setup::new("sign-challenge");
-    let config = setup.config(
+    let cast = Cast::configured(
+        "sign-challenge",
         "mode = \"on_challenge\"",
         "[[host]]\nmatch = \"127.0.0.3\"\nenforce = false\n",
-    );
-    let directory = setup.directory(&config);
-    let keyid = keyids(&directory).remove(0);
-    let seen = Seen::default();
-    let origin = recording_origin("127.0.0.1", &seen).await;
-    let courtesy = setup.courtesy(&config).await;
-    let client = courtesy.client();
+    )
+    .await;
+    let (setup, origin, client, seen) = (&cast.setup, &cast.origin, &cast.client, &cast.seen);
 
     // Unsigned until asked: the refusal is answered by the signed resend's 200.
-    let got = client.get(&origin.url("/guarded")).await;
-    assert_eq!(got.status, 200, "{:?}", got.body);
+    assert_eq!(get_status(client, &origin.https_url("/guarded")).await, 200);
     let arrived = seen.all();
     assert_eq!(
         arrived.len(),
@@ -458,32 +720,40 @@ async fn on_challenge_signs_after_a_403_with_accept_signature_and_resends_once()
         .to_string()
         .contains("signature-input"));
     // From then on, the host's requests are signed from the first send.
-    assert_eq!(client.get(&origin.url("/guarded")).await.status, 200);
-    assert_eq!(client.get(&origin.url("/other")).await.status, 200);
+    assert_eq!(get_status(client, &origin.https_url("/guarded")).await, 200);
+    assert_eq!(get_status(client, &origin.https_url("/other")).await, 200);
     let arrived = seen.all();
     assert_eq!(arrived.len(), 4);
-    for verdict in verify(&directory, &arrived[1..]).await {
-        assert_signed(&verdict, &keyid, "https://bot.example");
+    for verdict in verify(&cast.directory, &arrived[1..]).await {
+        assert_signed(&verdict, &cast.keyid, "https://bot.example");
     }
 
     // A request with a body cannot be sent again: the refusal reaches the client as it is.
-    let other = recording_origin("127.0.0.2", &seen).await;
-    let post = Request::post(other.url("/guarded"))
-        .body(full("payload"))
+    let other = recording_origin(setup, "127.0.0.2", seen).await;
+    let refused = client
+        .post(other.https_url("/guarded"))
+        .body("payload")
+        .send()
+        .await
         .unwrap();
-    let refused = client.send(post).await;
-    assert_eq!(refused.status, 403);
+    assert_eq!(refused.status(), 403);
     assert_eq!(seen.all().len(), 5);
     // But the host is remembered: its next request goes signed.
-    assert_eq!(client.get(&other.url("/guarded")).await.status, 200);
+    assert_eq!(get_status(client, &other.https_url("/guarded")).await, 200);
     assert_eq!(seen.all().len(), 6);
 
     // A report-only host gets no resend of courtesy's own: the client has the refusal, and the
     // host's next request goes signed.
-    let watched = recording_origin("127.0.0.3", &seen).await;
-    assert_eq!(client.get(&watched.url("/guarded")).await.status, 403);
+    let watched = recording_origin(setup, "127.0.0.3", seen).await;
+    assert_eq!(
+        get_status(client, &watched.https_url("/guarded")).await,
+        403
+    );
     assert_eq!(seen.all().len(), 7);
-    assert_eq!(client.get(&watched.url("/guarded")).await.status, 200);
+    assert_eq!(
+        get_status(client, &watched.https_url("/guarded")).await,
+        200
+    );
     assert_eq!(seen.all().len(), 8);
 }
 
@@ -496,21 +766,27 @@ async fn a_request_held_longer_than_a_signature_lasts_arrives_with_a_fresh_one()
         format!(
             "[signing]\nkey_file = \"{}\"\nsignature_agent = \"https://bot.example\"\n\
              expires_seconds = 1\n[defaults]\nrate = 0.4\nburst = 1\nconcurrency = 1\n\
-             max_wait_seconds = 60\n",
-            setup.key.display()
+             max_wait_seconds = 60\n{}",
+            setup.key.display(),
+            setup.trusting("")
         ),
     )
     .unwrap();
     let directory = setup.directory(&path);
     let keyid = keyids(&directory).remove(0);
     let seen = Seen::default();
-    let origin = recording_origin("127.0.0.1", &seen).await;
+    let origin = recording_origin(&setup, "127.0.0.1", &seen).await;
     let courtesy = setup.courtesy(&path).await;
-    let client = courtesy.client();
+    let client = https_client(&courtesy, None);
     let started = unix_now();
-    let waiting = client.spawn_gets((0..3).map(|i| origin.url(&format!("/q{i}"))));
+    let waiting: Vec<_> = (0..3)
+        .map(|i| {
+            let (client, url) = (client.clone(), origin.https_url(&format!("/q{i}")));
+            tokio::spawn(async move { get_status(&client, &url).await })
+        })
+        .collect();
     for task in waiting {
-        assert_eq!(task.await.unwrap().status, 200);
+        assert_eq!(task.await.unwrap(), 200);
     }
     let arrived = seen.all();
     assert_eq!(arrived.len(), 3);
@@ -853,10 +1129,10 @@ async fn a_reload_signs_with_the_new_key_and_robots_txt_is_signed_too() {
     let config = setup.config("", "obey_robots = true\n");
     let old = setup.directory(&config);
     let seen = Seen::default();
-    let origin = recording_origin("127.0.0.1", &seen).await;
+    let origin = recording_origin(&setup, "127.0.0.1", &seen).await;
     let courtesy = setup.courtesy(&config).await;
-    let client = courtesy.client();
-    assert_eq!(client.get(&origin.url("/before")).await.status, 200);
+    let client = https_client(&courtesy, None);
+    assert_eq!(get_status(&client, &origin.https_url("/before")).await, 200);
     let arrived = seen.all();
     let paths: Vec<&str> = arrived.iter().map(|m| m["url"].as_str().unwrap()).collect();
     assert!(
@@ -881,7 +1157,7 @@ async fn a_reload_signs_with_the_new_key_and_robots_txt_is_signed_too() {
     let new = setup.directory(&config);
     let new_id = keyids(&new).remove(0);
     assert_ne!(new_id, old_id);
-    assert_eq!(client.get(&origin.url("/after")).await.status, 200);
+    assert_eq!(get_status(&client, &origin.https_url("/after")).await, 200);
     let after = seen.all().split_off(2);
     assert_eq!(after.len(), 1);
     assert_signed(
@@ -1097,17 +1373,9 @@ async fn cloudflares_web_bot_auth_crate_verifies_https_requests_and_the_director
 
     // A request through intercepted TLS to a TLS origin: signed as it leaves, verified by the
     // crate (which reads the dictionary form of Signature-Agent and names the agent).
-    let client = reqwest::Client::builder()
-        .proxy(reqwest::Proxy::all(format!("http://{}", courtesy.addr)).unwrap())
-        .tls_backend_preconfigured(client_tls_trusting(&courtesy.ca_path()))
-        .build()
-        .unwrap();
-    let got = client
-        .get(format!("https://{}/interop", origin.addr))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.status(), 200);
+    let client = https_client(&courtesy, None);
+    let url = format!("https://{}/interop", origin.addr);
+    assert_eq!(get_status(&client, &url).await, 200);
     let arrived = seen.all();
     assert_eq!(arrived.len(), 1);
     let verifier = WebBotAuthVerifier::parse(&Wire::of(&arrived[0])).unwrap();

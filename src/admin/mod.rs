@@ -30,10 +30,10 @@ use crate::budget::keys::{BudgetKey, Keyer};
 use crate::budget::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::config::LiveConfig;
 use crate::front::sockets::Sockets;
-use crate::proxy::sign::PlainUnsigned;
 use crate::observe::metrics::Metrics;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response::{self, local, ProxyError};
+use crate::proxy::sign::PlainUnsigned;
 use crate::upstream::tls::Interceptor;
 
 /// The dashboard: one self-contained page that polls `/hosts`.

@@ -383,7 +383,8 @@ impl Proxy {
             Ok(request) => request,
             Err(failure) => return ControlFlow::Break((failure.into_response(), None)),
         };
-        if let Some(Unsigned::PlainHttp) = attempts.sign(&mut request, &self.challenged, &budget.key)
+        if let Some(Unsigned::PlainHttp) =
+            attempts.sign(&mut request, &self.challenged, &budget.key)
         {
             if self.plain_unsigned.first(&budget.key) {
                 warn!(

@@ -273,7 +273,10 @@ impl ClientSignatures {
                 // Method, path, query and scheme go on as they came.
                 _ if covered.is_derived() => continue,
                 "signature" | "signature-input" => {
-                    return Some(format!("it covers {}, which courtesy's own signature adds to", covered.name));
+                    return Some(format!(
+                        "it covers {}, which courtesy's own signature adds to",
+                        covered.name
+                    ));
                 }
                 "signature-agent" if covered.key.is_none() => {
                     return Some("it covers the whole Signature-Agent field, to which courtesy adds its own member".into());
@@ -290,7 +293,10 @@ impl ClientSignatures {
                 .ok()
                 .and_then(|name| joined(headers, &name));
             if came != leaves.as_deref() {
-                return Some(format!("it covers {}, which courtesy changes on the way", covered.name));
+                return Some(format!(
+                    "it covers {}, which courtesy changes on the way",
+                    covered.name
+                ));
             }
         }
         None
@@ -478,9 +484,10 @@ mod tests {
                 .body(())
                 .unwrap();
             let signing = signing_keeping(&request);
-            request
-                .headers_mut()
-                .insert("user-agent", HeaderValue::from_static("courtesy-stamped/1.0"));
+            request.headers_mut().insert(
+                "user-agent",
+                HeaderValue::from_static("courtesy-stamped/1.0"),
+            );
             request
                 .headers_mut()
                 .insert("via", HeaderValue::from_static("1.1 courtesy"));

@@ -8,7 +8,8 @@ Reads one JSON document on stdin:
                  "headers": [[name, value], ...],           # as they arrived
                  "request_headers": [[name, value], ...],   # directory: the request's
                  "body": "...",                             # directory, card: the body
-                 "at": 1733450000.25}]}                     # unix seconds when it arrived
+                 "at": 1733450000.25,                       # unix seconds when it arrived
+                 "tag": "...", "required": [...]}]}         # request: another signature's
 and prints one JSON line per message: {"ok": true, ...what was verified} or
 {"ok": false, "error": "..."}. A signature is valid only if it verifies against a key of the
 JWKS whose RFC 7638 thumbprint is its keyid, and `created <= at <= expires` at its arrival.
@@ -101,9 +102,10 @@ def main():
                     if message.headers.get("content-digest") != f"sha-256=:{digest}:":
                         raise InvalidSignature("Content-Digest is not the body's SHA-256")
             else:
+                # A client's own signature beside courtesy's: its tag and components are named.
                 message = request
-                results = verify(verifier, message, "web-bot-auth",
-                                 ['"@authority"', '"signature-agent";key="sig1"'])
+                results = verify(verifier, message, m.get("tag", "web-bot-auth"),
+                                 m.get("required", ['"@authority"', '"signature-agent";key="sig1"']))
             seen = []
             for r in results:
                 created, expires = r.parameters.get("created"), r.parameters.get("expires")

@@ -48,7 +48,10 @@ pub(crate) fn carried(input: &[u8], signature: &[u8]) -> Result<Vec<Carried>, St
     let mut out = Vec::new();
     for (label, entry) in &inputs {
         let ListEntry::InnerList(list) = entry else {
-            return Err(format!("Signature-Input: {} is not an inner list", label.as_str()));
+            return Err(format!(
+                "Signature-Input: {} is not an inner list",
+                label.as_str()
+            ));
         };
         let Some(signed) = signatures.get(label) else {
             continue;
@@ -116,7 +119,10 @@ mod tests {
         );
         assert_eq!(found[0].signature, "sig-b=:AAAA:");
         let names: Vec<_> = found[0].covered.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["@method", "@authority", "signature-agent", "content-type"]);
+        assert_eq!(
+            names,
+            ["@method", "@authority", "signature-agent", "content-type"]
+        );
         assert_eq!(found[0].covered[2].key.as_deref(), Some("sig-b"));
         assert!(found[0].covered[0].is_derived() && !found[0].covered[3].is_derived());
         assert_eq!(found[1].signature, "other=:CCCC:");
@@ -135,7 +141,10 @@ mod tests {
         assert_eq!(
             members(b"sig-b=\"https://a.example\", x=\"https://b.example\"").unwrap(),
             vec![
-                ("sig-b".to_string(), "sig-b=\"https://a.example\"".to_string()),
+                (
+                    "sig-b".to_string(),
+                    "sig-b=\"https://a.example\"".to_string()
+                ),
                 ("x".to_string(), "x=\"https://b.example\"".to_string())
             ]
         );
