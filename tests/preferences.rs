@@ -416,3 +416,51 @@ async fn job_page(courtesy: &Courtesy, name: &str) -> serde_json::Value {
         .cloned()
         .unwrap()
 }
+
+/// Issue 48: a robots.txt `License:` line (RSL 1.0) is read and reported, never enforced: on
+/// every answer of the site (`Courtesy-Content-License`) and in `/hosts` (`licenses`), beside the
+/// AI-use preferences, whatever the job's purpose; an origin's own header of that name goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rsl_license_in_robots_txt_is_reported_never_enforced() {
+    let robots = "User-agent: *\nAllow: /\nLicense: https://licenses.example/rsl.xml\n\
+                  Content-Signal: ai-train=no\n";
+    let origin = origin(Some(robots), None).await;
+    let courtesy = Courtesy::start(&config("report", true)).await;
+    let client = courtesy.client();
+    for purpose in ["search", "ai-train"] {
+        let got = client.send(get_as(&origin.url("/page"), purpose)).await;
+        assert_eq!(got.status, 200, "never enforced: {purpose}");
+        assert_eq!(
+            got.header("courtesy-content-license"),
+            "https://licenses.example/rsl.xml",
+            "{purpose}"
+        );
+    }
+    let (status, view) = courtesy.host_page(&origin.addr.to_string()).await;
+    assert_eq!(status, 200, "{view}");
+    let view: serde_json::Value = serde_json::from_str(&view).unwrap();
+    assert_eq!(
+        view["licenses"],
+        serde_json::json!(["https://licenses.example/rsl.xml"]),
+        "{view}"
+    );
+    // A site without a License line: nothing said, and an origin's own header does not pass.
+    let unlicensed = Origin::start(
+        "127.0.0.1",
+        |req: Request<hyper::body::Incoming>| async move {
+            if req.uri().path() == "/robots.txt" {
+                return Response::new(full("User-agent: *\nAllow: /\n"));
+            }
+            Response::builder()
+                .header("courtesy-content-license", "https://forged.example/")
+                .body(full("page"))
+                .unwrap()
+        },
+    )
+    .await;
+    let got = client
+        .send(get_as(&unlicensed.url("/page"), "search"))
+        .await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.header("courtesy-content-license"), "");
+}

@@ -31,6 +31,7 @@ use crate::budget::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::config::LiveConfig;
 use crate::front::sockets::Sockets;
 use crate::observe::metrics::Metrics;
+use crate::pacing::robots::RobotsCache;
 use crate::proxy::body::ProxyBody;
 use crate::proxy::response::{self, local, ProxyError};
 use crate::proxy::sign::PlainUnsigned;
@@ -57,6 +58,8 @@ pub(crate) struct Admin {
     sockets: Arc<Sockets>,
     /// The hosts whose requests went unsigned over plain http while signing was on.
     plain_unsigned: Arc<PlainUnsigned>,
+    /// The robots.txt files the proxy knows: `/hosts` names the licences they point to.
+    robots: Arc<RobotsCache>,
 }
 
 impl Admin {
@@ -79,7 +82,15 @@ impl Admin {
             jobs: Arc::new(Jobs::new()),
             sockets: Sockets::new(1),
             plain_unsigned: Arc::new(PlainUnsigned::default()),
+            robots: Arc::new(RobotsCache::new()),
         }
+    }
+
+    /// This service, naming in `/hosts` the licences of the robots.txt files the proxy knows
+    /// (`Proxy::robots`).
+    pub(crate) fn with_robots(mut self, robots: Arc<RobotsCache>) -> Self {
+        self.robots = robots;
+        self
     }
 
     /// This service, telling in `/hosts` which hosts' requests went unsigned over plain http
@@ -91,8 +102,11 @@ impl Admin {
 
     /// One host's view, as `/hosts` shows it.
     fn view(&self, snapshot: &HostSnapshot) -> HostView {
-        HostView::of(snapshot, SystemTime::now())
-            .unsigned_over_plain_http(self.plain_unsigned.contains(&snapshot.key))
+        annotated(
+            HostView::of(snapshot, SystemTime::now()),
+            &snapshot.key,
+            (&self.plain_unsigned, &self.robots),
+        )
     }
 
     /// This service, closing the proxy's open sockets (`Proxy::sockets`) on a pause and on
@@ -371,7 +385,7 @@ impl Admin {
                 total,
                 budget: BudgetView::of(&self.limiter),
                 next,
-                hosts: HostList(&snapshots, now, &self.plain_unsigned),
+                hosts: HostList(&snapshots, now, (&self.plain_unsigned, &self.robots)),
             },
         )
     }
@@ -647,15 +661,34 @@ fn with_type(body: String, content_type: &'static str) -> Response<ProxyBody> {
 
 /// The hosts of a `GET /hosts` answer. Each host's view is made, written and dropped in turn, so
 /// that a listing of many hosts costs its text and not also a value for every host.
-struct HostList<'a>(&'a [HostSnapshot], SystemTime, &'a PlainUnsigned);
+struct HostList<'a>(
+    &'a [HostSnapshot],
+    SystemTime,
+    (&'a PlainUnsigned, &'a RobotsCache),
+);
+
+/// `view` of the host `key` with what the proxy knows beside its budget: whether its requests
+/// went unsigned over plain http, the licences its robots.txt names (https first, as a budget
+/// key names no scheme).
+fn annotated(
+    view: HostView,
+    key: &str,
+    (plain_unsigned, robots): (&PlainUnsigned, &RobotsCache),
+) -> HostView {
+    let mut licenses = robots.licenses(&format!("https://{key}"));
+    if licenses.is_empty() {
+        licenses = robots.licenses(&format!("http://{key}"));
+    }
+    view.unsigned_over_plain_http(plain_unsigned.contains(key))
+        .licensed(licenses)
+}
 
 impl serde::Serialize for HostList<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
         for snapshot in self.0 {
-            let view = HostView::of(snapshot, self.1)
-                .unsigned_over_plain_http(self.2.contains(&snapshot.key));
+            let view = annotated(HostView::of(snapshot, self.1), &snapshot.key, self.2);
             seq.serialize_element(&view)?;
         }
         seq.end()
@@ -699,13 +732,14 @@ mod tests {
         }
         let now = SystemTime::now();
         let unsigned = PlainUnsigned::default();
+        let robots = RobotsCache::new();
         let body_of = |snapshots: &[HostSnapshot], next: Option<String>| {
             serde_json::to_string_pretty(&HostsPage {
                 now_unix_ms: 0,
                 total: Totals::default(),
                 budget: BudgetView::of(&limiter),
                 next,
-                hosts: HostList(snapshots, now, &unsigned),
+                hosts: HostList(snapshots, now, (&unsigned, &robots)),
             })
             .unwrap()
         };

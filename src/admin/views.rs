@@ -192,6 +192,10 @@ pub struct HostView {
     /// over TLS are signed); absent when nothing is to be said.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signing: Option<String>,
+    /// The licences the host's robots.txt points to (RSL 1.0 `License:` lines): reported, never
+    /// enforced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub licenses: Vec<String>,
 }
 
 /// The HTTP version courtesy speaks to a host's origin, and why it fell back to HTTP/1.1 if it did.
@@ -507,7 +511,14 @@ impl HostView {
                 .map(RateLimitPolicyView::of)
                 .collect(),
             signing: None,
+            licenses: Vec::new(),
         }
+    }
+
+    /// This view, with the licences the host's robots.txt names.
+    pub fn licensed(mut self, licenses: Vec<String>) -> Self {
+        self.licenses = licenses;
+        self
     }
 
     /// This view, saying that requests to the host went unsigned over plain http while signing

@@ -238,6 +238,19 @@ impl RobotsCache {
         preferences.refusal(agent, purpose, path)
     }
 
+    /// The licences (RSL 1.0 `License:` lines) of the robots.txt known for the origin `key`
+    /// (`scheme://host:port`); empty when it names none or is not known.
+    pub(crate) fn licenses(&self, key: &str) -> Vec<String> {
+        let Some(entry) = self.entries.get(key).map(|e| e.value().clone()) else {
+            return Vec::new();
+        };
+        let preferences = match &*lock(&entry.state) {
+            State::Rules { preferences, .. } => preferences.clone(),
+            _ => return Vec::new(),
+        };
+        preferences.licenses().to_vec()
+    }
+
     /// Forgets entries whose answer has expired (they would be fetched again anyway), so that the
     /// cache follows the hosts in use. Returns how many were dropped.
     pub(crate) fn sweep(&self) -> usize {

@@ -208,6 +208,11 @@ impl Proxy {
             Ok(checked) => checked,
             Err(refused) => return (refused, Some(req.into_body())),
         };
+        // The licences its robots.txt names (RSL 1.0) are reported on the answer, never enforced.
+        let licensed = host_policy
+            .robots
+            .obey
+            .then(|| target.origin_key(Scheme::of_uri_or_http(req.uri())));
         let (mut parts, body) = req.into_parts();
         let mut upgrade = upgrade::take(&mut parts, asking.slot.as_ref());
         let asked = match self.rewrite_request_head(&mut parts, &target, asking) {
@@ -260,6 +265,9 @@ impl Proxy {
             .await;
         if let Some(checked) = checked {
             self.report_preferences(&mut outcome.0, checked, &asking.caller.state);
+        }
+        if let Some(origin) = licensed {
+            self.report_licenses(&mut outcome.0, &origin);
         }
         with_quota_headers(outcome, &asking.caller)
     }

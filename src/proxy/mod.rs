@@ -147,7 +147,7 @@ pub struct Proxy {
     interceptor: Arc<Interceptor>,
     metrics: Arc<Metrics>,
     blocks: Arc<Blocks>,
-    robots: RobotsCache,
+    robots: Arc<RobotsCache>,
     /// The `Content-Usage` response headers remembered per path (stated preferences).
     stated: HeaderMemory,
     cache: Arc<cache::ResponseStore>,
@@ -235,7 +235,7 @@ impl Proxy {
             interceptor,
             blocks: Arc::new(Blocks::new(metrics.clone(), alerts, sockets.clone())),
             metrics,
-            robots: RobotsCache::new(),
+            robots: Arc::new(RobotsCache::new()),
             stated: HeaderMemory::default(),
             cache: Arc::new(cache::ResponseStore::open(
                 start.proxy.state_dir.join("cache"),
@@ -249,6 +249,11 @@ impl Proxy {
             sockets,
             plain_unsigned: Arc::new(sign::PlainUnsigned::default()),
         }
+    }
+
+    /// The robots.txt files known (for `/hosts`: the licences they name).
+    pub(crate) fn robots(&self) -> &Arc<RobotsCache> {
+        &self.robots
     }
 
     /// The hosts whose requests went unsigned over plain http (for `/hosts`).

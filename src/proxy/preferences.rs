@@ -28,6 +28,9 @@ use crate::wire::scheme::Scheme;
 /// The response header that names a refusing signal (`report`), in courtesy's `Courtesy-*`
 /// family: `ai-train=no in robots.txt Content-Signal; purpose=ai-train`.
 pub(crate) const REPORT_HEADER: &str = "courtesy-content-preference";
+/// The header that names the licences a site's robots.txt points to (RSL 1.0 `License:`), one
+/// URL a line, on the answers of that site.
+pub(crate) const LICENSE_HEADER: &str = "courtesy-content-license";
 
 /// What a request's purpose met before it left, carried to its answer.
 #[derive(Debug)]
@@ -110,6 +113,22 @@ impl Proxy {
         }))
     }
 
+    /// Names on an upstream answer from `origin` the licences its robots.txt points to (RSL 1.0
+    /// `License:` lines): reported, never enforced, as the AI-use preferences beside them.
+    /// courtesy's own answers are left as they are, and an origin's own header of that name is
+    /// replaced.
+    pub(super) fn report_licenses(&self, response: &mut Response<ProxyBody>, origin: &str) {
+        let Some(headers) = upstream_headers(response) else {
+            return;
+        };
+        headers.remove(LICENSE_HEADER);
+        for url in self.robots.licenses(origin) {
+            if let Ok(value) = HeaderValue::from_str(&url) {
+                headers.append(LICENSE_HEADER, value);
+            }
+        }
+    }
+
     /// The answer to a checked request as the client gets it: an upstream answer gets
     /// `Courtesy-Content-Preference` for the refusal found before it left and for its own
     /// `Content-Usage` header refusing the purpose (remembered for the path's later requests);
@@ -120,13 +139,9 @@ impl Proxy {
         checked: Checked,
         job: &JobState,
     ) {
-        let headers = response.headers_mut();
-        let local = headers
-            .get("proxy-status")
-            .is_some_and(|v| v.as_bytes().starts_with(PROXY_NAME.as_bytes()));
-        if local {
+        let Some(headers) = upstream_headers(response) else {
             return;
-        }
+        };
         // Only courtesy names a refusal to its client.
         headers.remove(REPORT_HEADER);
         let now = Instant::now();
@@ -161,4 +176,14 @@ impl Proxy {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
+}
+
+/// The headers of `response` when it is an origin's answer; `None` for courtesy's own (its
+/// `Proxy-Status` names courtesy), which reports nothing of a site's.
+fn upstream_headers(response: &mut Response<ProxyBody>) -> Option<&mut http::HeaderMap> {
+    let headers = response.headers_mut();
+    let local = headers
+        .get("proxy-status")
+        .is_some_and(|v| v.as_bytes().starts_with(PROXY_NAME.as_bytes()));
+    (!local).then_some(headers)
 }

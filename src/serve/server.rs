@@ -208,6 +208,7 @@ impl Parts {
             .with_jobs(proxy.jobs().clone())
             .with_sockets(proxy.sockets().clone())
             .with_plain_unsigned(proxy.plain_unsigned().clone())
+            .with_robots(proxy.robots().clone())
             .listening_on(admin_addr),
         );
         let background = Background::start(

@@ -1,4 +1,6 @@
-//! The preference lines of robots.txt (`Content-Signal:` and `Content-Usage:`), which
+//! The preference lines of robots.txt (`Content-Signal:` and `Content-Usage:`), and the
+//! licences it names (RSL 1.0's `License:` lines, which apply to the whole site and are only
+//! reported, never enforced), which
 //! `texting_robots` drops, grouped as `texting_robots` groups its rules so that a client gets the
 //! preferences of the very group whose Allow and Disallow it obeys: consecutive `User-agent`
 //! lines open a group until an Allow, Disallow or Crawl-delay ends the run; the group naming the
@@ -37,7 +39,15 @@ pub(crate) struct RobotsPreferences {
     /// `User-agent` line at all).
     groups: Vec<Group>,
     has_agents: bool,
+    /// The licence URLs of `License:` lines (RSL 1.0), in order: at most [`MAX_LICENSES`],
+    /// each an `http(s)://` URL of at most [`MAX_LICENSE_LEN`] printable bytes.
+    licenses: Vec<String>,
 }
+
+/// The most `License:` lines kept from one robots.txt.
+const MAX_LICENSES: usize = 4;
+/// The longest licence URL kept.
+const MAX_LICENSE_LEN: usize = 2048;
 
 impl RobotsPreferences {
     /// Reads the preference lines of `txt`.
@@ -46,6 +56,7 @@ impl RobotsPreferences {
         let mut groups = vec![Group::default()];
         let mut has_agents = false;
         let mut rule_seen = true;
+        let mut licenses = Vec::new();
         for line in text.split(['\n', '\r', '\0']) {
             let line = line.split('#').next().unwrap_or("");
             let Some((key, value)) = line.split_once(':') else {
@@ -65,6 +76,11 @@ impl RobotsPreferences {
                     }
                 }
                 "allow" | "disallow" | "crawl-delay" => rule_seen = true,
+                "license" => {
+                    if let Some(url) = license_of(value).filter(|_| licenses.len() < MAX_LICENSES) {
+                        licenses.push(url);
+                    }
+                }
                 "content-signal" | "content-usage" => {
                     let Some(rule) = rule_of(&key, value) else {
                         continue;
@@ -76,7 +92,16 @@ impl RobotsPreferences {
                 _ => {}
             }
         }
-        RobotsPreferences { groups, has_agents }
+        RobotsPreferences {
+            groups,
+            has_agents,
+            licenses,
+        }
+    }
+
+    /// The licences the file names (`License:` lines, RSL 1.0), in order.
+    pub(crate) fn licenses(&self) -> &[String] {
+        &self.licenses
     }
 
     /// The groups that apply to `agent` (lower-cased): those naming it, else those naming `*`.
@@ -128,6 +153,17 @@ impl RobotsPreferences {
     fn is_empty(&self) -> bool {
         self.groups.iter().all(|g| g.rules.is_empty())
     }
+}
+
+/// The licence URL of a `License:` line's `value`, if it is one: an `http(s)://` URL of
+/// printable ASCII, at most [`MAX_LICENSE_LEN`] bytes (one that is not is ignored, as an
+/// unknown line is).
+fn license_of(value: &str) -> Option<String> {
+    let url = value.trim();
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    let absolute = lower.starts_with("https://") || lower.starts_with("http://");
+    let printable = url.bytes().all(|b| b.is_ascii_graphic());
+    (absolute && printable && url.len() <= MAX_LICENSE_LEN).then(|| url.to_string())
 }
 
 /// The rule of a `content-signal` or `content-usage` line with `value`, if it is one.
@@ -194,6 +230,32 @@ mod tests {
         RobotsPreferences::parse(txt.as_bytes())
             .refusal(agent, purpose, path)
             .map(|r| r.details())
+    }
+
+    #[test]
+    fn license_lines_are_read_in_any_group_and_spelling_and_bounded() {
+        let txt = "User-agent: *\nDisallow: /private\nLICENSE : https://example.com/license.xml\n\
+                   User-agent: bot\nlicense:http://example.com/other.xml\n\
+                   License: /relative.xml\nLicense: https://a.example/x y\n\
+                   License: https://example.com/3\nLicense: https://example.com/4\n\
+                   License: https://example.com/5\n";
+        let parsed = RobotsPreferences::parse(txt.as_bytes());
+        assert_eq!(
+            parsed.licenses(),
+            [
+                "https://example.com/license.xml",
+                "http://example.com/other.xml",
+                "https://example.com/3",
+                "https://example.com/4"
+            ]
+        );
+        let long = format!("License: https://example.com/{}\n", "a".repeat(3000));
+        assert!(RobotsPreferences::parse(long.as_bytes())
+            .licenses()
+            .is_empty());
+        assert!(RobotsPreferences::parse(b"User-agent: *\nAllow: /\n")
+            .licenses()
+            .is_empty());
     }
 
     #[test]
