@@ -114,8 +114,11 @@ async fn three_instances_keep_one_rate_and_one_concurrency_cap() {
         Duration::from_secs(1),
         Duration::from_secs(2),
     ] {
+        // Arrivals at the origin can bunch by the scheduling jitter of a loaded 2-core machine
+        // (a request granted on time but delivered late, next to one delivered at once): the
+        // budget is judged over the window widened by 100 ms.
         let most = origin.most_within_any(window);
-        let bound = 2 + (20.0 * window.as_secs_f64()).ceil() as usize;
+        let bound = 2 + (20.0 * (window.as_secs_f64() + 0.1)).ceil() as usize;
         assert!(
             most <= bound,
             "{most} requests within {window:?}; the budget allows {bound}"
