@@ -281,13 +281,13 @@ snapshot() {
         redis-cli -h "$HOST" -p "${NODE_PORTS[s]}" info commandstats |
             awk -F'[:=,]' -v s="$s" '$1 == "cmdstat_evalsha" { print "calls" s, $3; print "usec" s, $5; print "failed" s, $9 + $11; found = 1 }
                 END { if (!found) { print "calls" s, 0; print "usec" s, 0; print "failed" s, 0 } }'
-        # shellcheck disable=SC2046  # "utime stime"
+        # shellcheck disable=SC2046  # split on purpose: cpu_ticks prints "utime stime", $1 and $2
         set -- $(cpu_ticks "${REDIS_PIDS[s]}")
         echo "redis$s $(($1 + $2))"
     done
     for ((i = 0; i < INSTANCES; i++)); do
         port=${COURTESY_PORTS[i]}
-        # shellcheck disable=SC2046  # "utime stime"
+        # shellcheck disable=SC2046  # split on purpose: cpu_ticks prints "utime stime", $1 and $2
         set -- $(cpu_ticks "${COURTESY_PIDS[i]}")
         echo "courtesy$i $(($1 + $2))"
         curl -sS --max-time 5 "http://$HOST:$((port + 1))/metrics" |

@@ -7,7 +7,6 @@
 # repository) when sourced; the port and process helpers expect HOST, and log expects LOG_TAG
 # (bench_prologue sets it).
 # shellcheck shell=bash
-# shellcheck disable=SC2034  # the variables set here are read by the scripts that source this file
 
 # The repository's root, found from this file's own place (benches/common.sh).
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,8 +49,7 @@ need_range() {
     local lo=$1 hi=$2 message=$3 value
     shift 3
     for value in "$@"; do
-        # shellcheck disable=SC2015  # die when either check fails
-        [[ $value =~ ^[0-9]+$ ]] && ((value >= lo && value <= hi)) || die "$message"
+        { [[ $value =~ ^[0-9]+$ ]] && ((value >= lo && value <= hi)); } || die "$message"
     done
 }
 
@@ -135,6 +133,7 @@ tls_bench_binaries() {
 alt_courtesy_binary() {
     [[ -n $ALT_BIN ]] || return 0
     [[ -x $ALT_BIN ]] || die "no courtesy binary at ALT_BIN='$ALT_BIN'"
+    # shellcheck disable=SC2034  # read by the scripts that source this file (the report)
     ALT_VERSION=$("$ALT_BIN" --version 2>/dev/null || echo 'courtesy ?')
     log "courtesy-alt ($ALT_LABEL): $ALT_BIN"
 }
@@ -387,7 +386,9 @@ interleaved_repeats() {
 started_server() {
     local name=$1 port=$2 pid=$!
     PIDS+=("$pid")
+    # shellcheck disable=SC2034  # the array the sourcing bench declares and reads
     PORT_OF["$name"]=$port
+    # shellcheck disable=SC2034  # the array the sourcing bench declares and reads
     PID_OF["$name"]=$pid
     wait_port "$pid" "$port" "$name"
 }
@@ -419,7 +420,7 @@ report_machine() {
 # p50 and p99, and 17 the % of a core other processes used: it adds those to the cell, keeps the
 # cells in the order first seen (order[1..nkeys]), counts the rows (runs) and those over the awk
 # variable noise (noisy), and returns the cell's key.
-# shellcheck disable=SC2016  # awk's fields, not the shell's
+# shellcheck disable=SC2016,SC2034  # awk's fields, not the shell's; read by the benches
 AWK_SAMPLES='
     function sortv(a, n,    i, j, t) {
         for (i = 2; i <= n; i++) {
@@ -523,13 +524,14 @@ make_test_ca() {
 # `DNS:*.leaf.test`).
 make_test_leaf() {
     local dir=$1 name=$2 subject=$3 san=$4
-    # shellcheck disable=SC2015  # die when any step fails
-    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$dir/$name.key" \
-        -out "$dir/$name.csr" -subj "/CN=$subject" 2>/dev/null &&
-        printf '%s\n' "basicConstraints = critical, CA:FALSE" "keyUsage = critical, digitalSignature" \
-            "extendedKeyUsage = serverAuth" "subjectAltName = $san" >"$dir/$name.ext" &&
-        openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
-            -CAcreateserial -days 2 -extfile "$dir/$name.ext" -out "$dir/$name.pem" 2>/dev/null ||
+    {
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$dir/$name.key" \
+            -out "$dir/$name.csr" -subj "/CN=$subject" 2>/dev/null &&
+            printf '%s\n' "basicConstraints = critical, CA:FALSE" "keyUsage = critical, digitalSignature" \
+                "extendedKeyUsage = serverAuth" "subjectAltName = $san" >"$dir/$name.ext" &&
+            openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.pem" -CAkey "$dir/ca.key" \
+                -CAcreateserial -days 2 -extfile "$dir/$name.ext" -out "$dir/$name.pem" 2>/dev/null
+    } ||
         die "openssl could not make the certificate $dir/$name.pem"
 }
 
@@ -642,11 +644,12 @@ https_load_run() {
     measure_after "$pid"
     err=$(cat "$TMP/client.err")
     result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from the client: $out $err"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # split into $1.. on purpose: RESULT line, counters (numbers)
     set -- $result $COUNTS_BEFORE $COUNTS_AFTER $PROXY_BEFORE $PROXY_AFTER $ORIGIN_BEFORE $ORIGIN_AFTER
     # $2 requests, $3 errors, $4 elapsed µs, $5 p50 µs, $6 p99 µs, $7 connections opened,
     # $8 client CPU ticks, $9/$10 origin accepts/requests before, $11/$12 after,
     # $13/$14 proxy user/sys ticks before, $15/$16 after, $17..$20 the same for the origin.
+    # shellcheck disable=SC2034  # read by the script that sources this file (https_load.sh)
     LAST_OPENED=$7
     ((rep > 0)) || {
         log "warm-up $case $label c=$conns: ${err%%$'\n'*}"

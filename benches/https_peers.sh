@@ -91,7 +91,7 @@ SQUID_CERTGEN=/usr/lib/squid/security_file_certgen
 HOST=127.0.0.1
 
 need_tls_bench_knobs
-# shellcheck disable=SC2086  # a list of numbers
+# shellcheck disable=SC2086  # CONNS is a list of numbers, one argument each
 need_range 1 1000 "CONNS entries must be 1..1000" $CONNS
 for b in $BODIES; do [[ $b == 1k || $b == 64k ]] || die "BODIES entries must be 1k or 64k"; done
 need_range 1024 65534 "ports must be 1024..65534" "$ORIGIN_PORT" "$COURTESY_PORT" \

@@ -258,7 +258,7 @@ run_https() {
         return 1
     }
     # RESULT requests errors elapsed p50 p99 opened ticks
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # split into $1.. on purpose: the RESULT line (numbers)
     set -- $result
     if (($2 != n || $3 != 0 || $7 != c)); then
         log "https_load: $2 of $n requests, $3 errors, $7 of $c connections: $out"
@@ -365,7 +365,7 @@ for kind in $KINDS; do
     now=$(median "${VALUES[$kind.courtesy]}")
     line=$(awk -v k="$kind" '$1 == k { print; exit }' "$BASELINE")
     [[ -n $line ]] || die "$BASELINE has no line for $kind"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # split into $1.. on purpose: kind instructions valgrind date
     set -- $line
     was=$2
     [[ $3 == "$VALGRIND_VERSION" ]] ||

@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2015  # "check && check || die" is meant: die when either check fails
 # What naming jobs costs a proxied request, on loopback: courtesy's CPU time per request (utime +
 # stime from /proc before and after each run) and requests/s for
 #   nojobs     wrk -> courtesy without [[job]] (what every request cost before jobs) -> nginx
@@ -124,7 +123,7 @@ run_wrk() {
     measure_after "$pid"
     ((rep > 0)) || return 0
     result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from wrk: $out"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # split into $1.. on purpose: RESULT line, ticks (numbers)
     set -- $result $PROXY_BEFORE $PROXY_AFTER $OTHER_BEFORE $OTHER_AFTER
     # $2 requests, $3 duration µs, $4 p50 µs, $5 p99 µs, $6 socket errors, $7 HTTP errors,
     # $8/$9 courtesy's user/sys ticks before, $10/$11 after, $12/$13 other processes' ticks.

@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2015  # "check && check || die" is meant: die when either check fails
 # Load benchmark: courtesy against Squid and an nginx proxy, all in front of the same nginx origin,
 # on loopback only.
 #
@@ -84,7 +83,7 @@ need_range 1 10 "REPEATS must be 1..10" "$REPEATS"
 [[ $NOISE_PCT =~ ^[0-9]+$ ]] || die "NOISE_PCT must be a whole number (percent of one core)"
 need_range 0 30 "RETRY_BUDGET must be 0..30" "$RETRY_BUDGET"
 need_range 0 1800 "QUIET_WAIT must be 0..1800 seconds" "$QUIET_WAIT"
-# shellcheck disable=SC2086  # a list of numbers
+# shellcheck disable=SC2086  # CONNS is a list of numbers, one argument each
 need_range 1 1000 "CONNS entries must be 1..1000" $CONNS
 for s in $SIZES; do [[ $s == 1k || $s == 64k ]] || die "SIZES entries must be 1k or 64k"; done
 [[ $BODY_TYPE =~ ^[a-z]+/[a-z0-9.+-]+$ ]] || die "BODY_TYPE must be a media type such as text/html"
@@ -277,7 +276,7 @@ run_wrk() {
     ((rep > 0)) || return 0
     result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from wrk: $out"
     [[ -n $logfile ]] && lines=$(grep -c 'upstream response' "$logfile" || true)
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # split into $1.. on purpose: RESULT line, counters (numbers)
     set -- $result $COUNTS_BEFORE $COUNTS_AFTER $PROXY_BEFORE $PROXY_AFTER $ORIGIN_BEFORE $ORIGIN_AFTER
     (($2 > 0)) || die "wrk completed no request for $case $size c=$conns: $out"
     # $2 requests, $3 duration µs, $4 p50 µs, $5 p99 µs, $6 socket errors, $7 HTTP errors,

@@ -106,7 +106,7 @@ pass() {
         upstream=$(upstream_connections "$pid")
     fi
     result=$(grep '^RESULT ' <<<"$out") || die "no RESULT from https_load: $out"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # split into $1.. on purpose: the RESULT line (numbers)
     set -- $result
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$case" "$rep" "$2" "$3" "$4" "$5" "$6" \
         $((c1 - c0)) "$first" "$rss" "$upstream" >>"$RUNS"

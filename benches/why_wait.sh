@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2015  # "check && check || die" is meant: die when either check fails
 # What "why did it wait" costs per request: courtesy's CPU per request with traces off (the
 # Server-Timing header and the wait accounting on, as by default) against a baseline binary (main's),
 # and with traces on to a live OTLP receiver, all in front of one nginx origin, on loopback.
@@ -178,7 +177,7 @@ run_wrk() {
     result=$(grep '^RESULT ' <<<"$out") || die "no RESULT line from wrk: $out"
     # $2 requests, $3 duration µs, $4/$5 p50/p99 µs, $6/$7 socket/HTTP errors, $8/$9 proxy
     # user/sys ticks before, $10/$11 after.
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086  # split into $1.. on purpose: RESULT line, ticks (numbers)
     set -- $result $PROXY_BEFORE $PROXY_AFTER
     (($2 > 0)) || die "wrk completed no request for $case: $out"
     (($6 + $7 == 0)) || die "$case: $6 socket and $7 HTTP errors"
@@ -222,7 +221,11 @@ if ((CALLGRIND)); then
         callgrind_control -d "$pid" >/dev/null
         n=$(grep '^RESULT ' <<<"$out" | awk '{ print $2 }')
         ((n > 0)) || die "wrk completed no request under callgrind for $case: $out"
-        dump=$(ls -t "$cg".* 2>/dev/null | head -n 1)
+        # The newest of the dumps callgrind_control wrote ($cg.1, ...).
+        dump=
+        for cg_file in "$cg".*; do
+            if [[ -e $cg_file ]] && [[ -z $dump || $cg_file -nt $dump ]]; then dump=$cg_file; fi
+        done
         [[ -n $dump ]] || die "callgrind wrote no dump for $case"
         if [[ -n ${CG_KEEP:-} ]]; then mkdir -p "$CG_KEEP" && cp "$dump" "$CG_KEEP/$case.callgrind"; fi
         ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$dump")
