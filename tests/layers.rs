@@ -8,9 +8,10 @@
 //!
 //! Inside a layer, the files import one way round too: every `crate::` and `super::` path is
 //! followed to the file it names (the deepest module of the path), and files that import each
-//! other round in a circle fail, the circle named with the place of each step. A folder's
-//! `mod.rs` declares its children, so its reaching into them is not counted (a child reaching up
-//! to it is); inline `#[cfg(test)]` modules are left out.
+//! other round in a circle fail, the circle named with the place of each step. A module
+//! declares its children (`a/mod.rs`, or `a.rs`, those in `a/`), so its reaching into them is not
+//! counted (a child reaching up to it is, and what the parent re-exports counts as the parent's);
+//! inline `#[cfg(test)]` modules are left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -520,9 +521,9 @@ fn no_file_cycles_inside_a_layer() {
                 continue;
             };
             let same_layer = !module.is_empty() && target.first() == module.first();
-            // A folder's `mod.rs` declares its children: reaching into them is not an import
-            // that can close a circle (the child reaching back up is).
-            let own_child = name.ends_with("mod.rs") && target.starts_with(&module);
+            // A module declares its children (`a/mod.rs` or `a.rs` those in `a/`): reaching into
+            // them is not an import that can close a circle (the child reaching back up is).
+            let own_child = target.starts_with(&module);
             if *to != name && same_layer && !own_child {
                 edges
                     .entry(name.clone())
