@@ -14,7 +14,7 @@
 //! | `wire` | how a host is spelled: the canonical name, address literals, the `host:port` key, the hosts file; RFC 9209's error types; the URL scheme (`http`, `https`); HTTP Message Signatures and the Ed25519 key that makes them |
 //! | `config` | TOML file → validated [`config::Config`]; host rules → [`config::HostPolicy`]; block markers; the store's URL read; the config in force |
 //! | `upstream` | reaching an origin: DNS with a timeout and the destinations never dialed, parent proxies, TLS (local CA, leaves, client config) |
-//! | `pacing` | **pure** per-host pacing (`policy`: token bucket, adaptive rate, cooldowns, blocks; takes `now`), answers → feedback, block pages, robots.txt rules |
+//! | `pacing` | per-host pacing, **pure** (`policy`: token bucket, adaptive rate, cooldowns, blocks; takes `now`), answers → feedback, block pages, stated preferences; and two caches the proxy shares, not pure: robots.txt rules, remembered `Content-Usage` headers |
 //! | `store` | the shared budget's store (Redis): the scripts, the hints, the heartbeat, fallback |
 //! | `budget` | whose budget and when: the budget keys, the jobs, the limiter (host table, fair queue, dispatcher, budget seam): the only place requests wait |
 //! | `observe` | Prometheus metrics, OpenTelemetry traces, the block webhook |

@@ -5,10 +5,20 @@
 //! Read from the sources, not from the compiler: every `crate::` path (a `use`, a path in an
 //! expression, a group `crate::{a, b::c}`) and every `super::` chain that climbs out of a layer,
 //! with comments and string literals taken out first. A failure names the file and line.
+//!
+//! Inside a layer, the files import one way round too: every `crate::` and `super::` path is
+//! followed to the file it names (the deepest module of the path), and files that import each
+//! other round in a circle fail, the circle named with the place of each step. A module
+//! declares its children (`a/mod.rs`, or `a.rs`, those in `a/`), so its reaching into them is not
+//! counted (a child reaching up to it is, and what the parent re-exports counts as the parent's);
+//! inline `#[cfg(test)]` modules are left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+
+mod source_text;
+use source_text::{code_only, module_of};
 
 /// The one file at the top of `src/` besides `lib.rs` and `main.rs`: property tests across the
 /// parsers of every layer, compiled for tests only, so above all of them.
@@ -57,117 +67,57 @@ fn documented_layers() -> Vec<String> {
     layers
 }
 
-/// `source` with comments, string literals and char literals blanked out (newlines kept, so
-/// that line numbers stay true).
-fn code_only(source: &str) -> String {
-    let bytes = source.as_bytes();
-    let mut out = String::with_capacity(source.len());
-    let mut i = 0;
-    let blank = |out: &mut String, chunk: &[u8]| {
-        for &b in chunk {
-            out.push(if b == b'\n' { '\n' } else { ' ' });
-        }
-    };
-    while i < bytes.len() {
-        let rest = &bytes[i..];
-        if rest.starts_with(b"//") {
-            let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-            blank(&mut out, &rest[..end]);
-            i += end;
-        } else if rest.starts_with(b"/*") {
-            let mut depth = 0;
-            let mut j = 0;
-            while j < rest.len() {
-                if rest[j..].starts_with(b"/*") {
-                    depth += 1;
-                    j += 2;
-                } else if rest[j..].starts_with(b"*/") {
-                    depth -= 1;
-                    j += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    j += 1;
-                }
+/// Where the group whose `{` comes just before `inside` ends: the index of its `}` (or the end).
+fn group_end(inside: &str) -> usize {
+    let mut depth = 1;
+    inside
+        .char_indices()
+        .find(|&(_, c)| {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
             }
-            blank(&mut out, &rest[..j]);
-            i += j;
-        } else if rest.starts_with(b"r\"") || rest.starts_with(b"r#") {
-            let hashes = rest[1..].iter().take_while(|&&b| b == b'#').count();
-            if rest.get(1 + hashes) != Some(&b'"') {
-                out.push('r');
-                i += 1;
-                continue;
-            }
-            let mut closing = vec![b'"'];
-            closing.extend(std::iter::repeat_n(b'#', hashes));
-            let body = 2 + hashes;
-            let end = rest[body..]
-                .windows(closing.len())
-                .position(|w| w == closing.as_slice())
-                .map_or(rest.len(), |p| body + p + closing.len());
-            blank(&mut out, &rest[..end]);
-            i += end;
-        } else if rest[0] == b'"' {
-            let mut j = 1;
-            while j < rest.len() && rest[j] != b'"' {
-                j += if rest[j] == b'\\' { 2 } else { 1 };
-            }
-            let end = (j + 1).min(rest.len());
-            blank(&mut out, &rest[..end]);
-            i += end;
-        } else if rest[0] == b'\'' && (rest.get(2) == Some(&b'\'') || (rest.get(1) == Some(&b'\\')))
-        {
-            // A char literal ('"', '\'', '\\', '\u{1F}'); a lifetime has no closing quote.
-            let end = if rest[1] == b'\\' {
-                rest.iter()
-                    .skip(3)
-                    .position(|&b| b == b'\'')
-                    .map_or(rest.len(), |k| k + 4)
-            } else {
-                3
-            };
-            blank(&mut out, &rest[..end]);
-            i += end;
-        } else {
-            // Keep multi-byte characters whole.
-            let ch_len = source[i..].chars().next().map_or(1, char::len_utf8);
-            out.push_str(&source[i..i + ch_len]);
-            i += ch_len;
-        }
-    }
-    out
+            depth == 0
+        })
+        .map_or(inside.len(), |(k, _)| k)
 }
 
-/// The first segment of every top-level item of a use group's inside: `a, b::c, d::{e}` → a, b, d.
-fn group_heads(inside: &str) -> Vec<String> {
-    let mut heads = Vec::new();
+/// The top-level items of a group's inside, split at the commas outside inner groups.
+fn top_level(inside: &str) -> Vec<&str> {
+    let mut items = Vec::new();
     let mut depth = 0;
-    let mut item = String::new();
-    for c in inside.chars().chain(std::iter::once(',')) {
+    let mut start = 0;
+    for (k, c) in inside.char_indices() {
         match c {
             '{' => depth += 1,
             '}' => depth -= 1,
             ',' if depth == 0 => {
-                let head = item
-                    .trim()
-                    .split("::")
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_string();
-                if !head.is_empty() {
-                    heads.push(head);
-                }
-                item.clear();
-                continue;
+                items.push(&inside[start..k]);
+                start = k + 1;
             }
             _ => {}
         }
-        item.push(c);
     }
-    heads
+    items.push(&inside[start..]);
+    items.retain(|item| !item.trim().is_empty());
+    items
+}
+
+/// The first segment of every top-level item of a use group's inside: `a, b::c, d::{e}` → a, b, d.
+fn group_heads(inside: &str) -> Vec<String> {
+    top_level(inside)
+        .into_iter()
+        .map(|item| {
+            item.trim()
+                .split("::")
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .filter(|head| !head.is_empty())
+        .collect()
 }
 
 fn ident_at(code: &str) -> String {
@@ -191,19 +141,7 @@ fn crate_paths(code: &str) -> Vec<(String, usize)> {
         let line = code[..start].matches('\n').count() + 1;
         let rest = &code[from..];
         if let Some(inside) = rest.strip_prefix('{') {
-            let mut depth = 1;
-            let end = inside
-                .char_indices()
-                .find(|&(_, c)| {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => depth -= 1,
-                        _ => {}
-                    }
-                    depth == 0
-                })
-                .map_or(inside.len(), |(k, _)| k);
-            for head in group_heads(&inside[..end]) {
+            for head in group_heads(&inside[..group_end(inside)]) {
                 found.push((head, line));
             }
         } else {
@@ -377,4 +315,263 @@ fn the_scanner_sees_through_groups_comments_and_strings() {
     assert_eq!(crate_paths(&code)[3].1, 4, "line numbers stay true");
     let escapes = super_escapes(&code_only("use super::super::omega; use super::near;"), 2);
     assert_eq!(escapes, [("omega".to_string(), 1)]);
+}
+
+/// `code` with every `#[cfg(test)]` inline module blanked (newlines kept): a file's tests may
+/// import what the file itself is imported by.
+fn without_test_modules(code: &str) -> String {
+    let mut out = code.to_string();
+    let mut from = 0;
+    while let Some(at) = out[from..].find("#[cfg(test)]") {
+        let start = from + at;
+        from = start + "#[cfg(test)]".len();
+        let rest = out[from..].trim_start();
+        let rest = rest
+            .strip_prefix("pub(crate)")
+            .or_else(|| rest.strip_prefix("pub(super)"))
+            .unwrap_or(rest)
+            .trim_start();
+        let Some(after_mod) = rest.strip_prefix("mod ") else {
+            continue;
+        };
+        let after_name = after_mod[ident_at(after_mod).len()..].trim_start();
+        if !after_name.starts_with('{') {
+            continue; // `mod tests;`: a file of its own
+        }
+        let inside = out.len() - after_name.len() + 1;
+        let end = (inside + group_end(&out[inside..]) + 1).min(out.len());
+        let blanked: String = out[start..end]
+            .chars()
+            .map(|c| if c == '\n' { '\n' } else { ' ' })
+            .collect();
+        out.replace_range(start..end, &blanked);
+        from = end;
+    }
+    out
+}
+
+/// Every path a use tree starting at `rest` names, expanded: `a::{b, c::{d, e}}` → `a::b`,
+/// `a::c::d`, `a::c::e` (each as its segments; `*`, `self` and an alias end a path).
+fn use_tree(rest: &str) -> Vec<Vec<String>> {
+    let mut segments = Vec::new();
+    let mut rest = rest;
+    loop {
+        rest = rest.trim_start();
+        if let Some(inside) = rest.strip_prefix('{') {
+            let mut paths = Vec::new();
+            for item in top_level(&inside[..group_end(inside)]) {
+                for tail in use_tree(item) {
+                    let mut path = segments.clone();
+                    path.extend(tail);
+                    paths.push(path);
+                }
+            }
+            return paths;
+        }
+        let ident = ident_at(rest);
+        if ident.is_empty() {
+            return vec![segments];
+        }
+        rest = &rest[ident.len()..];
+        segments.push(ident);
+        match rest.trim_start().strip_prefix("::") {
+            Some(after) => rest = after,
+            None => return vec![segments],
+        }
+    }
+}
+
+/// Every path in `code` that starts at `crate::` or climbs with `super::`, as (the module it
+/// starts from, its segments, its line). `module` is the file's own module path. A visibility
+/// (`pub(in crate::config)`) names no import.
+fn module_paths(code: &str, module: &[String]) -> Vec<(Vec<String>, Vec<String>, usize)> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..]
+        .find("crate::")
+        .into_iter()
+        .chain(code[from..].find("super::"))
+        .min()
+    {
+        let start = from + at;
+        let before = code[..start].chars().next_back();
+        let mut rest = &code[start..];
+        let base: Vec<String> = if let Some(after) = rest.strip_prefix("crate::") {
+            rest = after;
+            Vec::new()
+        } else {
+            let mut climbs = 0;
+            while let Some(after) = rest.strip_prefix("super::") {
+                climbs += 1;
+                rest = after;
+            }
+            module[..module.len().saturating_sub(climbs)].to_vec()
+        };
+        from = code.len() - rest.len();
+        if before.is_some_and(|c| c == '$' || c == ':' || c.is_alphanumeric() || c == '_')
+            || code[..start].trim_end().ends_with("(in")
+        {
+            continue;
+        }
+        let line = code[..start].matches('\n').count() + 1;
+        for path in use_tree(rest) {
+            found.push((base.clone(), path, line));
+        }
+    }
+    found
+}
+
+/// The cycles among `edges` (file → file → where), each as one closed walk `a → b → … → a`
+/// with the place of each step; one per strongly connected set of files.
+fn file_cycles(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String> {
+    // Each file's reach, then the knots: files that reach each other (a few hundred files).
+    fn reach(from: &str, edges: &BTreeMap<String, BTreeMap<String, String>>) -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.to_string()];
+        while let Some(node) = stack.pop() {
+            for next in edges.get(&node).into_iter().flat_map(|m| m.keys()) {
+                if seen.insert(next.clone()) {
+                    stack.push(next.clone());
+                }
+            }
+        }
+        seen
+    }
+    let reachable: BTreeMap<&String, BTreeSet<String>> =
+        edges.keys().map(|k| (k, reach(k, edges))).collect();
+    let mut done = BTreeSet::new();
+    let mut cycles = Vec::new();
+    for (node, reached) in &reachable {
+        if done.contains(*node) || !reached.contains(*node) {
+            continue;
+        }
+        let knot: BTreeSet<String> = reached
+            .iter()
+            .filter(|other| reachable.get(other).is_some_and(|r| r.contains(*node)))
+            .cloned()
+            .collect();
+        done.extend(knot.iter().cloned());
+        // The shortest way from `node` back to itself, inside the knot.
+        let mut previous: BTreeMap<String, String> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([(*node).clone()]);
+        'search: while let Some(at) = queue.pop_front() {
+            for next in edges.get(&at).into_iter().flat_map(|m| m.keys()) {
+                if !knot.contains(next) || previous.contains_key(next) {
+                    continue;
+                }
+                previous.insert(next.clone(), at.clone());
+                if next == *node {
+                    break 'search;
+                }
+                queue.push_back(next.clone());
+            }
+        }
+        let mut walk = vec![(*node).clone()];
+        let mut at = previous[*node].clone();
+        while at != **node {
+            walk.push(at.clone());
+            at = previous[&at].clone();
+        }
+        walk.push((*node).clone());
+        walk.reverse();
+        let steps: Vec<String> = walk
+            .windows(2)
+            .map(|w| format!("{} → {} ({})", w[0], w[1], edges[&w[0]][&w[1]]))
+            .collect();
+        cycles.push(format!(
+            "a file cycle among {}: {}",
+            knot.iter().cloned().collect::<Vec<_>>().join(", "),
+            steps.join("; ")
+        ));
+    }
+    cycles
+}
+
+#[test]
+fn no_file_cycles_inside_a_layer() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let modules: BTreeMap<Vec<String>, String> = files
+        .iter()
+        .map(|f| {
+            let relative = f.strip_prefix(&src).unwrap_or(f);
+            (module_of(relative), relative.display().to_string())
+        })
+        .collect();
+    let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap_or(file);
+        let module = module_of(relative);
+        let name = relative.display().to_string();
+        let code = without_test_modules(&code_only(&fs::read_to_string(file).unwrap_or_default()));
+        for (base, path, line) in module_paths(&code, &module) {
+            // The deepest module of the crate the path reaches names the file it imports from.
+            let mut target = base;
+            for segment in path {
+                let mut deeper = target.clone();
+                deeper.push(segment);
+                if !modules.contains_key(&deeper) {
+                    break;
+                }
+                target = deeper;
+            }
+            let Some(to) = modules.get(&target) else {
+                continue;
+            };
+            let same_layer = !module.is_empty() && target.first() == module.first();
+            // A module declares its children (`a/mod.rs` or `a.rs` those in `a/`): reaching into
+            // them is not an import that can close a circle (the child reaching back up is).
+            let own_child = target.starts_with(&module);
+            if *to != name && same_layer && !own_child {
+                edges
+                    .entry(name.clone())
+                    .or_default()
+                    .entry(to.clone())
+                    .or_insert(format!("src/{name}:{line}"));
+            }
+        }
+    }
+    let cycles = file_cycles(&edges);
+    assert!(
+        cycles.is_empty(),
+        "files of one layer import each other round in a circle:\n{}",
+        cycles.join("\n")
+    );
+    assert!(
+        edges.values().map(BTreeMap::len).sum::<usize>() > 100,
+        "the scan found the imports between files"
+    );
+}
+
+#[test]
+fn the_file_scanner_expands_trees_and_finds_cycles() {
+    let code = without_test_modules(&code_only(
+        "use super::{a::X, b::{c, d::E}};\nuse crate::q::r;\n#[cfg(test)]\nmod tests {\n    use super::super::z;\n}\npub(in crate::x) fn f() {}",
+    ));
+    let module = vec!["m".to_string(), "n".to_string()];
+    let found: Vec<(Vec<String>, Vec<String>, usize)> = module_paths(&code, &module);
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        found,
+        [
+            (strings(&["m"]), strings(&["a", "X"]), 1),
+            (strings(&["m"]), strings(&["b", "c"]), 1),
+            (strings(&["m"]), strings(&["b", "d", "E"]), 1),
+            (Vec::new(), strings(&["q", "r"]), 2),
+        ]
+    );
+    let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (a, b) in [("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")] {
+        edges
+            .entry(a.to_string())
+            .or_default()
+            .insert(b.to_string(), format!("{a}:1"));
+    }
+    let cycles = file_cycles(&edges);
+    assert_eq!(
+        cycles,
+        ["a file cycle among a, b, c: a → b (a:1); b → c (b:1); c → a (c:1)"]
+    );
 }

@@ -41,6 +41,7 @@ pub mod key_tables;
 mod live;
 mod parent;
 mod pattern;
+mod problems;
 mod read;
 pub(crate) mod redis_url;
 pub mod reference;

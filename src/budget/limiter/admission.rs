@@ -16,7 +16,7 @@ use super::budget::{Kept, Turn};
 use super::host::{Dispatcher, Enqueued, Host, HostState};
 use super::lanes::{JobTag, Priority};
 use super::permit::Paced;
-use super::shadow::{self, ShadowReason};
+use super::verdicts::ShadowReason;
 use super::waits::Asker;
 use super::{dispatch, Limiter, Permit, Refusal};
 use crate::budget::keys::BudgetKey;
@@ -142,7 +142,7 @@ impl Limiter {
             let now = Instant::now();
             state.touch(now);
             if !state.policy().scope.enforce {
-                let verdict = shadow::judge(&mut state, request.refused, request.job.as_ref(), now);
+                let verdict = state.judge_shadow(request.refused, request.job.as_ref(), now);
                 state.in_flight_mut().start();
                 drop(state);
                 let permit = Permit::new(entry, self, None, Paced::AtOnce);

@@ -11,11 +11,14 @@ use tokio::time::Instant;
 
 use super::lanes::{JobTag, Lanes, Priority};
 use super::names::Names;
-use super::permit::Permit;
-use super::refusal::Refusal;
-use super::shadow::Shadow;
+use super::shadow::{self, HostView, Shadow};
 use super::stats::HostStats;
+use super::verdicts::{Refusal, ShadowReason, ShadowVerdict};
 use super::waits::{Asker, HeadWait, Verdict};
+// `Permit` holds its `Host`, and a queued request's reply carries a `Permit`: the two types are
+// one knot by nature. This file names it through the limiter's face (`mod.rs`), so that the
+// files stay one way round: `permit.rs` builds on this one, never this one on it.
+use super::Permit;
 use crate::budget::keys::BudgetKey;
 use crate::config::{HostPolicy, KeyMode, OnCooldown};
 use crate::pacing::policy::{InFlight, Pacing, WaitReason};
@@ -220,9 +223,21 @@ impl HostState {
         self.shadow.as_deref()
     }
 
-    /// A report-only host's schedule and counts, made on first use.
-    pub(crate) fn shadow_mut(&mut self) -> &mut Shadow {
-        self.shadow.get_or_insert_with(Box::default)
+    /// Judges one request to this report-only host at `now` and counts the verdict
+    /// (`shadow.rs`); `refused` is a refusal already decided before the budget.
+    pub(super) fn judge_shadow(
+        &mut self,
+        refused: Option<ShadowReason>,
+        job: Option<&JobTag>,
+        now: Instant,
+    ) -> ShadowVerdict {
+        let view = HostView {
+            pacing: &self.pacing,
+            policy: &self.policy,
+            in_flight: &self.in_flight,
+        };
+        let shadow = self.shadow.get_or_insert_with(Box::default);
+        shadow::judge(shadow, view, refused, job, now)
     }
 
     /// The names sharing a key other than `host:port`.

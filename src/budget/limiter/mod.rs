@@ -16,13 +16,17 @@
 //! | `permit.rs` | a request's turn while it is in flight |
 //! | `dispatch.rs` | handing out queued turns in order, the fine-grained wait |
 //! | `egress.rs` | the ceilings on all hosts together (`global_rate`, FIFO across hosts; `global_bytes_per_second`) |
-//! | `refusal.rs` | why a request gets no turn |
+//! | `verdicts.rs` | what the limiter answers, as plain values: why a request gets no turn (`Refusal`), a report-only host's verdicts and counts; it imports nothing from the limiter |
+//! | `refusal.rs` | a whole queue refused when a cooldown starts |
 //! | `shared.rs` | turns from a shared store, and its hints |
-//! | `shadow.rs` | report-only hosts (`enforce = false`): what would have happened |
+//! | `shadow.rs` | report-only hosts (`enforce = false`): the would-be schedule, judged from what the host lends it |
 //! | `sweep.rs` | forgetting idle hosts |
 //! | `steer.rs` | snapshots, operator actions, reloads, restart records |
 //! | `stats.rs` | per-host counters |
 //! | `waits.rs` | why and how long each request waited for its turn |
+//!
+//! The files import one way round (`tests/layers.rs`): `host.rs` builds on the leaves (`lanes.rs`,
+//! `names.rs`, `stats.rs`, `waits.rs`, `verdicts.rs`, `shadow.rs`), and the rest on it.
 //!
 //! This module decides *when* a request may leave; it does not send it (`crate::proxy`) and does
 //! not judge responses (`crate::pacing::feedback`).
@@ -43,6 +47,7 @@ mod shared;
 mod stats;
 mod steer;
 mod sweep;
+mod verdicts;
 mod waits;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -55,12 +60,11 @@ use tokio::time::Instant;
 pub(crate) use admission::Admission;
 pub use host::Host;
 pub(crate) use permit::{ByteMeter, OpenSockets, Permit};
-pub(crate) use refusal::Refusal;
-pub(crate) use shadow::{ShadowCounts, ShadowReason, ShadowVerdict};
 pub use stats::HostStats;
 pub(crate) use stats::UpstreamProtocol;
 pub(crate) use steer::{HostRecord, HostSnapshot, OperatorAction};
 pub(crate) use sweep::Swept;
+pub(crate) use verdicts::{Refusal, ShadowCounts, ShadowReason, ShadowVerdict};
 
 pub(crate) use crate::pacing::policy::WaitReason;
 

@@ -15,7 +15,7 @@ use super::budget::Budget;
 use super::egress::Downlink;
 use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
-use super::shadow::ShadowVerdict;
+use super::verdicts::ShadowVerdict;
 use super::waits::Verdict;
 use crate::config::HostPolicy;
 use crate::pacing::policy::{Answer, CooldownCause, Observation, Reaction, WaitReason};

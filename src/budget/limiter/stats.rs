@@ -3,7 +3,7 @@
 //! Kept next to the host's pacing state (same lock, updated where the events happen) so that
 //! `/hosts` and `/metrics` read one consistent picture without a second lock on the request path.
 
-use super::Refusal;
+use super::verdicts::Refusal;
 use crate::pacing::policy::CooldownCause;
 
 /// How many recent statuses a host remembers.

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use toml::de::{DeValue, ValueDeserializer};
 use toml::Spanned;
 
-use super::validate::Validator;
+use super::problems::Validator;
 
 /// One key of a section, as the file spells it, for the struct `T` it fills.
 pub struct Key<T: 'static> {
