@@ -92,14 +92,15 @@ const PRELUDE: &str = include_str!("lua/prelude.lua");
 /// concurrency slots unused until then (the soak saw a held host's throughput halve when turns
 /// up to a second ahead were batched).
 ///
-/// Returns one string (read by `calls::ReserveReply` into `calls::ReserveAnswer`),
+/// Returns one string (read by `calls::ReserveReply` into the limiter's `Reservation`),
 /// `kind|µs|cause|learned rate|operator rate|tat|interval|start|now` (one bulk
 /// string: the client parses an array element by element, at about 1.5k instructions each, and
 /// this reply is on every request's path), and for a `go` of more than one turn `|tat|start` for
-/// each turn after the first. `now` is the store's clock, from which the instance sets its
-/// deadlines. `go`: a turn is reserved `µs` from now, at `start` on the store's clock; `tat` and
-/// `interval` undo it if it is never used. `ahead`: an allowance of `tat` tokens and `interval`
-/// slots. `cool`: the host is closed for `µs` more, for `cause`.
+/// each turn after the first, for an `ahead` `|tokens|slots`. `now` is the store's clock, from
+/// which the instance sets its deadlines. `go`: a turn is reserved `µs` from now, at `start` on
+/// the store's clock; `tat` and `interval` undo it if it is never used. `ahead`: an allowance of
+/// `tokens` turns and `slots` concurrency slots (fields of its own, after `now`). `cool`: the
+/// host is closed for `µs` more, for `cause`.
 /// `busy`: every concurrency slot is taken; ask again in `µs` (the first lease's expiry, or the
 /// waiting list's renewal). `behind`: instances that waited longer come first; ask again in
 /// `µs` or at a `free` hint. `later`: the next turn is beyond the horizon; ask again in `µs`.

@@ -232,7 +232,7 @@ local function grant_ahead()
   record = {tokens, want_slots, ask_spent, ask_seq}
   keep_at_least(budget_key, math.ceil((lease_us + idle_ttl_us) / 1000))
   persist()
-  return reply_of({'ahead', '0', '', view_rate, view_ovr, int(tokens), int(want_slots), int(now)})
+  return reply_of({'ahead', '0', '', view_rate, view_ovr, '', '0', '0'}, '|' .. int(tokens) .. '|' .. int(want_slots))
 end
 
 -- Every slot taken: ask again when the first lease runs out (or at a place's renewal).
