@@ -64,9 +64,9 @@ async fn call(
         horizon_us: 1_000_000,
         want,
         who,
+        ask,
         ..reservation(host, &member, now)
-    }
-    .with_ask(ask);
+    };
     let reply = run(conn, &call).await;
     let ((kind, micros, _, _, _, tat, interval, start), ..) = reserve_fields(&reply);
     (kind, micros, tat, interval, start)

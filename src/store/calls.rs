@@ -8,9 +8,11 @@
 //! once, at the top. The test at the end of this file holds the two together: a call whose names
 //! differ from its script's header, in count or in order, fails it.
 
+use std::time::Duration;
+
 use redis::Value;
 
-use super::{Op, StoreAction};
+use super::{duration_us, AheadAsk, Op, Reservation, SharedView, StoreAction};
 use crate::pacing::policy::CooldownCause;
 
 /// Where a call is written: a script's invocation, or (in the tests) a list of the names
@@ -226,16 +228,10 @@ pub(super) struct ReserveCall<'a> {
     pub(super) deadline_us: i64,
     /// How long a place in the waiting list lasts unless renewed (µs).
     pub(super) waiting_place_us: i64,
-    /// The allowance's call order (`None`: no allowance, and none wanted; so for every `ask_`).
-    pub(super) ask_seq: Option<u64>,
-    /// Turns spent from allowances since the record began (a running count).
-    pub(super) ask_spent: Option<u64>,
-    /// Turns wanted ahead.
-    pub(super) ask_tokens: Option<u32>,
-    /// Slots wanted with them.
-    pub(super) ask_slots: Option<u32>,
-    /// Slots that still carry requests sent on an allowance.
-    pub(super) ask_in_use: Option<u32>,
+    /// This instance's allowance of the host: what it spent, what it wants (`None`: it has none
+    /// and wants none; written as `ask_seq`, `ask_spent`, `ask_tokens`, `ask_slots`,
+    /// `ask_in_use`).
+    pub(super) ask: Option<AheadAsk>,
     /// The host's byte budget, bytes per second (`None`: none).
     pub(super) byte_rate: Option<u64>,
     /// Its burst, in bytes.
@@ -257,18 +253,6 @@ pub(super) struct EndedTurn<'a> {
     pub(super) interval: i64,
 }
 
-impl ReserveCall<'_> {
-    /// This call with `ask` as its allowance (`None`: none).
-    pub(super) fn with_ask(mut self, ask: Option<super::AheadAsk>) -> Self {
-        self.ask_seq = ask.map(|a| a.seq);
-        self.ask_spent = ask.map(|a| a.spent);
-        self.ask_tokens = ask.map(|a| a.want_tokens);
-        self.ask_slots = ask.map(|a| a.want_slots);
-        self.ask_in_use = ask.map(|a| a.in_use);
-        self
-    }
-}
-
 impl Call for ReserveCall<'_> {
     type Reply = ReserveReply;
     const SCRIPT: &'static str = super::scripts::RESERVE;
@@ -280,8 +264,15 @@ impl Call for ReserveCall<'_> {
                 budget_key, leases_key, waiting_key, waiting_expiry_key, allowances_key;
             args: now, mine, configured_rate, burst, concurrency, lease_us, member, horizon_us,
                 rejoin, idle_ttl_us, channel, host, want, who, waited_us, deadline_us,
-                waiting_place_us, ask_seq, ask_spent, ask_tokens, ask_slots, ask_in_use,
-                byte_rate, byte_burst);
+                waiting_place_us);
+        let ask = self.ask.as_ref();
+        out.arg("ask_seq", ask.map(|a| a.seq).wire());
+        out.arg("ask_spent", ask.map(|a| a.spent).wire());
+        out.arg("ask_tokens", ask.map(|a| a.want_tokens).wire());
+        out.arg("ask_slots", ask.map(|a| a.want_slots).wire());
+        out.arg("ask_in_use", ask.map(|a| a.in_use).wire());
+        out.arg("byte_rate", self.byte_rate.wire());
+        out.arg("byte_burst", self.byte_burst.wire());
         for turn in &self.ended {
             out.tail(
                 "ended",
@@ -300,98 +291,35 @@ impl Call for ReserveCall<'_> {
     }
 }
 
-/// The reservation script's reply: what it answered, and what every answer carries.
-#[derive(Debug, Clone, PartialEq)]
+/// The reservation script's reply, read into the limiter's own answer.
+#[derive(Debug)]
 pub(super) struct ReserveReply {
     /// The store's clock when it answered (µs): the instance's deadlines start from it.
     pub(super) now: i64,
-    /// The rate the instances learned together.
-    pub(super) rate: f64,
-    /// An operator's rate.
-    pub(super) rate_override: Option<f64>,
-    /// The answer.
-    pub(super) answer: ReserveAnswer,
+    /// The answer, its turns not yet leases (`RedisStore::reserve` makes them so). `behind`
+    /// reads as `Busy` (this instance holds a place in the waiting list either way), `stale`
+    /// as `Later` in a millisecond (nothing was reserved: ask again).
+    pub(super) reservation: Reservation<ReservedTurn>,
+    /// The script's word for the answer (`go`, `behind`, `stale`, ...), for the tests.
+    #[cfg(test)]
+    pub(super) word: String,
 }
 
-/// What the reservation script answered (`scripts::RESERVE`, "Returns").
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum ReserveAnswer {
-    /// Turns are reserved, the first `wait_us` from now.
-    Go {
-        /// How long until the first turn (µs).
-        wait_us: i64,
-        /// The host's interval (µs), to undo a turn never used.
-        interval: i64,
-        /// The first turn.
-        first: ReservedTurn,
-        /// The turns reserved after it in the same call.
-        more: Vec<ReservedTurn>,
-    },
-    /// An allowance: turns and concurrency slots to spend without a round trip each.
-    Ahead {
-        /// Turns to spend.
-        tokens: u32,
-        /// Concurrency slots they may use at once.
-        slots: u32,
-    },
-    /// The host is closed.
-    Cool {
-        /// For how much longer (µs).
-        remaining_us: i64,
-        /// Why.
-        cause: CooldownCause,
-    },
-    /// Every concurrency slot is taken: ask again in `retry_us` or at a hint.
-    Busy {
-        /// When to ask again (µs).
-        retry_us: i64,
-    },
-    /// Instances that waited longer come first: ask again in `retry_us` or at a hint.
-    Behind {
-        /// When to ask again (µs).
-        retry_us: i64,
-    },
-    /// The next turn is beyond the horizon: ask again in `retry_us`.
-    Later {
-        /// When to ask again (µs).
-        retry_us: i64,
-    },
-    /// The call ran past its deadline: nothing was reserved.
-    Stale,
-    /// The call wanted no turn: it only settled the allowance.
-    Settled,
-}
-
-/// One reserved turn.
+/// One reserved turn, before it is a lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ReservedTurn {
     /// The `tat` its reservation wrote (what a refund compares).
     pub(super) tat: i64,
+    /// The host's interval (µs), to undo the turn if it is never used.
+    pub(super) interval: i64,
     /// When it starts, on the store's clock (µs).
     pub(super) start: i64,
 }
 
-impl ReserveAnswer {
-    /// The script's word for this answer.
-    #[cfg(test)]
-    pub(super) fn word(&self) -> &'static str {
-        match self {
-            ReserveAnswer::Go { .. } => "go",
-            ReserveAnswer::Ahead { .. } => "ahead",
-            ReserveAnswer::Cool { .. } => "cool",
-            ReserveAnswer::Busy { .. } => "busy",
-            ReserveAnswer::Behind { .. } => "behind",
-            ReserveAnswer::Later { .. } => "later",
-            ReserveAnswer::Stale => "stale",
-            ReserveAnswer::Settled => "settled",
-        }
-    }
-}
-
 impl ReserveReply {
     /// Reads the reply's one string: `kind|µs|cause|learned rate|operator rate|tat|interval|
-    /// start|now`, then `|tat|start` for each further turn of a `go`. An `ahead` carries its
-    /// tokens and slots where a `go` carries its `tat` and interval.
+    /// start|now`, then `|tat|start` for each further turn of a `go`, or `|tokens|slots` for an
+    /// `ahead`.
     fn parse(text: &str) -> Result<ReserveReply, BadReply> {
         let mut fields = text.split('|');
         let mut next = |what: &str| {
@@ -414,55 +342,80 @@ impl ReserveReply {
         let (tat, interval, start) = (next("tat")?, next("interval")?, next("start")?);
         let now = number(next("clock")?, "clock")?;
         let rest: Vec<&str> = fields.collect();
-        let answer = match kind {
-            "go" => {
-                if rest.len() % 2 != 0 {
-                    return Err(BadReply("a further turn without its start".into()));
-                }
-                let more = rest
-                    .chunks(2)
-                    .map(|pair| {
-                        Ok(ReservedTurn {
-                            tat: number(pair[0], "tat")?,
-                            start: number(pair[1], "start")?,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, BadReply>>()?;
-                ReserveAnswer::Go {
-                    wait_us: micros,
-                    interval: number(interval, "interval")?,
-                    first: ReservedTurn {
-                        tat: number(tat, "tat")?,
-                        start: number(start, "start")?,
-                    },
-                    more,
-                }
-            }
-            "ahead" => ReserveAnswer::Ahead {
-                tokens: number(tat, "tokens")?,
-                slots: number(interval, "slots")?,
-            },
-            "cool" => ReserveAnswer::Cool {
-                remaining_us: micros,
-                cause: CooldownCause::from_word(Some(cause)),
-            },
-            "busy" => ReserveAnswer::Busy { retry_us: micros },
-            "behind" => ReserveAnswer::Behind { retry_us: micros },
-            "later" => ReserveAnswer::Later { retry_us: micros },
-            "stale" => ReserveAnswer::Stale,
-            "settled" => ReserveAnswer::Settled,
-            other => return Err(BadReply(format!("an unknown answer {other:?}"))),
-        };
-        if !rest.is_empty() && !matches!(answer, ReserveAnswer::Go { .. }) {
-            return Err(BadReply(format!("further turns after {kind:?}")));
-        }
-        Ok(ReserveReply {
-            now,
+        let view = SharedView {
             rate,
             rate_override,
-            answer,
+        };
+        let wait = duration_us(micros);
+        let reservation = match (kind, &rest[..]) {
+            ("go", _) => go(wait, interval, (tat, start), &rest, view)?,
+            ("ahead", [tokens, slots]) => Reservation::Ahead {
+                tokens: number(tokens, "tokens")?,
+                slots: number(slots, "slots")?,
+                view,
+            },
+            ("ahead", _) => {
+                return Err(BadReply("an allowance without its tokens and slots".into()))
+            }
+            (_, [_, ..]) => return Err(BadReply(format!("further fields after {kind:?}"))),
+            ("cool", []) => Reservation::Cool {
+                remaining: wait,
+                cause: CooldownCause::from_word(Some(cause)),
+                view,
+            },
+            ("busy" | "behind", []) => Reservation::Busy { retry_in: wait },
+            ("later", []) => Reservation::Later { retry_in: wait },
+            // Answered past its deadline (the clock read was off by more than a round trip):
+            // nothing was reserved, ask again.
+            ("stale", []) => Reservation::Later {
+                retry_in: Duration::from_millis(1),
+            },
+            ("settled", []) => Reservation::Settled,
+            (other, []) => return Err(BadReply(format!("an unknown answer {other:?}"))),
+        };
+        Ok(ReserveReply {
+            now,
+            reservation,
+            #[cfg(test)]
+            word: kind.to_string(),
         })
     }
+}
+
+/// A `go`: its first turn `wait` from now, and each further turn (`tat|start` pairs) later by
+/// what its start is past the first's.
+fn go(
+    wait: Duration,
+    interval: &str,
+    (tat, start): (&str, &str),
+    rest: &[&str],
+    view: SharedView,
+) -> Result<Reservation<ReservedTurn>, BadReply> {
+    if rest.len() % 2 != 0 {
+        return Err(BadReply("a further turn without its start".into()));
+    }
+    let interval = number(interval, "interval")?;
+    let turn = |tat: &str, start: &str| {
+        Ok(ReservedTurn {
+            tat: number(tat, "tat")?,
+            interval,
+            start: number(start, "start")?,
+        })
+    };
+    let first = turn(tat, start)?;
+    let more = rest
+        .chunks(2)
+        .map(|pair| {
+            let next = turn(pair[0], pair[1])?;
+            Ok((wait + duration_us(next.start - first.start), next))
+        })
+        .collect::<Result<Vec<_>, BadReply>>()?;
+    Ok(Reservation::Go {
+        wait,
+        lease: first,
+        more,
+        view,
+    })
 }
 
 /// `scripts::RELEASE`: ends one turn with a round trip of its own.
@@ -950,11 +903,7 @@ mod tests {
             waited_us: 0,
             deadline_us: 0,
             waiting_place_us: 1,
-            ask_seq: None,
-            ask_spent: None,
-            ask_tokens: None,
-            ask_slots: None,
-            ask_in_use: None,
+            ask: None,
             byte_rate: None,
             byte_burst: None,
             ended: vec![EndedTurn {
@@ -1134,53 +1083,42 @@ mod tests {
     #[test]
     fn a_reservation_reply_reads_into_its_answer() {
         let read = |text: &str| ReserveCall::read(Value::BulkString(text.as_bytes().to_vec()));
-        assert_eq!(
-            read("go|5||10||1000|300|20|40|1002|30|1004|40"),
-            Ok(ReserveReply {
-                now: 40,
-                rate: 10.0,
-                rate_override: None,
-                answer: ReserveAnswer::Go {
-                    wait_us: 5,
-                    interval: 300,
-                    first: ReservedTurn {
-                        tat: 1000,
-                        start: 20
-                    },
-                    more: vec![
-                        ReservedTurn {
-                            tat: 1002,
-                            start: 30
-                        },
-                        ReservedTurn {
-                            tat: 1004,
-                            start: 40
-                        }
-                    ],
-                },
-            })
+        let us = Duration::from_micros;
+        let turn = |tat, start| ReservedTurn {
+            tat,
+            interval: 300,
+            start,
+        };
+        let go = read("go|5||10||1000|300|20|40|1002|30|1004|40").map(|r| (r.now, r.reservation));
+        assert!(
+            matches!(&go, Ok((40, Reservation::Go { wait, lease, more, view }))
+                if *wait == us(5) && *lease == turn(1000, 20)
+                    && *more == vec![(us(15), turn(1002, 30)), (us(25), turn(1004, 40))]
+                    && view.rate == 10.0 && view.rate_override.is_none()),
+            "{go:?}"
         );
-        let ahead = read("ahead|0||10|2.5|64|8|77|77").map(|r| (r.answer, r.rate_override));
-        assert_eq!(
-            ahead,
-            Ok((
-                ReserveAnswer::Ahead {
-                    tokens: 64,
-                    slots: 8
-                },
-                Some(2.5)
-            ))
+        let ahead = read("ahead|0||10|2.5||0|0|77|64|8").map(|r| r.reservation);
+        assert!(
+            matches!(&ahead, Ok(Reservation::Ahead { tokens: 64, slots: 8, view })
+                if view.rate_override == Some(2.5)),
+            "{ahead:?}"
         );
-        assert_eq!(
-            read("cool|3000|status:429|10|||0|0|5").map(|r| r.answer),
-            Ok(ReserveAnswer::Cool {
-                remaining_us: 3000,
-                cause: CooldownCause::Status(429)
-            })
+        let cool = read("cool|3000|status:429|10|||0|0|5").map(|r| r.reservation);
+        assert!(
+            matches!(&cool, Ok(Reservation::Cool { remaining, cause, .. })
+                if *remaining == us(3000) && *cause == CooldownCause::Status(429)),
+            "{cool:?}"
         );
-        assert_eq!(
-            read("behind|7||10|||0|0|5").map(|r| r.answer),
-            Ok(ReserveAnswer::Behind { retry_us: 7 })
+        // `behind` is a `Busy` (a place held in the waiting list), `stale` a `Later` in 1 ms.
+        let behind = read("behind|7||10|||0|0|5").map(|r| r.reservation);
+        assert!(
+            matches!(&behind, Ok(Reservation::Busy { retry_in }) if *retry_in == us(7)),
+            "{behind:?}"
+        );
+        let stale = read("stale|0||10|||0|0|5").map(|r| r.reservation);
+        assert!(
+            matches!(&stale, Ok(Reservation::Later { retry_in }) if *retry_in == us(1000)),
+            "{stale:?}"
         );
         // Malformed replies are errors, never a panic.
         for bad in [
@@ -1191,7 +1129,9 @@ mod tests {
             "go|5||0||1000|300|20|40",
             "what|5||10|||0|0|5",
             "busy|5||10|||0|0|5|1|2",
-            "ahead|0||10||-1|8|0|5",
+            "ahead|0||10|||0|0|5|-1|8",
+            "ahead|0||10|||0|0|5|64",
+            "cool|5||10|||0|0|5|1|2",
         ] {
             assert!(read(bad).is_err(), "{bad:?}");
         }

@@ -232,17 +232,18 @@ pub(crate) struct SharedView {
     pub(crate) rate_override: Option<f64>,
 }
 
-/// The store's answer to "may this host's next request go?".
+/// The store's answer to "may this host's next request go?". `L`, a reserved turn: a [`Lease`],
+/// or as the script's reply gives it (`calls::ReservedTurn`) until it is one.
 #[derive(Debug)]
-pub(crate) enum Reservation {
+pub(crate) enum Reservation<L = Lease> {
     /// A turn is reserved `wait` from now.
     Go {
         /// How long until the turn.
         wait: Duration,
         /// The concurrency slot it holds.
-        lease: Lease,
+        lease: L,
         /// The turns reserved after it in the same call, each with how long until it.
-        more: Vec<(Duration, Lease)>,
+        more: Vec<(Duration, L)>,
         /// The host's shared state.
         view: SharedView,
     },
@@ -278,6 +279,49 @@ pub(crate) enum Reservation {
         /// When to ask again.
         retry_in: Duration,
     },
+}
+
+impl<T> Reservation<T> {
+    /// The same answer with each reserved turn made an `L` by `make`, given the turn's place
+    /// (`0` for the first).
+    fn map_turns<L>(self, mut make: impl FnMut(usize, T) -> L) -> Reservation<L> {
+        match self {
+            Reservation::Go {
+                wait,
+                lease,
+                more,
+                view,
+            } => Reservation::Go {
+                wait,
+                lease: make(0, lease),
+                more: (more.into_iter().enumerate())
+                    .map(|(i, (after, turn))| (after, make(i + 1, turn)))
+                    .collect(),
+                view,
+            },
+            Reservation::Ahead {
+                tokens,
+                slots,
+                view,
+            } => Reservation::Ahead {
+                tokens,
+                slots,
+                view,
+            },
+            Reservation::Cool {
+                remaining,
+                cause,
+                view,
+            } => Reservation::Cool {
+                remaining,
+                cause,
+                view,
+            },
+            Reservation::Busy { retry_in } => Reservation::Busy { retry_in },
+            Reservation::Settled => Reservation::Settled,
+            Reservation::Later { retry_in } => Reservation::Later { retry_in },
+        }
+    }
 }
 
 /// A reserved turn's concurrency slot in the store, released when the turn ends: by
@@ -669,11 +713,7 @@ impl RedisStore {
             waited_us: micros(waited),
             deadline_us: self.deadline_us(),
             waiting_place_us: micros(WAITING_PLACE),
-            ask_seq: None,
-            ask_spent: None,
-            ask_tokens: None,
-            ask_slots: None,
-            ask_in_use: None,
+            ask: ahead,
             byte_rate: limits.bytes.map(|(rate, _)| rate.max(1)),
             byte_burst: limits.bytes.map(|(_, burst)| burst),
             ended: ended
@@ -685,8 +725,7 @@ impl RedisStore {
                     interval: turn.interval,
                 })
                 .collect(),
-        }
-        .with_ask(ahead);
+        };
         let value = match self.send(&call).await {
             Ok(value) => value,
             Err(down) => {
@@ -697,79 +736,37 @@ impl RedisStore {
         // A reply of another shape came from a call that ran: its turns were released.
         let reply = read_reply::<calls::ReserveCall>(value)?;
         self.read_clock(reply.now);
-        let view = SharedView {
-            rate: reply.rate,
-            rate_override: reply.rate_override,
+        Ok(self.leases(host, &member, reply.reservation))
+    }
+
+    /// A reservation's turns made leases of `host` (`member` the first's, `<member>.<k>` the
+    /// `k`-th's), and listed as this instance's live ones.
+    fn leases(
+        &self,
+        host: &Arc<str>,
+        member: &str,
+        reserved: Reservation<calls::ReservedTurn>,
+    ) -> Reservation {
+        let member_of = |k: usize| match k {
+            0 => member.to_string(),
+            k => format!("{member}.{}", k + 1),
         };
-        Ok(match reply.answer {
-            calls::ReserveAnswer::Go {
-                wait_us,
-                interval,
-                first,
-                more,
-            } => {
-                let wait = duration_us(wait_us);
-                let lease = |member: String, turn: calls::ReservedTurn| Lease {
-                    turn: Some(LeaseTurn {
-                        host: host.clone(),
-                        member,
-                        tat: turn.tat,
-                        interval,
-                        starts_us: turn.start,
-                    }),
-                    store: self.me.clone(),
-                };
-                {
-                    let mut live = lock(&self.live);
-                    let members = live.entry(host.clone()).or_default();
-                    members.push(member.clone());
-                    members.extend((0..more.len()).map(|i| format!("{member}.{}", i + 2)));
-                }
-                // Every turn after the first starts later by what its start is past the first's.
-                let more: Vec<(Duration, Lease)> = more
-                    .iter()
-                    .enumerate()
-                    .map(|(i, turn)| {
-                        let after = duration_us(turn.start - first.start);
-                        let member = format!("{member}.{}", i + 2);
-                        (wait + after, lease(member, *turn))
-                    })
-                    .collect();
-                Reservation::Go {
-                    wait,
-                    lease: lease(member, first),
-                    more,
-                    view,
-                }
-            }
-            calls::ReserveAnswer::Ahead { tokens, slots } => Reservation::Ahead {
-                tokens,
-                slots,
-                view,
-            },
-            calls::ReserveAnswer::Cool {
-                remaining_us,
-                cause,
-            } => Reservation::Cool {
-                remaining: duration_us(remaining_us),
-                cause,
-                view,
-            },
-            calls::ReserveAnswer::Busy { retry_us } | calls::ReserveAnswer::Behind { retry_us } => {
-                Reservation::Busy {
-                    retry_in: duration_us(retry_us),
-                }
-            }
-            calls::ReserveAnswer::Settled => Reservation::Settled,
-            // Answered past its deadline (the clock read was off by more than a round trip):
-            // nothing was reserved, ask again.
-            calls::ReserveAnswer::Stale => Reservation::Later {
-                retry_in: Duration::from_millis(1),
-            },
-            calls::ReserveAnswer::Later { retry_us } => Reservation::Later {
-                retry_in: duration_us(retry_us),
-            },
-        })
+        let reservation = reserved.map_turns(|k, turn| Lease {
+            turn: Some(LeaseTurn {
+                host: host.clone(),
+                member: member_of(k),
+                tat: turn.tat,
+                interval: turn.interval,
+                starts_us: turn.start,
+            }),
+            store: self.me.clone(),
+        });
+        if let Reservation::Go { more, .. } = &reservation {
+            let mut live = lock(&self.live);
+            let members = live.entry(host.clone()).or_default();
+            members.extend((0..=more.len()).map(member_of));
+        }
+        reservation
     }
 
     /// The deadline of a call sent now, on the store's clock (µs): the store's time as last

@@ -8,11 +8,11 @@ use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 use super::calls::{
-    BillCall, Call, EndedTurn, ReleaseCall, ReportCall, ReserveAnswer, ReserveCall, ReserveReply,
-    WithdrawCall,
+    BillCall, Call, EndedTurn, ReleaseCall, ReportCall, ReserveCall, ReserveReply, WithdrawCall,
 };
 use super::hints::Hint;
 use super::scripts::script;
+use super::Reservation;
 use crate::pacing::policy::{Bucket, CooldownCause};
 
 #[path = "../../tests/support/redis.rs"]
@@ -32,40 +32,53 @@ pub(super) type FurtherTurns = Vec<(String, i64)>;
 /// arithmetic tests written against them: its first eight fields, the further turns, the clock.
 pub(super) fn reserve_fields(reply: &ReserveReply) -> (ReserveTuple, FurtherTurns, i64) {
     let none = || (String::new(), 0, 0);
-    let (micros, cause, (tat, interval, start), more) = match &reply.answer {
-        ReserveAnswer::Go {
-            wait_us,
-            interval,
-            first,
+    let us = |d: &Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+    let (micros, cause, (tat, interval, start), more, view) = match &reply.reservation {
+        Reservation::Go {
+            wait,
+            lease,
             more,
+            view,
         } => (
-            *wait_us,
+            us(wait),
             String::new(),
-            (first.tat.to_string(), *interval, first.start),
-            more.iter().map(|t| (t.tat.to_string(), t.start)).collect(),
+            (lease.tat.to_string(), lease.interval, lease.start),
+            more.iter()
+                .map(|(_, t)| (t.tat.to_string(), t.start))
+                .collect(),
+            Some(view),
         ),
-        ReserveAnswer::Ahead { tokens, slots } => (
+        Reservation::Ahead {
+            tokens,
+            slots,
+            view,
+        } => (
             0,
             String::new(),
             (tokens.to_string(), i64::from(*slots), reply.now),
             Vec::new(),
+            Some(view),
         ),
-        ReserveAnswer::Cool {
-            remaining_us,
+        Reservation::Cool {
+            remaining,
             cause,
-        } => (*remaining_us, cause.word(), none(), Vec::new()),
-        ReserveAnswer::Busy { retry_us }
-        | ReserveAnswer::Behind { retry_us }
-        | ReserveAnswer::Later { retry_us } => (*retry_us, String::new(), none(), Vec::new()),
-        ReserveAnswer::Stale | ReserveAnswer::Settled => (0, String::new(), none(), Vec::new()),
+            view,
+        } => (us(remaining), cause.word(), none(), Vec::new(), Some(view)),
+        // A stale call reads as a retry in a millisecond: the script said 0.
+        Reservation::Later { .. } if reply.word == "stale" => {
+            (0, String::new(), none(), Vec::new(), None)
+        }
+        Reservation::Busy { retry_in } | Reservation::Later { retry_in } => {
+            (us(retry_in), String::new(), none(), Vec::new(), None)
+        }
+        Reservation::Settled => (0, String::new(), none(), Vec::new(), None),
     };
     let first = (
-        reply.answer.word().to_string(),
+        reply.word.clone(),
         micros,
         cause,
-        reply.rate.to_string(),
-        reply
-            .rate_override
+        view.map(|v| v.rate.to_string()).unwrap_or_default(),
+        view.and_then(|v| v.rate_override)
             .map(|r| r.to_string())
             .unwrap_or_default(),
         tat,
@@ -112,11 +125,7 @@ pub(super) fn reservation<'a>(host: &'a str, member: &'a str, now: i64) -> Reser
         waited_us: 0,
         deadline_us: 0,
         waiting_place_us: 2_000_000,
-        ask_seq: None,
-        ask_spent: None,
-        ask_tokens: None,
-        ask_slots: None,
-        ask_in_use: None,
+        ask: None,
         byte_rate: None,
         byte_burst: None,
         ended: Vec::new(),
