@@ -233,11 +233,11 @@ impl Open {
         };
         let key = (conn.idle_since, id);
         self.idle.remove(&key);
+        // An emptied set stays while its client has connections (dropped in `forget`): a
+        // kept-alive connection goes busy and idle on every request, and the set's node is not
+        // freed and made again each time.
         if let Some(set) = self.idle_per_client.get_mut(&conn.ip) {
             set.remove(&key);
-            if set.is_empty() {
-                self.idle_per_client.remove(&conn.ip);
-            }
         }
     }
 
@@ -249,6 +249,7 @@ impl Open {
             *count -= 1;
             if *count == 0 {
                 self.per_client.remove(&conn.ip);
+                self.idle_per_client.remove(&conn.ip);
             }
         }
         Some(conn.close)

@@ -9,6 +9,7 @@
 //! since it is an upstream request like any other.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -100,12 +101,17 @@ struct Entry {
 #[derive(Debug, Default)]
 pub(crate) struct RobotsCache {
     entries: DashMap<String, Arc<Entry>>,
+    /// Whether any robots.txt read so far named a licence: until one does, answers are not
+    /// looked up for one (the common case costs one load).
+    any_licenses: Arc<AtomicBool>,
 }
 
 /// The right and duty to fetch one host's robots.txt.
 pub(crate) struct FetchGuard {
     entry: Arc<Entry>,
     finished: bool,
+    /// The cache's "some robots.txt names a licence", set when this one does.
+    any_licenses: Arc<AtomicBool>,
 }
 
 impl FetchGuard {
@@ -113,12 +119,18 @@ impl FetchGuard {
     pub(crate) fn finish(mut self, fetched: Fetched) {
         let now = Instant::now();
         let state = match fetched {
-            Fetched::Rules(txt) => State::Rules {
-                preferences: Arc::new(RobotsPreferences::parse(&txt)),
-                txt: Arc::new(txt),
-                robots: HashMap::new(),
-                until: now + CACHE_FOR,
-            },
+            Fetched::Rules(txt) => {
+                let preferences = RobotsPreferences::parse(&txt);
+                if !preferences.licenses().is_empty() {
+                    self.any_licenses.store(true, Ordering::Release);
+                }
+                State::Rules {
+                    preferences: Arc::new(preferences),
+                    txt: Arc::new(txt),
+                    robots: HashMap::new(),
+                    until: now + CACHE_FOR,
+                }
+            }
             Fetched::Unavailable(_) => State::AllowAll {
                 until: now + CACHE_FOR,
             },
@@ -180,6 +192,7 @@ impl RobotsCache {
             return Step::Fetch(FetchGuard {
                 entry,
                 finished: false,
+                any_licenses: self.any_licenses.clone(),
             });
         }
         match &mut *state {
@@ -238,9 +251,18 @@ impl RobotsCache {
         preferences.refusal(agent, purpose, path)
     }
 
+    /// Whether any robots.txt read so far named a licence (one load: answers are looked up for
+    /// licences only once one has).
+    pub(crate) fn any_licensed(&self) -> bool {
+        self.any_licenses.load(Ordering::Acquire)
+    }
+
     /// The licences (RSL 1.0 `License:` lines) of the robots.txt known for the origin `key`
     /// (`scheme://host:port`); empty when it names none or is not known.
     pub(crate) fn licenses(&self, key: &str) -> Vec<String> {
+        if !self.any_licensed() {
+            return Vec::new();
+        }
         let Some(entry) = self.entries.get(key).map(|e| e.value().clone()) else {
             return Vec::new();
         };

@@ -39,7 +39,7 @@ use tracing::{debug, info, info_span, warn, Instrument};
 
 use super::failure::Failure;
 use super::headers::own_cooldown_choice;
-use super::inside::{quiet_for, InFlight, Inside, InsideBusy};
+use super::inside::{watch_session, InFlight, Inside, InsideBusy};
 use super::sniff::{classify_opening, Opening, Prefixed};
 use super::target::Target;
 use super::Asking;
@@ -55,7 +55,6 @@ use crate::proxy::response::ProxyError;
 use crate::upstream::parent::tcp::{self, TcpFault};
 use crate::upstream::parent::{self, OpenError};
 use crate::wire::scheme::Scheme;
-use tokio::sync::watch;
 
 impl Proxy {
     /// Answers `CONNECT host:port` with 200 and hands what comes inside to a task of its own.
@@ -259,13 +258,12 @@ impl Proxy {
                 proxy.tunnel_max_streams,
             )
         };
-        let (load, quiet) = watch::channel(0usize);
         let evicted = inside.asking.slot.as_ref().map(|slot| slot.evicted());
         let inside = Arc::new(inside);
-        let load = Arc::new(load);
+        let watched = inside.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             let (proxy, inside) = (self.clone(), inside.clone());
-            let in_flight = InFlight::begin(&load);
+            let in_flight = inside.begin();
             async move { Ok::<_, Infallible>(proxy.serve_one_inside(req, &inside, in_flight).await) }
         });
         let mut builder = Connections::builder_with(true, idle_limit, max_head_bytes);
@@ -284,7 +282,7 @@ impl Proxy {
                 }
             };
             tokio::select! {
-                () = quiet_for(quiet, idle_limit) => debug!("tunnel idle for header_timeout_seconds: closing"),
+                () = watch_session(&watched, idle_limit) => debug!("tunnel idle for header_timeout_seconds: closing"),
                 () = evicted => debug!("idle tunnel closed to make room"),
             }
         };
@@ -293,17 +291,15 @@ impl Proxy {
         }
     }
 
-    /// One request inside a tunnel: its connection marked carrying until the answer has been
-    /// sent, and over HTTP/2 counted as one of the client's connections meanwhile (a client may
-    /// not carry more than its share on one connection), else a local 503.
+    /// One request inside a tunnel (counted in flight, its connection held: `Inside::begin`),
+    /// over HTTP/2 counted as one of the client's connections until the answer has been sent (a
+    /// client may not carry more than its share on one connection), else a local 503.
     async fn serve_one_inside(
         self: Arc<Self>,
         req: Request<Incoming>,
         inside: &Inside,
         in_flight: InFlight,
     ) -> Response<Carried<ProxyBody, InsideBusy>> {
-        // The first request inside ends the CONNECT's own hold.
-        crate::util::locks::lock(&inside.opening).take();
         let slot = inside.asking.slot.as_ref();
         let extra = match slot {
             Some(slot) if req.version() == http::Version::HTTP_2 => match slot.extra() {
@@ -315,12 +311,11 @@ impl Proxy {
                         &refused.to_string(),
                         Some(Duration::from_secs(1)),
                     );
-                    return answer.map(|body| Carried::new(body, (None, None, in_flight)));
+                    return answer.map(|body| Carried::new(body, (None, in_flight)));
                 }
             },
             _ => None,
         };
-        let busy = slot.map(|slot| slot.carrying());
         let response = self
             .forward_inside(
                 req,
@@ -330,7 +325,7 @@ impl Proxy {
                 &inside.asking,
             )
             .await;
-        response.map(|body| Carried::new(body, (busy, extra, in_flight)))
+        response.map(|body| Carried::new(body, (extra, in_flight)))
     }
 
     /// Admits and dials a blind tunnel, then copies `client` bytes both ways.

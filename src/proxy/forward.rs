@@ -212,7 +212,7 @@ impl Proxy {
         let licensed = host_policy
             .robots
             .obey
-            .then(|| target.origin_key(Scheme::of_uri_or_http(req.uri())));
+            .then(|| Scheme::of_uri_or_http(req.uri()));
         let (mut parts, body) = req.into_parts();
         let mut upgrade = upgrade::take(&mut parts, asking.slot.as_ref());
         let asked = match self.rewrite_request_head(&mut parts, &target, asking) {
@@ -266,8 +266,8 @@ impl Proxy {
         if let Some(checked) = checked {
             self.report_preferences(&mut outcome.0, checked, &asking.caller.state);
         }
-        if let Some(origin) = licensed {
-            self.report_licenses(&mut outcome.0, &origin);
+        if let Some(scheme) = licensed {
+            self.report_licenses(&mut outcome.0, &target, scheme);
         }
         with_quota_headers(outcome, &asking.caller)
     }

@@ -193,6 +193,17 @@ impl Asking {
             slot: None,
         }
     }
+
+    /// An anonymous client's asking, for tests of the phases.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        let jobs = Jobs::new();
+        let config = crate::config::Config::default();
+        let caller = jobs
+            .identify(&config, &http::HeaderMap::new(), [127, 0, 0, 1].into())
+            .expect("an anonymous client is always identified");
+        Asking::plain(caller)
+    }
 }
 
 impl Proxy {

@@ -113,16 +113,24 @@ impl Proxy {
         }))
     }
 
-    /// Names on an upstream answer from `origin` the licences its robots.txt points to (RSL 1.0
+    /// Names on an upstream answer from `target` (over `scheme`) the licences its robots.txt points to (RSL 1.0
     /// `License:` lines): reported, never enforced, as the AI-use preferences beside them.
     /// courtesy's own answers are left as they are, and an origin's own header of that name is
     /// replaced.
-    pub(super) fn report_licenses(&self, response: &mut Response<ProxyBody>, origin: &str) {
+    pub(super) fn report_licenses(
+        &self,
+        response: &mut Response<ProxyBody>,
+        target: &Target,
+        scheme: Scheme,
+    ) {
         let Some(headers) = upstream_headers(response) else {
             return;
         };
         headers.remove(LICENSE_HEADER);
-        for url in self.robots.licenses(origin) {
+        if !self.robots.any_licensed() {
+            return;
+        }
+        for url in self.robots.licenses(&target.origin_key(scheme)) {
             if let Ok(value) = HeaderValue::from_str(&url) {
                 headers.append(LICENSE_HEADER, value);
             }
