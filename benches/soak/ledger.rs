@@ -57,6 +57,9 @@ pub struct Tally {
     pub post_body_bad: Vec<u64>,
     /// Ids the origin answered more than once, with how many times (must be none).
     pub duplicates: Vec<(u64, usize)>,
+    /// GETs the origin saw again after a 429 or 503 it answered: courtesy's own retries after
+    /// the window (`retry_idempotent`), allowed and counted.
+    pub retried_after_refusal: u64,
     /// POST ids the origin saw more than once, with how many times (must be none).
     pub post_resent: Vec<(u64, usize)>,
     /// GET ids the origin saw again after a try it did not answer (courtesy's stale-connection
@@ -136,14 +139,21 @@ pub fn tally(
     }
     for (&id, seen) in &by_id {
         let answered = seen.iter().filter(|a| a.behaviour.answered()).count();
+        // Pages: answers other than a 429 or 503, after which courtesy retries a GET itself.
+        let pages = seen
+            .iter()
+            .filter(|a| a.behaviour.answered() && !a.behaviour.refused_for_now())
+            .count();
         let post = seen.iter().any(|a| a.post);
-        if answered > 1 {
+        if pages > 1 || (post && answered > 1) {
             t.duplicates.push((id, answered));
         }
         if post && seen.len() > 1 {
             t.post_resent.push((id, seen.len()));
         } else if !post && seen.len() > 1 && answered <= 1 {
             t.resent_after_unanswered += 1;
+        } else if !post && seen.len() > 1 && pages <= 1 {
+            t.retried_after_refusal += 1;
         }
     }
     t.duplicates.sort_unstable();

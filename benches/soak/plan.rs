@@ -101,6 +101,15 @@ impl Behaviour {
         )
     }
 
+    /// Whether the answer refuses for now (a 429 or a 503): a GET sent again after it is
+    /// courtesy's own retry after the window (`retry_idempotent`), not a duplicate.
+    pub fn refused_for_now(self) -> bool {
+        matches!(
+            self,
+            Behaviour::Throttled | Behaviour::UnavailableFor | Behaviour::Unavailable
+        )
+    }
+
     /// The name the report uses.
     pub fn name(self) -> &'static str {
         match self {

@@ -138,7 +138,9 @@ fn what_ran() -> String {
          SIGTERM when 20, 40 and 60 % of the requests are done and a SIGKILL at 80 %, and is \
          started again at once on the same ports and state_dir; a transport failure from the \
          signal until the new process accepts, plus {} s, is \"lost in a restart window\", \
-         anywhere else it is **lost**. An id the origin answered twice is a **duplicate**; a \
+         anywhere else it is **lost**. An id the origin answered with two pages (answers other than a \
+         429 or 503, after which courtesy retries a GET itself), or a POST answered twice, is a \
+         **duplicate**; a \
          POST id it saw twice is a **POST resent**; a GET id seen again after an unanswered try \
          is courtesy's allowed stale-connection resend.\n",
         HANG.as_secs(),
@@ -279,7 +281,7 @@ fn mode_section(out: &mut String, run: &ModeRun) {
         verdict(t.corrupted.is_empty() && t.post_body_bad.is_empty()),
     );
     row(
-        "duplicates (an id the origin answered twice)",
+        "duplicates (an id the origin answered with two pages, or a POST twice)",
         t.duplicates.len().to_string(),
         verdict(t.duplicates.is_empty()),
     );
@@ -291,6 +293,11 @@ fn mode_section(out: &mut String, run: &ModeRun) {
     row(
         "resent after an unanswered try (GET, stale pooled connection)",
         t.resent_after_unanswered.to_string(),
+        "allowed",
+    );
+    row(
+        "sent again after a 429 or 503 (GET, courtesy's retry_idempotent after the window)",
+        t.retried_after_refusal.to_string(),
         "allowed",
     );
     let windows = t
