@@ -594,27 +594,9 @@ async fn a_clients_own_signature_travels_beside_courtesys_when_courtesy_changes_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_inside_intercepted_https_are_signed() {
     let setup = Setup::new("sign-https");
-    let test_ca = TestCa::new();
     let seen = Seen::default();
-    let recorded = seen.clone();
-    let origin = Origin::start_tls(
-        "127.0.0.1",
-        test_ca.server_config(&["localhost", "127.0.0.1"]),
-        move |req| {
-            let seen = recorded.clone();
-            async move { answer(&seen, "https", req) }
-        },
-    )
-    .await;
-    let ca = test_ca.write(&setup.dir, "origin-ca.pem");
-    let config = setup.config(
-        "",
-        &format!(
-            "[proxy]\nupstream_ca = \"{}\"\nconnect_ports = [{}]\n",
-            ca.display(),
-            origin.addr.port()
-        ),
-    );
+    let origin = recording_origin(&setup, "127.0.0.1", &seen).await;
+    let config = setup.config("", "");
     let directory = setup.directory(&config);
     let courtesy = setup.courtesy(&config).await;
     let client = https_client(&courtesy, None);
@@ -1346,27 +1328,9 @@ async fn cloudflares_web_bot_auth_crate_verifies_https_requests_and_the_director
     use web_bot_auth::message_signatures::MessageVerifier;
     use web_bot_auth::{SignatureAgentLink, WebBotAuthVerifier};
     let setup = Setup::new("sign-interop");
-    let test_ca = TestCa::new();
     let seen = Seen::default();
-    let recorded = seen.clone();
-    let origin = Origin::start_tls(
-        "127.0.0.1",
-        test_ca.server_config(&["localhost", "127.0.0.1"]),
-        move |req| {
-            let seen = recorded.clone();
-            async move { answer(&seen, "https", req) }
-        },
-    )
-    .await;
-    let ca = test_ca.write(&setup.dir, "origin-ca.pem");
-    let config = setup.config(
-        "",
-        &format!(
-            "[proxy]\nupstream_ca = \"{}\"\nconnect_ports = [{}]\n",
-            ca.display(),
-            origin.addr.port()
-        ),
-    );
+    let origin = recording_origin(&setup, "127.0.0.1", &seen).await;
+    let config = setup.config("", "");
     let directory = setup.directory(&config);
     let ring = key_ring(&directory);
     let courtesy = setup.courtesy(&config).await;

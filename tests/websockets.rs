@@ -160,15 +160,7 @@ where
 /// Sends an absolute-form handshake for `url` (`ws://` or `http://`) to the proxy and reads the
 /// answer's head; returns the stream (a socket when the head says 101) and the head.
 async fn absolute_handshake(proxy: SocketAddr, url: &str) -> (TcpStream, String) {
-    let mut stream = TcpStream::connect(proxy).await.unwrap();
-    let authority = url.split('/').nth(2).unwrap();
-    let head = format!(
-        "GET {url} HTTP/1.1\r\nHost: {authority}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let head = read_head(&mut stream).await;
-    (stream, head)
+    absolute_handshake_from("127.0.0.1", proxy, url).await
 }
 
 /// Reads a response head byte by byte (nothing after it is consumed).

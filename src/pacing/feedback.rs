@@ -279,7 +279,7 @@ fn strictest_counter(counters: &[(u64, Option<Duration>)]) -> (Option<u64>, Opti
 
 /// The field lines of `name` joined into one value (RFC 9651 4.2: `, ` between lines); `None`
 /// when there are none.
-fn field_lines(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
+pub(crate) fn field_lines(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
     let mut lines = headers.get_all(name).iter();
     let first = lines.next()?;
     let mut value = first.as_bytes().to_vec();

@@ -16,6 +16,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
 use super::Caller;
 use crate::config::{Config, HostPolicy, SigningMode};
+use crate::pacing::feedback::field_lines as joined;
 use crate::wire::httpsig::{self, sf_string, Carried, Component, Param, SigningKey};
 use tracing::info;
 
@@ -301,18 +302,6 @@ impl ClientSignatures {
         }
         None
     }
-}
-
-/// Every line of the field `name`, joined by `, ` (RFC 9110 5.3); `None` when absent.
-fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<Vec<u8>> {
-    let mut lines = headers.get_all(name).iter();
-    let first = lines.next()?;
-    let mut value = first.as_bytes().to_vec();
-    for line in lines {
-        value.extend_from_slice(b", ");
-        value.extend_from_slice(line.as_bytes());
-    }
-    Some(value)
 }
 
 /// The request's `@authority` (RFC 9421 section 2.2.3): the `Host` courtesy sends, lowercase,
