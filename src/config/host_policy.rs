@@ -1,5 +1,5 @@
 //! The pacing rules one host gets, fully resolved: [`HostPolicy`] and its defaults, and the
-//! [`OffPeak`] window with its own rate.
+//! [`HostRule`] that gives them to the hosts its pattern matches.
 //!
 //! A policy is plain data: the request path reads it and never looks back at the file. Building
 //! one from the file is the validator's job; keeping per-host state is the `policy` module's.
@@ -14,6 +14,8 @@ use super::key_tables::kinds::Kind as _;
 use super::key_tables::kinds::{between, Count, Flag, Maybe, Millis, Rate, Seconds, Word};
 use super::key_tables::process::HeaderText;
 use super::key_tables::{keys, Group, Key};
+use super::off_peak::OffPeak;
+use super::pattern::HostPattern;
 use super::{
     CacheMode, ContentPreferences, Controller, HttpsMode, KeyMode, OnCooldown, Purpose,
     ResourceKind, Route, UpstreamHttp2,
@@ -433,69 +435,15 @@ fn default_markers() -> Arc<BlockMarkers> {
     Arc::new(BlockMarkers::new(markers))
 }
 
-/// A daily window with its own rate (`off_peak = { hours, timezone, rate }`).
+/// One `[[host]]` rule after validation.
 #[derive(Debug, Clone)]
-pub struct OffPeak {
-    /// Start of the window, minutes after local midnight.
-    pub start_minute: u16,
-    /// End of the window (exclusive), minutes after local midnight; may be before the start
-    /// (a window across midnight).
-    pub end_minute: u16,
-    /// The IANA time zone name, as written.
-    pub timezone_name: String,
-    /// The time zone.
-    pub timezone: jiff::tz::TimeZone,
-    /// The rate inside the window.
-    pub rate: f64,
-}
-
-impl PartialEq for OffPeak {
-    fn eq(&self, other: &Self) -> bool {
-        (
-            self.start_minute,
-            self.end_minute,
-            &self.timezone_name,
-            self.rate,
-        ) == (
-            other.start_minute,
-            other.end_minute,
-            &other.timezone_name,
-            other.rate,
-        )
-    }
-}
-
-impl OffPeak {
-    /// The first wall-clock time after `after` at which the window opens or closes.
-    pub fn next_edge(&self, after: std::time::SystemTime) -> Option<std::time::SystemTime> {
-        let now = jiff::Timestamp::try_from(after).ok()?;
-        let today = self.timezone.to_datetime(now).date();
-        let mut best: Option<jiff::Timestamp> = None;
-        for date in [Some(today), today.tomorrow().ok()].into_iter().flatten() {
-            for minute in [self.start_minute, self.end_minute] {
-                let local = date.at((minute / 60) as i8, (minute % 60) as i8, 0, 0);
-                let Ok(at) = self.timezone.to_ambiguous_timestamp(local).compatible() else {
-                    continue;
-                };
-                if at > now && best.is_none_or(|b| at < b) {
-                    best = Some(at);
-                }
-            }
-        }
-        std::time::SystemTime::try_from(best?).ok()
-    }
-
-    /// Whether the wall-clock time `at` falls inside the window.
-    pub fn contains(&self, at: std::time::SystemTime) -> bool {
-        let Ok(ts) = jiff::Timestamp::try_from(at) else {
-            return false;
-        };
-        let local = self.timezone.to_datetime(ts);
-        let minute = local.hour() as u16 * 60 + local.minute() as u16;
-        if self.start_minute <= self.end_minute {
-            (self.start_minute..self.end_minute).contains(&minute)
-        } else {
-            minute >= self.start_minute || minute < self.end_minute
-        }
-    }
+pub struct HostRule {
+    /// 1-based position in its file, as users count them.
+    pub number: usize,
+    /// The file that holds it: the config file, or a file it includes.
+    pub source: Arc<str>,
+    /// What the rule matches.
+    pub pattern: HostPattern,
+    /// The policy a matching host gets.
+    pub policy: Arc<HostPolicy>,
 }

@@ -20,14 +20,15 @@
 //! | `reference.rs` | the reference page and `config/courtesy.toml`, made from the key tables |
 //! | `live.rs` | [`LiveConfig`]: the config in force, shared, replaced whole by a reload |
 //! | `validate/` | the validator (stage two): shared checks, then settings and policies |
-//! | `host_policy.rs` | [`HostPolicy`], its groups of keys and their defaults, the [`OffPeak`] window |
+//! | `host_policy.rs` | [`HostPolicy`], its groups of keys and their defaults; [`HostRule`], a pattern and the policy it gives |
+//! | `off_peak.rs` | the [`OffPeak`] window: a daily stretch with its own rate |
 //! | `choices.rs` | the closed-choice enums: [`OnCooldown`], [`HttpsMode`], [`CacheMode`], [`KeyMode`], [`ResourceKind`], [`Controller`], [`UpstreamHttp2`] |
 //! | `word.rs` | [`ConfigWord`]: each of those enums' one word table, read from its serde derive |
 //! | `settings.rs` | [`ProxySettings`], [`AdminSettings`], [`AlertSettings`], [`TelemetrySettings`], [`SharedSettings`]: their keys and defaults |
 //! | `parent.rs` | [`UpstreamProxy`] and [`Route`]: parent proxy URLs, parsed and redacted |
 //! | `block_markers.rs` | [`BlockMarkers`]: what a challenge page contains, the defaults, the matcher; the vendors' own block pages ([`VendorBlockPath`]) |
 //! | `redis_url.rs` | `[shared] redis_url` read: one server, a Cluster's seeds, a master's Sentinels |
-//! | `pattern.rs` | [`HostPattern`], [`HostRule`], client networks and addresses |
+//! | `pattern.rs` | [`HostPattern`], client networks and addresses |
 
 mod agents;
 mod block_markers;
@@ -39,6 +40,7 @@ mod include;
 mod job;
 pub mod key_tables;
 mod live;
+mod off_peak;
 mod parent;
 mod pattern;
 mod problems;
@@ -69,13 +71,14 @@ pub use choices::{
     Priority, Purpose, ResourceKind, SigningMode, Trigger, UpstreamHttp2,
 };
 pub use host_policy::{
-    Adaptive, BlockSettings, BudgetScope, CooldownSettings, Forward, HostPolicy, OffPeak,
+    Adaptive, BlockSettings, BudgetScope, CooldownSettings, Forward, HostPolicy, HostRule,
     PacingSettings, Preferences, Robots,
 };
 pub use job::JobSettings;
 pub use live::LiveConfig;
+pub use off_peak::OffPeak;
 pub use parent::{ParentCredentials, ParentScheme, Route, UpstreamProxy, SOCKS_DEFAULT_PORT};
-pub use pattern::{HostPattern, HostRule};
+pub use pattern::HostPattern;
 pub use settings::{
     AdminSettings, AlertSettings, ProxySettings, SharedSettings, TelemetrySettings,
 };

@@ -1,13 +1,10 @@
 //! What a host rule or an allow-list entry matches: [`HostPattern`] with its host/port
-//! splitting, [`HostRule`], client networks, and the one canonical form of a client address.
+//! splitting, client networks, and the one canonical form of a client address.
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use ipnet::IpNet;
-
-use super::HostPolicy;
 
 /// A `[[host]]` pattern: an exact host or `*.suffix`, optionally with `:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,19 +99,6 @@ fn split_host_port(text: &str) -> Result<(&str, Option<u16>), String> {
         )),
         None => Ok((text, None)),
     }
-}
-
-/// One `[[host]]` rule after validation.
-#[derive(Debug, Clone)]
-pub struct HostRule {
-    /// 1-based position in its file, as users count them.
-    pub number: usize,
-    /// The file that holds it: the config file, or a file it includes.
-    pub source: Arc<str>,
-    /// What the rule matches.
-    pub pattern: HostPattern,
-    /// The policy a matching host gets.
-    pub policy: Arc<HostPolicy>,
 }
 
 /// An `allow_clients` entry: a CIDR network, or a single address as a network of one.

@@ -70,34 +70,70 @@ pub(crate) fn topology(url: &str) -> Result<Topology, String> {
     if hosts.iter().any(|h| h.is_empty()) {
         return Err(format!("{scheme}:// needs host:port[,host:port…]"));
     }
-    let default_port = if kind == "cluster" { 6379 } else { 26379 };
-    let with_port = |h: &str| {
-        let has_port = h.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']'));
-        if has_port {
-            h.to_string()
-        } else {
-            format!("{h}:{default_port}")
-        }
-    };
-    let check = |u: &str| {
-        redis::Client::open(u)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    let servers = Servers {
+        base,
+        userinfo,
+        hosts: &hosts,
     };
     if kind == "cluster" {
-        let path = path.trim_end_matches('/');
-        if !path.is_empty() && path != "0" {
-            return Err("a Redis Cluster has database 0 only".into());
-        }
-        let nodes: Vec<String> = hosts
-            .iter()
-            .map(|h| format!("{base}://{userinfo}{}", with_port(h)))
-            .collect();
-        for node in &nodes {
-            check(node)?;
-        }
-        return Ok(Topology::Cluster(nodes));
+        cluster(&servers, path)
+    } else {
+        sentinel(scheme, &servers, path)
     }
+}
+
+/// The servers a Cluster's or Sentinels' URL names: its plain scheme (`redis` or `rediss`), its
+/// userinfo (with its `@`, or empty), and its `host[:port]` list.
+struct Servers<'a> {
+    base: &'a str,
+    userinfo: &'a str,
+    hosts: &'a [&'a str],
+}
+
+/// `h` with `default_port` unless it names a port.
+fn with_port(h: &str, default_port: u16) -> String {
+    let has_port = h.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']'));
+    if has_port {
+        h.to_string()
+    } else {
+        format!("{h}:{default_port}")
+    }
+}
+
+/// Whether the redis client takes `u` as a server's URL (its error, if not).
+fn check(u: &str) -> Result<(), String> {
+    redis::Client::open(u)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// A Redis Cluster's seeds: one URL per node with the userinfo (database 0 only).
+fn cluster(servers: &Servers<'_>, path: &str) -> Result<Topology, String> {
+    let path = path.trim_end_matches('/');
+    if !path.is_empty() && path != "0" {
+        return Err("a Redis Cluster has database 0 only".into());
+    }
+    let nodes: Vec<String> = servers
+        .hosts
+        .iter()
+        .map(|h| {
+            format!(
+                "{}://{}{}",
+                servers.base,
+                servers.userinfo,
+                with_port(h, 6379)
+            )
+        })
+        .collect();
+    for node in &nodes {
+        check(node)?;
+    }
+    Ok(Topology::Cluster(nodes))
+}
+
+/// The Sentinels of a master, from `path` (`<master_name>[/<db>]`): the Sentinels' URLs carry
+/// no userinfo; the master's does.
+fn sentinel(scheme: &str, servers: &Servers<'_>, path: &str) -> Result<Topology, String> {
     let mut parts = path.split('/');
     let master = parts.next().unwrap_or("").to_string();
     if master.is_empty() {
@@ -113,9 +149,10 @@ pub(crate) fn topology(url: &str) -> Result<Topology, String> {
             .filter(|d| *d >= 0)
             .ok_or_else(|| format!("the database must be a number, got {d:?}"))?,
     };
-    let sentinels: Vec<String> = hosts
+    let sentinels: Vec<String> = servers
+        .hosts
         .iter()
-        .map(|h| format!("{base}://{}", with_port(h)))
+        .map(|h| format!("{}://{}", servers.base, with_port(h, 26379)))
         .collect();
     for s in &sentinels {
         check(s)?;
@@ -123,8 +160,12 @@ pub(crate) fn topology(url: &str) -> Result<Topology, String> {
     let target = SentinelTarget {
         sentinels,
         master,
-        scheme: if base == "rediss" { "rediss" } else { "redis" },
-        userinfo: userinfo.to_string(),
+        scheme: if servers.base == "rediss" {
+            "rediss"
+        } else {
+            "redis"
+        },
+        userinfo: servers.userinfo.to_string(),
         db,
     };
     check(&target.master_url("127.0.0.1", 6379))?;
@@ -134,6 +175,17 @@ pub(crate) fn topology(url: &str) -> Result<Topology, String> {
 /// Whether `url` speaks TLS (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`).
 pub(crate) fn is_tls_url(url: &str) -> bool {
     url.starts_with("rediss://") || url.starts_with("rediss+")
+}
+
+/// `url` with its userinfo (a password, a user) shown as `***`, for messages and `/readyz`.
+pub(crate) fn redacted(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((_, host)) => format!("{scheme}://***@{host}"),
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::key_tables::kinds::hex32;
 use super::JobSettings;
 
 /// The entropy below which a token draws a warning: what a 128-bit random token (32 hex digits,
@@ -181,17 +182,6 @@ pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(digest.as_ref());
     out
-}
-
-/// The 32 bytes that 64 hex digits spell, or `None`.
-pub(crate) fn hex32(hex: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    let ok = hex.len() == 64
-        && out.iter_mut().enumerate().all(|(i, byte)| {
-            let pair = hex.get(2 * i..2 * i + 2).unwrap_or("");
-            u8::from_str_radix(pair, 16).map(|b| *byte = b).is_ok()
-        });
-    ok.then_some(out)
 }
 
 #[cfg(test)]

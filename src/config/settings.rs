@@ -465,13 +465,7 @@ impl SharedSettings {
     /// The URL with any user and password replaced by `***`, for logs and pages; for every form
     /// (one server, cluster seeds, sentinels), whose userinfo comes once, before the hosts.
     pub fn redacted_url(&self) -> String {
-        match self.redis_url.split_once("://") {
-            Some((scheme, rest)) => match rest.rsplit_once('@') {
-                Some((_, host)) => format!("{scheme}://***@{host}"),
-                None => self.redis_url.clone(),
-            },
-            None => self.redis_url.clone(),
-        }
+        super::redis_url::redacted(&self.redis_url)
     }
 }
 

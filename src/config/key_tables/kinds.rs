@@ -285,3 +285,13 @@ pub(crate) fn quoted_words<T: ConfigWord>() -> String {
     let words: Vec<String> = T::ALL.iter().map(|w| format!("{:?}", w.word())).collect();
     words.join(", ")
 }
+/// The 32 bytes that 64 hex digits spell, or `None` (a `token_sha256`).
+pub(crate) fn hex32(hex: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    let ok = hex.len() == 64
+        && out.iter_mut().enumerate().all(|(i, byte)| {
+            let pair = hex.get(2 * i..2 * i + 2).unwrap_or("");
+            u8::from_str_radix(pair, 16).map(|b| *byte = b).is_ok()
+        });
+    ok.then_some(out)
+}

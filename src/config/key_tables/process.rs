@@ -243,7 +243,7 @@ impl Kind<String, String> for StoreUrl {
     fn check(&self, url: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<String> {
         if let Err(e) = crate::config::redis_url::topology(&url) {
             let label = say.label;
-            let shown = crate::config::SharedSettings::new(&url).redacted_url();
+            let shown = crate::config::redis_url::redacted(&url);
             say.error(
                 at,
                 &format!(
@@ -352,7 +352,7 @@ pub(crate) struct Sha256Hex;
 impl Kind<String, [u8; 32]> for Sha256Hex {
     fn check(&self, hex: String, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<[u8; 32]> {
         let hex = hex.trim();
-        let Some(out) = crate::config::secrets::hex32(hex) else {
+        let Some(out) = super::kinds::hex32(hex) else {
             let label = say.label;
             say.error(
                 at,
