@@ -275,6 +275,80 @@ async fn allowances_spent_late_keep_every_window_within_the_budget() {
     }
 }
 
+impl Holder {
+    /// An instance named `name` with no allowance yet, going silent at `gone_at`.
+    fn new(name: &'static str, gone_at: i64) -> Self {
+        Holder {
+            name,
+            tokens: 0,
+            spent: 0,
+            seq: 0,
+            granted_at: 0,
+            spend_from: 0,
+            gone_at,
+        }
+    }
+
+    /// One moment of the mix at `now` for this instance: it spends a token of its allowance
+    /// (a send), or with none left or its span over now and then asks for a new one. `true`
+    /// when it was granted one.
+    async fn step(
+        &mut self,
+        (conn, host, limits): (&mut MultiplexedConnection, &str, Limits),
+        now: i64,
+        rng: &mut Lcg,
+        sends: &mut Vec<i64>,
+    ) -> bool {
+        if now >= self.gone_at {
+            return false;
+        }
+        let span_over = now - self.granted_at > 250_000;
+        if self.tokens > 0 && !span_over && now >= self.spend_from && rng.next(3) == 0 {
+            self.tokens -= 1;
+            self.spent += 1;
+            sends.push(now);
+            return false;
+        }
+        if !((self.tokens == 0 || span_over) && rng.next(40) == 0) {
+            return false;
+        }
+        self.seq += 1;
+        let ahead = format!("{}|{}|{}|8|0", self.seq, self.spent, 16 + rng.next(32));
+        let (kind, wait, tokens, _, _) = call(conn, host, limits, now, self.name, &ahead, 1).await;
+        self.tokens = 0;
+        match kind.as_str() {
+            "ahead" => {
+                self.tokens = tokens.parse().unwrap();
+                self.granted_at = now;
+                // Half the time, everything is spent at the very end of the span.
+                self.spend_from = if rng.next(2) == 0 { now } else { now + 240_000 };
+                return true;
+            }
+            "go" => sends.push(now + wait),
+            _ => {}
+        }
+        false
+    }
+}
+
+/// b takes everything the bucket holds at once: turns until one is not at once.
+async fn b_takes_all(
+    (conn, host, limits): (&mut MultiplexedConnection, &str, Limits),
+    now: i64,
+    sends: &mut Vec<i64>,
+) {
+    loop {
+        let (kind, wait, ..) = call(conn, host, limits, now, "b", "", 1).await;
+        if kind != "go" {
+            break;
+        }
+        sends.push(now + wait);
+        if wait > 0 {
+            break;
+        }
+    }
+}
+
 /// One random mix (see above) from `seed`, on `host`.
 async fn mix(redis: &TestRedis, conn: &mut MultiplexedConnection, seed: u64, host: &str) {
     let _ = redis;
@@ -285,26 +359,7 @@ async fn mix(redis: &TestRedis, conn: &mut MultiplexedConnection, seed: u64, hos
         lease: 400_000,
     };
     let mut rng = Lcg(seed);
-    let mut holders = [
-        Holder {
-            name: "a",
-            tokens: 0,
-            spent: 0,
-            seq: 0,
-            granted_at: 0,
-            spend_from: 0,
-            gone_at: i64::MAX,
-        },
-        Holder {
-            name: "c",
-            tokens: 0,
-            spent: 0,
-            seq: 0,
-            granted_at: 0,
-            spend_from: 0,
-            gone_at: T0 + 2_500_000,
-        },
-    ];
+    let mut holders = [Holder::new("a", i64::MAX), Holder::new("c", T0 + 2_500_000)];
     let mut sends: Vec<i64> = Vec::new();
     let mut b_next = T0;
     let mut now = T0;
@@ -313,47 +368,16 @@ async fn mix(redis: &TestRedis, conn: &mut MultiplexedConnection, seed: u64, hos
     while now < end {
         now += rng.next(3_000) as i64;
         for holder in holders.iter_mut() {
-            if now >= holder.gone_at {
-                continue;
-            }
-            let span_over = now - holder.granted_at > 250_000;
-            if holder.tokens > 0 && !span_over && now >= holder.spend_from && rng.next(3) == 0 {
-                holder.tokens -= 1;
-                holder.spent += 1;
-                sends.push(now);
-                continue;
-            }
-            if (holder.tokens == 0 || span_over) && rng.next(40) == 0 {
-                holder.seq += 1;
-                let ahead = format!("{}|{}|{}|8|0", holder.seq, holder.spent, 16 + rng.next(32));
-                let (kind, wait, tokens, _, _) =
-                    call(conn, host, limits, now, holder.name, &ahead, 1).await;
-                holder.tokens = 0;
-                match kind.as_str() {
-                    "ahead" => {
-                        grants += 1;
-                        holder.tokens = tokens.parse().unwrap();
-                        holder.granted_at = now;
-                        // Half the time, everything is spent at the very end of the span.
-                        holder.spend_from = if rng.next(2) == 0 { now } else { now + 240_000 };
-                    }
-                    "go" => sends.push(now + wait),
-                    _ => {}
-                }
+            if holder
+                .step((conn, host, limits), now, &mut rng, &mut sends)
+                .await
+            {
+                grants += 1;
             }
         }
         // Now and then b takes everything the bucket holds at once.
         if rng.next(150) == 0 {
-            loop {
-                let (kind, wait, ..) = call(conn, host, limits, now, "b", "", 1).await;
-                if kind != "go" {
-                    break;
-                }
-                sends.push(now + wait);
-                if wait > 0 {
-                    break;
-                }
-            }
+            b_takes_all((conn, host, limits), now, &mut sends).await;
         }
         // b comes now and then, and takes a turn.
         if now >= b_next && rng.next(8) == 0 {
@@ -370,6 +394,12 @@ async fn mix(redis: &TestRedis, conn: &mut MultiplexedConnection, seed: u64, hos
         grants >= 5,
         "seed {seed}: the mix had allowances in it: {grants}"
     );
+    within_the_budget(seed, &mut sends, limits, end);
+}
+
+/// Every window of the arrivals `sends` holds at most `burst + rate × T`, and the budget was
+/// used (most of `rate × T` over the run that ended at `end`).
+fn within_the_budget(seed: u64, sends: &mut [i64], limits: Limits, end: i64) {
     sends.sort_unstable();
     let (rate, burst) = (limits.rate, f64::from(limits.burst));
     for i in 0..sends.len() {

@@ -915,51 +915,59 @@ mod tests {
         }
     }
 
+    fn release() -> ReleaseCall<'static> {
+        ReleaseCall {
+            prefix: "t",
+            now: None,
+            member: "m",
+            refund: false,
+            tat: 0,
+            interval: 0,
+            channel: "c",
+            host: "h:80",
+        }
+    }
+
+    fn report() -> ReportCall<'static> {
+        ReportCall {
+            prefix: "t",
+            now: None,
+            cooldown_us: 0,
+            cause: String::new(),
+            rate_before: 1.0,
+            rate_after: 1.0,
+            started_us: 0,
+            min_rate: 1.0,
+            ceiling: 1.0,
+            configured_rate: 1.0,
+            burst: 1,
+            cap: None,
+            cap_us: 0,
+            channel: "c",
+            host: "h:80",
+            idle_ttl_us: 0,
+        }
+    }
+
+    fn operator() -> OperatorCall<'static> {
+        OperatorCall {
+            prefix: "t",
+            now: None,
+            action: "resume",
+            value: String::new(),
+            channel: "c",
+            host: "h:80",
+            idle_ttl_us: 1,
+        }
+    }
+
     #[test]
     fn every_call_writes_what_its_script_header_reads_in_its_order() {
         let (prefix, host, channel) = ("t", "h:80", "c");
         let results = [
             ("reserve", check(&reserve(), ReserveCall::SCRIPT)),
-            (
-                "release",
-                check(
-                    &ReleaseCall {
-                        prefix,
-                        now: None,
-                        member: "m",
-                        refund: false,
-                        tat: 0,
-                        interval: 0,
-                        channel,
-                        host,
-                    },
-                    ReleaseCall::SCRIPT,
-                ),
-            ),
-            (
-                "report",
-                check(
-                    &ReportCall {
-                        prefix,
-                        now: None,
-                        cooldown_us: 0,
-                        cause: String::new(),
-                        rate_before: 1.0,
-                        rate_after: 1.0,
-                        started_us: 0,
-                        min_rate: 1.0,
-                        ceiling: 1.0,
-                        configured_rate: 1.0,
-                        burst: 1,
-                        cap: None,
-                        cap_us: 0,
-                        channel,
-                        host,
-                        idle_ttl_us: 0,
-                    },
-                    ReportCall::SCRIPT,
-                ),
-            ),
+            ("release", check(&release(), ReleaseCall::SCRIPT)),
+            ("report", check(&report(), ReportCall::SCRIPT)),
             (
                 "bill",
                 check(
@@ -974,21 +982,7 @@ mod tests {
                     BillCall::SCRIPT,
                 ),
             ),
-            (
-                "operator",
-                check(
-                    &OperatorCall {
-                        prefix,
-                        now: None,
-                        action: "resume",
-                        value: String::new(),
-                        channel,
-                        host,
-                        idle_ttl_us: 1,
-                    },
-                    OperatorCall::SCRIPT,
-                ),
-            ),
+            ("operator", check(&operator(), OperatorCall::SCRIPT)),
             (
                 "withdraw",
                 check(

@@ -676,6 +676,20 @@ async fn a_reservation_past_its_deadline_reserves_nothing() {
     assert_eq!(kind, "go");
 }
 
+/// What the store answers `who` asking for one turn of `host` (one slot, a rate too fast to
+/// pace) at `now` for a request `waited_us` old, ending the turn `ended` if any.
+async fn fair_ask(
+    conn: &mut MultiplexedConnection,
+    host: &str,
+    (now, who, waited_us): (i64, &str, i64),
+    ended: Option<&str>,
+) -> String {
+    let ended: Vec<&str> = ended.into_iter().collect();
+    ask(conn, host, now, "1000000", 1, who, waited_us, 0, &ended)
+        .await
+        .0
+}
+
 /// With one slot, the instance that frees it and asks again at once comes after the instance
 /// that has waited longer; an instance whose queue emptied gives its place up; a place whose
 /// instance stopped asking is forgotten after its TTL.
@@ -686,13 +700,16 @@ async fn a_freed_slot_goes_to_the_instance_that_waited_longest() {
     };
     let mut conn = connect(&redis).await;
     let host = "fair.test:80";
-    let fast = "1000000";
-    assert_eq!(
-        ask(&mut conn, host, T0, fast, 1, "a", 0, 0, &[]).await.0,
-        "go"
-    );
+    the_longest_waiting_goes_first(&mut conn, host).await;
+    a_place_is_withdrawn_or_runs_out(&mut conn, host).await;
+}
+
+/// a, b and c take turns of the one slot: the one whose request waited longest goes first,
+/// never the one that freed it only because it asks again first.
+async fn the_longest_waiting_goes_first(conn: &mut MultiplexedConnection, host: &str) {
+    assert_eq!(fair_ask(conn, host, (T0, "a", 0), None).await, "go");
     // b's oldest request has waited 100 ms: every slot is taken, it is listed.
-    let (kind, retry) = ask(&mut conn, host, T0 + 1_000, fast, 1, "b", 100_000, 0, &[]).await;
+    let (kind, retry) = ask(conn, host, T0 + 1_000, "1000000", 1, "b", 100_000, 0, &[]).await;
     assert_eq!(kind, "busy");
     assert!(
         retry <= 500_000,
@@ -700,69 +717,34 @@ async fn a_freed_slot_goes_to_the_instance_that_waited_longest() {
     );
     // a frees its slot and asks again for a request 10 ms old: b waited longer.
     let a_turn = format!("a:{T0}");
-    let (kind, _) = ask(
-        &mut conn,
-        host,
-        T0 + 2_000,
-        fast,
-        1,
-        "a",
-        10_000,
-        0,
-        &[&a_turn],
-    )
-    .await;
+    let kind = fair_ask(conn, host, (T0 + 2_000, "a", 10_000), Some(&a_turn)).await;
     assert_eq!(kind, "behind");
     assert_eq!(
-        ask(&mut conn, host, T0 + 3_000, fast, 1, "b", 102_000, 0, &[])
-            .await
-            .0,
+        fair_ask(conn, host, (T0 + 3_000, "b", 102_000), None).await,
         "go"
     );
     // b's turn ends; a (now the oldest listed) goes before c, whose request is younger.
     let b_turn = format!("b:{}", T0 + 3_000);
-    let (kind, _) = ask(
-        &mut conn,
-        host,
-        T0 + 4_000,
-        fast,
-        1,
-        "c",
-        1_000,
-        0,
-        &[&b_turn],
-    )
-    .await;
+    let kind = fair_ask(conn, host, (T0 + 4_000, "c", 1_000), Some(&b_turn)).await;
     assert_eq!(kind, "behind", "c's request is younger than a's");
     assert_eq!(
-        ask(&mut conn, host, T0 + 5_000, fast, 1, "a", 13_000, 0, &[])
-            .await
-            .0,
+        fair_ask(conn, host, (T0 + 5_000, "a", 13_000), None).await,
         "go"
     );
+}
+
+/// After [`the_longest_waiting_goes_first`]: c is listed; an instance whose queue empties
+/// withdraws, and one that stops asking loses its place after the place's TTL.
+async fn a_place_is_withdrawn_or_runs_out(conn: &mut MultiplexedConnection, host: &str) {
     // c is listed; when its queue empties it withdraws, and d goes without waiting for it.
     let a_turn = format!("a:{}", T0 + 5_000);
     assert_eq!(
-        ask(
-            &mut conn,
-            host,
-            T0 + 6_000,
-            fast,
-            1,
-            "c",
-            50_000,
-            0,
-            &[&a_turn]
-        )
-        .await
-        .0,
+        fair_ask(conn, host, (T0 + 6_000, "c", 50_000), Some(&a_turn)).await,
         "go"
     );
     let c_turn = format!("c:{}", T0 + 6_000);
     assert_eq!(
-        ask(&mut conn, host, T0 + 7_000, fast, 1, "e", 90_000, 0, &[])
-            .await
-            .0,
+        fair_ask(conn, host, (T0 + 7_000, "e", 90_000), None).await,
         "busy"
     );
     let withdraw = WithdrawCall {
@@ -771,52 +753,24 @@ async fn a_freed_slot_goes_to_the_instance_that_waited_longest() {
         channel: "t:hints",
         host,
     };
-    run(&mut conn, &withdraw).await;
+    run(conn, &withdraw).await;
     assert_eq!(
-        ask(
-            &mut conn,
-            host,
-            T0 + 8_000,
-            fast,
-            1,
-            "d",
-            1_000,
-            0,
-            &[&c_turn]
-        )
-        .await
-        .0,
+        fair_ask(conn, host, (T0 + 8_000, "d", 1_000), Some(&c_turn)).await,
         "go",
         "e withdrew"
     );
     // f is listed and then stops asking: after the place's TTL (2 s) g goes.
     let d_turn = format!("d:{}", T0 + 8_000);
     assert_eq!(
-        ask(&mut conn, host, T0 + 9_000, fast, 1, "f", 90_000, 0, &[])
-            .await
-            .0,
+        fair_ask(conn, host, (T0 + 9_000, "f", 90_000), None).await,
         "busy"
     );
     assert_eq!(
-        ask(
-            &mut conn,
-            host,
-            T0 + 10_000,
-            fast,
-            1,
-            "g",
-            1_000,
-            0,
-            &[&d_turn]
-        )
-        .await
-        .0,
+        fair_ask(conn, host, (T0 + 10_000, "g", 1_000), Some(&d_turn)).await,
         "behind"
     );
     assert_eq!(
-        ask(&mut conn, host, T0 + 2_100_000, fast, 1, "g", 1_000, 0, &[])
-            .await
-            .0,
+        fair_ask(conn, host, (T0 + 2_100_000, "g", 1_000), None).await,
         "go",
         "f's place ran out"
     );
