@@ -6,16 +6,16 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::time::{timeout_at, Instant};
 
 use super::budget::{Kept, Turn};
+use super::grant::{Grant, Incoming, Paced};
 use super::host::{Dispatcher, Enqueued, Host, HostState};
 use super::lanes::{JobTag, Priority};
-use super::permit::Paced;
 use super::verdicts::ShadowReason;
 use super::waits::Asker;
 use super::{dispatch, Limiter, Permit, Refusal};
@@ -101,10 +101,9 @@ enum TryNow {
     InLine(InLine),
 }
 
-/// A request waiting in a host's queue: its place, where its turn comes, until when it waits.
+/// A request waiting in a host's queue: its place (where its turn comes), until when it waits.
 struct InLine {
     place: QueuedTurn,
-    turn: oneshot::Receiver<Result<Permit, Refusal>>,
     deadline: Instant,
     asker: Asker,
 }
@@ -145,87 +144,124 @@ impl Limiter {
                 let verdict = state.judge_shadow(request.refused, request.job.as_ref(), now);
                 state.in_flight_mut().start();
                 drop(state);
-                let permit = Permit::new(entry, self, None, Paced::AtOnce);
+                let permit = Permit::new(entry, self, Grant::new(None, Paced::AtOnce));
                 return TryNow::Now(permit.with_shadow(verdict));
             }
-            let cooldown = &state.policy().cooldown;
-            if let Some(c) = state.pacing().block(now).filter(|c| {
-                !cooldown.holds(request.on_cooldown, c.until.saturating_duration_since(now))
-            }) {
-                let refusal = Refusal::CoolingDown {
-                    remaining: c.until.saturating_duration_since(now),
-                    cause: c.cause,
-                };
-                state.stats_mut().refused(&refusal);
+            if let Some(refusal) = cooldown_refusal(&mut state, request.on_cooldown, now) {
                 return TryNow::Refused(refusal);
             }
             // What the request waits for if it is the first in line (else: those ahead of it).
-            let mut first_waits = None;
-            if state.queue().is_empty() {
-                let turn = self.budget.take_turn(
-                    &mut state,
-                    &self.global,
-                    (self.egress.as_ref(), self.downlink.as_ref()),
-                    Kept::default(),
-                    now,
-                );
-                match turn {
-                    Turn::Go { slot } => {
-                        drop(state);
-                        let permit = Permit::new(entry, self, Some(slot), Paced::AtOnce);
-                        return TryNow::Now(permit);
-                    }
-                    Turn::GoAhead { slot, generation } => {
-                        drop(state);
-                        let permit = Permit::new(entry, self, Some(slot), Paced::AtOnce);
-                        return TryNow::Now(permit.with_ahead(generation));
-                    }
-                    Turn::NotNow(not_now) => first_waits = Some(not_now.reason()),
+            let first_waits = match self.free_turn(&mut state, now) {
+                Ok(grant) => {
+                    drop(state);
+                    return TryNow::Now(Permit::new(entry, self, grant));
                 }
-            }
-            let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
-            let max_queue = state.policy().pacing.max_queue;
-            if state.queue().len() >= max_queue {
-                // A job over its share of the room gives its last place to another job's request.
-                if let Some(evicted) = state.evict_over_share(job, max_queue) {
-                    let refusal = queue_full(&state, now);
-                    state.stats_mut().refused(&refusal);
-                    // Its waiter may have gone (then the send fails and nothing is owed).
-                    let _ = evicted.reply.send(Err(refusal));
-                    entry.wake.notify_one();
-                }
-            }
-            if state.queue().len() >= max_queue {
-                let refusal = queue_full(&state, now);
-                state.stats_mut().refused(&refusal);
-                return TryNow::Refused(refusal);
-            }
-            let (tx, turn) = oneshot::channel();
-            let Enqueued { asker, dispatcher } =
-                state.enqueue((job, request.priority), request.on_cooldown, tx, now);
-            if let Some(reason) = first_waits {
-                state.front_waits(asker.id, reason, now);
-            }
-            let deadline = now + state.policy().pacing.max_wait;
-            match dispatcher {
-                Dispatcher::Start => {
-                    tokio::spawn(dispatch::dispatch(self.clone(), entry.clone()));
-                }
-                // A dispatcher that keeps an allowance while the queue is empty waits to be told.
-                Dispatcher::Wake => entry.wake.notify_one(),
-                Dispatcher::Running => {}
-            }
-            drop(state);
-            return TryNow::InLine(InLine {
-                place: QueuedTurn {
-                    host: entry,
-                    id: asker.id,
-                },
-                turn,
-                deadline,
-                asker,
-            });
+                Err(first_waits) => first_waits,
+            };
+            return self.queue_up(&entry, state, request, first_waits, now);
         }
+    }
+
+    /// The turn of a request that finds the host's queue empty, if the budget has one now;
+    /// otherwise what the request waits for if it queues (`None`: those ahead of it).
+    fn free_turn(&self, state: &mut HostState, now: Instant) -> Result<Grant, Option<WaitReason>> {
+        if !state.queue().is_empty() {
+            return Err(None);
+        }
+        let ceilings = (self.egress.as_ref(), self.downlink.as_ref());
+        match self
+            .budget
+            .take_turn(state, &self.global, ceilings, Kept::default(), now)
+        {
+            Turn::Go { slot } => Ok(Grant::new(Some(slot), Paced::AtOnce)),
+            Turn::GoAhead { slot, generation } => {
+                Ok(Grant::new(Some(slot), Paced::AtOnce).with_ahead(generation))
+            }
+            Turn::NotNow(not_now) => Err(Some(not_now.reason())),
+        }
+    }
+
+    /// Puts the request at the back of `entry`'s queue (`state` is its lock), making room if a
+    /// job holds more than its share of a full one, and starts or wakes the dispatcher; a
+    /// refusal if the queue stays full. `first_waits`: what the request waits for if it is the
+    /// first in line.
+    fn queue_up(
+        self: &Arc<Self>,
+        entry: &Arc<Host>,
+        mut state: MutexGuard<'_, HostState>,
+        request: &Admission<'_>,
+        first_waits: Option<WaitReason>,
+        now: Instant,
+    ) -> TryNow {
+        let job = request.job.as_ref().unwrap_or(&ANONYMOUS);
+        let max_queue = state.policy().pacing.max_queue;
+        if state.queue().len() >= max_queue {
+            make_room(entry, &mut state, job, now);
+        }
+        if state.queue().len() >= max_queue {
+            let refusal = queue_full(&state, now);
+            state.stats_mut().refused(&refusal);
+            return TryNow::Refused(refusal);
+        }
+        let (tx, answer) = oneshot::channel();
+        let Enqueued { asker, dispatcher } =
+            state.enqueue((job, request.priority), request.on_cooldown, tx, now);
+        if let Some(reason) = first_waits {
+            state.front_waits(asker.id, reason, now);
+        }
+        let deadline = now + state.policy().pacing.max_wait;
+        match dispatcher {
+            Dispatcher::Start => {
+                tokio::spawn(dispatch::dispatch(self.clone(), entry.clone()));
+            }
+            // A dispatcher that keeps an allowance while the queue is empty waits to be told.
+            Dispatcher::Wake => entry.wake.notify_one(),
+            Dispatcher::Running => {}
+        }
+        drop(state);
+        TryNow::InLine(InLine {
+            place: QueuedTurn {
+                limiter: self.clone(),
+                host: entry.clone(),
+                id: asker.id,
+                answer,
+            },
+            deadline,
+            asker,
+        })
+    }
+}
+
+/// The refusal of a request for a host that cools down, if the request is not held through what
+/// is left of it (`on_cooldown`: the request's own answer, else the host's); counted.
+fn cooldown_refusal(
+    state: &mut HostState,
+    on_cooldown: Option<OnCooldown>,
+    now: Instant,
+) -> Option<Refusal> {
+    let cooldown = &state.policy().cooldown;
+    let c = state
+        .pacing()
+        .block(now)
+        .filter(|c| !cooldown.holds(on_cooldown, c.until.saturating_duration_since(now)))?;
+    let refusal = Refusal::CoolingDown {
+        remaining: c.until.saturating_duration_since(now),
+        cause: c.cause,
+    };
+    state.stats_mut().refused(&refusal);
+    Some(refusal)
+}
+
+/// In `host`'s full queue: a job other than `job` over its share of the room gives its last
+/// place to `job`'s request (refused as a full queue).
+fn make_room(host: &Host, state: &mut HostState, job: &JobTag, now: Instant) {
+    let max_queue = state.policy().pacing.max_queue;
+    if let Some(evicted) = state.evict_over_share(job, max_queue) {
+        let refusal = queue_full(state, now);
+        state.stats_mut().refused(&refusal);
+        // Its waiter may have gone (then the send fails and nothing is owed).
+        let _ = evicted.reply.send(Err(refusal));
+        host.wake.notify_one();
     }
 }
 
@@ -242,24 +278,21 @@ fn queue_full(state: &HostState, now: Instant) -> Refusal {
 
 impl InLine {
     /// Waits for the dispatcher to hand this request its turn, or for the deadline. Dropping
-    /// this future drops the place, which takes the request out of the queue; a permit already
-    /// sent is dropped unused and refunds its token.
-    async fn wait(self) -> Result<Permit, Refusal> {
-        let InLine {
-            place,
-            turn,
-            deadline,
-            asker,
-        } = self;
-        match timeout_at(deadline, turn).await {
+    /// this future drops the place, which takes the request out of the queue; a turn already
+    /// sent is ended unused and refunds its token.
+    async fn wait(mut self) -> Result<Permit, Refusal> {
+        let answered = timeout_at(self.deadline, &mut self.place.answer).await;
+        match answered {
             Ok(Ok(outcome)) => {
-                place.forget();
-                outcome
+                self.place.forget();
+                let place = &self.place;
+                outcome.map(|grant| Permit::new(place.host.clone(), &place.limiter, grant))
             }
             Ok(Err(_)) => Err(Refusal::ShuttingDown),
             Err(_) => {
                 let now = Instant::now();
-                let mut state = place.host.lock();
+                let mut state = self.place.host.lock();
+                let asker = self.asker;
                 let refusal = match state.pacing().block(now) {
                     Some(c) => Refusal::CoolingDown {
                         remaining: c.until.saturating_duration_since(now),
@@ -279,29 +312,39 @@ impl InLine {
     }
 }
 
-/// A place in a host's queue. Dropped before [`QueuedTurn::forget`], it leaves the queue.
+/// A place in a host's queue and where its turn comes. Dropped before [`QueuedTurn::forget`], it
+/// leaves the queue; dropped with a turn sent and not taken (the request went away as its turn
+/// came), it ends that turn unused.
 struct QueuedTurn {
+    /// What a turn's permit is made with.
+    limiter: Arc<Limiter>,
     host: Arc<Host>,
     id: u64,
+    /// Where the dispatcher's grant (or a refusal) comes.
+    answer: Incoming,
 }
 
 impl QueuedTurn {
-    fn forget(mut self) {
+    /// The request has its answer: it is out of the queue already.
+    fn forget(&mut self) {
         self.id = u64::MAX;
     }
 }
 
 impl Drop for QueuedTurn {
     fn drop(&mut self) {
-        if self.id == u64::MAX {
-            return;
-        }
-        let mut state = self.host.lock();
-        {
+        if self.id != u64::MAX {
+            let mut state = self.host.lock();
             let removed = state.remove(self.id);
             drop(state);
             drop(removed);
             self.host.wake.notify_one();
+        }
+        // Out of the queue now: no turn can come after this, and one that came is ended unused
+        // (its permit's drop frees the slots and gives the token back).
+        self.answer.close();
+        if let Ok(Ok(grant)) = self.answer.try_recv() {
+            drop(Permit::new(self.host.clone(), &self.limiter, grant));
         }
     }
 }

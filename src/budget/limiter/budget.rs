@@ -163,83 +163,12 @@ impl Budget {
                 let cap = state
                     .pacing()
                     .concurrency_cap(state.policy().pacing.concurrency);
-                local_turn(state, global, egress, kept, cap, now)
+                local_turn(state, (global, egress), kept, cap, now)
             }
             Budget::Shared { store, .. } if store.in_fallback() => {
-                let burst = state.policy().pacing.burst;
-                state.pacing_mut().set_share(store.share(), burst, now);
-                // The first local turn after a fall comes at the share's pace after the last
-                // shared turn this instance took: the switch releases no burst.
-                let fell = store.falls() + 1;
-                if let Some(turns) = state
-                    .shared_mut()
-                    .filter(|t| t.falls != 0 && t.falls != fell)
-                {
-                    turns.falls = fell;
-                    let since = turns
-                        .last_turn_at
-                        .map_or(Duration::MAX, |at| now.saturating_duration_since(at));
-                    state.pacing_mut().refilled_since_last_turn(since, now);
-                }
-                let share = state.pacing().share_of(state.policy().pacing.concurrency);
-                let cap = state.pacing().concurrency_cap(share);
-                local_turn(state, global, egress, kept, cap, now)
+                fallback_turn(state, store, (global, egress), kept, now)
             }
-            Budget::Shared { store, .. } => {
-                let burst = state.policy().pacing.burst;
-                state.pacing_mut().set_share(1.0, burst, now);
-                let cap = state
-                    .pacing()
-                    .concurrency_cap(state.policy().pacing.concurrency);
-                if !state.in_flight().has_room(cap) {
-                    return NotNow::NoHostSlot.into();
-                }
-                // What this instance knows closes the host without asking (a cooldown learned
-                // here, or kept from before the store went away).
-                if let Some(block) = state.pacing().block(now) {
-                    return NotNow::NotBefore {
-                        at: block.until,
-                        precise: false,
-                        reason: WaitReason::of_cooldown(block.cause),
-                    }
-                    .into();
-                }
-                // This instance's own byte debt with the host (byte budgets are per instance).
-                if let Some((_, at)) = state
-                    .pacing_mut()
-                    .byte_debt(now)
-                    .filter(|(_, at)| *at > now)
-                {
-                    return NotNow::NotBefore {
-                        at,
-                        precise: false,
-                        reason: WaitReason::ByteBudget,
-                    }
-                    .into();
-                }
-                let (token, slot) = match egress_and_slot(global, egress, kept, now) {
-                    Ok(both) => both,
-                    Err(not_now) => return not_now.into(),
-                };
-                // A turn leased ahead, spent without a round trip.
-                if let Some(turns) = state.shared_mut() {
-                    if let Some(generation) = turns.ahead.try_spend(now) {
-                        turns.last_turn_at = Some(now);
-                        state.in_flight_mut().start();
-                        if let Some(token) = token {
-                            token.spend();
-                        }
-                        return Turn::GoAhead { slot, generation };
-                    }
-                }
-                let limits = shared_limits(state, store, now);
-                NotNow::AskStore {
-                    slot,
-                    egress: token,
-                    limits,
-                }
-                .into()
-            }
+            Budget::Shared { store, .. } => shared_turn(state, store, (global, egress), kept, now),
         }
     }
 
@@ -254,9 +183,7 @@ impl Budget {
         now: Instant,
     ) -> (Reaction, Option<JoinHandle<()>>) {
         let policy = state.policy().clone();
-        let reaction = state
-            .pacing_mut()
-            .observe(observation, &policy, now, rand::random::<f64>());
+        let reaction = state.observe(observation, now, rand::random::<f64>());
         let mut teaching = None;
         if reaction.cooldown.is_some() || reaction.hard_block {
             self.persist_signal().notify_one();
@@ -299,7 +226,7 @@ impl Budget {
     ) -> Option<Duration> {
         let policy = state.policy().clone();
         let before = state.pacing().rate();
-        let pause = state.pacing_mut().pause_for_block(cause, &policy, now)?;
+        let pause = state.pause_for_block(cause, now)?;
         self.persist_signal().notify_one();
         if let (Budget::Shared { store, .. }, Some(start)) = (self, lease_start) {
             let lesson = Lesson {
@@ -380,7 +307,7 @@ impl Budget {
             (Budget::Shared { store, .. }, Some(lease)) => store.release(lease, sent),
             _ => {
                 if !sent {
-                    state.pacing_mut().refund(now);
+                    state.refund(now);
                 }
             }
         }
@@ -415,6 +342,93 @@ pub(super) fn shared_limits(state: &HostState, store: &RedisStore, now: Instant)
     }
 }
 
+/// A turn of a shared host while the store is away: a local turn within this instance's share
+/// of the budget. The first one after a fall comes at the share's pace after the last shared
+/// turn this instance took: the switch releases no burst.
+fn fallback_turn(
+    state: &mut HostState,
+    store: &RedisStore,
+    global: (&Arc<Semaphore>, Option<&Arc<Egress>>),
+    kept: Kept,
+    now: Instant,
+) -> Turn {
+    state.take_share(store.share(), now);
+    let fell = store.falls() + 1;
+    if let Some(turns) = state
+        .shared_mut()
+        .filter(|t| t.falls != 0 && t.falls != fell)
+    {
+        turns.falls = fell;
+        let since = turns
+            .last_turn_at
+            .map_or(Duration::MAX, |at| now.saturating_duration_since(at));
+        state.refill_since_last_turn(since, now);
+    }
+    let share = state.pacing().share_of(state.policy().pacing.concurrency);
+    let cap = state.pacing().concurrency_cap(share);
+    local_turn(state, global, kept, cap, now)
+}
+
+/// A turn of a shared host with the store there: refused on what this instance knows (no host
+/// slot, a cooldown, its own byte debt), spent from its allowance, or asked of the store
+/// ([`NotNow::AskStore`]) with a global slot (and egress token) held meanwhile.
+fn shared_turn(
+    state: &mut HostState,
+    store: &RedisStore,
+    (global, egress): (&Arc<Semaphore>, Option<&Arc<Egress>>),
+    kept: Kept,
+    now: Instant,
+) -> Turn {
+    state.take_share(1.0, now);
+    let cap = state
+        .pacing()
+        .concurrency_cap(state.policy().pacing.concurrency);
+    if !state.in_flight().has_room(cap) {
+        return NotNow::NoHostSlot.into();
+    }
+    // What this instance knows closes the host without asking (a cooldown learned here, or kept
+    // from before the store went away).
+    if let Some(block) = state.pacing().block(now) {
+        return NotNow::NotBefore {
+            at: block.until,
+            precise: false,
+            reason: WaitReason::of_cooldown(block.cause),
+        }
+        .into();
+    }
+    // This instance's own byte debt with the host (byte budgets are per instance).
+    if let Some((_, at)) = state.byte_debt(now).filter(|(_, at)| *at > now) {
+        return NotNow::NotBefore {
+            at,
+            precise: false,
+            reason: WaitReason::ByteBudget,
+        }
+        .into();
+    }
+    let (token, slot) = match egress_and_slot(global, egress, kept, now) {
+        Ok(both) => both,
+        Err(not_now) => return not_now.into(),
+    };
+    // A turn leased ahead, spent without a round trip.
+    if let Some(turns) = state.shared_mut() {
+        if let Some(generation) = turns.ahead.try_spend(now) {
+            turns.last_turn_at = Some(now);
+            state.in_flight_mut().start();
+            if let Some(token) = token {
+                token.spend();
+            }
+            return Turn::GoAhead { slot, generation };
+        }
+    }
+    let limits = shared_limits(state, store, now);
+    NotNow::AskStore {
+        slot,
+        egress: token,
+        limits,
+    }
+    .into()
+}
+
 /// What a request needs beyond its host's budget: a token of the global ceiling when there is one
 /// (kept, or free now with nobody in line ahead) and a global slot (kept, or free now). Otherwise
 /// the turn that says which to wait for, keeping what was taken.
@@ -443,8 +457,7 @@ fn egress_and_slot(
 /// A local turn: a host slot under `cap`, a token, one of the global ceiling, a global slot.
 fn local_turn(
     state: &mut HostState,
-    global: &Arc<Semaphore>,
-    egress: Option<&Arc<Egress>>,
+    (global, egress): (&Arc<Semaphore>, Option<&Arc<Egress>>),
     kept: Kept,
     cap: u32,
     now: Instant,
@@ -452,7 +465,7 @@ fn local_turn(
     if !state.in_flight().has_room(cap) {
         return NotNow::NoHostSlot.into();
     }
-    let (ready, reason) = state.pacing_mut().next_turn(now);
+    let (ready, reason) = state.next_turn(now);
     if ready > now {
         let precise = state.pacing().pacing_rate() >= FINE_MIN_RATE;
         return NotNow::NotBefore {
@@ -472,7 +485,7 @@ fn local_turn(
     } else {
         0.0
     };
-    if !state.pacing_mut().try_take(now, jitter, sample) {
+    if !state.try_take(now, sample) {
         return NotNow::Held {
             slot,
             egress: token,
@@ -516,7 +529,7 @@ fn teach(
             let now = Instant::now();
             let mut state = host.lock();
             let rate_override = state.pacing().rate_override();
-            state.pacing_mut().adopt_shared(rate, rate_override, now);
+            state.adopt_shared(rate, rate_override, now);
         }
     }))
 }

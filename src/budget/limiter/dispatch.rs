@@ -1,7 +1,9 @@
 //! The dispatcher: while a host's queue is not empty, one task hands out its turns in FIFO order.
-//! It looks at the head of the queue, asks the budget for a turn, and otherwise sleeps until the
-//! token's instant, a free host slot or a free global slot; never a poll.
+//! Each round is one look at the host under its lock ([`look`], synchronous: hand a turn to the
+//! head of the queue, or say what to wait for) and then the wait it said ([`wait_for`], outside
+//! the lock): the token's instant, a free host slot or a free global slot; never a poll.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +12,9 @@ use tokio::time::{sleep_until, Instant};
 
 use super::ahead::Keep;
 use super::budget::{Kept, NotNow, Turn};
-use super::host::{DispatcherDone, Host};
-use super::permit::{hand_to_head, Paced, Permit};
+use super::grant::{Grant, Paced};
+use super::host::{DispatcherDone, Host, HostState};
+use super::permit::{hand_to_head, Permit};
 use super::shared::{settle_ahead, take_shared_turn};
 use super::Limiter;
 
@@ -53,6 +56,7 @@ impl Limiter {
 
 /// What the dispatcher does next after one look at the host: its own states, or what the budget's
 /// answer says to wait for ([`NotNow`], matched on as it is).
+#[derive(Debug)]
 enum Next {
     /// The queue is empty: the task ends (giving up this instance's place in the host's waiting
     /// list in the shared store, if it held one).
@@ -71,128 +75,249 @@ enum Next {
 pub(super) async fn dispatch(limiter: Arc<Limiter>, host: Arc<Host>) {
     let mut kept = Kept::default();
     loop {
-        let mut unsent: Option<Permit> = None;
-        let next = {
-            let mut state = host.lock();
-            let now = Instant::now();
-            state.drop_gone_fronts();
-            let keep = match limiter.budget.store() {
-                Some(store) if state.queue().is_empty() && !store.in_fallback() => {
-                    state.shared().map_or(Keep::Nothing, |t| {
-                        let closing = limiter.shutting_down.load(Ordering::Acquire);
-                        t.ahead.keep(now, store.settings().lease, closing)
-                    })
-                }
-                _ => Keep::Nothing,
-            };
-            if keep != Keep::Nothing {
-                match keep {
-                    Keep::Until(at) => Next::KeepAhead(at),
-                    _ => Next::SettleAhead,
-                }
-            } else if let Some(done) = state.dispatcher_done() {
-                Next::Exit(done)
-            } else {
-                let ceilings = (limiter.egress.as_ref(), limiter.downlink.as_ref());
-                let turn = limiter.budget.take_turn(
-                    &mut state,
-                    &limiter.global,
-                    ceilings,
-                    std::mem::take(&mut kept),
-                    now,
-                );
-                match turn {
-                    Turn::Go { slot } => {
-                        let permit =
-                            Permit::new(host.clone(), &limiter, Some(slot), Paced::Limited);
-                        unsent = hand_to_head(&mut state, permit, now);
-                        Next::Again
-                    }
-                    Turn::GoAhead { slot, generation } => {
-                        let permit =
-                            Permit::new(host.clone(), &limiter, Some(slot), Paced::Limited)
-                                .with_ahead(generation);
-                        unsent = hand_to_head(&mut state, permit, now);
-                        Next::Again
-                    }
-                    Turn::NotNow(not_now) => {
-                        // What the front waits for from now on (`waits.rs`); a turn given needs
-                        // no note.
-                        if let Some(front) = state.queue().front().map(|w| w.id) {
-                            state.front_waits(front, not_now.reason(), now);
-                        }
-                        Next::Wait(not_now)
-                    }
-                }
-            }
-        };
+        let (next, unsent) = look(&limiter, &host, &mut kept);
+        // A turn nobody took ends unused, outside the lock (its drop locks).
         drop(unsent);
-        match next {
-            Next::Exit(DispatcherDone { leave_waiting_list }) => {
-                if let (true, Some(store)) = (leave_waiting_list, limiter.budget.store()) {
-                    let store = store.clone();
-                    let key = host.key.clone();
-                    tokio::spawn(async move { store.withdraw(&key).await });
-                }
-                return;
+        if wait_for(&limiter, &host, next, &mut kept).await.is_break() {
+            return;
+        }
+    }
+}
+
+/// One look at the host, under its lock: what the dispatcher does next, and a turn it took that
+/// nobody waited for any more (to drop after the lock). A turn is handed to the head of the
+/// queue here; `kept` (what the last look kept) is spent on asking the budget for one.
+fn look(limiter: &Limiter, host: &Arc<Host>, kept: &mut Kept) -> (Next, Option<Permit>) {
+    let mut state = host.lock();
+    let now = Instant::now();
+    state.drop_gone_fronts();
+    match keep_ahead(limiter, &state, now) {
+        Keep::Nothing => {}
+        Keep::Until(at) => return (Next::KeepAhead(at), None),
+        _ => return (Next::SettleAhead, None),
+    }
+    if let Some(done) = state.dispatcher_done() {
+        return (Next::Exit(done), None);
+    }
+    let ceilings = (limiter.egress.as_ref(), limiter.downlink.as_ref());
+    let turn = limiter.budget.take_turn(
+        &mut state,
+        &limiter.global,
+        ceilings,
+        std::mem::take(kept),
+        now,
+    );
+    let grant = match turn {
+        Turn::Go { slot } => Grant::new(Some(slot), Paced::Limited),
+        Turn::GoAhead { slot, generation } => {
+            Grant::new(Some(slot), Paced::Limited).with_ahead(generation)
+        }
+        Turn::NotNow(not_now) => {
+            // What the front waits for from now on (`waits.rs`); a turn given needs no note.
+            if let Some(front) = state.queue().front().map(|w| w.id) {
+                state.front_waits(front, not_now.reason(), now);
             }
-            Next::Again => {}
-            Next::KeepAhead(at) => {
-                tokio::select! {
-                    _ = sleep_until(at) => {}
-                    _ = host.wake.notified() => {}
-                }
+            return (Next::Wait(not_now), None);
+        }
+    };
+    let unsent = hand_to_head((limiter, host), &mut state, grant, now);
+    (Next::Again, unsent)
+}
+
+/// What a host's allowance of a shared budget asks of its dispatcher while the queue is empty:
+/// to be kept until an instant, settled with the store, or nothing.
+fn keep_ahead(limiter: &Limiter, state: &HostState, now: Instant) -> Keep {
+    match limiter.budget.store() {
+        Some(store) if state.queue().is_empty() && !store.in_fallback() => {
+            state.shared().map_or(Keep::Nothing, |t| {
+                let closing = limiter.shutting_down.load(Ordering::Acquire);
+                t.ahead.keep(now, store.settings().lease, closing)
+            })
+        }
+        _ => Keep::Nothing,
+    }
+}
+
+/// Waits for what `next` says, outside the host's lock, keeping in `kept` what the wait
+/// brings (a global slot, an egress token) for the next look. `Break` when the task ends.
+async fn wait_for(
+    limiter: &Arc<Limiter>,
+    host: &Arc<Host>,
+    next: Next,
+    kept: &mut Kept,
+) -> ControlFlow<()> {
+    match next {
+        Next::Exit(DispatcherDone { leave_waiting_list }) => {
+            if let (true, Some(store)) = (leave_waiting_list, limiter.budget.store()) {
+                let store = store.clone();
+                let key = host.key.clone();
+                tokio::spawn(async move { store.withdraw(&key).await });
             }
-            Next::SettleAhead => {
-                if let Some(store) = limiter.budget.store() {
-                    settle_ahead(&host, store).await;
-                }
+            return ControlFlow::Break(());
+        }
+        Next::Again => {}
+        Next::KeepAhead(at) => {
+            tokio::select! {
+                _ = sleep_until(at) => {}
+                _ = host.wake.notified() => {}
             }
-            Next::Wait(NotNow::AskStore {
-                slot,
+        }
+        Next::SettleAhead => {
+            if let Some(store) = limiter.budget.store() {
+                settle_ahead(host, store).await;
+            }
+        }
+        Next::Wait(not_now) => wait_for_turn(limiter, host, not_now, kept).await,
+    }
+    ControlFlow::Continue(())
+}
+
+/// Waits for what the budget said the next turn waits for ([`NotNow`]).
+async fn wait_for_turn(limiter: &Arc<Limiter>, host: &Arc<Host>, not_now: NotNow, kept: &mut Kept) {
+    match not_now {
+        NotNow::AskStore {
+            slot,
+            egress,
+            limits,
+        } => {
+            if let Some(store) = limiter.budget.store() {
+                let store = store.clone();
+                take_shared_turn(limiter, host, &store, slot, egress, limits).await;
+            }
+        }
+        NotNow::Held { slot, egress } => {
+            *kept = Kept {
+                slot: Some(slot),
                 egress,
-                limits,
-            }) => {
-                if let Some(store) = limiter.budget.store() {
-                    let store = store.clone();
-                    take_shared_turn(&limiter, &host, &store, slot, egress, limits).await;
+            };
+        }
+        NotNow::NotBefore { at, precise, .. } => {
+            *kept = Kept::default();
+            tokio::select! {
+                _ = limiter.sleep_until(at, precise) => {}
+                _ = host.wake.notified() => {}
+            }
+        }
+        NotNow::NoHostSlot => {
+            *kept = Kept::default();
+            host.wake.notified().await;
+        }
+        NotNow::NoGlobalSlot { egress } => {
+            kept.egress = egress;
+            tokio::select! {
+                slot = limiter.global.clone().acquire_owned() => {
+                    kept.slot = slot.ok();
                 }
+                _ = host.wake.notified() => {}
             }
-            Next::Wait(NotNow::Held { slot, egress }) => {
-                kept = Kept {
-                    slot: Some(slot),
-                    egress,
-                };
-            }
-            Next::Wait(NotNow::NotBefore { at, precise, .. }) => {
-                kept = Kept::default();
+        }
+        NotNow::NoEgressToken => {
+            if let Some(egress) = &limiter.egress {
+                let line = egress.wait();
                 tokio::select! {
-                    _ = limiter.sleep_until(at, precise) => {}
+                    token = line => kept.egress = token.ok(),
                     _ = host.wake.notified() => {}
-                }
-            }
-            Next::Wait(NotNow::NoHostSlot) => {
-                kept = Kept::default();
-                host.wake.notified().await;
-            }
-            Next::Wait(NotNow::NoGlobalSlot { egress }) => {
-                kept.egress = egress;
-                tokio::select! {
-                    slot = limiter.global.clone().acquire_owned() => {
-                        kept.slot = slot.ok();
-                    }
-                    _ = host.wake.notified() => {}
-                }
-            }
-            Next::Wait(NotNow::NoEgressToken) => {
-                if let Some(egress) = &limiter.egress {
-                    let line = egress.wait();
-                    tokio::select! {
-                        token = line => kept.egress = token.ok(),
-                        _ = host.wake.notified() => {}
-                    }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::keys::BudgetKey;
+    use crate::config::{Config, HostPolicy};
+    use crate::pacing::policy::WaitReason;
+
+    fn limiter(rate: f64, burst: u32, concurrency: u32) -> Arc<Limiter> {
+        let mut policy = HostPolicy::default();
+        policy.pacing.rate = rate;
+        policy.pacing.burst = burst;
+        policy.pacing.concurrency = concurrency;
+        let config = Config {
+            defaults: Arc::new(policy),
+            ..Config::default()
+        };
+        Limiter::coarse(Arc::new(config))
+    }
+
+    /// Queues a request on `host` the way admission does (the dispatcher marked running, as
+    /// the test plays it), keeping where its answer comes.
+    fn queue_one(host: &Host) -> super::super::grant::Incoming {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job = crate::budget::limiter::lanes::JobTag::new("anonymous", 1.0);
+        let queued = host.lock().enqueue(
+            (&job, crate::config::Priority::Normal),
+            None,
+            tx,
+            Instant::now(),
+        );
+        drop(queued);
+        rx
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_empty_queue_ends_the_dispatcher() {
+        let limiter = limiter(1.0, 1, 1);
+        let host = limiter.host(&BudgetKey::of_host("a.example", 80));
+        let (next, unsent) = look(&limiter, &host, &mut Kept::default());
+        assert!(matches!(
+            next,
+            Next::Exit(DispatcherDone {
+                leave_waiting_list: false
+            })
+        ));
+        assert!(unsent.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_turn_goes_to_the_head_and_the_next_waits_for_the_token() {
+        let limiter = limiter(2.0, 1, 10);
+        let host = limiter.host(&BudgetKey::of_host("a.example", 80));
+        let mut first = queue_one(&host);
+        let mut second = queue_one(&host);
+        let (next, unsent) = look(&limiter, &host, &mut Kept::default());
+        assert!(matches!(next, Next::Again));
+        assert!(unsent.is_none(), "the head took the turn");
+        let grant = first.try_recv().expect("the head was answered");
+        assert!(grant.is_ok_and(|g| g.paced == Paced::Limited));
+        let start = Instant::now();
+        let (next, _) = look(&limiter, &host, &mut Kept::default());
+        match next {
+            Next::Wait(NotNow::NotBefore { at, reason, .. }) => {
+                assert_eq!(
+                    at - start,
+                    Duration::from_millis(500),
+                    "the next token, at 2/s"
+                );
+                assert_eq!(reason, WaitReason::Rate);
+            }
+            other => panic!("the second waits for the token: {other:?}"),
+        }
+        assert!(second.try_recv().is_err(), "not answered yet");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let (next, _) = look(&limiter, &host, &mut Kept::default());
+        assert!(matches!(next, Next::Again));
+        assert!(second.try_recv().is_ok_and(|g| g.is_ok()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_turn_nobody_waits_for_comes_back_and_a_full_host_waits_for_a_slot() {
+        let limiter = limiter(100.0, 10, 1);
+        let host = limiter.host(&BudgetKey::of_host("a.example", 80));
+        drop(queue_one(&host));
+        let live = queue_one(&host);
+        let (next, unsent) = look(&limiter, &host, &mut Kept::default());
+        assert!(matches!(next, Next::Again));
+        assert!(
+            unsent.is_none(),
+            "the gone head was skipped for the live one"
+        );
+        let mut waiting = queue_one(&host);
+        let (next, _) = look(&limiter, &host, &mut Kept::default());
+        assert!(matches!(next, Next::Wait(NotNow::NoHostSlot)), "{next:?}");
+        assert!(waiting.try_recv().is_err());
+        drop(live);
     }
 }

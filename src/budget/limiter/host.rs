@@ -6,19 +6,18 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
+mod pacing;
+
+use super::grant::Reply;
 use super::lanes::{JobTag, Lanes, Priority};
 use super::names::Names;
 use super::shadow::{self, HostView, Shadow};
 use super::stats::HostStats;
-use super::verdicts::{Refusal, ShadowReason, ShadowVerdict};
+use super::verdicts::{ShadowReason, ShadowVerdict};
 use super::waits::{Asker, HeadWait, Verdict};
-// `Permit` holds its `Host`, and a queued request's reply carries a `Permit`: the two types are
-// one knot by nature. This file names it through the limiter's face (`mod.rs`), so that the
-// files stay one way round: `permit.rs` builds on this one, never this one on it.
-use super::Permit;
 use crate::budget::keys::BudgetKey;
 use crate::config::{HostPolicy, KeyMode, OnCooldown};
 use crate::pacing::policy::{InFlight, Pacing, WaitReason};
@@ -152,19 +151,10 @@ impl HostState {
         &self.policy
     }
 
-    /// Puts a reloaded policy in force; the old one is returned.
-    pub(crate) fn set_policy(&mut self, policy: Arc<HostPolicy>) -> Arc<HostPolicy> {
-        std::mem::replace(&mut self.policy, policy)
-    }
-
-    /// The host's pacing state (pure: `crate::pacing::policy`).
+    /// The host's pacing state (pure: `crate::pacing::policy`), to read; it changes only by the
+    /// state's operations (`host/pacing.rs`).
     pub(crate) fn pacing(&self) -> &Pacing {
         &self.pacing
-    }
-
-    /// The host's pacing state, to change it.
-    pub(crate) fn pacing_mut(&mut self) -> &mut Pacing {
-        &mut self.pacing
     }
 
     /// The host's requests in flight.
@@ -287,7 +277,7 @@ impl HostState {
         &mut self,
         (job, priority): (&JobTag, Priority),
         on_cooldown: Option<OnCooldown>,
-        reply: oneshot::Sender<Result<Permit, Refusal>>,
+        reply: Reply,
         now: Instant,
     ) -> Enqueued {
         let id = self.next_id;
@@ -401,7 +391,8 @@ pub(super) struct Waiter {
     pub(super) on_cooldown: Option<OnCooldown>,
     /// Requests of its own job were waiting for the host when it arrived.
     pub(super) behind_own: bool,
-    pub(super) reply: oneshot::Sender<Result<Permit, Refusal>>,
+    /// Where its turn (a grant) or its refusal is sent.
+    pub(super) reply: Reply,
 }
 
 impl Waiter {

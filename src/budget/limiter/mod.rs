@@ -10,9 +10,10 @@
 //! |---|---|
 //! | `mod.rs` | the table, shutdown |
 //! | `admission.rs` | one request asking for its turn: tried now, else a place in line |
-//! | `host.rs` | one host's state and its lock |
+//! | `host.rs` | one host's state and its lock; `host/pacing.rs`, what the limiter does to its pacing, as the state's operations |
 //! | `names.rs` | the names sharing a budget keyed by domain or address |
 //! | `budget.rs` | the seam: a turn asked, an answer reported |
+//! | `grant.rs` | a turn without its host (`Grant`), as a queued request's reply carries it |
 //! | `permit.rs` | a request's turn while it is in flight |
 //! | `dispatch.rs` | handing out queued turns in order, the fine-grained wait |
 //! | `egress.rs` | the ceilings on all hosts together (`global_rate`, FIFO across hosts; `global_bytes_per_second`) |
@@ -25,8 +26,11 @@
 //! | `stats.rs` | per-host counters |
 //! | `waits.rs` | why and how long each request waited for its turn |
 //!
-//! The files import one way round (`tests/layers.rs`): `host.rs` builds on the leaves (`lanes.rs`,
-//! `names.rs`, `stats.rs`, `waits.rs`, `verdicts.rs`, `shadow.rs`), and the rest on it.
+//! The files import one way round (`tests/layers.rs`, which follows a name through this file's
+//! re-exports to the file that defines it): `host.rs` builds on the leaves (`lanes.rs`,
+//! `names.rs`, `stats.rs`, `waits.rs`, `verdicts.rs`, `shadow.rs`, `grant.rs`), and the rest on
+//! it. A `Permit` holds its `Host`, so a host's queue carries a `Grant` (the permit without its
+//! host), of which the request's side makes its permit.
 //!
 //! This module decides *when* a request may leave; it does not send it (`crate::proxy`) and does
 //! not judge responses (`crate::pacing::feedback`).
@@ -36,6 +40,7 @@ mod ahead;
 mod budget;
 mod dispatch;
 mod egress;
+mod grant;
 mod host;
 #[doc(hidden)]
 pub mod lanes;

@@ -8,18 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::budget::Budget;
 use super::egress::Downlink;
+use super::grant::{Grant, Paced, WaitRecord};
 use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
 use super::verdicts::ShadowVerdict;
-use super::waits::Verdict;
+use super::Limiter;
 use crate::config::HostPolicy;
 use crate::pacing::policy::{Answer, CooldownCause, Observation, Reaction, WaitReason};
-use crate::store::Lease;
 
 /// Response bytes a permit counts before it charges them to its host (and to the byte ceiling of
 /// all hosts): one lock per this many bytes, not one per frame. The rest is charged when the
@@ -34,40 +33,18 @@ const STORE_BILL_EVERY: u64 = 1024 * 1024;
 /// global slot until dropped. Dropped without [`Permit::mark_sent`], it also gives its token back,
 /// because a request that never left must not spend budget (invariant 5, Cancellation, in `docs/ARCHITECTURE.md`).
 ///
-/// Its concerns are kept apart, each in a part of its own: the slots the turn holds
-/// ([`Slots`]), the response bytes it counts and charges ([`Bytes`]), how long and why the
-/// request waited ([`WaitRecord`]), what reporting the answer needs ([`Report`]), and the turn's
-/// part in the shared store ([`StoreTurn`]).
+/// Its concerns are kept apart, each in a part of its own: the turn itself ([`Grant`]: the
+/// global slot it holds, how long and why the request waited, its part in the shared store;
+/// the host's concurrency slot is counted in the host's `InFlight` and freed by
+/// `Budget::end_turn` when the permit drops), the response bytes it counts and charges
+/// ([`Bytes`]), and what reporting the answer needs ([`Report`]).
 #[derive(Debug)]
 pub struct Permit {
     host: Arc<Host>,
     budget: Budget,
-    /// Held, never read: dropped with the permit, it frees the global slot.
-    _slots: Slots,
+    grant: Grant,
     bytes: Bytes,
-    wait: WaitRecord,
     report: Report,
-    store_turn: StoreTurn,
-}
-
-/// Whether the pace held a request back before its turn: only then may a healthy answer raise
-/// the host's rate (an answer to a request that went at once says nothing of a higher one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Paced {
-    /// The turn was free when the request asked for it.
-    AtOnce,
-    /// The request waited for its turn: the pace limited it.
-    Limited,
-}
-
-/// The slots a turn holds while its request is in flight: one of its host's concurrency slots
-/// (counted in the host's `InFlight`, freed by `Budget::end_turn` when the permit drops) and one
-/// global slot (`max_in_flight`, freed with this). A report-only host's request holds no global
-/// slot; a token of the ceiling on all hosts was spent when the turn was taken.
-#[derive(Debug)]
-struct Slots {
-    /// The global in-flight slot, held until the permit drops.
-    _global: Option<OwnedSemaphorePermit>,
 }
 
 /// The response bytes a turn counts and where they are charged: the host's byte budget (under
@@ -101,49 +78,24 @@ impl Bytes {
     }
 }
 
-/// How long and why a request waited for its turn, filled when its turn is handed to it
-/// ([`hand_to_head`]); zero and [`WaitReason::None`] for a turn taken at once.
-#[derive(Debug, Clone, Copy, Default)]
-struct WaitRecord {
-    /// From its arrival to its turn.
-    waited: Duration,
-    /// What held it longest, and the shared store's round trip for its turn (`waits.rs`).
-    verdict: Verdict,
-}
-
-impl WaitRecord {
-    /// The shared store's round trip that gave this turn: how long before the turn it began and
-    /// how long it lasted.
-    fn store_trip(&self) -> Option<(Duration, Duration)> {
-        let trip = self.verdict.trip;
-        trip.is_some().then(|| {
-            (
-                Duration::from_micros(u64::from(trip.began_before_us)),
-                Duration::from_micros(u64::from(trip.lasted_us)),
-            )
-        })
-    }
-}
-
-/// What reporting the request's answer needs: when it left, whether the pace held it, and for a
+/// What reporting the request's answer needs besides its turn: when it left, and for a
 /// report-only host what courtesy would have done.
 #[derive(Debug)]
 struct Report {
     /// When the request left (`None`: not yet, or never; then its token is given back).
     sent_at: Option<Instant>,
-    /// Whether the request had to queue for its turn.
-    paced: Paced,
     /// What courtesy would have done, for a report-only host's request (which took no token).
     shadow: Option<Box<ShadowVerdict>>,
 }
 
 impl Report {
-    /// What the pacing learns from `answer`, with `others` requests of the host in flight.
-    fn observation(&self, answer: &Answer, others: u32, now: Instant) -> Observation {
+    /// What the pacing learns from `answer`, with `others` requests of the host in flight, for
+    /// a request `paced` or not.
+    fn observation(&self, answer: &Answer, paced: Paced, others: u32, now: Instant) -> Observation {
         Observation {
             answer: answer.clone(),
             sent_at: self.sent_at.unwrap_or(now),
-            limited: self.paced == Paced::Limited,
+            limited: paced == Paced::Limited,
             others_in_flight: others,
         }
     }
@@ -152,30 +104,6 @@ impl Report {
     /// report-only host's request), so there is none to give back.
     fn spent(&self) -> bool {
         self.sent_at.is_some() || self.shadow.is_some()
-    }
-}
-
-/// A turn's part in the shared store: its lease, or the allowance it was spent from.
-#[derive(Debug, Default)]
-struct StoreTurn {
-    /// The turn's slot in the shared store, for a shared turn.
-    /// (Boxed: a lease is large, and a local turn, the usual kind, has none; the response body
-    /// carries the permit.)
-    lease: Option<Box<Lease>>,
-    /// The generation of the allowance this turn was spent from (`ahead.rs`), for a shared
-    /// host's turn leased ahead.
-    ahead: Option<u32>,
-}
-
-impl StoreTurn {
-    /// When a shared turn started on the store's clock, for the wave rule: its lease's start, or
-    /// for a turn spent from an allowance, when it was `sent` (now if not yet).
-    fn lease_start(&self, budget: &Budget, sent: Option<Instant>) -> Option<i64> {
-        if let Some(lease) = self.lease.as_deref() {
-            return Some(lease.starts_us());
-        }
-        let store = budget.store().filter(|_| self.ahead.is_some())?;
-        Some(store.clock_at(sent.unwrap_or_else(Instant::now)))
     }
 }
 
@@ -189,30 +117,21 @@ enum StoreBill {
 }
 
 impl Permit {
-    /// A permit for a turn of `host` just taken, holding `global` (`None`: a report-only
-    /// host's request), `paced` or not. How long it waited is filled when the turn is handed
-    /// to a waiting request ([`hand_to_head`]).
-    pub(super) fn new(
-        host: Arc<Host>,
-        limiter: &super::Limiter,
-        global: Option<OwnedSemaphorePermit>,
-        paced: Paced,
-    ) -> Self {
+    /// The permit of `grant`, a turn of `host` (taken at once, or handed to a request that
+    /// waited: [`hand_to_head`]).
+    pub(super) fn new(host: Arc<Host>, limiter: &Limiter, grant: Grant) -> Self {
         Permit {
             host,
             budget: limiter.budget.clone(),
-            _slots: Slots { _global: global },
+            grant,
             bytes: Bytes {
                 unbilled: 0,
                 downlink: limiter.downlink.clone(),
             },
-            wait: WaitRecord::default(),
             report: Report {
                 sent_at: None,
-                paced,
                 shadow: None,
             },
-            store_turn: StoreTurn::default(),
         }
     }
 
@@ -234,7 +153,7 @@ impl Permit {
     /// permit of a WebSocket handshake answered `101`. The socket's frames are never paced and
     /// hold no concurrency slot, but they spend the host's byte budget (and the ceiling on all
     /// hosts) like a response body does.
-    pub fn into_meter(self, limiter: &super::Limiter) -> ByteMeter {
+    pub fn into_meter(self, limiter: &Limiter) -> ByteMeter {
         // Counted before the turn ends: the sweeper never sees the host with neither.
         limiter.sockets.open(&self.host.key);
         let meter = ByteMeter {
@@ -274,22 +193,14 @@ impl Permit {
         self.report.shadow.as_deref().copied()
     }
 
-    /// Makes this a shared turn that holds `lease` in the store.
-    pub(super) fn with_lease(mut self, lease: Lease) -> Self {
-        self.store_turn.lease = Some(Box::new(lease));
-        self
-    }
-
-    /// Makes this a shared turn spent from the allowance of generation `generation`.
-    pub(super) fn with_ahead(mut self, generation: u32) -> Self {
-        self.store_turn.ahead = Some(generation);
-        self
-    }
-
-    /// When a shared turn started on the store's clock, for the wave rule.
+    /// When a shared turn started on the store's clock, for the wave rule: its lease's start, or
+    /// for a turn spent from an allowance, when it was sent (now if not yet).
     fn lease_start(&self) -> Option<i64> {
-        self.store_turn
-            .lease_start(&self.budget, self.report.sent_at)
+        if let Some(lease) = self.grant.lease.as_deref() {
+            return Some(lease.starts_us());
+        }
+        let store = self.budget.store().filter(|_| self.grant.ahead.is_some())?;
+        Some(store.clock_at(self.report.sent_at.unwrap_or_else(Instant::now)))
     }
 
     /// Records that the request is about to go out: from here on its token is spent for good.
@@ -319,7 +230,9 @@ impl Permit {
         let now = Instant::now();
         let mut state = self.host.lock();
         let others = state.in_flight().current.saturating_sub(1);
-        let observation = self.report.observation(answer, others, now);
+        let observation = self
+            .report
+            .observation(answer, self.grant.paced, others, now);
         let (reaction, teaching) = self.budget.report(
             &self.host,
             &mut state,
@@ -364,19 +277,19 @@ impl Permit {
 
     /// How long the request waited in the queue for this permit.
     pub fn waited(&self) -> Duration {
-        self.wait.waited
+        self.grant.wait.waited
     }
 
     /// What held the request longest while it waited for this permit
     /// ([`WaitReason::None`]: it did not wait).
     pub fn wait_reason(&self) -> WaitReason {
-        self.wait.verdict.reason
+        self.grant.wait.verdict.reason
     }
 
     /// The shared store's round trip that gave this turn: how long before the turn it began and
     /// how long it lasted.
     pub fn store_trip(&self) -> Option<(Duration, Duration)> {
-        self.wait.store_trip()
+        self.grant.wait.store_trip()
     }
 
     /// The host's rate in effect now, for log lines.
@@ -526,39 +439,41 @@ impl OpenSockets {
 
 /// Charges `bytes` of response body to the host: its byte budget and its counter.
 fn charge(state: &mut HostState, bytes: u64, now: Instant) {
-    state.pacing_mut().charge_bytes(bytes, now);
+    state.charge_bytes(bytes, now);
     state.stats_mut().add_response_bytes(bytes);
 }
 
-/// Gives `permit` to the first request in the host's queue that still waits, with the time it
-/// waited; gives it back (`Some`) when none does. Called under the host's lock: a permit that comes back is
-/// dropped after the lock is released (its drop locks too), which ends the turn unused.
+/// Gives `grant`, a turn of `host`, to the first request in the host's queue that still waits,
+/// with the time it waited; when none does, gives it back as the permit it would have been
+/// (`Some`). Called under the host's lock: a permit that comes back is dropped after the lock is
+/// released (its drop locks too), which ends the turn unused.
 pub(super) fn hand_to_head(
+    (limiter, host): (&Limiter, &Arc<Host>),
     state: &mut HostState,
-    mut permit: Permit,
+    mut grant: Grant,
     now: Instant,
 ) -> Option<Permit> {
     // Gone before its turn: it used none of its job's share.
     state.drop_gone_fronts();
     while let Some(waiter) = state.pop_front() {
-        permit.wait = WaitRecord {
+        grant.wait = WaitRecord {
             waited: now.saturating_duration_since(waiter.arrived),
             verdict: state.verdict(waiter.asker(), now),
         };
-        match waiter.reply.send(Ok(permit)) {
+        match waiter.reply.send(Ok(grant)) {
             Ok(()) => return None,
             // The request went away: the next in line gets the turn.
-            Err(Ok(back)) => permit = back,
-            // Only a permit was sent, so only a permit comes back.
+            Err(Ok(back)) => grant = back,
+            // Only a grant was sent, so only a grant comes back.
             Err(Err(_)) => return None,
         }
     }
-    Some(permit)
+    Some(Permit::new(host.clone(), limiter, grant))
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let lease = self.store_turn.lease.take().map(|lease| *lease);
+        let lease = self.grant.lease.take().map(|lease| *lease);
         let now = Instant::now();
         let bytes = self.bytes.take_rest();
         let mut state = self.host.lock();
@@ -572,7 +487,7 @@ impl Drop for Permit {
         let spent = self.report.spent();
         let settle = self
             .budget
-            .end_turn(&mut state, spent, lease, self.store_turn.ahead, now);
+            .end_turn(&mut state, spent, lease, self.grant.ahead, now);
         let wake = settle || !state.queue().is_empty();
         drop(state);
         if wake {

@@ -232,7 +232,7 @@ mod tests {
         let host = host(10.0, 1);
         let now = Instant::now();
         let mut state = host.lock();
-        state.pacing_mut().pause(
+        state.close(
             now + Duration::from_secs(30),
             CooldownCause::Status(429),
             now,

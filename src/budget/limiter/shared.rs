@@ -17,12 +17,13 @@ use tokio::time::{sleep, Instant};
 
 use super::budget::FINE_MIN_RATE;
 use super::egress::EgressToken;
+use super::grant::{Grant, Paced};
 use super::host::Host;
-use super::permit::{hand_to_head, Paced, Permit};
+use super::permit::hand_to_head;
 use super::refusal::refuse_queue;
 use super::Limiter;
 use crate::pacing::policy::CooldownCause;
-use crate::store::{AheadAsk, Hint, Limits, RedisStore, Reservation};
+use crate::store::{AheadAsk, Hint, Lease, Limits, RedisStore, Reservation};
 
 /// The most turns one reservation asks for: a queue that waits gets up to this many turns per
 /// round trip.
@@ -41,48 +42,14 @@ pub(super) async fn take_shared_turn(
     token: Option<EgressToken>,
     limits: Limits,
 ) {
-    let mut slots = vec![slot];
-    let (want, waited, ahead) = {
-        let mut state = host.lock();
-        let room = limits.concurrency.saturating_sub(state.in_flight().current) as usize;
-        let want = state.queue().len().min(room).min(MAX_TURNS_PER_CALL);
-        let ahead = settle_with_reservation(&mut state, store, &limits);
-        // How long the next request has waited for its job's turn: since it arrived, or since
-        // its job last got a turn here, whichever is later. The store places instances by it, so
-        // that a job flooding this instance does not hold back another job's request on another
-        // instance (and instances with equal demand take turns).
-        let waited = state
-            .queue()
-            .front_with_served_at()
-            .map_or(Duration::ZERO, |(w, served)| {
-                served.map_or(w.arrived, |at| at.max(w.arrived)).elapsed()
-            });
-        (want, waited, ahead)
-    };
-    // With a ceiling on all hosts (an egress token per turn), one turn at a time.
-    if token.is_none() {
-        while slots.len() < want {
-            match limiter.global.clone().try_acquire_owned() {
-                Ok(more) => slots.push(more),
-                Err(_) => break,
-            }
-        }
-    }
-    let want = u32::try_from(slots.len()).unwrap_or(1);
+    let ask = ask_of(limiter, host, store, (slot, token.is_some()), &limits);
+    let want = u32::try_from(ask.slots.len()).unwrap_or(1);
     // Never dropped half-way: a reservation the store made must be known here to be given back.
-    let reserved = store.reserve(&host.key, limits, want, waited, ahead).await;
-    if let Some(sent) = &ahead {
-        let mut state = host.lock();
-        let turns = state.shared_turns();
-        match &reserved {
-            Ok(Reservation::Ahead { tokens, slots, .. }) => {
-                turns
-                    .ahead
-                    .answered(Some((*tokens, *slots)), sent, Instant::now());
-            }
-            Ok(_) => turns.ahead.answered(None, sent, Instant::now()),
-            Err(_) => turns.ahead.unanswered(sent),
-        }
+    let reserved = store
+        .reserve(&host.key, limits, want, ask.waited, ask.ahead)
+        .await;
+    if let Some(sent) = &ask.ahead {
+        note_allowance(host, sent, &reserved);
     }
     let Ok(reservation) = reserved else {
         // The store is away: the next look takes this instance's share locally.
@@ -102,71 +69,190 @@ pub(super) async fn take_shared_turn(
         } => {
             let answered = Instant::now();
             granted(host, store, view, answered);
+            let turns = std::iter::once((wait, lease)).chain(more);
             let fine = limits.rate >= FINE_MIN_RATE;
-            let mut token = token;
-            let mut turns = std::iter::once((wait, lease)).chain(more);
-            let mut slots = slots.into_iter();
-            while let Some((wait, lease)) = turns.next() {
-                let Some(slot) = slots.next() else {
-                    store.release(lease, false);
-                    continue;
-                };
-                let handed = if until_turn(limiter, host, answered + wait, fine).await {
-                    // A turn handed to nobody goes back when its permit drops.
-                    hand_over(limiter, host, slot, lease, wait)
-                } else {
-                    // Closed meanwhile (a hint): this turn goes back unused, its lease with it
-                    // (a lease never released would hold one of the host's slots in the store
-                    // until it expires).
-                    store.release(lease, false);
-                    false
-                };
-                if !handed {
-                    // Closed, or nobody waits any more: the turns left go back unused.
-                    for (_, unused) in turns {
-                        store.release(unused, false);
-                    }
-                    return;
-                }
-                if let Some(token) = token.take() {
-                    token.spend();
-                }
-            }
+            hand_over_all(
+                (limiter, host, store),
+                turns,
+                ask.slots,
+                token,
+                (answered, fine),
+            )
+            .await;
         }
         Reservation::Cool {
             remaining,
             cause,
             view,
-        } => {
-            let now = Instant::now();
-            let refused = {
-                let mut state = host.lock();
-                state
-                    .pacing_mut()
-                    .adopt_shared(view.rate, view.rate_override, now);
-                close(state.pacing_mut(), now + remaining, cause, now);
-                refuse_queue(&mut state, now)
-            };
-            limiter.budget.persist_signal().notify_one();
-            for (waiter, refusal) in refused {
-                let _ = waiter.reply.send(Err(refusal));
-            }
-        }
+        } => cool(limiter, host, (remaining, cause), view),
         Reservation::Busy { retry_in } | Reservation::Later { retry_in } => {
-            drop(slots);
-            host.lock().shared_turns().listed = true;
-            // A fall to the local budget (or a rejoin) wakes this at once: a queued request
-            // never sleeps on a store that is gone.
-            let changed = store.mode_changed();
-            if store.in_fallback() {
-                return;
-            }
-            tokio::select! {
-                _ = sleep(retry_in.max(Duration::from_millis(1))) => {}
-                _ = host.wake.notified() => {}
-                _ = changed => {}
+            drop(ask.slots);
+            wait_for_room(host, store, retry_in).await;
+        }
+    }
+}
+
+/// What one reservation asks the store for: a global slot per turn wanted, how long the next
+/// request has waited, and what this instance says of its allowance.
+struct Ask {
+    /// One global slot per turn wanted (the first is the dispatcher's).
+    slots: Vec<OwnedSemaphorePermit>,
+    /// How long the next request has waited for its job's turn.
+    waited: Duration,
+    /// The settlement of this instance's allowance, and a new one wanted.
+    ahead: Option<AheadAsk>,
+}
+
+/// The reservation to ask for, under the host's lock and then among the global slots: as many
+/// turns as requests wait, within the host's room and [`MAX_TURNS_PER_CALL`], and one at a time
+/// with a ceiling on all hosts (`one_at_a_time`: an egress token per turn).
+fn ask_of(
+    limiter: &Limiter,
+    host: &Host,
+    store: &RedisStore,
+    (slot, one_at_a_time): (OwnedSemaphorePermit, bool),
+    limits: &Limits,
+) -> Ask {
+    let (want, waited, ahead) = {
+        let mut state = host.lock();
+        let want = turns_wanted(state.queue().len(), state.in_flight().current, limits);
+        let ahead = settle_with_reservation(&mut state, store, limits);
+        let now = Instant::now();
+        let waited = state
+            .queue()
+            .front_with_served_at()
+            .map_or(Duration::ZERO, |(w, served)| {
+                waited_for_turn(w.arrived, served, now)
+            });
+        (want, waited, ahead)
+    };
+    let mut slots = vec![slot];
+    if !one_at_a_time {
+        while slots.len() < want {
+            match limiter.global.clone().try_acquire_owned() {
+                Ok(more) => slots.push(more),
+                Err(_) => break,
             }
         }
+    }
+    Ask {
+        slots,
+        waited,
+        ahead,
+    }
+}
+
+/// How many turns to ask for: one per request `queued`, within the host's room beside the
+/// requests `in_flight` and [`MAX_TURNS_PER_CALL`].
+fn turns_wanted(queued: usize, in_flight: u32, limits: &Limits) -> usize {
+    let room = limits.concurrency.saturating_sub(in_flight) as usize;
+    queued.min(room).min(MAX_TURNS_PER_CALL)
+}
+
+/// How long the next request has waited for its job's turn at `now`: since it `arrived`, or
+/// since its job last got a turn here (`served`), whichever is later. The store places instances
+/// by it, so that a job flooding this instance does not hold back another job's request on
+/// another instance (and instances with equal demand take turns).
+fn waited_for_turn(arrived: Instant, served: Option<Instant>, now: Instant) -> Duration {
+    let since = served.map_or(arrived, |at| at.max(arrived));
+    now.saturating_duration_since(since)
+}
+
+/// Takes on what the store answered to the allowance this instance `sent` with a reservation.
+fn note_allowance(
+    host: &Host,
+    sent: &AheadAsk,
+    reserved: &Result<Reservation, crate::store::StoreDown>,
+) {
+    let mut state = host.lock();
+    let turns = state.shared_turns();
+    match reserved {
+        Ok(Reservation::Ahead { tokens, slots, .. }) => {
+            turns
+                .ahead
+                .answered(Some((*tokens, *slots)), sent, Instant::now());
+        }
+        Ok(_) => turns.ahead.answered(None, sent, Instant::now()),
+        Err(_) => turns.ahead.unanswered(sent),
+    }
+}
+
+/// Sees the reserved `turns` through, each with its global slot: sleeps until each one's
+/// instant (`answered` + its wait; timed finely with `fine`) and hands it to the first request
+/// still waiting. When the host closes meanwhile or nobody waits any more, the turns left go
+/// back to the store unused; a turn without a slot goes back at once.
+async fn hand_over_all(
+    (limiter, host, store): (&Arc<Limiter>, &Arc<Host>, &RedisStore),
+    mut turns: impl Iterator<Item = (Duration, Lease)>,
+    slots: Vec<OwnedSemaphorePermit>,
+    mut token: Option<EgressToken>,
+    (answered, fine): (Instant, bool),
+) {
+    let mut slots = slots.into_iter();
+    while let Some((wait, lease)) = turns.next() {
+        let Some(slot) = slots.next() else {
+            store.release(lease, false);
+            continue;
+        };
+        let handed = if until_turn(limiter, host, answered + wait, fine).await {
+            // A turn handed to nobody goes back when its permit drops.
+            hand_over(limiter, host, slot, lease, wait)
+        } else {
+            // Closed meanwhile (a hint): this turn goes back unused, its lease with it
+            // (a lease never released would hold one of the host's slots in the store
+            // until it expires).
+            store.release(lease, false);
+            false
+        };
+        if !handed {
+            // Closed, or nobody waits any more: the turns left go back unused.
+            for (_, unused) in turns {
+                store.release(unused, false);
+            }
+            return;
+        }
+        if let Some(token) = token.take() {
+            token.spend();
+        }
+    }
+}
+
+/// Takes on a cooldown (or an operator's pause) the store knows of, `(remaining, cause)`, with
+/// the store's rates, and refuses the queue.
+fn cool(
+    limiter: &Limiter,
+    host: &Host,
+    (remaining, cause): (Duration, CooldownCause),
+    view: crate::store::SharedView,
+) {
+    let now = Instant::now();
+    let refused = {
+        let mut state = host.lock();
+        state.adopt_shared(view.rate, view.rate_override, now);
+        state.close(now + remaining, cause, now);
+        refuse_queue(&mut state, now)
+    };
+    limiter.budget.persist_signal().notify_one();
+    for (waiter, refusal) in refused {
+        let _ = waiter.reply.send(Err(refusal));
+    }
+}
+
+/// Every slot of the host is taken, or instances that waited longer come first: this instance
+/// holds a place in the store's waiting list and waits `retry_in`, for a hint, or for the store
+/// to fall or come back.
+async fn wait_for_room(host: &Host, store: &RedisStore, retry_in: Duration) {
+    host.lock().shared_turns().listed = true;
+    // A fall to the local budget (or a rejoin) wakes this at once: a queued request never
+    // sleeps on a store that is gone.
+    let changed = store.mode_changed();
+    if store.in_fallback() {
+        return;
+    }
+    tokio::select! {
+        _ = sleep(retry_in.max(Duration::from_millis(1))) => {}
+        _ = host.wake.notified() => {}
+        _ = changed => {}
     }
 }
 
@@ -176,9 +262,7 @@ pub(super) async fn take_shared_turn(
 fn granted(host: &Host, store: &RedisStore, view: crate::store::SharedView, at: Instant) {
     let mut state = host.lock();
     state.store_answered(at);
-    state
-        .pacing_mut()
-        .adopt_shared(view.rate, view.rate_override, at);
+    state.adopt_shared(view.rate, view.rate_override, at);
     let turns = state.shared_turns();
     turns.epoch = store.epoch();
     turns.falls = store.falls() + 1;
@@ -254,21 +338,16 @@ fn hand_over(
     limiter: &Arc<Limiter>,
     host: &Arc<Host>,
     slot: OwnedSemaphorePermit,
-    lease: crate::store::Lease,
+    lease: Lease,
     wait: Duration,
 ) -> bool {
     let now = Instant::now();
     let mut state = host.lock();
     state.shared_turns().last_turn_at = Some(now);
-    // Only a request that had to wait for its turn may raise the rate when the answer is healthy.
-    let paced = if !wait.is_zero() || state.queue().len() > 1 {
-        Paced::Limited
-    } else {
-        Paced::AtOnce
-    };
+    let paced = paced_for(wait, state.queue().len());
     state.in_flight_mut().start();
-    let permit = Permit::new(host.clone(), limiter, Some(slot), paced).with_lease(lease);
-    let unsent = hand_to_head(&mut state, permit, now);
+    let grant = Grant::new(Some(slot), paced).with_lease(lease);
+    let unsent = hand_to_head((limiter, host), &mut state, grant, now);
     drop(state);
     // A turn nobody took ends unused: its drop frees the slot and gives the turn to the store.
     let handed = unsent.is_none();
@@ -276,19 +355,14 @@ fn hand_over(
     handed
 }
 
-/// Closes the host until `until`: an operator's pause, or a cooldown (only ever grown).
-fn close(
-    pacing: &mut crate::pacing::policy::Pacing,
-    until: Instant,
-    cause: CooldownCause,
-    now: Instant,
-) {
-    if cause == CooldownCause::Operator {
-        if pacing.operator_paused_until(now).is_none_or(|p| p < until) {
-            pacing.operator_pause(until);
-        }
+/// Whether a reserved turn `wait` away, with `queued` requests waiting, was held back by the
+/// pace: only a request that had to wait for its turn may raise the rate when the answer is
+/// healthy.
+fn paced_for(wait: Duration, queued: usize) -> Paced {
+    if !wait.is_zero() || queued > 1 {
+        Paced::Limited
     } else {
-        pacing.pause(until, cause, now);
+        Paced::AtOnce
     }
 }
 
@@ -321,19 +395,19 @@ impl Limiter {
             match hint {
                 Hint::Free(..) => Vec::new(),
                 Hint::Cool(_, d, cause) => {
-                    close(state.pacing_mut(), now + d, cause, now);
+                    state.close(now + d, cause, now);
                     refuse_queue(&mut state, now)
                 }
                 Hint::Pause(_, d) => {
-                    close(state.pacing_mut(), now + d, CooldownCause::Operator, now);
+                    state.close(now + d, CooldownCause::Operator, now);
                     refuse_queue(&mut state, now)
                 }
                 Hint::Resume(_) => {
-                    state.pacing_mut().operator_resume();
+                    state.operator_resume();
                     Vec::new()
                 }
                 Hint::Rate(_, rate) => {
-                    state.pacing_mut().set_rate_override(rate, now);
+                    state.set_rate_override(rate, now);
                     Vec::new()
                 }
                 Hint::Yield(..) => {
@@ -348,5 +422,60 @@ impl Limiter {
             let _ = waiter.reply.send(Err(refusal));
         }
         host.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(concurrency: u32) -> Limits {
+        Limits {
+            rate: 10.0,
+            configured_rate: 10.0,
+            burst: 1,
+            concurrency,
+            rejoin: false,
+            answered: true,
+            bytes: None,
+        }
+    }
+
+    #[test]
+    fn one_turn_is_asked_per_request_waiting_within_the_room_and_the_cap() {
+        assert_eq!(turns_wanted(3, 0, &limits(10)), 3);
+        assert_eq!(turns_wanted(3, 8, &limits(10)), 2, "two slots free");
+        assert_eq!(turns_wanted(3, 12, &limits(10)), 0, "over the cap: none");
+        assert_eq!(turns_wanted(100, 0, &limits(1000)), MAX_TURNS_PER_CALL);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_counts_from_arrival_or_the_jobs_last_turn_whichever_is_later() {
+        let arrived = Instant::now();
+        tokio::time::advance(Duration::from_millis(300)).await;
+        let served = Instant::now();
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let now = Instant::now();
+        assert_eq!(
+            waited_for_turn(arrived, None, now),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            waited_for_turn(arrived, Some(served), now),
+            Duration::from_millis(200)
+        );
+        let before = arrived - Duration::from_secs(1);
+        assert_eq!(
+            waited_for_turn(arrived, Some(before), now),
+            Duration::from_millis(500),
+            "a turn before its arrival does not count"
+        );
+    }
+
+    #[test]
+    fn only_a_turn_that_waited_or_had_company_is_paced() {
+        assert_eq!(paced_for(Duration::ZERO, 1), Paced::AtOnce);
+        assert_eq!(paced_for(Duration::from_millis(5), 1), Paced::Limited);
+        assert_eq!(paced_for(Duration::ZERO, 2), Paced::Limited);
     }
 }

@@ -225,10 +225,10 @@ impl Limiter {
             state.touch(now);
             match action {
                 OperatorAction::Pause(length) => {
-                    state.pacing_mut().operator_pause(now + length);
+                    state.operator_pause(now + length);
                     refused = refuse_queue(&mut state, now);
                 }
-                OperatorAction::Resume => state.pacing_mut().operator_resume(),
+                OperatorAction::Resume => state.operator_resume(),
                 OperatorAction::SetRate { rate, force } => {
                     if !rate.is_finite() || rate <= 0.0 {
                         return Err(OperatorError::BadRate(rate));
@@ -237,11 +237,11 @@ impl Limiter {
                     if rate > ceiling && !force {
                         return Err(OperatorError::AboveCeiling { rate, ceiling });
                     }
-                    state.pacing_mut().set_rate_override(Some(rate), now);
+                    state.set_rate_override(Some(rate), now);
                     state.set_forced(rate > ceiling);
                 }
                 OperatorAction::ClearRate => {
-                    state.pacing_mut().set_rate_override(None, now);
+                    state.set_rate_override(None, now);
                     state.set_forced(false);
                 }
             }
@@ -280,7 +280,7 @@ impl Limiter {
         if state.pacing().robots_cap() == rate {
             return false;
         }
-        state.pacing_mut().set_robots_cap(rate, Instant::now());
+        state.set_robots_cap(rate, Instant::now());
         drop(state);
         entry.wake.notify_one();
         true
@@ -318,11 +318,7 @@ impl Limiter {
                 let mut state = host.lock();
                 let (name, port) = host.policy_name(&state);
                 let policy = config.policy_for(&name, port);
-                let old = state.policy().clone();
-                state
-                    .pacing_mut()
-                    .apply_policy(&old, &policy, now, std::time::SystemTime::now());
-                state.set_policy(policy);
+                state.apply_policy(policy, now);
             }
             host.wake.notify_one();
         }
@@ -374,8 +370,7 @@ impl Limiter {
             };
             let entry = self.host(&key);
             let mut state = entry.lock();
-            let policy = state.policy().clone();
-            state.pacing_mut().restore(&record.pacing, &policy, now);
+            state.restore(&record.pacing, now);
             state.set_forced(record.forced);
             state.touch(now);
         }
@@ -396,11 +391,10 @@ fn snapshot_of(host: &Host, sockets: &OpenSockets) -> HostSnapshot {
     let mut state = host.lock();
     let block = state.pacing().block(now);
     let byte_debt = state
-        .pacing_mut()
         .byte_debt(now)
         .map(|(debt, at)| (debt, at.saturating_duration_since(now)));
     let (name, port) = host.policy_name(&state);
-    let (at, why) = state.pacing_mut().next_turn(now);
+    let (at, why) = state.next_turn(now);
     let next_turn = (at > now).then(|| (at.saturating_duration_since(now), why));
     let front_waits = match state.waits() {
         Some(waits) if !state.queue().is_empty() => Some(waits.waiting_for()),
