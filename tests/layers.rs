@@ -7,11 +7,12 @@
 //! with comments and string literals taken out first. A failure names the file and line.
 //!
 //! Inside a layer, the files import one way round too: every `crate::` and `super::` path is
-//! followed to the file it names (the deepest module of the path), and files that import each
-//! other round in a circle fail, the circle named with the place of each step. A module
-//! declares its children (`a/mod.rs`, or `a.rs`, those in `a/`), so its reaching into them is not
-//! counted (a child reaching up to it is, and what the parent re-exports counts as the parent's);
-//! inline `#[cfg(test)]` modules are left out.
+//! followed to the file it names (the deepest module of the path; where that module only
+//! re-exports the item, `pub use`, the file that defines it, so that a re-export hides no
+//! cycle), and files that import each other round in a circle fail, the circle named with the
+//! place of each step. A module declares its children (`a/mod.rs`, or `a.rs`, those in `a/`), so
+//! its reaching into them is not counted (a child reaching up to it is); inline `#[cfg(test)]`
+//! modules are left out.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -487,36 +488,118 @@ fn file_cycles(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String
     cycles
 }
 
-#[test]
-fn no_file_cycles_inside_a_layer() {
-    let src = root().join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
-    let modules: BTreeMap<Vec<String>, String> = files
+/// What each module re-exports (`pub use`, `pub(crate) use`, `pub(super) use`, `pub(in …) use`),
+/// by name: the path from the crate root that the name stands for. Paths start at `crate::`,
+/// `self::`, `super::` or (the edition's default) the module itself; a glob (`*`) names nothing
+/// to follow.
+fn re_exports(code: &str, module: &[String]) -> BTreeMap<String, Vec<String>> {
+    let mut found = BTreeMap::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("use ") {
+        let start = from + at;
+        from = start + "use ".len();
+        let before = code[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        // The statement's words before `use`: a visibility, perhaps after attributes.
+        let head = code[..start]
+            .rsplit([';', '{', '}'])
+            .next()
+            .unwrap_or("")
+            .trim();
+        let public = head.ends_with("pub") || (head.ends_with(')') && head.contains("pub("));
+        if !public {
+            continue;
+        }
+        for path in use_tree(&code[from..]) {
+            let mut segments = path.as_slice();
+            let mut base = module.to_vec();
+            match segments.first().map(String::as_str) {
+                Some("crate") => {
+                    base.clear();
+                    segments = &segments[1..];
+                }
+                Some("self") => segments = &segments[1..],
+                _ => {
+                    while segments.first().is_some_and(|s| s == "super") {
+                        base.pop();
+                        segments = &segments[1..];
+                    }
+                }
+            }
+            if let Some(name) = segments.last() {
+                let mut full = base;
+                full.extend(segments.iter().cloned());
+                found.insert(name.clone(), full);
+            }
+        }
+    }
+    found
+}
+
+/// The module a path from `base` names: the deepest module of the crate it reaches; where that
+/// module only re-exports the next segment (`pub use`), the module that defines it, followed
+/// through chains of re-exports (a few steps at most).
+fn resolve(
+    modules: &BTreeMap<Vec<String>, String>,
+    exports: &BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>>,
+    base: Vec<String>,
+    path: &[String],
+) -> Vec<String> {
+    let mut target = base;
+    let mut rest = path.to_vec();
+    for _ in 0..8 {
+        let mut k = 0;
+        while let Some(segment) = rest.get(k) {
+            let mut deeper = target.clone();
+            deeper.push(segment.clone());
+            if !modules.contains_key(&deeper) {
+                break;
+            }
+            target = deeper;
+            k += 1;
+        }
+        let Some(full) = rest.get(k).and_then(|name| exports.get(&target)?.get(name)) else {
+            break;
+        };
+        // A re-export of something outside the crate (`pub use tokio::…`) names no file of it.
+        if !full
+            .first()
+            .is_some_and(|first| modules.contains_key(&vec![first.clone()]))
+        {
+            break;
+        }
+        let mut next = full.clone();
+        next.extend(rest[k + 1..].iter().cloned());
+        target = Vec::new();
+        rest = next;
+    }
+    target
+}
+
+/// The imports between files of one layer (file → file → where): every `crate::` and `super::`
+/// path of each file (tests left out) followed to the file it names, through re-exports. `sources`
+/// are the files' paths under `src/` with their code (comments and strings already taken out).
+fn file_edges(sources: &[(PathBuf, String)]) -> BTreeMap<String, BTreeMap<String, String>> {
+    let modules: BTreeMap<Vec<String>, String> = sources
         .iter()
-        .map(|f| {
-            let relative = f.strip_prefix(&src).unwrap_or(f);
-            (module_of(relative), relative.display().to_string())
+        .map(|(relative, _)| (module_of(relative), relative.display().to_string()))
+        .collect();
+    let exports: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> = sources
+        .iter()
+        .map(|(relative, code)| {
+            let module = module_of(relative);
+            let found = re_exports(code, &module);
+            (module, found)
         })
         .collect();
     let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    for file in &files {
-        let relative = file.strip_prefix(&src).unwrap_or(file);
+    for (relative, code) in sources {
         let module = module_of(relative);
         let name = relative.display().to_string();
-        let code = without_test_modules(&code_only(&fs::read_to_string(file).unwrap_or_default()));
-        for (base, path, line) in module_paths(&code, &module) {
-            // The deepest module of the crate the path reaches names the file it imports from.
-            let mut target = base;
-            for segment in path {
-                let mut deeper = target.clone();
-                deeper.push(segment);
-                if !modules.contains_key(&deeper) {
-                    break;
-                }
-                target = deeper;
-            }
+        for (base, path, line) in module_paths(code, &module) {
+            let target = resolve(&modules, &exports, base, &path);
             let Some(to) = modules.get(&target) else {
                 continue;
             };
@@ -533,6 +616,24 @@ fn no_file_cycles_inside_a_layer() {
             }
         }
     }
+    edges
+}
+
+#[test]
+fn no_file_cycles_inside_a_layer() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let sources: Vec<(PathBuf, String)> = files
+        .iter()
+        .map(|file| {
+            let relative = file.strip_prefix(&src).unwrap_or(file).to_path_buf();
+            let text = fs::read_to_string(file).unwrap_or_default();
+            (relative, without_test_modules(&code_only(&text)))
+        })
+        .collect();
+    let edges = file_edges(&sources);
     let cycles = file_cycles(&edges);
     assert!(
         cycles.is_empty(),
@@ -573,5 +674,50 @@ fn the_file_scanner_expands_trees_and_finds_cycles() {
     assert_eq!(
         cycles,
         ["a file cycle among a, b, c: a → b (a:1); b → c (b:1); c → a (c:1)"]
+    );
+}
+
+#[test]
+fn the_file_scanner_sees_through_re_exports() {
+    // `host.rs` names `Permit` through its parent's re-export; `permit.rs` names `host.rs`
+    // directly: one cycle, though no file names the other's path in full. `Host` comes back
+    // through a chain of two re-exports, and a re-export from outside the crate names no file.
+    let sources: Vec<(PathBuf, String)> = [
+        (
+            "lay/mod.rs",
+            "mod inner;\npub use inner::Host;\npub use tokio::Notify;\n",
+        ),
+        (
+            "lay/inner/mod.rs",
+            "mod host;\nmod permit;\n#[doc(hidden)]\npub(crate) use permit::{Other, Permit};\npub use self::host::Host;\n",
+        ),
+        (
+            "lay/inner/host.rs",
+            "use super::Permit;\nuse crate::lay::Notify;\npub struct Host;\n",
+        ),
+        (
+            "lay/inner/permit.rs",
+            "use crate::lay::Host;\npub struct Permit;\n",
+        ),
+    ]
+    .into_iter()
+    .map(|(path, code)| (PathBuf::from(path), code_only(code)))
+    .collect();
+    let edges = file_edges(&sources);
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let of = |file: &str| -> Vec<String> {
+        edges
+            .get(file)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        of("lay/inner/host.rs"),
+        strings(&["lay/inner/permit.rs", "lay/mod.rs"])
+    );
+    assert_eq!(of("lay/inner/permit.rs"), strings(&["lay/inner/host.rs"]));
+    assert_eq!(
+        file_cycles(&edges),
+        ["a file cycle among lay/inner/host.rs, lay/inner/permit.rs: lay/inner/host.rs → lay/inner/permit.rs (src/lay/inner/host.rs:1); lay/inner/permit.rs → lay/inner/host.rs (src/lay/inner/permit.rs:1)"]
     );
 }
