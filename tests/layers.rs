@@ -490,8 +490,9 @@ fn file_cycles(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String
 
 /// What each module re-exports (`pub use`, `pub(crate) use`, `pub(super) use`, `pub(in …) use`),
 /// by name: the path from the crate root that the name stands for. Paths start at `crate::`,
-/// `self::`, `super::` or (the edition's default) the module itself; a glob (`*`) names nothing
-/// to follow.
+/// `self::`, `super::` or (the edition's default) the module itself. A glob (`a::*`) reads as
+/// naming `a` itself, which adds nothing to follow; an alias (`as`) is not read (`src/` has
+/// none).
 fn re_exports(code: &str, module: &[String]) -> BTreeMap<String, Vec<String>> {
     let mut found = BTreeMap::new();
     let mut from = 0;

@@ -348,3 +348,64 @@ impl Drop for QueuedTurn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, HostPolicy};
+    use crate::pacing::policy::CooldownCause;
+
+    fn limiter(rate: f64, burst: u32) -> Arc<Limiter> {
+        let mut policy = HostPolicy::default();
+        policy.pacing.rate = rate;
+        policy.pacing.burst = burst;
+        policy.pacing.concurrency = 10;
+        let config = Config {
+            defaults: Arc::new(policy),
+            ..Config::default()
+        };
+        Limiter::coarse(Arc::new(config))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cooldown_refuses_only_the_requests_not_held_through_it() {
+        let limiter = limiter(10.0, 1);
+        let host = limiter.host(&BudgetKey::of_host("a.example", 80));
+        let mut state = host.lock();
+        let now = Instant::now();
+        assert_eq!(cooldown_refusal(&mut state, None, now), None, "no cooldown");
+        state.close(
+            now + Duration::from_secs(30),
+            CooldownCause::Status(429),
+            now,
+        );
+        let refused = cooldown_refusal(&mut state, Some(OnCooldown::Reject), now);
+        assert_eq!(
+            refused,
+            Some(Refusal::CoolingDown {
+                remaining: Duration::from_secs(30),
+                cause: CooldownCause::Status(429),
+            })
+        );
+        assert_eq!(
+            cooldown_refusal(&mut state, Some(OnCooldown::Hold), now),
+            None,
+            "a request that holds waits it out"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_free_turn_is_taken_at_once_and_the_next_says_what_it_waits_for() {
+        let limiter = limiter(2.0, 1);
+        let host = limiter.host(&BudgetKey::of_host("a.example", 80));
+        let mut state = host.lock();
+        let now = Instant::now();
+        let grant = limiter.free_turn(&mut state, now);
+        assert!(grant.as_ref().is_ok_and(|g| g.paced == Paced::AtOnce));
+        drop(grant);
+        match limiter.free_turn(&mut state, now) {
+            Err(reason) => assert_eq!(reason, Some(WaitReason::Rate)),
+            Ok(_) => panic!("one token at 2/s: the second waits"),
+        }
+    }
+}
