@@ -351,12 +351,41 @@ host is intercepted; if some use https = "tunnel", trust both:
     Ok(())
 }
 
+/// `courtesy check FILE`: the file is valid; its warnings, then what it sets, section by
+/// section (never a password, a token or a key: only their public parts).
 fn check(config: &Config) -> anyhow::Result<()> {
     let mut out = String::new();
     outln!(out, "{}: ok", config.source);
     for warning in config.warnings() {
         outln!(out, "warning: {warning}");
     }
+    check_proxy_and_shared(&mut out, config);
+    outln!(out, "{:<32} {}", "[defaults]", describe(&config.defaults));
+    for rule in &config.hosts {
+        outln!(
+            out,
+            "{:<32} {}",
+            rule_label(config, rule),
+            describe(&rule.policy)
+        );
+    }
+    if !config.jobs.is_empty() {
+        use courtesy::config::ConfigWord as _;
+        outln!(
+            out,
+            "[proxy] client_auth={}",
+            config.proxy.client_auth.word()
+        );
+    }
+    check_signing(&mut out, config);
+    for job in &config.jobs {
+        outln!(out, "{:<32} {}", format!("job {}", job.name), job_line(job));
+    }
+    emit(&out)
+}
+
+/// `check`'s `[proxy]` and `[shared]` lines.
+fn check_proxy_and_shared(out: &mut String, config: &Config) {
     let p = &config.proxy;
     outln!(out,
         "[proxy] listen={} admin_listen={} max_in_flight={} connect_timeout={}s response_timeout={}s",
@@ -380,34 +409,31 @@ fn check(config: &Config) -> anyhow::Result<()> {
             s.lease.as_secs_f64()
         );
     }
-    outln!(out, "{:<32} {}", "[defaults]", describe(&config.defaults));
-    for rule in &config.hosts {
-        let label = if *rule.source == *config.source {
-            format!("host rule {} ({})", rule.number, rule.pattern)
-        } else if rule.source.starts_with('<') {
-            // A built-in preset: `<built-in presets/published.toml>` whole.
-            format!(
-                "host rule {} of {} ({})",
-                rule.number, rule.source, rule.pattern
-            )
-        } else {
-            let file = std::path::Path::new(&*rule.source)
-                .file_name()
-                .map_or(rule.source.to_string(), |f| {
-                    f.to_string_lossy().into_owned()
-                });
-            format!("host rule {} of {file} ({})", rule.number, rule.pattern)
-        };
-        outln!(out, "{label:<32} {}", describe(&rule.policy));
+}
+
+/// How `check` names a host rule: its number and pattern, and the file it comes from when that
+/// is not the checked file (a built-in preset whole, another file by its name).
+fn rule_label(config: &Config, rule: &courtesy::config::HostRule) -> String {
+    if *rule.source == *config.source {
+        format!("host rule {} ({})", rule.number, rule.pattern)
+    } else if rule.source.starts_with('<') {
+        // A built-in preset: `<built-in presets/published.toml>` whole.
+        format!(
+            "host rule {} of {} ({})",
+            rule.number, rule.source, rule.pattern
+        )
+    } else {
+        let file = std::path::Path::new(&*rule.source)
+            .file_name()
+            .map_or(rule.source.to_string(), |f| {
+                f.to_string_lossy().into_owned()
+            });
+        format!("host rule {} of {file} ({})", rule.number, rule.pattern)
     }
-    if !config.jobs.is_empty() {
-        use courtesy::config::ConfigWord as _;
-        outln!(
-            out,
-            "[proxy] client_auth={}",
-            config.proxy.client_auth.word()
-        );
-    }
+}
+
+/// `check`'s `[signing]` lines: the key's id, the mode, and each agent with its keys.
+fn check_signing(out: &mut String, config: &Config) {
     let signing = &config.signing;
     if let (Some(path), Some(key)) = (&signing.key_file, &signing.key) {
         // The key's id (its thumbprint) is public: the directory lists it; the key never shows.
@@ -441,33 +467,34 @@ fn check(config: &Config) -> anyhow::Result<()> {
             agent.authority()
         );
     }
-    for job in &config.jobs {
-        // The token is never printed: only whether there is one, and how it is kept.
-        let token = match (&job.token, &job.token_sha256) {
-            (Some(_), _) => "token",
-            (None, Some(_)) => "token_sha256",
-            (None, None) => "no token",
-        };
-        let mut line = format!(
-            "weight={} priority={} {token}",
-            job.weight,
-            courtesy::config::ConfigWord::word(job.priority)
-        );
-        if let Some(max) = job.max_requests {
-            line.push_str(&format!(" quota={max}/{}s", job.per_seconds.as_secs_f64()));
-        }
-        if let Some(agent) = &job.user_agent {
-            line.push_str(&format!(" user_agent={agent:?}"));
-        }
-        if let Some(key) = &job.signing_key {
-            line.push_str(&format!(" keyid={}", key.thumbprint()));
-        }
-        if let Some(agent) = &job.signature_agent {
-            line.push_str(&format!(" signature_agent={agent}"));
-        }
-        outln!(out, "{:<32} {line}", format!("job {}", job.name));
+}
+
+/// What `check` says of a job: weight, priority, how its token is kept (never the token), its
+/// quota, User-Agent and signing.
+fn job_line(job: &courtesy::config::JobSettings) -> String {
+    let token = match (&job.token, &job.token_sha256) {
+        (Some(_), _) => "token",
+        (None, Some(_)) => "token_sha256",
+        (None, None) => "no token",
+    };
+    let mut line = format!(
+        "weight={} priority={} {token}",
+        job.weight,
+        courtesy::config::ConfigWord::word(job.priority)
+    );
+    if let Some(max) = job.max_requests {
+        line.push_str(&format!(" quota={max}/{}s", job.per_seconds.as_secs_f64()));
     }
-    emit(&out)
+    if let Some(agent) = &job.user_agent {
+        line.push_str(&format!(" user_agent={agent:?}"));
+    }
+    if let Some(key) = &job.signing_key {
+        line.push_str(&format!(" keyid={}", key.thumbprint()));
+    }
+    if let Some(agent) = &job.signature_agent {
+        line.push_str(&format!(" signature_agent={agent}"));
+    }
+    line
 }
 
 /// `courtesy check FILE --host NAME[:PORT]`: the rule that governs the host, its file, and the

@@ -13,6 +13,9 @@
 //! place of each step. A module declares its children (`a/mod.rs`, or `a.rs`, those in `a/`), so
 //! its reaching into them is not counted (a child reaching up to it is); inline `#[cfg(test)]`
 //! modules are left out.
+//!
+//! And no function in `src/` (tests included) is over 80 lines, from the line with `fn` to its
+//! closing brace, braces counted in the code without comments and literals.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -720,5 +723,98 @@ fn the_file_scanner_sees_through_re_exports() {
     assert_eq!(
         file_cycles(&edges),
         ["a file cycle among lay/inner/host.rs, lay/inner/permit.rs: lay/inner/host.rs → lay/inner/permit.rs (src/lay/inner/host.rs:1); lay/inner/permit.rs → lay/inner/host.rs (src/lay/inner/permit.rs:1)"]
+    );
+}
+
+/// The longest a function may be, from the line with `fn` to the line of its closing brace.
+const MAX_FUNCTION_LINES: usize = 80;
+
+/// Every function with a body in `code` (already `code_only`: no comments or literals), as (its
+/// name, the line of its `fn`, its length in lines from that line to its closing brace). A
+/// declaration without a body (`fn f();`) and a function pointer type (`fn(u8) -> u8`) are none.
+fn function_spans(code: &str) -> Vec<(String, usize, usize)> {
+    let bytes = code.as_bytes();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut spans = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("fn") {
+        let start = from + at;
+        from = start + 2;
+        let before = code[..start].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // `Fn`, `dyn_fn`, …
+        }
+        let rest = &code[from..];
+        let name = ident_at(rest.trim_start());
+        if name.is_empty() || !rest.starts_with(char::is_whitespace) {
+            continue; // `fn(…)`, `fn_name`, `fn $name` in a macro
+        }
+        // The body opens at the first `{` outside the signature's brackets; a `;` there first
+        // ends a declaration.
+        let mut depth = 0i32;
+        let mut open = None;
+        for (k, &b) in bytes.iter().enumerate().skip(from) {
+            match b {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b'{' if depth == 0 => {
+                    open = Some(k);
+                    break;
+                }
+                b';' if depth == 0 => break,
+                _ => {}
+            }
+        }
+        let Some(open) = open else {
+            continue;
+        };
+        let close = open + 1 + group_end(&code[open + 1..]);
+        spans.push((name, line_of(start), line_of(close) - line_of(start) + 1));
+    }
+    spans
+}
+
+#[test]
+fn no_function_in_src_is_over_80_lines() {
+    let src = root().join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut long = Vec::new();
+    let mut seen = 0;
+    for file in &files {
+        let relative = file.strip_prefix(&src).unwrap_or(file);
+        let code = code_only(&fs::read_to_string(file).unwrap_or_default());
+        for (name, line, lines) in function_spans(&code) {
+            seen += 1;
+            if lines > MAX_FUNCTION_LINES {
+                long.push(format!(
+                    "src/{}:{line}: fn {name} is {lines} lines",
+                    relative.display()
+                ));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FUNCTION_LINES} lines (from the `fn` line to the closing brace); \
+         split them by meaning into named helpers:\n{}",
+        long.join("\n")
+    );
+    assert!(seen > 1000, "the scan found the functions ({seen})");
+}
+
+#[test]
+fn the_function_scanner_counts_from_fn_to_its_closing_brace() {
+    let code = code_only(
+        "pub(crate) async fn outer<'a, T: Fn(u8) -> u8>(x: &'a [u8; 4]) -> Result<(), ()>\nwhere\n    T: Copy,\n{\n    let s = \"}\"; let r = r#\"{\"#;\n    let c = '{';\n    // }\n    fn inner() { let f: fn(u8) = g; }\n    /* { */ Ok(())\n}\ntrait T { fn declared(&self); fn with_default(&self) {\n} }\nlet call = dyn_fn(1);",
+    );
+    assert_eq!(
+        function_spans(&code),
+        [
+            ("outer".to_string(), 1, 10),
+            ("inner".to_string(), 8, 1),
+            ("with_default".to_string(), 11, 2),
+        ]
     );
 }

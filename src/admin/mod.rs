@@ -232,6 +232,7 @@ impl Admin {
         self.own.is_none_or(|own| names_listener(host, own))
     }
 
+    /// The admin API's routes, one line each: the method and path segments, and the answer.
     async fn route(&self, req: Request<Incoming>) -> Response<ProxyBody> {
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or("").to_string();
@@ -243,26 +244,8 @@ impl Admin {
             }
             (&Method::GET | &Method::HEAD, ["healthz"]) => with_type("ok\n".into(), TEXT),
             (&Method::GET | &Method::HEAD, ["readyz"]) => self.readiness(),
-            (&Method::GET | &Method::HEAD, ["jobs"]) => {
-                let waiting = self.limiter.waiting_by_job();
-                let page = JobsPage::of(&self.config.get(), &self.jobs, &waiting);
-                json_response(StatusCode::OK, &page)
-            }
-            (&Method::GET | &Method::HEAD, ["metrics"]) => {
-                let waiting = self.limiter.waiting_by_job();
-                let callers = self.jobs.callers(&self.config.get());
-                self.metrics.count_jobs(&callers, &waiting);
-                self.metrics.count_auth_failures(self.jobs.guard.failures());
-                let text = self
-                    .metrics
-                    .render(&self.limiter, self.interceptor.cache_stats());
-                let accept = req
-                    .headers()
-                    .get(http::header::ACCEPT)
-                    .and_then(|v| v.to_str().ok());
-                let (body, content_type) = crate::observe::metrics::negotiate(text, accept);
-                with_type(body, content_type)
-            }
+            (&Method::GET | &Method::HEAD, ["jobs"]) => self.jobs_page(),
+            (&Method::GET | &Method::HEAD, ["metrics"]) => self.metrics_page(&req),
             (&Method::GET | &Method::HEAD, ["ca.pem"]) => with_type(
                 self.interceptor.ca().cert_pem().to_string(),
                 "application/x-pem-file",
@@ -274,76 +257,126 @@ impl Admin {
                 card::answer(&self.config.get(), directory::host_of(&req))
             }
             (&Method::GET | &Method::HEAD, ["hosts"]) => self.hosts(&query),
-            (&Method::GET | &Method::HEAD, ["hosts", key]) => match self.find(key).await {
-                Ok(budget) => match self.limiter.snapshot_by_key(&budget.key) {
-                    Some(s) => json_response(StatusCode::OK, &self.view(&s)),
-                    None => {
-                        error_json(StatusCode::NOT_FOUND, &format!("no host {}", budget.name()))
-                    }
-                },
-                Err((status, message)) => error_json(status, &message),
-            },
-            (&Method::POST, ["hosts", key, "pause"]) => {
-                let seconds = query_param(&query, "seconds")
-                    .and_then(|s| s.parse::<f64>().ok())
-                    .filter(|s| s.is_finite() && *s > 0.0 && *s <= 30.0 * 86400.0);
-                match seconds {
-                    Some(s) => {
-                        self.operate(key, OperatorAction::Pause(Duration::from_secs_f64(s)))
-                            .await
-                    }
-                    None => error_json(
-                        StatusCode::BAD_REQUEST,
-                        "pause needs ?seconds=N with 0 < N <= 2592000",
-                    ),
-                }
-            }
-            (&Method::POST, ["hosts", key, "close-sockets"]) => match self.find(key).await {
-                Ok(budget) => {
-                    let closed = self.sockets.close_host(&budget.key);
-                    info!(host = %budget.key, closed, "operator: closed the host's WebSockets and tunnels");
-                    json_response(
-                        StatusCode::OK,
-                        &json!({ "host": budget.key, "closed": closed }),
-                    )
-                }
-                Err((status, message)) => error_json(status, &message),
-            },
+            (&Method::GET | &Method::HEAD, ["hosts", key]) => self.host(key).await,
+            (&Method::POST, ["hosts", key, "pause"]) => self.pause(key, &query).await,
+            (&Method::POST, ["hosts", key, "close-sockets"]) => self.close_sockets(key).await,
             (&Method::POST, ["hosts", key, "resume"]) => {
                 self.operate(key, OperatorAction::Resume).await
             }
-            (&Method::PUT, ["hosts", key, "rate"]) => {
-                let force = query_param(&query, "force").is_some_and(|v| v == "true" || v == "1");
-                match read_small_body(req).await {
-                    Ok(text) => match text.trim().parse::<f64>() {
-                        Ok(rate) => {
-                            self.operate(key, OperatorAction::SetRate { rate, force })
-                                .await
-                        }
-                        Err(_) => error_json(
-                            StatusCode::BAD_REQUEST,
-                            &format!(
-                                "the body must be a number of requests per second, got {:?}",
-                                text.trim()
-                            ),
-                        ),
-                    },
-                    Err(response) => response,
-                }
-            }
+            (&Method::PUT, ["hosts", key, "rate"]) => self.set_rate(key, &query, req).await,
             (&Method::DELETE, ["hosts", key, "rate"]) => {
                 self.operate(key, OperatorAction::ClearRate).await
             }
-            (&Method::POST, ["reload"]) => match crate::admin::reload::reload(&self.limiter) {
-                Ok(summary) => json_response(StatusCode::OK, &json!({ "reloaded": summary })),
-                Err(errors) => json_response(
-                    StatusCode::BAD_REQUEST,
-                    &json!({ "error": "the new config was rejected; the old one stays", "errors": errors }),
-                ),
-            },
+            (&Method::POST, ["reload"]) => self.reload(),
             _ => error_json(
                 StatusCode::NOT_FOUND,
                 &format!("no admin endpoint {method} {path}"),
+            ),
+        }
+    }
+
+    /// `GET /jobs`: every job with its weight, quota and requests waiting.
+    fn jobs_page(&self) -> Response<ProxyBody> {
+        let waiting = self.limiter.waiting_by_job();
+        let page = JobsPage::of(&self.config.get(), &self.jobs, &waiting);
+        json_response(StatusCode::OK, &page)
+    }
+
+    /// `GET /metrics`: the job series brought up to date, then the scrape in the format the
+    /// scraper accepts.
+    fn metrics_page(&self, req: &Request<Incoming>) -> Response<ProxyBody> {
+        let waiting = self.limiter.waiting_by_job();
+        let callers = self.jobs.callers(&self.config.get());
+        self.metrics.count_jobs(&callers, &waiting);
+        self.metrics.count_auth_failures(self.jobs.guard.failures());
+        let text = self
+            .metrics
+            .render(&self.limiter, self.interceptor.cache_stats());
+        let accept = req
+            .headers()
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        let (body, content_type) = crate::observe::metrics::negotiate(text, accept);
+        with_type(body, content_type)
+    }
+
+    /// `GET /hosts/<host>`: one known host's view.
+    async fn host(&self, key: &str) -> Response<ProxyBody> {
+        match self.find(key).await {
+            Ok(budget) => match self.limiter.snapshot_by_key(&budget.key) {
+                Some(s) => json_response(StatusCode::OK, &self.view(&s)),
+                None => error_json(StatusCode::NOT_FOUND, &format!("no host {}", budget.name())),
+            },
+            Err((status, message)) => error_json(status, &message),
+        }
+    }
+
+    /// `POST /hosts/<host>/pause?seconds=N`: an operator's pause, up to 30 days.
+    async fn pause(&self, key: &str, query: &str) -> Response<ProxyBody> {
+        let seconds = query_param(query, "seconds")
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0 && *s <= 30.0 * 86400.0);
+        match seconds {
+            Some(s) => {
+                self.operate(key, OperatorAction::Pause(Duration::from_secs_f64(s)))
+                    .await
+            }
+            None => error_json(
+                StatusCode::BAD_REQUEST,
+                "pause needs ?seconds=N with 0 < N <= 2592000",
+            ),
+        }
+    }
+
+    /// `POST /hosts/<host>/close-sockets`: the host's WebSockets and tunnels closed.
+    async fn close_sockets(&self, key: &str) -> Response<ProxyBody> {
+        match self.find(key).await {
+            Ok(budget) => {
+                let closed = self.sockets.close_host(&budget.key);
+                info!(host = %budget.key, closed, "operator: closed the host's WebSockets and tunnels");
+                json_response(
+                    StatusCode::OK,
+                    &json!({ "host": budget.key, "closed": closed }),
+                )
+            }
+            Err((status, message)) => error_json(status, &message),
+        }
+    }
+
+    /// `PUT /hosts/<host>/rate[?force=true]`: an operator's rate, the body a number of requests
+    /// per second.
+    async fn set_rate(
+        &self,
+        key: &str,
+        query: &str,
+        req: Request<Incoming>,
+    ) -> Response<ProxyBody> {
+        let force = query_param(query, "force").is_some_and(|v| v == "true" || v == "1");
+        match read_small_body(req).await {
+            Ok(text) => match text.trim().parse::<f64>() {
+                Ok(rate) => {
+                    self.operate(key, OperatorAction::SetRate { rate, force })
+                        .await
+                }
+                Err(_) => error_json(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "the body must be a number of requests per second, got {:?}",
+                        text.trim()
+                    ),
+                ),
+            },
+            Err(response) => response,
+        }
+    }
+
+    /// `POST /reload`: the config file read again; a rejected one leaves the old in force.
+    fn reload(&self) -> Response<ProxyBody> {
+        match crate::admin::reload::reload(&self.limiter) {
+            Ok(summary) => json_response(StatusCode::OK, &json!({ "reloaded": summary })),
+            Err(errors) => json_response(
+                StatusCode::BAD_REQUEST,
+                &json!({ "error": "the new config was rejected; the old one stays", "errors": errors }),
             ),
         }
     }

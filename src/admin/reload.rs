@@ -24,6 +24,27 @@ pub(crate) fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
         )]);
     }
     let mut new = Config::load(path).map_err(|e| e.errors)?;
+    let kept = keep_restart_only_keys(&mut new, &old);
+    if !kept.is_empty() {
+        warn!(keys = ?kept, "these keys change only at a restart; their old values stay");
+    }
+    let summary = format!(
+        "{}: {} host rules{}",
+        new.source,
+        new.hosts.len(),
+        if kept.is_empty() {
+            String::new()
+        } else {
+            format!(" (kept until a restart: {})", kept.join(", "))
+        }
+    );
+    limiter.reload(Arc::new(new));
+    Ok(summary)
+}
+
+/// Puts back in `new` the keys that change only at a restart, with `old`'s values, and names
+/// those the file changed, in the order the answer and the log line list them.
+fn keep_restart_only_keys(new: &mut Config, old: &Config) -> Vec<&'static str> {
     let mut kept = Vec::new();
     if new.proxy.listen != old.proxy.listen {
         kept.push("listen");
@@ -82,19 +103,5 @@ pub(crate) fn reload(limiter: &Limiter) -> Result<String, Vec<String>> {
     new.proxy.connect_timeout = old.proxy.connect_timeout;
     new.proxy.hosts_file = old.proxy.hosts_file.clone();
     new.proxy.static_hosts = old.proxy.static_hosts.clone();
-    if !kept.is_empty() {
-        warn!(keys = ?kept, "these keys change only at a restart; their old values stay");
-    }
-    let summary = format!(
-        "{}: {} host rules{}",
-        new.source,
-        new.hosts.len(),
-        if kept.is_empty() {
-            String::new()
-        } else {
-            format!(" (kept until a restart: {})", kept.join(", "))
-        }
-    );
-    limiter.reload(Arc::new(new));
-    Ok(summary)
+    kept
 }

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::budget::limiter::{HostSnapshot, Limiter, ShadowReason};
+use crate::budget::limiter::{HostSnapshot, Limiter, ShadowCounts, ShadowReason};
 use crate::config::{Controller, HttpsMode, KeyMode, OnCooldown};
 use crate::pacing::ratelimit::NamedPolicy;
 
@@ -426,14 +426,6 @@ pub struct Counters {
 impl HostView {
     /// The view of one host's snapshot, with wall-clock times from `now_wall`.
     pub fn of(s: &HostSnapshot, now_wall: SystemTime) -> Self {
-        let cooldown = match (&s.block, s.block_remaining) {
-            (Some(block), Some(left)) => Some(CooldownView {
-                remaining_seconds: round3(left.as_secs_f64()),
-                until_unix_ms: unix_ms(now_wall + left),
-                cause: block.cause.to_string(),
-            }),
-            _ => None,
-        };
         HostView {
             host: s.key.clone(),
             key_by: s.kind,
@@ -454,43 +446,12 @@ impl HostView {
                 })
                 .collect(),
             in_flight: s.in_flight,
-            cooldown,
-            operator: OperatorView {
-                paused_until_unix_ms: s
-                    .operator_pause_remaining
-                    .map(|left| unix_ms(now_wall + left)),
-                rate: s.rate_override,
-                forced: s.forced,
-            },
+            cooldown: CooldownView::of(s, now_wall),
+            operator: OperatorView::of(s, now_wall),
             policy: PolicyView::of(&s.policy),
             last_statuses: s.stats.last_statuses(),
-            counters: Counters {
-                sent: s.stats.sent,
-                status_2xx: s.stats.by_class[0],
-                status_3xx: s.stats.by_class[1],
-                status_4xx: s.stats.by_class[2],
-                status_5xx: s.stats.by_class[3],
-                failed: s.stats.failed,
-                refused: s
-                    .stats
-                    .refusals()
-                    .iter()
-                    .map(|(name, n)| (name.to_string(), *n))
-                    .collect(),
-                response_bytes: s.stats.response_bytes(),
-                websockets_open: s.websockets_open,
-            },
-            shadow: s.shadow.map(|c| ShadowView {
-                would_wait: c.would_wait,
-                would_wait_seconds: round3(c.would_wait_seconds),
-                would_refuse: ShadowReason::ALL
-                    .iter()
-                    .zip(c.would_refuse)
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(r, n)| (r.as_str().to_string(), n))
-                    .collect(),
-                inside_window: c.inside_window,
-            }),
+            counters: Counters::of(s),
+            shadow: s.shadow.map(ShadowView::of),
             byte_debt: s.byte_debt.map(|(bytes, left)| ByteDebtView {
                 bytes,
                 seconds: round3(left.as_secs_f64()),
@@ -530,6 +491,72 @@ impl HostView {
             );
         }
         self
+    }
+}
+
+impl CooldownView {
+    /// The cooldown (or block pause) of `s`, if one runs, its end in wall-clock time.
+    fn of(s: &HostSnapshot, now_wall: SystemTime) -> Option<Self> {
+        match (&s.block, s.block_remaining) {
+            (Some(block), Some(left)) => Some(CooldownView {
+                remaining_seconds: round3(left.as_secs_f64()),
+                until_unix_ms: unix_ms(now_wall + left),
+                cause: block.cause.to_string(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl OperatorView {
+    /// What an operator set on `s`: a pause (its end in wall-clock time), a rate, forced or not.
+    fn of(s: &HostSnapshot, now_wall: SystemTime) -> Self {
+        OperatorView {
+            paused_until_unix_ms: s
+                .operator_pause_remaining
+                .map(|left| unix_ms(now_wall + left)),
+            rate: s.rate_override,
+            forced: s.forced,
+        }
+    }
+}
+
+impl Counters {
+    /// `s`'s counts: requests sent, answers by class, failures, refusals by reason, bytes.
+    fn of(s: &HostSnapshot) -> Self {
+        Counters {
+            sent: s.stats.sent,
+            status_2xx: s.stats.by_class[0],
+            status_3xx: s.stats.by_class[1],
+            status_4xx: s.stats.by_class[2],
+            status_5xx: s.stats.by_class[3],
+            failed: s.stats.failed,
+            refused: s
+                .stats
+                .refusals()
+                .iter()
+                .map(|(name, n)| (name.to_string(), *n))
+                .collect(),
+            response_bytes: s.stats.response_bytes(),
+            websockets_open: s.websockets_open,
+        }
+    }
+}
+
+impl ShadowView {
+    /// A report-only host's counts, its would-be refusals by reason (those that happened).
+    fn of(c: ShadowCounts) -> Self {
+        ShadowView {
+            would_wait: c.would_wait,
+            would_wait_seconds: round3(c.would_wait_seconds),
+            would_refuse: ShadowReason::ALL
+                .iter()
+                .zip(c.would_refuse)
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| (r.as_str().to_string(), n))
+                .collect(),
+            inside_window: c.inside_window,
+        }
     }
 }
 

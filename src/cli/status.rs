@@ -234,6 +234,18 @@ fn budget_line(budget: &crate::admin::views::BudgetView) -> String {
     )
 }
 
+/// The table's columns.
+const COLUMNS: [&str; 8] = [
+    "HOST",
+    "STATE",
+    "RATE/S",
+    "QUEUE",
+    "IN-FLIGHT",
+    "COOLDOWN",
+    "SENT",
+    "LAST",
+];
+
 /// Renders the `/hosts` page as an aligned table; `color` adds ANSI colours to the state.
 pub fn render(page: &Page, color: bool) -> String {
     let budget = budget_line(&page.budget);
@@ -241,66 +253,14 @@ pub fn render(page: &Page, color: bool) -> String {
     if list.is_empty() {
         return format!("{budget}no hosts yet\n");
     }
-    let header = [
-        "HOST",
-        "STATE",
-        "RATE/S",
-        "QUEUE",
-        "IN-FLIGHT",
-        "COOLDOWN",
-        "SENT",
-        "LAST",
-    ];
     let mut list: Vec<&HostView> = list.iter().collect();
     list.sort_by(|a, b| {
         trouble_rank(&a.state)
             .cmp(&trouble_rank(&b.state))
             .then_with(|| host_order(&a.host).cmp(&host_order(&b.host)))
     });
-    let mut rows: Vec<[String; 8]> = Vec::new();
-    for h in list {
-        let cooldown = match &h.cooldown {
-            Some(c) => format!("{:.0}s", c.remaining_seconds),
-            None => "-".into(),
-        };
-        let last: Vec<String> = h
-            .last_statuses
-            .iter()
-            .rev()
-            .take(5)
-            .rev()
-            .map(|s| match s {
-                0 => "ERR".to_string(),
-                n => n.to_string(),
-            })
-            .collect();
-        rows.push([
-            match h.names.len() {
-                0 => h.host.clone(),
-                n => format!(
-                    "{} ({n} names{})",
-                    h.host,
-                    if h.names_truncated { "+" } else { "" }
-                ),
-            },
-            if h.policy.enforce {
-                h.state.clone()
-            } else {
-                format!("{} (report-only)", h.state)
-            },
-            format!("{:.2}", h.rate),
-            h.queued.to_string(),
-            h.in_flight.to_string(),
-            cooldown,
-            h.counters.sent.to_string(),
-            if last.is_empty() {
-                "-".into()
-            } else {
-                last.join(",")
-            },
-        ]);
-    }
-    let mut widths = header.map(str::len);
+    let rows: Vec<[String; 8]> = list.into_iter().map(row_of).collect();
+    let mut widths = COLUMNS.map(str::len);
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
@@ -317,21 +277,70 @@ pub fn render(page: &Page, color: bool) -> String {
             out.push_str(if i + 1 < cells.len() { "  " } else { "\n" });
         }
     };
-    line(&header.map(String::from), &mut out, None);
+    line(&COLUMNS.map(String::from), &mut out, None);
     for row in &rows {
         let state = row[1].split(' ').next().unwrap_or("");
-        let paint = color.then_some(match state {
-            "cooling_down" => "33",
-            "paused" => "35",
-            "queued" => "36",
-            "active" => "32",
-            _ => "2",
-        });
-        line(row, &mut out, paint);
+        line(row, &mut out, color.then_some(state_colour(state)));
     }
     out.lines()
         .map(|l| l.trim_end().to_string() + "\n")
         .collect()
+}
+
+/// One host's row, in the order of [`COLUMNS`]: its names, its state (report-only said), rate,
+/// queue, in flight, cooldown left, requests sent and its last five statuses.
+fn row_of(h: &HostView) -> [String; 8] {
+    let cooldown = match &h.cooldown {
+        Some(c) => format!("{:.0}s", c.remaining_seconds),
+        None => "-".into(),
+    };
+    let last: Vec<String> = h
+        .last_statuses
+        .iter()
+        .rev()
+        .take(5)
+        .rev()
+        .map(|s| match s {
+            0 => "ERR".to_string(),
+            n => n.to_string(),
+        })
+        .collect();
+    [
+        match h.names.len() {
+            0 => h.host.clone(),
+            n => format!(
+                "{} ({n} names{})",
+                h.host,
+                if h.names_truncated { "+" } else { "" }
+            ),
+        },
+        if h.policy.enforce {
+            h.state.clone()
+        } else {
+            format!("{} (report-only)", h.state)
+        },
+        format!("{:.2}", h.rate),
+        h.queued.to_string(),
+        h.in_flight.to_string(),
+        cooldown,
+        h.counters.sent.to_string(),
+        if last.is_empty() {
+            "-".into()
+        } else {
+            last.join(",")
+        },
+    ]
+}
+
+/// The ANSI colour of a state: trouble stands out, an idle host is dim.
+fn state_colour(state: &str) -> &'static str {
+    match state {
+        "cooling_down" => "33",
+        "paused" => "35",
+        "queued" => "36",
+        "active" => "32",
+        _ => "2",
+    }
 }
 
 /// Hosts in trouble first: paused, cooling down, queued, active, idle.

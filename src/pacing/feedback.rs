@@ -182,77 +182,107 @@ pub(crate) fn read_server_budget(
     let mut counters = Vec::new();
     for policy in &fields.policies {
         match policy.unit {
-            QuotaUnit::Request => {
-                if let (Some(q), Some(w), false) = (policy.quota, policy.window, policy.legacy) {
-                    let rate = q as f64 / w.as_secs_f64();
-                    budget.policy_rate = Some(budget.policy_rate.map_or(rate, |p| p.min(rate)));
-                }
-                let quota = policy.quota.map(|limit| Quota {
-                    limit,
-                    window: policy.window,
-                });
-                budget.quota = Quota::stricter(budget.quota, quota);
-                if let Some(r) = policy.remaining {
-                    counters.push((r, policy.reset));
-                }
-            }
-            QuotaUnit::ContentBytes => {
-                // A quota of 0 bytes would be a debt without end: its spent counter says more.
-                if let (Some(q @ 1..), Some(w)) = (policy.quota, policy.window) {
-                    let rate = q as f64 / w.as_secs_f64();
-                    if budget.bytes.is_none_or(|b| rate < b.rate) {
-                        budget.bytes = Some(ByteQuota { rate, quota: q });
-                    }
-                }
-                if let (Some(0), Some(t)) = (policy.remaining, policy.reset) {
-                    budget.bytes_spent = max_opt(budget.bytes_spent, Some(t));
-                }
-            }
-            QuotaUnit::Concurrency => {
-                if let Some(q) = policy.quota {
-                    let q = u32::try_from(q).unwrap_or(u32::MAX).max(1);
-                    budget.concurrency = Some(budget.concurrency.map_or(q, |c| c.min(q)));
-                }
-            }
+            QuotaUnit::Request => budget.take_request_policy(policy, &mut counters),
+            QuotaUnit::ContentBytes => budget.take_bytes_policy(policy),
+            QuotaUnit::Concurrency => budget.take_concurrency_policy(policy),
             QuotaUnit::Other(_) => {}
         }
     }
     (budget.remaining, budget.reset) = strictest_counter(&counters);
     if let Some(c) = fields.combined {
-        // The draft-03 form: `limit=100, remaining=50, reset=5`.
-        budget.remaining = min_opt(budget.remaining, c.remaining);
-        budget.reset = max_opt(budget.reset, c.reset.map(Duration::from_secs));
-        let limit = c.limit.map(|limit| Quota {
-            limit,
-            window: None,
-        });
-        budget.quota = Quota::stricter(budget.quota, limit);
+        budget.take_combined(c);
     }
     if fields.listed || !fields.policies.is_empty() {
         budget.policies = Some(fields.policies.into());
     }
-    for name in &LIMIT_FIELDS {
-        budget.quota = Quota::stricter(budget.quota, header(headers, name).and_then(limit_field));
-    }
-    // Read on every response: names made at compile time, no parsing, no allocation.
-    for (remaining, reset) in &SEPARATE_FIELDS {
-        let remaining = header(headers, remaining).and_then(first_number);
-        let reset = header(headers, reset)
-            .and_then(first_number)
-            .map(|n| reset_delay(n, now));
-        if remaining.is_some() || reset.is_some() {
-            budget.remaining = min_opt(budget.remaining, remaining);
-            budget.reset = max_opt(budget.reset, reset);
+    budget.take_older_fields(headers, now);
+    (budget.said().then_some(budget), fields.malformed)
+}
+
+impl ServerBudget {
+    /// A named policy counting requests: its rate `q/w` (unless in the older form), its quota,
+    /// and its counter `(r, t)` among `counters`.
+    fn take_request_policy(
+        &mut self,
+        policy: &NamedPolicy,
+        counters: &mut Vec<(u64, Option<Duration>)>,
+    ) {
+        if let (Some(q), Some(w), false) = (policy.quota, policy.window, policy.legacy) {
+            let rate = q as f64 / w.as_secs_f64();
+            self.policy_rate = Some(self.policy_rate.map_or(rate, |p| p.min(rate)));
+        }
+        let quota = policy.quota.map(|limit| Quota {
+            limit,
+            window: policy.window,
+        });
+        self.quota = Quota::stricter(self.quota, quota);
+        if let Some(r) = policy.remaining {
+            counters.push((r, policy.reset));
         }
     }
-    let said = budget.remaining.is_some()
-        || budget.policy_rate.is_some()
-        || budget.quota.is_some()
-        || budget.bytes.is_some()
-        || budget.bytes_spent.is_some()
-        || budget.concurrency.is_some()
-        || budget.policies.as_ref().is_some_and(|p| !p.is_empty());
-    (said.then_some(budget), fields.malformed)
+
+    /// A named policy counting `content-bytes`: the slowest byte rate, and a spent counter's
+    /// reset.
+    fn take_bytes_policy(&mut self, policy: &NamedPolicy) {
+        // A quota of 0 bytes would be a debt without end: its spent counter says more.
+        if let (Some(q @ 1..), Some(w)) = (policy.quota, policy.window) {
+            let rate = q as f64 / w.as_secs_f64();
+            if self.bytes.is_none_or(|b| rate < b.rate) {
+                self.bytes = Some(ByteQuota { rate, quota: q });
+            }
+        }
+        if let (Some(0), Some(t)) = (policy.remaining, policy.reset) {
+            self.bytes_spent = max_opt(self.bytes_spent, Some(t));
+        }
+    }
+
+    /// A named policy counting `concurrency`: the lowest ceiling, at least 1.
+    fn take_concurrency_policy(&mut self, policy: &NamedPolicy) {
+        if let Some(q) = policy.quota {
+            let q = u32::try_from(q).unwrap_or(u32::MAX).max(1);
+            self.concurrency = Some(self.concurrency.map_or(q, |c| c.min(q)));
+        }
+    }
+
+    /// The draft-03 form: `limit=100, remaining=50, reset=5`.
+    fn take_combined(&mut self, c: ratelimit::Combined) {
+        self.remaining = min_opt(self.remaining, c.remaining);
+        self.reset = max_opt(self.reset, c.reset.map(Duration::from_secs));
+        let limit = c.limit.map(|limit| Quota {
+            limit,
+            window: None,
+        });
+        self.quota = Quota::stricter(self.quota, limit);
+    }
+
+    /// The older separate fields: `RateLimit-Limit/-Remaining/-Reset` and their `X-` forms.
+    fn take_older_fields(&mut self, headers: &HeaderMap, now: SystemTime) {
+        for name in &LIMIT_FIELDS {
+            self.quota = Quota::stricter(self.quota, header(headers, name).and_then(limit_field));
+        }
+        // Read on every response: names made at compile time, no parsing, no allocation.
+        for (remaining, reset) in &SEPARATE_FIELDS {
+            let remaining = header(headers, remaining).and_then(first_number);
+            let reset = header(headers, reset)
+                .and_then(first_number)
+                .map(|n| reset_delay(n, now));
+            if remaining.is_some() || reset.is_some() {
+                self.remaining = min_opt(self.remaining, remaining);
+                self.reset = max_opt(self.reset, reset);
+            }
+        }
+    }
+
+    /// Whether the server said anything of its budget.
+    fn said(&self) -> bool {
+        self.remaining.is_some()
+            || self.policy_rate.is_some()
+            || self.quota.is_some()
+            || self.bytes.is_some()
+            || self.bytes_spent.is_some()
+            || self.concurrency.is_some()
+            || self.policies.as_ref().is_some_and(|p| !p.is_empty())
+    }
 }
 
 /// Of the request counters `(r, t)`, the strictest, with its own reset: a spent one (`r = 0`)

@@ -162,25 +162,9 @@ impl Parts {
         let config = Arc::new(config);
         let live = LiveConfig::new(config.clone());
         let limiter = start_limiter(&config, &live).await?;
-        let mut metrics = Metrics::new(config.admin.metrics_max_hosts);
-        if let Some(store) = limiter.store() {
-            metrics = metrics.with_shared(store);
-        }
-        let metrics = Arc::new(metrics);
+        let metrics = metrics_for(&config, &limiter);
         let connections = Connections::new();
-        // One resolver for keys and connections: the address a `key = "ip"` budget was made from is
-        // the one connected to.
-        let keyer = Keyer::new(
-            Resolver::new(
-                config.proxy.connect_timeout,
-                config.proxy.static_hosts.clone(),
-            )
-            .refusing(Destinations::new(
-                vec![proxy_addr, admin_addr],
-                config.proxy.deny_destinations.clone(),
-                config.proxy.allow_destinations.clone(),
-            )),
-        );
+        let keyer = keyer_for(&config, [proxy_addr, admin_addr]);
         let telemetry = Telemetry::start(&config.telemetry, upstream_tls.clone())?;
         let proxy = Arc::new(
             Proxy::new(
@@ -197,19 +181,14 @@ impl Parts {
             )
             .with_telemetry(telemetry.clone()),
         );
-        let admin = Arc::new(
-            Admin::new(
-                live.clone(),
-                limiter.clone(),
-                keyer,
-                metrics.clone(),
-                interceptor,
-            )
-            .with_jobs(proxy.jobs().clone())
-            .with_sockets(proxy.sockets().clone())
-            .with_plain_unsigned(proxy.plain_unsigned().clone())
-            .with_robots(proxy.robots().clone())
-            .listening_on(admin_addr),
+        let admin = admin_beside(
+            &proxy,
+            &live,
+            &limiter,
+            keyer,
+            &metrics,
+            interceptor,
+            admin_addr,
         );
         let background = Background::start(
             limiter.clone(),
@@ -463,6 +442,58 @@ fn fit_to_descriptors(config: &mut Config, proxy_addr: SocketAddr) -> (Caps, Cap
         fd_limit,
     );
     (proxy_caps, admin_caps)
+}
+
+/// The metrics, with the shared store's series when the limiter has a store.
+fn metrics_for(config: &Config, limiter: &Limiter) -> Arc<Metrics> {
+    let mut metrics = Metrics::new(config.admin.metrics_max_hosts);
+    if let Some(store) = limiter.store() {
+        metrics = metrics.with_shared(store);
+    }
+    Arc::new(metrics)
+}
+
+/// One resolver for keys and connections: the address a `key = "ip"` budget was made from is
+/// the one connected to. It refuses courtesy's own listeners (`own`) and the denied networks.
+fn keyer_for(config: &Config, own: [SocketAddr; 2]) -> Keyer {
+    Keyer::new(
+        Resolver::new(
+            config.proxy.connect_timeout,
+            config.proxy.static_hosts.clone(),
+        )
+        .refusing(Destinations::new(
+            own.to_vec(),
+            config.proxy.deny_destinations.clone(),
+            config.proxy.allow_destinations.clone(),
+        )),
+    )
+}
+
+/// The admin API over the parts `proxy` shares with it: its jobs, sockets, the hosts it sent
+/// unsigned over plain http and its robots.txt cache.
+fn admin_beside(
+    proxy: &Proxy,
+    live: &LiveConfig,
+    limiter: &Arc<Limiter>,
+    keyer: Keyer,
+    metrics: &Arc<Metrics>,
+    interceptor: Arc<Interceptor>,
+    admin_addr: SocketAddr,
+) -> Arc<Admin> {
+    Arc::new(
+        Admin::new(
+            live.clone(),
+            limiter.clone(),
+            keyer,
+            metrics.clone(),
+            interceptor,
+        )
+        .with_jobs(proxy.jobs().clone())
+        .with_sockets(proxy.sockets().clone())
+        .with_plain_unsigned(proxy.plain_unsigned().clone())
+        .with_robots(proxy.robots().clone())
+        .listening_on(admin_addr),
+    )
 }
 
 /// The limiter, local or on the `[shared]` store (checked once: a store of another kind than the

@@ -90,21 +90,10 @@ pub(crate) static CLIENT_SEND_TIMEOUTS: std::sync::atomic::AtomicU64 =
 /// All of courtesy's metrics and the registry that renders them.
 pub struct Metrics {
     registry: Registry,
-    requests: Family<OutcomeLabels, Counter>,
-    queue_wait: Family<HostLabel, Histogram, fn() -> Histogram>,
-    latency: Family<HostLabel, Histogram, fn() -> Histogram>,
-    rate: Family<HostLabel, Gauge<f64, AtomicU64>>,
-    queue_depth: Family<HostLabel, Gauge>,
-    in_flight: Family<HostLabel, Gauge>,
-    cooldown: Family<HostLabel, Gauge<f64, AtomicU64>>,
-    hosts_known: Gauge,
-    /// `courtesy_websockets_open`: WebSockets open now, all hosts together.
-    websockets_open: Gauge,
-    blocks: Family<OutcomeLabels, Counter>,
-    leaf_minted: Counter,
-    leaf_hits: Counter,
-    /// `courtesy_client_send_timeouts_total`, brought up to [`CLIENT_SEND_TIMEOUTS`] at a scrape.
-    send_timeouts: Counter,
+    /// The series per host: outcomes, waits, latency, blocks, the host table's gauges.
+    hosts: HostFamilies,
+    /// The process's totals.
+    process: ProcessFamilies,
     /// The hosts with a label of their own, and their response series.
     labelled: Mutex<HashMap<String, Arc<HostSeries>>>,
     /// The response series of `host="other"`, made at its first use.
@@ -120,6 +109,135 @@ pub struct Metrics {
     waits: waits::WaitCounters,
     /// Stated preferences and priced answers (`stated.rs`).
     stated: stated::StatedFamilies,
+}
+
+/// The series per host (the `host` label bounded by `metrics_max_hosts`): counters and
+/// histograms updated where the events happen, gauges set from the host table at each scrape.
+struct HostFamilies {
+    /// `courtesy_requests_total`.
+    requests: Family<OutcomeLabels, Counter>,
+    /// `courtesy_queue_wait_seconds`.
+    queue_wait: Family<HostLabel, Histogram, fn() -> Histogram>,
+    /// `courtesy_upstream_latency_seconds`.
+    latency: Family<HostLabel, Histogram, fn() -> Histogram>,
+    /// `courtesy_host_rate`.
+    rate: Family<HostLabel, Gauge<f64, AtomicU64>>,
+    /// `courtesy_host_queue_depth`.
+    queue_depth: Family<HostLabel, Gauge>,
+    /// `courtesy_host_in_flight`.
+    in_flight: Family<HostLabel, Gauge>,
+    /// `courtesy_host_cooldown_remaining_seconds`.
+    cooldown: Family<HostLabel, Gauge<f64, AtomicU64>>,
+    /// `courtesy_blocks_total`.
+    blocks: Family<OutcomeLabels, Counter>,
+}
+
+impl HostFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let families = HostFamilies {
+            requests: Family::default(),
+            queue_wait: Family::new_with_constructor(seconds_histogram as fn() -> Histogram),
+            latency: Family::new_with_constructor(seconds_histogram as fn() -> Histogram),
+            rate: Family::default(),
+            queue_depth: Family::default(),
+            in_flight: Family::default(),
+            cooldown: Family::default(),
+            blocks: Family::default(),
+        };
+        registry.register(
+            "requests",
+            "Requests by host and outcome: upstream_2xx..upstream_5xx, upstream_failed, or local_<reason> for answers courtesy made itself",
+            families.requests.clone(),
+        );
+        registry.register(
+            "queue_wait_seconds",
+            "Time requests waited for their turn",
+            families.queue_wait.clone(),
+        );
+        registry.register(
+            "upstream_latency_seconds",
+            "Time from sending a request upstream to its response headers",
+            families.latency.clone(),
+        );
+        registry.register(
+            "host_rate",
+            "Requests per second in effect per host",
+            families.rate.clone(),
+        );
+        registry.register(
+            "host_queue_depth",
+            "Requests waiting per host",
+            families.queue_depth.clone(),
+        );
+        registry.register(
+            "host_in_flight",
+            "Requests in flight per host",
+            families.in_flight.clone(),
+        );
+        registry.register(
+            "host_cooldown_remaining_seconds",
+            "Seconds left in a host's cooldown or operator pause (0 when none)",
+            families.cooldown.clone(),
+        );
+        registry.register(
+            "blocks",
+            "Block pauses by host and kind (outcome=soft_block: a challenge page; hard_block: 403s in a row)",
+            families.blocks.clone(),
+        );
+        families
+    }
+}
+
+/// The process's totals: hosts known, WebSockets open, leaf certificates, clients cut.
+struct ProcessFamilies {
+    /// `courtesy_hosts_known`.
+    hosts_known: Gauge,
+    /// `courtesy_websockets_open`: WebSockets open now, all hosts together.
+    websockets_open: Gauge,
+    /// `courtesy_leaf_certificates_minted_total`.
+    leaf_minted: Counter,
+    /// `courtesy_leaf_certificate_cache_hits_total`.
+    leaf_hits: Counter,
+    /// `courtesy_client_send_timeouts_total`, brought up to [`CLIENT_SEND_TIMEOUTS`] at a scrape.
+    send_timeouts: Counter,
+}
+
+impl ProcessFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let families = ProcessFamilies {
+            hosts_known: Gauge::default(),
+            websockets_open: Gauge::default(),
+            leaf_minted: Counter::default(),
+            leaf_hits: Counter::default(),
+            send_timeouts: Counter::default(),
+        };
+        registry.register(
+            "hosts_known",
+            "Hosts in the host table",
+            families.hosts_known.clone(),
+        );
+        registry.register(
+            "websockets_open",
+            "WebSockets open now, all hosts together (joined after a 101; they hold no concurrency slot; per host in /hosts)",
+            families.websockets_open.clone(),
+        );
+        registry.register(
+            "leaf_certificates_minted",
+            "Leaf certificates minted for intercepted hosts",
+            families.leaf_minted.clone(),
+        );
+        registry.register(
+            "leaf_certificate_cache_hits",
+            "CONNECTs served from the leaf certificate cache",
+            families.leaf_hits.clone(),
+        );
+        registry.register(
+            "client_send_timeouts",
+            "Client connections closed because the client accepted no byte of what courtesy was sending for send_timeout_seconds (the client's fault: never reported to the host)",
+            families.send_timeouts.clone(),
+        );
+        families
+    }
 }
 
 /// The byte series: what each host sent back and what the byte budgets owe. Gauges set from the
@@ -221,6 +339,38 @@ struct ShadowFamilies {
     inside_window: Family<HostLabel, Counter>,
 }
 
+impl ShadowFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let families = ShadowFamilies {
+            would_wait: Family::default(),
+            would_wait_seconds: Family::default(),
+            would_refuse: Family::default(),
+            inside_window: Family::default(),
+        };
+        registry.register(
+            "shadow_would_wait",
+            "Requests to report-only hosts (enforce = false) that would have waited for their turn",
+            families.would_wait.clone(),
+        );
+        registry.register(
+            "shadow_would_wait_seconds",
+            "How long requests to report-only hosts would have waited, in all",
+            families.would_wait_seconds.clone(),
+        );
+        registry.register(
+            "shadow_would_refuse",
+            "Requests to report-only hosts that would have been refused, by reason: cooling_down, paused, queue_full, waited_too_long, robots, skip_resources, quota",
+            families.would_refuse.clone(),
+        );
+        registry.register(
+            "shadow_inside_window",
+            "Requests to report-only hosts sent inside a window the server announced (Retry-After, RateLimit reset)",
+            families.inside_window.clone(),
+        );
+        families
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     host: String,
@@ -251,110 +401,10 @@ impl Metrics {
     /// Metrics with at most `max_hosts` distinct host labels.
     pub fn new(max_hosts: usize) -> Self {
         let mut registry = Registry::with_prefix("courtesy");
-        let requests = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "requests",
-            "Requests by host and outcome: upstream_2xx..upstream_5xx, upstream_failed, or local_<reason> for answers courtesy made itself",
-            requests.clone(),
-        );
-        let queue_wait = Family::new_with_constructor(seconds_histogram as fn() -> Histogram);
-        registry.register(
-            "queue_wait_seconds",
-            "Time requests waited for their turn",
-            queue_wait.clone(),
-        );
-        let latency = Family::new_with_constructor(seconds_histogram as fn() -> Histogram);
-        registry.register(
-            "upstream_latency_seconds",
-            "Time from sending a request upstream to its response headers",
-            latency.clone(),
-        );
-        let rate = Family::<HostLabel, Gauge<f64, AtomicU64>>::default();
-        registry.register(
-            "host_rate",
-            "Requests per second in effect per host",
-            rate.clone(),
-        );
-        let queue_depth = Family::<HostLabel, Gauge>::default();
-        registry.register(
-            "host_queue_depth",
-            "Requests waiting per host",
-            queue_depth.clone(),
-        );
-        let in_flight = Family::<HostLabel, Gauge>::default();
-        registry.register(
-            "host_in_flight",
-            "Requests in flight per host",
-            in_flight.clone(),
-        );
-        let cooldown = Family::<HostLabel, Gauge<f64, AtomicU64>>::default();
-        registry.register(
-            "host_cooldown_remaining_seconds",
-            "Seconds left in a host's cooldown or operator pause (0 when none)",
-            cooldown.clone(),
-        );
-        let blocks = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "blocks",
-            "Block pauses by host and kind (outcome=soft_block: a challenge page; hard_block: 403s in a row)",
-            blocks.clone(),
-        );
-        let hosts_known = Gauge::default();
-        registry.register(
-            "hosts_known",
-            "Hosts in the host table",
-            hosts_known.clone(),
-        );
-        let websockets_open = Gauge::default();
-        registry.register(
-            "websockets_open",
-            "WebSockets open now, all hosts together (joined after a 101; they hold no concurrency slot; per host in /hosts)",
-            websockets_open.clone(),
-        );
-        let leaf_minted = Counter::default();
-        registry.register(
-            "leaf_certificates_minted",
-            "Leaf certificates minted for intercepted hosts",
-            leaf_minted.clone(),
-        );
-        let leaf_hits = Counter::default();
-        registry.register(
-            "leaf_certificate_cache_hits",
-            "CONNECTs served from the leaf certificate cache",
-            leaf_hits.clone(),
-        );
-        let send_timeouts = Counter::default();
-        registry.register(
-            "client_send_timeouts",
-            "Client connections closed because the client accepted no byte of what courtesy was sending for send_timeout_seconds (the client's fault: never reported to the host)",
-            send_timeouts.clone(),
-        );
-        let shadow = ShadowFamilies {
-            would_wait: Family::default(),
-            would_wait_seconds: Family::default(),
-            would_refuse: Family::default(),
-            inside_window: Family::default(),
-        };
-        registry.register(
-            "shadow_would_wait",
-            "Requests to report-only hosts (enforce = false) that would have waited for their turn",
-            shadow.would_wait.clone(),
-        );
-        registry.register(
-            "shadow_would_wait_seconds",
-            "How long requests to report-only hosts would have waited, in all",
-            shadow.would_wait_seconds.clone(),
-        );
-        registry.register(
-            "shadow_would_refuse",
-            "Requests to report-only hosts that would have been refused, by reason: cooling_down, paused, queue_full, waited_too_long, robots, skip_resources, quota",
-            shadow.would_refuse.clone(),
-        );
-        registry.register(
-            "shadow_inside_window",
-            "Requests to report-only hosts sent inside a window the server announced (Retry-After, RateLimit reset)",
-            shadow.inside_window.clone(),
-        );
+        // Registered in the order the scrape shows them.
+        let hosts = HostFamilies::register(&mut registry);
+        let process = ProcessFamilies::register(&mut registry);
+        let shadow = ShadowFamilies::register(&mut registry);
         let parent_errors = Family::<ParentLabels, Counter>::default();
         registry.register(
             "upstream_proxy_errors",
@@ -373,19 +423,8 @@ impl Metrics {
             jobs,
             shadow,
             parent_errors,
-            requests,
-            queue_wait,
-            latency,
-            rate,
-            queue_depth,
-            in_flight,
-            cooldown,
-            hosts_known,
-            websockets_open,
-            blocks,
-            leaf_minted,
-            leaf_hits,
-            send_timeouts,
+            hosts,
+            process,
             labelled: Mutex::new(HashMap::new()),
             other: std::sync::OnceLock::new(),
             max_hosts,
@@ -422,7 +461,8 @@ impl Metrics {
             host: host.to_string(),
         };
         let counter = |outcome: &str| {
-            self.requests
+            self.hosts
+                .requests
                 .get_or_create(&OutcomeLabels {
                     host: host.to_string(),
                     outcome: outcome.to_string(),
@@ -431,8 +471,8 @@ impl Metrics {
         };
         HostSeries {
             by_class: UPSTREAM_CLASSES.map(counter),
-            latency: self.latency.get_or_create(&label).clone(),
-            queue_wait: self.queue_wait.get_or_create(&label).clone(),
+            latency: self.hosts.latency.get_or_create(&label).clone(),
+            queue_wait: self.hosts.queue_wait.get_or_create(&label).clone(),
         }
     }
 
@@ -453,19 +493,19 @@ impl Metrics {
         };
         for host in &gone {
             let label = HostLabel { host: host.clone() };
-            self.latency.remove(&label);
-            self.queue_wait.remove(&label);
+            self.hosts.latency.remove(&label);
+            self.hosts.queue_wait.remove(&label);
             let mut outcome = OutcomeLabels {
                 host: host.clone(),
                 outcome: String::new(),
             };
             for name in REQUEST_OUTCOMES {
                 outcome.outcome = name.to_string();
-                self.requests.remove(&outcome);
+                self.hosts.requests.remove(&outcome);
             }
             for kind in BLOCK_KINDS {
                 outcome.outcome = kind.to_string();
-                self.blocks.remove(&outcome);
+                self.hosts.blocks.remove(&outcome);
             }
             self.shadow.would_wait.remove(&label);
             self.shadow.would_wait_seconds.remove(&label);
@@ -542,7 +582,8 @@ impl Metrics {
     fn unanswered(&self, host: &str, waited: Duration, outcome: &str) {
         let host = self.label(host);
         self.count(&host, outcome);
-        self.queue_wait
+        self.hosts
+            .queue_wait
             .get_or_create(&HostLabel { host })
             .observe(waited.as_secs_f64());
     }
@@ -603,7 +644,8 @@ impl Metrics {
     pub fn block(&self, host: &str, kind: &str) {
         debug_assert!(BLOCK_KINDS.contains(&kind), "unknown block kind {kind}");
         let host = self.label(host);
-        self.blocks
+        self.hosts
+            .blocks
             .get_or_create(&OutcomeLabels {
                 host,
                 outcome: kind.to_string(),
@@ -612,7 +654,8 @@ impl Metrics {
     }
 
     fn count(&self, host: &str, outcome: &str) {
-        self.requests
+        self.hosts
+            .requests
             .get_or_create(&OutcomeLabels {
                 host: host.to_string(),
                 outcome: outcome.to_string(),
@@ -721,8 +764,9 @@ impl Metrics {
     /// Renders the Prometheus text format, filling the gauges from the host table first.
     pub fn render(&self, limiter: &Limiter, leaf: (u64, u64)) -> String {
         let cut = CLIENT_SEND_TIMEOUTS.load(std::sync::atomic::Ordering::Relaxed);
-        self.send_timeouts
-            .inc_by(cut.saturating_sub(self.send_timeouts.get()));
+        self.process
+            .send_timeouts
+            .inc_by(cut.saturating_sub(self.process.send_timeouts.get()));
         let snapshots = limiter.snapshots();
         let mut per_label: HashMap<String, (f64, i64, i64, f64)> = HashMap::new();
         let mut bytes: HashMap<String, (u64, f64)> = HashMap::new();
@@ -739,16 +783,16 @@ impl Metrics {
             let left = s.block_remaining.unwrap_or_default().as_secs_f64();
             entry.3 = entry.3.max(left);
         }
-        self.rate.clear();
-        self.queue_depth.clear();
-        self.in_flight.clear();
-        self.cooldown.clear();
+        self.hosts.rate.clear();
+        self.hosts.queue_depth.clear();
+        self.hosts.in_flight.clear();
+        self.hosts.cooldown.clear();
         for (host, (rate, queued, in_flight, cooldown)) in per_label {
             let label = HostLabel { host };
-            self.rate.get_or_create(&label).set(rate);
-            self.queue_depth.get_or_create(&label).set(queued);
-            self.in_flight.get_or_create(&label).set(in_flight);
-            self.cooldown.get_or_create(&label).set(cooldown);
+            self.hosts.rate.get_or_create(&label).set(rate);
+            self.hosts.queue_depth.get_or_create(&label).set(queued);
+            self.hosts.in_flight.get_or_create(&label).set(in_flight);
+            self.hosts.cooldown.get_or_create(&label).set(cooldown);
         }
         self.bytes.response.clear();
         self.bytes.debt_seconds.clear();
@@ -762,9 +806,10 @@ impl Metrics {
         self.bytes
             .global_debt
             .set(i64::try_from(global).unwrap_or(i64::MAX));
-        self.hosts_known.set(snapshots.len() as i64);
+        self.process.hosts_known.set(snapshots.len() as i64);
         let sockets: u64 = snapshots.iter().map(|s| u64::from(s.websockets_open)).sum();
-        self.websockets_open
+        self.process
+            .websockets_open
             .set(i64::try_from(sockets).unwrap_or(i64::MAX));
         if let Some((mode, instances)) = &self.shared {
             let now = limiter.budget_mode();
@@ -776,10 +821,12 @@ impl Metrics {
             instances.set(i64::from(seen));
         }
         let (hits, minted) = leaf;
-        self.leaf_hits
-            .inc_by(hits.saturating_sub(self.leaf_hits.get()));
-        self.leaf_minted
-            .inc_by(minted.saturating_sub(self.leaf_minted.get()));
+        self.process
+            .leaf_hits
+            .inc_by(hits.saturating_sub(self.process.leaf_hits.get()));
+        self.process
+            .leaf_minted
+            .inc_by(minted.saturating_sub(self.process.leaf_minted.get()));
         let mut out = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
             tracing::warn!("cannot encode metrics: {e}");

@@ -97,16 +97,18 @@ pub(super) async fn handshake<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    negotiate_method(stream, parent).await?;
+    connect(stream, parent, address).await
+}
+
+/// The greeting and the method the parent chose: none, or a user name and password (RFC 1929)
+/// when `parent` has credentials.
+async fn negotiate_method<S>(stream: &mut S, parent: &UpstreamProxy) -> Result<(), ParentError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let name = parent.endpoint();
     let io = |e: std::io::Error| ParentError::of_io(parent, &e);
-    let garbled = |what: &str| {
-        ParentError::new(
-            parent,
-            ParentErrorKind::ProtocolError,
-            ProxyError::DestinationUnavailable,
-            format!("parent proxy {name} sent an invalid SOCKS5 {what}"),
-        )
-    };
     let credentials = parent.credentials.as_ref();
     let greeting: &[u8] = match credentials {
         Some(_) => &[VERSION, 2, NO_AUTH, USER_PASSWORD],
@@ -116,7 +118,7 @@ where
     let mut choice = [0u8; 2];
     stream.read_exact(&mut choice).await.map_err(io)?;
     match (choice, credentials) {
-        ([VERSION, NO_AUTH], _) => {}
+        ([VERSION, NO_AUTH], _) => Ok(()),
         ([VERSION, USER_PASSWORD], Some(c)) => {
             // RFC 1929; the lengths were checked when the config was read.
             let mut auth = vec![1, c.user.len() as u8];
@@ -135,6 +137,7 @@ where
                     ),
                 ));
             }
+            Ok(())
         }
         ([VERSION, NO_ACCEPTABLE_METHOD], _) => {
             let offered = match credentials {
@@ -143,13 +146,25 @@ where
                     "no authentication (it may want a user name and password in upstream_proxy)"
                 }
             };
-            return Err(auth_failed(
+            Err(auth_failed(
                 parent,
                 format!("parent proxy {name} accepts {offered}"),
-            ));
+            ))
         }
-        _ => return Err(garbled("method choice")),
+        _ => Err(garbled(parent, "method choice")),
     }
+}
+
+/// The CONNECT request for `address` and the parent's reply, its bound address read and let go.
+async fn connect<S>(
+    stream: &mut S,
+    parent: &UpstreamProxy,
+    address: &Address,
+) -> Result<(), ParentError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let io = |e: std::io::Error| ParentError::of_io(parent, &e);
     let mut request = vec![VERSION, CONNECT, 0];
     address
         .encode(&mut request)
@@ -158,7 +173,7 @@ where
     let mut reply = [0u8; 4];
     stream.read_exact(&mut reply).await.map_err(io)?;
     if reply[0] != VERSION {
-        return Err(garbled("reply"));
+        return Err(garbled(parent, "reply"));
     }
     if reply[1] != 0 {
         return Err(reply_error(parent, reply[1], address));
@@ -168,11 +183,24 @@ where
         1 => 4 + 2,
         4 => 16 + 2,
         3 => usize::from(stream.read_u8().await.map_err(io)?) + 2,
-        _ => return Err(garbled("bound address")),
+        _ => return Err(garbled(parent, "bound address")),
     };
     let mut bound = [0u8; 257];
     stream.read_exact(&mut bound[..rest]).await.map_err(io)?;
     Ok(())
+}
+
+/// A parent that answered something that is not SOCKS5 (`what`: the part that was not).
+fn garbled(parent: &UpstreamProxy, what: &str) -> ParentError {
+    ParentError::new(
+        parent,
+        ParentErrorKind::ProtocolError,
+        ProxyError::DestinationUnavailable,
+        format!(
+            "parent proxy {} sent an invalid SOCKS5 {what}",
+            parent.endpoint()
+        ),
+    )
 }
 
 fn auth_failed(parent: &UpstreamProxy, details: String) -> ParentError {

@@ -156,81 +156,34 @@ impl Pacing {
         policy: &HostPolicy,
         now: Instant,
     ) {
-        let peak = self.rate;
-        let wait = wait.unwrap_or_default().as_secs_f64();
-        let first = policy.adaptive.probe_after.as_secs_f64();
-        let margin = 1.0 - policy.adaptive.learned_margin;
-        let below = peak * margin;
+        let trouble = Trouble {
+            peak: self.rate,
+            wait: wait.unwrap_or_default().as_secs_f64(),
+            sent,
+            now,
+        };
         let before = self.rare().learned;
         let learned = before.filter(|l| now > l.since);
-        let mut next = Next {
-            limit: peak * policy.adaptive.decrease_factor,
-            approach: FIRST_APPROACH * first,
-            floor: 0.5,
-            ceiling: learned.map_or(f64::INFINITY, |l| f64::from(l.ceiling)),
-            landing_from: None,
-            rough: true,
-        };
+        let mut next = Next::first_cut(trouble.peak, learned, policy);
         if let Some(l) = learned {
-            let t = now.duration_since(l.since).as_secs_f64();
-            let n = f64::from(l.served);
-            let old = f64::from(l.limit);
-            // What the server served lately is what it allows; a long wait says it allowed
-            // no more than what it served since the last cut over that time and the wait.
-            let mut lately = l.served_lately();
-            if wait > LONG_WAIT * t && wait > SHORTEST_WAIT {
-                lately = lately.min(n / (t + wait));
-            }
-            // What it served in the span of the wait before the refused request; after a rise,
-            // counting those that may have arrived in it too (a sliding window's count is its
-            // quota exactly, and it is what the landing aims at).
-            let span_of = |trip: f64| {
-                l.recent
-                    .rate_before(sent, wait.max(SHORTEST_WAIT), trip)
-                    .unwrap_or(lately)
-                    .min(peak)
-            };
-            let span = span_of(0.0);
-            let risen = span_of(now.saturating_duration_since(sent).as_secs_f64());
-            next.rough = false;
-            next.approach = first;
-            match met(&l, t, peak) {
-                Met::Shared => next.limit = below,
-                Met::Rose => {
-                    next.ceiling = f64::INFINITY;
-                    next.limit = lately.max(risen) * margin;
-                    next.landing_from = Some(lately * margin);
-                    next.approach = LANDING * first;
-                    next.rough = true;
-                }
-                Met::PastGuess if l.landing => next.limit = old.max(risen * margin),
-                Met::PastGuess => next.limit = old.max(span * margin),
-                Met::Probe => {
-                    let crept = lately.clamp(old, old * (2.0 - margin));
-                    next.limit = crept.min((next.ceiling * margin).max(old));
-                }
-                Met::Landing => next.limit = lately.max(span) * margin,
-                Met::Unmeasured => next.limit = lately.min(peak * policy.adaptive.decrease_factor),
-                Met::Soon => {
-                    next.ceiling = next.ceiling.min(peak);
-                    next.floor = FELL_FLOOR;
-                    next.rough = true;
-                    // Within the wait's span of the cooldown, what was served since it counts
-                    // half the wait too: the server's window may have begun before it.
-                    let mut measured = lately.min(span);
-                    if t < wait {
-                        measured = measured.min(n / (t + wait / 2.0));
-                    }
-                    next.limit = measured * margin;
-                }
-                Met::Later => {
-                    next.ceiling = next.ceiling.min(peak);
-                    next.floor = FELL_FLOOR;
-                    next.limit = lately.min(n / (t + wait / 2.0));
-                }
-            }
-            next.limit = next.limit.clamp(peak * next.floor, below);
+            next.measured(&l, &trouble, policy);
         }
+        self.start_curve(&next, &trouble, before, policy);
+    }
+
+    /// Puts `next` in force: the rate resumes under the new limit (a landing from its lower
+    /// end), and the curve back to it starts when the cooldown ends.
+    fn start_curve(
+        &mut self,
+        next: &Next,
+        trouble: &Trouble,
+        before: Option<Learned>,
+        policy: &HostPolicy,
+    ) {
+        let Trouble {
+            peak, wait, now, ..
+        } = *trouble;
+        let learned = before.filter(|l| now > l.since);
         let limit = next.limit.max(policy.adaptive.min_rate.min(peak));
         let start = match next.landing_from {
             Some(low) => low.clamp(policy.adaptive.min_rate.min(limit), limit),
@@ -289,6 +242,139 @@ struct Next {
     landing_from: Option<f64>,
     /// See [`Learned::rough`].
     rough: bool,
+}
+
+/// The first answer of a wave of trouble, as a cut reads it.
+#[derive(Debug, Clone, Copy)]
+struct Trouble {
+    /// The rate that met it.
+    peak: f64,
+    /// Seconds of the cooldown it asked for.
+    wait: f64,
+    /// When the refused request left.
+    sent: Instant,
+    /// When it came.
+    now: Instant,
+}
+
+/// What the server served, as the meters of a learned limit saw it by a wave of trouble.
+struct Served {
+    /// Seconds into the curve.
+    t: f64,
+    /// Answers served since the cooldown.
+    n: f64,
+    /// What it served lately (capped by a long wait).
+    lately: f64,
+    /// What it served in the span of the wait before the refused request.
+    span: f64,
+    /// The same, counting those that may have arrived in it after a rise.
+    risen: f64,
+}
+
+impl Served {
+    /// What `l`'s meters say the server served by `trouble`.
+    fn by(l: &Learned, trouble: &Trouble) -> Served {
+        let Trouble {
+            peak,
+            wait,
+            sent,
+            now,
+        } = *trouble;
+        let t = now.duration_since(l.since).as_secs_f64();
+        let n = f64::from(l.served);
+        // What the server served lately is what it allows; a long wait says it allowed
+        // no more than what it served since the last cut over that time and the wait.
+        let mut lately = l.served_lately();
+        if wait > LONG_WAIT * t && wait > SHORTEST_WAIT {
+            lately = lately.min(n / (t + wait));
+        }
+        // What it served in the span of the wait before the refused request; after a rise,
+        // counting those that may have arrived in it too (a sliding window's count is its
+        // quota exactly, and it is what the landing aims at).
+        let span_of = |trip: f64| {
+            l.recent
+                .rate_before(sent, wait.max(SHORTEST_WAIT), trip)
+                .unwrap_or(lately)
+                .min(peak)
+        };
+        Served {
+            t,
+            n,
+            lately,
+            span: span_of(0.0),
+            risen: span_of(now.saturating_duration_since(sent).as_secs_f64()),
+        }
+    }
+}
+
+impl Next {
+    /// The cut that knows nothing served: × `decrease_factor`, a rough guess, approached over
+    /// [`FIRST_APPROACH`] × `probe_after_seconds`, under the ceiling `learned` has found.
+    fn first_cut(peak: f64, learned: Option<Learned>, policy: &HostPolicy) -> Next {
+        Next {
+            limit: peak * policy.adaptive.decrease_factor,
+            approach: FIRST_APPROACH * policy.adaptive.probe_after.as_secs_f64(),
+            floor: 0.5,
+            ceiling: learned.map_or(f64::INFINITY, |l| f64::from(l.ceiling)),
+            landing_from: None,
+            rough: true,
+        }
+    }
+
+    /// The cut measured from what `l`'s meters saw served, by where on its curve `trouble`
+    /// met the rate.
+    fn measured(&mut self, l: &Learned, trouble: &Trouble, policy: &HostPolicy) {
+        let first = policy.adaptive.probe_after.as_secs_f64();
+        let margin = 1.0 - policy.adaptive.learned_margin;
+        let Trouble { peak, wait, .. } = *trouble;
+        let below = peak * margin;
+        let old = f64::from(l.limit);
+        let Served {
+            t,
+            n,
+            lately,
+            span,
+            risen,
+        } = Served::by(l, trouble);
+        self.rough = false;
+        self.approach = first;
+        match met(l, t, peak) {
+            Met::Shared => self.limit = below,
+            Met::Rose => {
+                self.ceiling = f64::INFINITY;
+                self.limit = lately.max(risen) * margin;
+                self.landing_from = Some(lately * margin);
+                self.approach = LANDING * first;
+                self.rough = true;
+            }
+            Met::PastGuess if l.landing => self.limit = old.max(risen * margin),
+            Met::PastGuess => self.limit = old.max(span * margin),
+            Met::Probe => {
+                let crept = lately.clamp(old, old * (2.0 - margin));
+                self.limit = crept.min((self.ceiling * margin).max(old));
+            }
+            Met::Landing => self.limit = lately.max(span) * margin,
+            Met::Unmeasured => self.limit = lately.min(peak * policy.adaptive.decrease_factor),
+            Met::Soon => {
+                self.ceiling = self.ceiling.min(peak);
+                self.floor = FELL_FLOOR;
+                self.rough = true;
+                // Within the wait's span of the cooldown, what was served since it counts
+                // half the wait too: the server's window may have begun before it.
+                let mut measured = lately.min(span);
+                if t < wait {
+                    measured = measured.min(n / (t + wait / 2.0));
+                }
+                self.limit = measured * margin;
+            }
+            Met::Later => {
+                self.ceiling = self.ceiling.min(peak);
+                self.floor = FELL_FLOOR;
+                self.limit = lately.min(n / (t + wait / 2.0));
+            }
+        }
+        self.limit = self.limit.clamp(peak * self.floor, below);
+    }
 }
 
 /// Where on `l`'s curve, `t` seconds into it, a 429 met the rate `peak`.

@@ -110,49 +110,96 @@ fn budget(
 pub(super) fn run(
     policy: &HostPolicy,
     driver: Driver,
-    mut server: Server,
+    server: Server,
     demand: Demand,
     seconds: f64,
     seed: u64,
 ) -> Record {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let t0 = Instant::now();
-    let at = |t: f64| t0 + Duration::from_secs_f64(t.max(0.0));
-    let policy = match driver {
-        Driver::Courtesy(controller) => {
-            let mut p = policy.clone();
-            p.adaptive.controller = controller;
-            p
-        }
-        Driver::AutoThrottle => {
-            let mut p = policy.clone();
-            p.adaptive.enabled = false;
-            p
-        }
-    };
-    let mut throttle = AutoThrottle::new(1.0 / policy.pacing.rate, 1.0 / policy.adaptive.max_rate);
-    let mut pacing = Pacing::new(&policy, at(0.0), std::time::UNIX_EPOCH);
-    if driver == Driver::AutoThrottle {
-        pacing.set_rate_override(Some(throttle.rate()), at(0.0));
-    }
-    let mut clients: Vec<Client> = (0..demand.clients)
-        .map(|_| Client {
-            ready: 0.0,
-            busy: false,
-        })
-        .collect();
-    let mut flights: Vec<Flight> = Vec::new();
-    let mut sent = Vec::new();
-    let mut now = 0.0;
+    let mut sim = Simulation::new(policy, driver, server, demand, seed);
     // Bounded: every turn of the loop sends, answers, or moves time forward.
     for _ in 0..10_000_000 {
-        if now >= seconds {
+        if sim.now >= seconds {
             break;
         }
-        // Answers due.
-        flights.sort_by(|a, b| a.done.total_cmp(&b.done));
-        while flights.first().is_some_and(|f| f.done <= now) {
-            let f = flights.remove(0);
+        sim.take_answers_due();
+        sim.hold_clients_while_cooling_down();
+        let on = sim.demand.on(sim.now);
+        sim.send_while_allowed(on);
+        let next = sim.next_event(on, seconds);
+        sim.now = next.max(sim.now + 1e-9);
+    }
+    Record {
+        sent: sim.sent,
+        inside: sim.server.inside,
+    }
+}
+
+/// One run's state: the pacing under test, the server, the clients and what is in flight, at
+/// simulated time `now` (seconds from `t0`).
+struct Simulation {
+    policy: HostPolicy,
+    driver: Driver,
+    throttle: AutoThrottle,
+    pacing: Pacing,
+    server: Server,
+    demand: Demand,
+    clients: Vec<Client>,
+    flights: Vec<Flight>,
+    sent: Vec<Sent>,
+    rng: StdRng,
+    t0: Instant,
+    now: f64,
+}
+
+impl Simulation {
+    /// The pacing made from `policy` with `driver`'s controller (AutoThrottle's rate set as an
+    /// operator's), every client ready at 0.
+    fn new(policy: &HostPolicy, driver: Driver, server: Server, demand: Demand, seed: u64) -> Self {
+        let rng = StdRng::seed_from_u64(seed);
+        let t0 = Instant::now();
+        let mut policy = policy.clone();
+        match driver {
+            Driver::Courtesy(controller) => policy.adaptive.controller = controller,
+            Driver::AutoThrottle => policy.adaptive.enabled = false,
+        }
+        let throttle = AutoThrottle::new(1.0 / policy.pacing.rate, 1.0 / policy.adaptive.max_rate);
+        let mut pacing = Pacing::new(&policy, t0, std::time::UNIX_EPOCH);
+        if driver == Driver::AutoThrottle {
+            pacing.set_rate_override(Some(throttle.rate()), t0);
+        }
+        let clients = (0..demand.clients)
+            .map(|_| Client {
+                ready: 0.0,
+                busy: false,
+            })
+            .collect();
+        Simulation {
+            policy,
+            driver,
+            throttle,
+            pacing,
+            server,
+            demand,
+            clients,
+            flights: Vec::new(),
+            sent: Vec::new(),
+            rng,
+            t0,
+            now: 0.0,
+        }
+    }
+
+    /// The instant `t` seconds from the start.
+    fn at(&self, t: f64) -> Instant {
+        self.t0 + Duration::from_secs_f64(t.max(0.0))
+    }
+
+    /// Every answer due by now, observed by the pacing (and AutoThrottle), its client freed
+    /// after its `Retry-After`, the request recorded.
+    fn take_answers_due(&mut self) {
+        self.flights.sort_by(|a, b| a.done.total_cmp(&b.done));
+        while self.flights.first().is_some_and(|f| f.done <= self.now) {
+            let f = self.flights.remove(0);
             let obs = Observation {
                 answer: Answer {
                     feedback: if f.status == 429 {
@@ -165,51 +212,68 @@ pub(super) fn run(
                     retry_after: f.retry_after.map(Duration::from_secs_f64),
                     server: budget(&f.headers, f.done),
                 },
-                sent_at: at(f.sent),
+                sent_at: self.at(f.sent),
                 limited: f.limited,
-                others_in_flight: flights.len() as u32,
+                others_in_flight: self.flights.len() as u32,
             };
-            pacing.observe(&obs, &policy, at(f.done), rng.random());
-            if driver == Driver::AutoThrottle {
-                throttle.observe(f.status, f.latency);
-                pacing.set_rate_override(Some(throttle.rate()), at(f.done));
+            let done = self.at(f.done);
+            self.pacing
+                .observe(&obs, &self.policy, done, self.rng.random());
+            if self.driver == Driver::AutoThrottle {
+                self.throttle.observe(f.status, f.latency);
+                self.pacing
+                    .set_rate_override(Some(self.throttle.rate()), done);
             }
-            let client = &mut clients[f.client];
+            let client = &mut self.clients[f.client];
             client.busy = false;
             client.ready = f.done + f.retry_after.unwrap_or(0.0);
-            sent.push(Sent {
+            self.sent.push(Sent {
                 at: f.sent,
                 status: f.status,
                 latency: f.latency,
                 rate: f.rate,
             });
         }
-        // Courtesy's own 429s while the host cools down (on_cooldown = "reject").
-        if let Some(block) = pacing.block(at(now)) {
-            let left = block.until.duration_since(at(now)).as_secs_f64();
-            for c in clients.iter_mut().filter(|c| !c.busy && c.ready <= now) {
+    }
+
+    /// Courtesy's own 429s while the host cools down (on_cooldown = "reject"): every idle client
+    /// ready now sleeps until the cooldown ends.
+    fn hold_clients_while_cooling_down(&mut self) {
+        let now = self.now;
+        if let Some(block) = self.pacing.block(self.at(now)) {
+            let left = block.until.duration_since(self.at(now)).as_secs_f64();
+            for c in self
+                .clients
+                .iter_mut()
+                .filter(|c| !c.busy && c.ready <= now)
+            {
                 c.ready = now + left.ceil().max(1.0);
             }
         }
-        // Sends, first come first served.
-        let on = demand.on(now);
+    }
+
+    /// Sends, first come first served, while a client is ready (and the demand `on`), a
+    /// concurrency slot is free and the pacing gives a turn.
+    fn send_while_allowed(&mut self, on: bool) {
+        let now = self.now;
         loop {
-            let waiting = clients
+            let waiting = self
+                .clients
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| on && !c.busy && c.ready <= now)
                 .min_by(|a, b| a.1.ready.total_cmp(&b.1.ready))
                 .map(|(i, _)| i);
             let Some(i) = waiting else { break };
-            if flights.len() as u32 >= policy.pacing.concurrency
-                || !pacing.try_take(at(now), 0.0, 0.0)
+            if self.flights.len() as u32 >= self.policy.pacing.concurrency
+                || !self.pacing.try_take(self.at(now), 0.0, 0.0)
             {
                 break;
             }
-            let reply = server.request(now, &mut rng);
-            let limited = clients[i].ready < now - 1e-9;
-            clients[i].busy = true;
-            flights.push(Flight {
+            let reply = self.server.request(now, &mut self.rng);
+            let limited = self.clients[i].ready < now - 1e-9;
+            self.clients[i].busy = true;
+            self.flights.push(Flight {
                 client: i,
                 sent: now,
                 done: now + reply.latency,
@@ -217,19 +281,25 @@ pub(super) fn run(
                 latency: reply.latency,
                 retry_after: reply.retry_after,
                 limited,
-                rate: pacing.pacing_rate(),
+                rate: self.pacing.pacing_rate(),
                 headers: reply.headers,
             });
         }
-        // The next event.
+    }
+
+    /// The next event before `seconds`: an answer, a client waking (or its demand switching
+    /// on), or the pacing's next turn for a waiting client.
+    fn next_event(&mut self, on: bool, seconds: f64) -> f64 {
+        let now = self.now;
         let mut next = seconds;
-        if let Some(f) = flights.iter().map(|f| f.done).min_by(f64::total_cmp) {
+        if let Some(f) = self.flights.iter().map(|f| f.done).min_by(f64::total_cmp) {
             next = next.min(f);
         }
-        let idle: Vec<f64> = clients
+        let idle: Vec<f64> = self
+            .clients
             .iter()
             .filter(|c| !c.busy)
-            .map(|c| demand.next_on(c.ready.max(now)))
+            .map(|c| self.demand.next_on(c.ready.max(now)))
             .collect();
         if let Some(r) = idle
             .iter()
@@ -239,15 +309,15 @@ pub(super) fn run(
         {
             next = next.min(r);
         }
-        let someone_waits = on && clients.iter().any(|c| !c.busy && c.ready <= now);
-        if someone_waits && (flights.len() as u32) < policy.pacing.concurrency {
-            let ready = pacing.ready_at(at(now)).duration_since(t0).as_secs_f64();
+        let someone_waits = on && self.clients.iter().any(|c| !c.busy && c.ready <= now);
+        if someone_waits && (self.flights.len() as u32) < self.policy.pacing.concurrency {
+            let ready = self
+                .pacing
+                .ready_at(self.at(now))
+                .duration_since(self.t0)
+                .as_secs_f64();
             next = next.min(ready.max(now + 1e-6));
         }
-        now = next.max(now + 1e-9);
-    }
-    Record {
-        sent,
-        inside: server.inside,
+        next
     }
 }

@@ -170,70 +170,71 @@ fn constant_rows(rows: &mut Vec<Row>, (label, kind): (&str, Kind), least: f64) {
     }
 }
 
-/// The table of every controller and baseline on every profile, printed in Markdown: the rows
-/// of issue 27's table, each against every kind of server.
-#[test]
-fn every_controller_on_every_profile() {
-    let mut rows: Vec<Row> = Vec::new();
-    for (label, kind) in LIMITED {
-        constant_rows(&mut rows, (label, kind), 0.9);
-        let fall = cells(|d| {
-            let c = changing(d, kind, SEED);
-            let pass = c.after_fall >= 0.9 && c.fall_429 <= 3 && c.inside == 0;
-            format!(
-                "{:.0} % / {} ({} in the minute) {}",
-                c.after_fall * 100.0,
-                c.fall_429,
-                c.fall_minute_429,
-                mark(pass)
-            )
-        });
-        rows.push((
-            format!("fall 5 -> 2, {label}"),
-            "≥ 90 % from 20 s after / ≤ 3 429s in those 20 s".into(),
-            fall,
-        ));
-        let rise = cells(|d| {
-            let c = changing(d, kind, SEED);
-            match c.rise {
-                Some(t) => format!("{t:.0} s {}", mark(t <= 40.0)),
-                None => "> 55 s MISS".to_string(),
-            }
-        });
-        rows.push((
-            format!("rise 2 -> 8, {label}"),
-            "90 % of 8/s within 40 s".into(),
-            rise,
-        ));
-    }
-    for (label, kind) in ANNOUNCING {
-        let row = cells(|d| constant_cell(constant(d, kind, EIGHT), 0.95));
-        rows.push((
-            format!("constant 5/s, {label}"),
-            "≥ 95 % / 0 429s / 0".into(),
-            row,
-        ));
-        let changes = cells(|d| {
-            let c = changing(d, kind, SEED);
-            let (fall, rise) = c.met;
-            let pass = fall >= 0.95 && rise >= 0.95 && c.changes_429 == 0 && c.inside == 0;
-            format!(
-                "{:.0} %, {:.0} % / {} / {} {}",
-                fall * 100.0,
-                rise * 100.0,
-                c.changes_429,
-                c.inside,
-                mark(pass)
-            )
-        });
-        rows.push((
-            format!("5 -> 2 -> 8, {label}"),
-            "≥ 95 % of each new limit from 1 s after / 0 429s / 0".into(),
-            changes,
-        ));
-    }
+/// The fall and rise rows of a limiting server: 429s for the fall, seconds to find the rise.
+fn fall_and_rise_rows(rows: &mut Vec<Row>, (label, kind): (&str, Kind)) {
+    let fall = cells(|d| {
+        let c = changing(d, kind, SEED);
+        let pass = c.after_fall >= 0.9 && c.fall_429 <= 3 && c.inside == 0;
+        format!(
+            "{:.0} % / {} ({} in the minute) {}",
+            c.after_fall * 100.0,
+            c.fall_429,
+            c.fall_minute_429,
+            mark(pass)
+        )
+    });
+    rows.push((
+        format!("fall 5 -> 2, {label}"),
+        "≥ 90 % from 20 s after / ≤ 3 429s in those 20 s".into(),
+        fall,
+    ));
+    let rise = cells(|d| {
+        let c = changing(d, kind, SEED);
+        match c.rise {
+            Some(t) => format!("{t:.0} s {}", mark(t <= 40.0)),
+            None => "> 55 s MISS".to_string(),
+        }
+    });
+    rows.push((
+        format!("rise 2 -> 8, {label}"),
+        "90 % of 8/s within 40 s".into(),
+        rise,
+    ));
+}
+
+/// The rows of a server that announces its quota: a constant limit spent, and its changes
+/// followed at once.
+fn announced_rows(rows: &mut Vec<Row>, (label, kind): (&str, Kind)) {
+    let row = cells(|d| constant_cell(constant(d, kind, EIGHT), 0.95));
+    rows.push((
+        format!("constant 5/s, {label}"),
+        "≥ 95 % / 0 429s / 0".into(),
+        row,
+    ));
+    let changes = cells(|d| {
+        let c = changing(d, kind, SEED);
+        let (fall, rise) = c.met;
+        let pass = fall >= 0.95 && rise >= 0.95 && c.changes_429 == 0 && c.inside == 0;
+        format!(
+            "{:.0} %, {:.0} % / {} / {} {}",
+            fall * 100.0,
+            rise * 100.0,
+            c.changes_429,
+            c.inside,
+            mark(pass)
+        )
+    });
+    rows.push((
+        format!("5 -> 2 -> 8, {label}"),
+        "≥ 95 % of each new limit from 1 s after / 0 429s / 0".into(),
+        changes,
+    ));
+}
+
+/// The latency-only row: the rate against the best fixed rate, and how much it swings.
+fn latency_row() -> Row {
     let best = best_fixed_rate();
-    let latency_row = cells(|d| {
+    let row = cells(|d| {
         let l = latency(d);
         let pass = l.rate >= 0.9 * best && l.swing <= 0.15;
         format!(
@@ -245,42 +246,68 @@ fn every_controller_on_every_profile() {
             mark(pass)
         )
     });
-    rows.push((
+    (
         format!("latency only (best fixed rate {best:.2}/s within 500 ms)"),
         "≥ 90 % of the best / swing ≤ 15 %".into(),
-        latency_row,
+        row,
+    )
+}
+
+/// The rows of a server counting whole-second windows: constant limits (also a loopback away),
+/// and its changes shown.
+fn whole_second_rows(rows: &mut Vec<Row>, (label, kind): (&str, Kind)) {
+    constant_rows(rows, (label, kind), 0.85);
+    let row = cells(|d| {
+        let server = Server::new(kind, &[(0.0, 5.0)]).on_loopback();
+        constant_cell(constant_on(d, server, EIGHT), 0.85)
+    });
+    let what = format!("constant 5/s, a loopback away (1 ms round trips), {label}");
+    rows.push((what, "≥ 85 % / ≤ 1 % / 0".into(), row));
+    let changes = cells(|d| {
+        let c = changing(d, kind, SEED);
+        let (fall, rise) = c.met;
+        format!(
+            "{:.0} %, {:.0} % / {} / {}",
+            fall * 100.0,
+            rise * 100.0,
+            c.changes_429,
+            c.inside
+        )
+    });
+    rows.push((
+        format!("5 -> 2 -> 8, {label}"),
+        "(shown, not a target)".into(),
+        changes,
     ));
-    for (label, kind) in WHOLE_SECONDS {
-        constant_rows(&mut rows, (label, kind), 0.85);
-        let row = cells(|d| {
-            let server = Server::new(kind, &[(0.0, 5.0)]).on_loopback();
-            constant_cell(constant_on(d, server, EIGHT), 0.85)
-        });
-        let what = format!("constant 5/s, a loopback away (1 ms round trips), {label}");
-        rows.push((what, "≥ 85 % / ≤ 1 % / 0".into(), row));
-        let changes = cells(|d| {
-            let c = changing(d, kind, SEED);
-            let (fall, rise) = c.met;
-            format!(
-                "{:.0} %, {:.0} % / {} / {}",
-                fall * 100.0,
-                rise * 100.0,
-                c.changes_429,
-                c.inside
-            )
-        });
-        rows.push((
-            format!("5 -> 2 -> 8, {label}"),
-            "(shown, not a target)".into(),
-            changes,
-        ));
-    }
+}
+
+/// `rows` printed as a Markdown table, a column per driver.
+fn print_table(rows: &[Row]) {
     let names: Vec<String> = DRIVERS.iter().map(|d| name(*d)).collect();
     eprintln!("| profile | target | {} |", names.join(" | "));
     eprintln!("|---|---|{}", "---|".repeat(names.len()));
-    for (profile, target, cells) in &rows {
+    for (profile, target, cells) in rows {
         eprintln!("| {profile} | {target} | {} |", cells.join(" | "));
     }
+}
+
+/// The table of every controller and baseline on every profile, printed in Markdown: the rows
+/// of issue 27's table, each against every kind of server.
+#[test]
+fn every_controller_on_every_profile() {
+    let mut rows: Vec<Row> = Vec::new();
+    for (label, kind) in LIMITED {
+        constant_rows(&mut rows, (label, kind), 0.9);
+        fall_and_rise_rows(&mut rows, (label, kind));
+    }
+    for (label, kind) in ANNOUNCING {
+        announced_rows(&mut rows, (label, kind));
+    }
+    rows.push(latency_row());
+    for (label, kind) in WHOLE_SECONDS {
+        whole_second_rows(&mut rows, (label, kind));
+    }
+    print_table(&rows);
     let expected = 4 * LIMITED.len() + 2 * ANNOUNCING.len() + 1 + 4 * WHOLE_SECONDS.len();
     assert_eq!(rows.len(), expected);
 }
