@@ -12,7 +12,7 @@ use http_body::Body as _;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 
-use crate::proxy::body::ProxyBody;
+use crate::proxy::answer::body::ProxyBody;
 
 /// The most of an unread body courtesy reads and throws away to keep a connection usable.
 pub(crate) const DRAIN_MAX_BYTES: u64 = 64 * 1024;

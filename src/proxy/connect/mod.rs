@@ -21,6 +21,10 @@
 //! shutdown waits for requests in flight inside tunnels as for any other. Certificates are minted by
 //! `crate::upstream::tls`; this module only asks for them.
 
+pub(crate) mod inside;
+pub(crate) mod sniff;
+pub(crate) mod upgrade;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,21 +41,21 @@ use tokio::net::TcpStream;
 use tokio_rustls::LazyConfigAcceptor;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use super::failure::Failure;
-use super::headers::own_cooldown_choice;
-use super::inside::{watch_session, InFlight, Inside, InsideBusy};
-use super::sniff::{classify_opening, Opening, Prefixed};
-use super::target::Target;
-use super::Asking;
-use super::Proxy;
 use crate::budget::jobs::{priority_of, Caller};
 use crate::budget::limiter::Admission;
 use crate::config::{HttpsMode, Route};
 use crate::front::connections::Connections;
 use crate::front::gate::{Busy, Carried};
 use crate::front::sockets::{self, Ended, Kind, SocketCaps};
-use crate::proxy::body::ProxyBody;
-use crate::proxy::response::ProxyError;
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::answer::failure::Failure;
+use crate::proxy::answer::response::ProxyError;
+use crate::proxy::connect::inside::{watch_session, InFlight, Inside, InsideBusy};
+use crate::proxy::connect::sniff::{classify_opening, Opening, Prefixed};
+use crate::proxy::forward::headers::own_cooldown_choice;
+use crate::proxy::forward::target::Target;
+use crate::proxy::Asking;
+use crate::proxy::Proxy;
 use crate::upstream::parent::tcp::{self, TcpFault};
 use crate::upstream::parent::{self, OpenError};
 use crate::wire::scheme::Scheme;
@@ -305,7 +309,7 @@ impl Proxy {
             Some(slot) if req.version() == http::Version::HTTP_2 => match slot.extra() {
                 Ok(extra) => Some(extra),
                 Err(refused) => {
-                    let answer = crate::proxy::response::local(
+                    let answer = crate::proxy::answer::response::local(
                         StatusCode::SERVICE_UNAVAILABLE,
                         ProxyError::ConnectionLimitReached,
                         &refused.to_string(),

@@ -5,13 +5,13 @@
 use http::header::{HeaderName, HeaderValue, CONNECTION};
 use http::{HeaderMap, Version};
 
-use super::failure::Failure;
-use super::timing::SERVER_TIMING;
 use crate::config::{ConfigWord as _, OnCooldown};
+use crate::proxy::answer::failure::Failure;
+use crate::proxy::answer::timing::SERVER_TIMING;
 
 /// A client's own answer to a cooldown for this request (`auto`, `hold` or `reject`), overriding the
 /// host's `on_cooldown`. Never forwarded.
-pub(super) const ON_COOLDOWN_HEADER: &str = "courtesy-on-cooldown";
+pub(crate) const ON_COOLDOWN_HEADER: &str = "courtesy-on-cooldown";
 
 /// [`ON_COOLDOWN_HEADER`] as a header name made at compile time (looked up on every request).
 const ON_COOLDOWN: HeaderName = HeaderName::from_static(ON_COOLDOWN_HEADER);
@@ -61,7 +61,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// Removes hop-by-hop headers: the fixed list and every header named in `Connection`.
-pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     strip(headers, &[]);
 }
 

@@ -14,18 +14,18 @@ use http::Response;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 
-use super::Proxy;
 use crate::budget::limiter::Permit;
 use crate::config::HostPolicy;
 use crate::pacing::blocks::{header_block, scan_wanted, BodyScan, Verdict};
+use crate::proxy::Proxy;
 
 /// A 429 or 503 that is a block: the response (its body what is left unread) and the bytes read
 /// ahead of it.
-pub(super) struct BlockAnswer {
+pub(crate) struct BlockAnswer {
     /// The origin's response, its body's first bytes already read.
-    pub(super) response: Response<Incoming>,
+    pub(crate) response: Response<Incoming>,
     /// Those first bytes.
-    pub(super) ahead: Bytes,
+    pub(crate) ahead: Bytes,
 }
 
 impl Proxy {
@@ -34,7 +34,7 @@ impl Proxy {
     /// when it is a challenge or a wall (a body marker pauses the host here; a challenge header
     /// is left to `finish_response`, which pauses it as for any answer). A body that fails or
     /// falls silent says nothing: the request is sent again.
-    pub(super) async fn block_before_resend(
+    pub(crate) async fn block_before_resend(
         &self,
         response: Response<Incoming>,
         permit: &Permit,

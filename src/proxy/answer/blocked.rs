@@ -16,7 +16,7 @@ use crate::observe::alerts::Alerts;
 use crate::observe::metrics::Metrics;
 use crate::pacing::blocks::{scan_wanted, BodyScan};
 use crate::pacing::policy::Reaction;
-use crate::proxy::body::MarkerScan;
+use crate::proxy::answer::body::MarkerScan;
 
 /// The reactions to a block: count it, log it, alert about it.
 #[derive(Debug)]

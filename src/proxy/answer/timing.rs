@@ -210,7 +210,7 @@ mod tests {
         stamp(&mut headers, &Held::default());
         let all: Vec<_> = headers.get_all(SERVER_TIMING).iter().collect();
         assert_eq!(all, ["db;dur=53", "courtesy-wait;dur=0.0;desc=\"none\""]);
-        crate::proxy::headers::strip_request(&mut headers);
+        crate::proxy::forward::headers::strip_request(&mut headers);
         assert!(!headers.contains_key(SERVER_TIMING));
     }
 }

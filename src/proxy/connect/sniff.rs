@@ -40,14 +40,14 @@ pub(crate) fn classify_opening(bytes: &[u8]) -> Opening {
 }
 
 /// A stream with bytes already read from it put back in front.
-pub(super) struct Prefixed<S> {
+pub(crate) struct Prefixed<S> {
     prefix: Bytes,
     inner: S,
 }
 
 impl<S> Prefixed<S> {
     /// `inner`, reading `prefix` first.
-    pub(super) fn new(prefix: Bytes, inner: S) -> Self {
+    pub(crate) fn new(prefix: Bytes, inner: S) -> Self {
         Prefixed { prefix, inner }
     }
 }

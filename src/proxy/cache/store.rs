@@ -5,7 +5,7 @@
 //! body file, keyed by a hash of the URL (the URL itself is stored and checked, so a collision is
 //! a miss). The store is bounded in bytes and evicts the least recently used entries. Bodies are
 //! written as they stream to the client and only become visible when complete. This module does
-//! not decide when to use the store (the proxy does, in `proxy/cached.rs`).
+//! not decide when to use the store (the proxy does, in `proxy/cache/mod.rs`).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;

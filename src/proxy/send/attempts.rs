@@ -8,36 +8,36 @@ use http::{Method, Request, Response, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
-use super::exchange::Unanswered;
-use super::failure::{Failure, H2Signal};
-use super::sign::{is_challenge, Challenged, Signing};
-use super::upgrade::ClientUpgrade;
-use super::upstream::{Replay, UpstreamBody};
 use crate::config::{HostPolicy, OnCooldown, Priority};
-use crate::proxy::body::ProxyBody;
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::answer::failure::{Failure, H2Signal};
+use crate::proxy::connect::upgrade::ClientUpgrade;
+use crate::proxy::send::exchange::Unanswered;
+use crate::proxy::send::sign::{is_challenge, Challenged, Signing};
+use crate::upstream::pool::{Replay, UpstreamBody};
 use std::sync::Arc;
 
 use crate::budget::jobs::{Caller, JobState, QuotaTicket};
 use crate::budget::limiter::lanes::JobTag;
 use crate::budget::limiter::{Admission, BudgetKey, ShadowReason};
-use crate::proxy::response::ProxyError;
+use crate::proxy::answer::response::ProxyError;
 
 /// What a forwarded request ends as: the client's answer, and the client's body when it was never
 /// sent (for `BodyOnEntry::settle`).
-pub(super) type Outcome = (Response<ProxyBody>, Option<Incoming>);
+pub(crate) type Outcome = (Response<ProxyBody>, Option<Incoming>);
 
 /// The state carried across a request's attempts.
-pub(super) struct Attempts {
+pub(crate) struct Attempts {
     /// The client's request, until it is first sent (or refused: then its body goes back unread).
     first: Option<Request<UpstreamBody>>,
     /// What rebuilds the request for a resend; only a bodiless GET/HEAD/OPTIONS has one.
     replay: Option<Replay>,
     /// courtesy's own retries after a 429/503 so far (`retry_idempotent`).
-    pub(super) attempt: u32,
+    pub(crate) attempt: u32,
     /// Sends to the origin so far, every resend included (`Courtesy-Tries`).
-    pub(super) tries: u32,
+    pub(crate) tries: u32,
     /// The request was already sent again after a stale pooled connection: that is done once.
-    pub(super) fresh_retry: bool,
+    pub(crate) fresh_retry: bool,
     /// The client's (or the CONNECT's) `Courtesy-On-Cooldown`, for the client's own send.
     asked: Option<OnCooldown>,
     /// The host's `on_cooldown`, for courtesy's resends when the client named none.
@@ -57,18 +57,18 @@ pub(super) struct Attempts {
     /// Whether the send in flight was signed.
     signed: bool,
     /// It was sent once more, signed, after its host asked for a signature: that is done once.
-    pub(super) challenge_retry: bool,
+    pub(crate) challenge_retry: bool,
     /// It was sent once more after an HTTP/2 REFUSED_STREAM or GOAWAY: that is done once.
     stream_retry: bool,
     /// It was sent once more over HTTP/1.1 after its host fell back from HTTP/2: done once.
     h1_retry: bool,
     /// The client's wish to switch protocols (a WebSocket handshake), joined on a `101`.
-    pub(super) upgrade: Option<ClientUpgrade>,
+    pub(crate) upgrade: Option<ClientUpgrade>,
 }
 
 /// Why a request under signing left unsigned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Unsigned {
+pub(crate) enum Unsigned {
     /// It went over plain `http://`: signatures travel over TLS only.
     PlainHttp,
 }
@@ -76,16 +76,16 @@ pub(super) enum Unsigned {
 /// What the request asked of courtesy itself: its own (or its CONNECT's) answer to a cooldown and
 /// its class within its job.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Asked {
+pub(crate) struct Asked {
     /// `Courtesy-On-Cooldown`.
-    pub(super) on_cooldown: Option<OnCooldown>,
+    pub(crate) on_cooldown: Option<OnCooldown>,
     /// `Courtesy-Priority`, else the job's.
-    pub(super) priority: Priority,
+    pub(crate) priority: Priority,
 }
 
 impl Attempts {
     /// The attempts of the request with this head and body; `replayable` says it may be rebuilt.
-    pub(super) fn new(
+    pub(crate) fn new(
         parts: http::request::Parts,
         body: Incoming,
         replayable: bool,
@@ -116,14 +116,14 @@ impl Attempts {
     }
 
     /// The attempts of a handshake that asks to switch protocols (`upgrade.rs`).
-    pub(super) fn upgrading(mut self, upgrade: Option<ClientUpgrade>) -> Self {
+    pub(crate) fn upgrading(mut self, upgrade: Option<ClientUpgrade>) -> Self {
         self.upgrade = upgrade;
         self
     }
 
     /// The attempts of a request to a host whose `on_cooldown` is `answer` (what courtesy's
     /// resends wait out when the client named nothing).
-    pub(super) fn held_as(mut self, answer: OnCooldown) -> Self {
+    pub(crate) fn held_as(mut self, answer: OnCooldown) -> Self {
         self.host_answer = answer;
         self
     }
@@ -136,7 +136,7 @@ impl Attempts {
     }
 
     /// The attempts of a request of `caller`'s job, holding its place in the job's quota.
-    pub(super) fn of_job(mut self, caller: &Caller, ticket: QuotaTicket) -> Self {
+    pub(crate) fn of_job(mut self, caller: &Caller, ticket: QuotaTicket) -> Self {
         self.job = Some(caller.tag());
         self.job_state = Some(caller.state.clone());
         self.ticket = Some(ticket);
@@ -144,7 +144,7 @@ impl Attempts {
     }
 
     /// The attempts signed as `signing` says (`None`: never signed).
-    pub(super) fn signed_with(mut self, signing: Option<Signing>) -> Self {
+    pub(crate) fn signed_with(mut self, signing: Option<Signing>) -> Self {
         self.signing = signing;
         self
     }
@@ -153,7 +153,7 @@ impl Attempts {
     /// signed again, so no signature is older than its send).
     /// Only a request that leaves over TLS is signed: over plain `http://` anyone on the path
     /// could lift the signature and use it until it expires (`Unsigned::PlainHttp`).
-    pub(super) fn sign<B>(
+    pub(crate) fn sign<B>(
         &mut self,
         request: &mut Request<B>,
         challenged: &Challenged,
@@ -176,7 +176,7 @@ impl Attempts {
     /// host is remembered as asking, and whether the request goes once more, signed (when it
     /// can be rebuilt and has not been yet; never for a report-only host, which gets no resends
     /// of courtesy's own).
-    pub(super) fn resend_signed(
+    pub(crate) fn resend_signed(
         &mut self,
         (status, headers): (u16, &http::HeaderMap),
         (challenged, key): (&Challenged, &str),
@@ -196,13 +196,13 @@ impl Attempts {
     }
 
     /// What courtesy keeps for the request's job.
-    pub(super) fn job_state(&self) -> Option<&Arc<JobState>> {
+    pub(crate) fn job_state(&self) -> Option<&Arc<JobState>> {
         self.job_state.as_ref()
     }
 
     /// The request has its turn: its place in the job's quota is used (once, whatever courtesy
     /// resends).
-    pub(super) fn spend_quota(&mut self) {
+    pub(crate) fn spend_quota(&mut self) {
         if let Some(mut ticket) = self.ticket.take() {
             ticket.spend();
         }
@@ -211,7 +211,7 @@ impl Attempts {
     /// How the next turn is asked for. The client's cooldown choice is for its own send;
     /// courtesy's resends wait out a cooldown as [`Attempts::resend_answer`] says (a retry after
     /// a 429/503 is there to wait it out).
-    pub(super) fn admission<'a>(&mut self, budget: &'a BudgetKey) -> Admission<'a> {
+    pub(crate) fn admission<'a>(&mut self, budget: &'a BudgetKey) -> Admission<'a> {
         let admission = match &self.job {
             Some(job) => Admission::of(budget).job(job.clone(), self.priority),
             None => Admission::of(budget),
@@ -226,14 +226,14 @@ impl Attempts {
     }
 
     /// The client's body when its request was never sent, so that it can be settled.
-    pub(super) fn unread(&mut self) -> Option<Incoming> {
+    pub(crate) fn unread(&mut self) -> Option<Incoming> {
         self.first
             .take()
             .and_then(|r| r.into_body().into_client_body())
     }
 
     /// The request to send now: the client's the first time, a rebuilt one after that.
-    pub(super) fn next_request(&mut self) -> Result<Request<UpstreamBody>, Failure> {
+    pub(crate) fn next_request(&mut self) -> Result<Request<UpstreamBody>, Failure> {
         self.tries += 1;
         match (self.first.take(), &self.replay) {
             (Some(request), _) => Ok(request),
@@ -247,14 +247,14 @@ impl Attempts {
     }
 
     /// Whether a request that went out on a dead pooled connection may be sent once more.
-    pub(super) fn may_resend_fresh(&self, unanswered: &Unanswered) -> bool {
+    pub(crate) fn may_resend_fresh(&self, unanswered: &Unanswered) -> bool {
         unanswered.stale && self.replay.is_some() && !self.fresh_retry
     }
 
     /// Whether a request an HTTP/2 origin refused (REFUSED_STREAM) or did not reach before a
     /// GOAWAY is sent once more (RFC 9113 8.7 and 6.8: it was not processed), when it can be
     /// rebuilt; counted if so. It waits for the cooldown the refusal started, if it started one.
-    pub(super) fn may_resend_refused(&mut self, unanswered: &Unanswered) -> bool {
+    pub(crate) fn may_resend_refused(&mut self, unanswered: &Unanswered) -> bool {
         let resend = unanswered.failure.h2.is_some_and(H2Signal::unprocessed)
             && self.replay.is_some()
             && !self.stream_retry;
@@ -265,7 +265,7 @@ impl Attempts {
     /// Whether a request its host answered with a fallback to HTTP/1.1 (a 421 over HTTP/2, an
     /// HTTP/2 protocol error) is sent once more, now over HTTP/1.1, when it can be rebuilt;
     /// counted if so.
-    pub(super) fn may_resend_over_http1(&mut self) -> bool {
+    pub(crate) fn may_resend_over_http1(&mut self) -> bool {
         let resend = self.replay.is_some() && !self.h1_retry;
         self.h1_retry |= resend;
         resend
@@ -275,7 +275,7 @@ impl Attempts {
     /// with `cooldown_left` of the window the answer started: only through a window the retry
     /// would be held through, so that the client never waits longer for the origin's answer
     /// than it would for courtesy's own 429.
-    pub(super) fn retry_after(
+    pub(crate) fn retry_after(
         &mut self,
         status: u16,
         policy: &HostPolicy,
@@ -297,7 +297,7 @@ impl Attempts {
 }
 
 /// Whether a request with this method and body may be rebuilt and sent again.
-pub(super) fn replayable(method: &Method, body: &Incoming) -> bool {
+pub(crate) fn replayable(method: &Method, body: &Incoming) -> bool {
     // Only a bodiless GET/HEAD/OPTIONS can be sent again: keep what is needed to rebuild it.
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) && body.is_end_stream()
 }

@@ -16,11 +16,11 @@ use lru::LruCache;
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::failure::Failure;
-use super::headers::via_for;
-use super::target::Target;
 use crate::config::UpstreamProxy;
-use crate::proxy::response::{ProxyError, PROXY_NAME};
+use crate::proxy::answer::failure::Failure;
+use crate::proxy::answer::response::{ProxyError, PROXY_NAME};
+use crate::proxy::forward::headers::via_for;
+use crate::proxy::forward::target::Target;
 use crate::upstream::resolve::{Destinations, DnsError, Resolver};
 use crate::util::locks;
 use crate::wire::literal::literal_ip;

@@ -11,7 +11,7 @@ use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use crate::budget::limiter::Refusal;
-use crate::proxy::body::ProxyBody;
+use crate::proxy::answer::body::ProxyBody;
 
 pub(crate) use crate::wire::proxy_status::ProxyError;
 

@@ -7,7 +7,7 @@
 //! - **`Transfer-Encoding` with `Content-Length`** (RFC 9112 6.1, 6.3): the transfer coding
 //!   decides the length, the origin's `Content-Length` goes (the client gets the length courtesy
 //!   frames itself), and the upstream connection is never used again (a sender that wrote both
-//!   may have framed by either; `super::reuse::retire`).
+//!   may have framed by either; `crate::upstream::pool::reuse::retire`).
 //! - **A transfer coding other than `chunked`** (`gzip, chunked`, `chunked, gzip`, `gzip`):
 //!   hyper takes off `chunked` alone, so passing the rest on would hand the client coded bytes
 //!   labelled as identity. Refused: a 502 with `Proxy-Status: courtesy;
@@ -22,13 +22,13 @@
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, Response, StatusCode};
 
-use super::failure::Failure;
-use crate::proxy::response::ProxyError;
+use crate::proxy::answer::failure::Failure;
+use crate::proxy::answer::response::ProxyError;
 use crate::wire::proxy_status;
 
 /// What the check did to the answer's framing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
+pub(crate) enum Framing {
     /// Passed on as the origin framed it.
     AsSent,
     /// `Content-Length` beside `Transfer-Encoding` taken out: the connection must not be reused.
@@ -37,7 +37,7 @@ pub(super) enum Framing {
 
 /// Checks `response`, the answer to a request that was a `HEAD` when `head`, and cleans it for the
 /// client; `Err` is the 502 it gets instead (the connection must not be reused then either).
-pub(super) fn sanitize<B>(response: &mut Response<B>, head: bool) -> Result<Framing, Failure> {
+pub(crate) fn sanitize<B>(response: &mut Response<B>, head: bool) -> Result<Framing, Failure> {
     let status = response.status();
     let headers = response.headers_mut();
     proxy_status::without_ours(headers);

@@ -1,6 +1,8 @@
 //! How a forwarded GET uses the response store (`cache = "revalidate" | "dev"`): answer from it,
 //! make the request conditional, turn the origin's 304 into the stored 200, and fill the store as a
-//! response streams by. The store itself (files, size bound, eviction) is `crate::proxy::cache`.
+//! response streams by. The store itself (files, size bound, eviction) is `store.rs`.
+
+pub(crate) mod store;
 
 use http::header::{
     HeaderValue, AUTHORIZATION, COOKIE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA,
@@ -8,10 +10,9 @@ use http::header::{
 use http::{HeaderMap, Method, Response};
 use tracing::info;
 
-use super::Proxy;
 use crate::config::{CacheMode, HostPolicy};
-use crate::proxy::body::ProxyBody;
-use crate::proxy::cache;
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::Proxy;
 
 /// The store's part in one request: which entry, and whether the request was made conditional.
 #[derive(Debug)]
@@ -72,8 +73,8 @@ fn entry_key(uri: &http::Uri, headers: &HeaderMap) -> String {
 
 /// Whether a stored entry may answer a request: the same values of what its `Vary` names, and
 /// not personal (an entry stored with `Set-Cookie`, say by an older courtesy, is never replayed).
-fn replayable(head: &cache::Head, request: &HeaderMap) -> bool {
-    head.matches(request) && !cache::personal(request, &head.header_map())
+fn replayable(head: &store::Head, request: &HeaderMap) -> bool {
+    head.matches(request) && !store::personal(request, &head.header_map())
 }
 
 impl Proxy {
@@ -134,23 +135,23 @@ impl Proxy {
         plan: &CacheUse,
         parts: &http::response::Parts,
         policy: &HostPolicy,
-    ) -> Option<Box<cache::Writer>> {
+    ) -> Option<Box<store::Writer>> {
         let validated =
             parts.headers.contains_key(ETAG) || parts.headers.contains_key(LAST_MODIFIED);
-        let storable = cache::storable_for(parts.status, &parts.headers, &plan.request)
+        let storable = store::storable_for(parts.status, &parts.headers, &plan.request)
             && (validated || policy.forward.cache == CacheMode::Dev);
         if !storable {
             return None;
         }
-        let mut head = cache::head_of(&plan.url, parts.status, &parts.headers);
-        head.vary = cache::vary_of(&parts.headers, &plan.request)?;
+        let mut head = store::head_of(&plan.url, parts.status, &parts.headers);
+        head.vary = store::vary_of(&parts.headers, &plan.request)?;
         self.cache.writer(head).map(Box::new)
     }
 
     /// A stored response as the full 200, saying where it came from in `x-courtesy-cache`.
     fn answer_from_cache(
         &self,
-        head: cache::Head,
+        head: store::Head,
         body: bytes::Bytes,
         how: &'static str,
     ) -> Response<ProxyBody> {
@@ -159,7 +160,7 @@ impl Proxy {
         let headers = response.headers_mut();
         *headers = head.header_map();
         headers.remove(http::header::CONTENT_LENGTH);
-        // Stored clean (`super::sanitize`), but an entry of an older courtesy may carry an
+        // Stored clean (`crate::proxy::send::sanitize`), but an entry of an older courtesy may carry an
         // origin's member named like courtesy's.
         crate::wire::proxy_status::without_ours(headers);
         headers.append(VIA, self.loops.via().clone());

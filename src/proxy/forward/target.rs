@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use http::Uri;
 
-use super::failure::Failure;
+use crate::proxy::answer::failure::Failure;
 use crate::wire::scheme::Scheme;
 
 /// Where a request goes: the canonical host ([`crate::wire::host_name::canonical`], no brackets), an

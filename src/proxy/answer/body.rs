@@ -23,8 +23,8 @@ use crate::budget::limiter::Permit;
 use crate::pacing::blocks::{BodyScan, Verdict};
 use crate::pacing::feedback::Feedback;
 use crate::pacing::policy::Answer;
-use crate::proxy::cache;
-use crate::proxy::IdleMark;
+use crate::proxy::cache::store as cache;
+use crate::upstream::pool::IdleMark;
 
 /// The error a response body to the client can end with: the upstream's, or courtesy cutting a
 /// silent one.

@@ -215,7 +215,7 @@ pub(crate) struct ConnState {
     listed: AtomicBool,
     /// It carries HTTP/2 (requests in flight at once): never idle here.
     multiplexed: AtomicBool,
-    /// Never to carry another request (an answer's framing was suspect, `super::sanitize`): its
+    /// Never to carry another request (an answer's framing was suspect, `crate::proxy`'s sanitizing): its
     /// next read once idle ends it, and a request begun on it fails before a byte is sent.
     retired: AtomicBool,
     /// The task reading the connection, woken to close it.

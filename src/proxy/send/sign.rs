@@ -14,7 +14,7 @@ use dashmap::DashSet;
 use http::header::HOST;
 use http::{HeaderMap, HeaderName, HeaderValue, Request};
 
-use super::Caller;
+use crate::budget::jobs::Caller;
 use crate::config::{Config, HostPolicy, SigningMode};
 use crate::pacing::feedback::field_lines as joined;
 use crate::wire::httpsig::{self, sf_string, Carried, Component, Param, SigningKey};
@@ -39,7 +39,7 @@ const MAX_CHALLENGED: usize = 100_000;
 /// How one request is signed: the key, its Signature-Agent, how long a signature lasts, and
 /// whether it waits for the host to ask.
 #[derive(Debug, Clone)]
-pub(super) struct Signing {
+pub(crate) struct Signing {
     /// The job's key, else `[signing]`'s.
     key: Arc<SigningKey>,
     /// The job's Signature-Agent, else `[signing]`'s.
@@ -56,13 +56,13 @@ pub(super) struct Signing {
 impl Signing {
     /// How a request of `caller` to a host under `policy` is signed, or `None`: no key for it,
     /// `mode = "off"`, or `sign = false` for the host.
-    pub(super) fn of(config: &Config, caller: &Caller, policy: &HostPolicy) -> Option<Signing> {
+    pub(crate) fn of(config: &Config, caller: &Caller, policy: &HostPolicy) -> Option<Signing> {
         Signing::for_job(config, caller.settings.as_deref(), policy)
     }
 
     /// How courtesy's own requests to a host under `policy` (robots.txt) are signed: with
     /// `[signing]`'s key, as no job's.
-    pub(super) fn own(config: &Config, policy: &HostPolicy) -> Option<Signing> {
+    pub(crate) fn own(config: &Config, policy: &HostPolicy) -> Option<Signing> {
         Signing::for_job(config, None, policy)
     }
 
@@ -94,25 +94,25 @@ impl Signing {
     /// This signing, for a request that came with `headers`: the client's own signatures, if
     /// any, and the fields they cover as they came, so that those courtesy leaves intact travel
     /// on beside its own.
-    pub(super) fn keeping<B>(mut self, request: &Request<B>) -> Self {
+    pub(crate) fn keeping<B>(mut self, request: &Request<B>) -> Self {
         self.client = ClientSignatures::of(request.headers(), authority_of(request)).map(Arc::new);
         self
     }
 
     /// Whether the request is signed now: always, or once its host asked.
-    pub(super) fn signs_now(&self, challenged: &Challenged, budget_key: &str) -> bool {
+    pub(crate) fn signs_now(&self, challenged: &Challenged, budget_key: &str) -> bool {
         !self.on_challenge || challenged.asked(budget_key)
     }
 
     /// Whether this signing waits for a challenge (`on_challenge`).
-    pub(super) fn waits_for_challenge(&self) -> bool {
+    pub(crate) fn waits_for_challenge(&self) -> bool {
         self.on_challenge
     }
 
     /// Signs `request` as it leaves, with a signature made now with a fresh nonce. The client's
     /// own signatures that cover nothing courtesy changed travel on beside it, each under its
     /// label (RFC 9421 4.3); the others are removed, and the log says why.
-    pub(super) fn sign<B>(&self, request: &mut Request<B>) {
+    pub(crate) fn sign<B>(&self, request: &mut Request<B>) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -162,7 +162,7 @@ impl Signing {
 
 /// The signatures a client's request came with, and the fields they cover as they came.
 #[derive(Debug)]
-pub(super) struct ClientSignatures {
+pub(crate) struct ClientSignatures {
     carried: Vec<Carried>,
     /// The request's `@authority` as it came.
     authority: String,
@@ -323,7 +323,7 @@ fn nonce() -> String {
 }
 
 /// Whether an answer asks for a signature: 401, 403 or 429 with `Accept-Signature`.
-pub(super) fn is_challenge(status: u16, headers: &HeaderMap) -> bool {
+pub(crate) fn is_challenge(status: u16, headers: &HeaderMap) -> bool {
     matches!(status, 401 | 403 | 429) && headers.contains_key(&ACCEPT_SIGNATURE)
 }
 
@@ -334,12 +334,12 @@ pub(crate) struct Challenged(DashSet<String>);
 
 impl Challenged {
     /// Whether the host of `budget_key` asked for signatures.
-    pub(super) fn asked(&self, budget_key: &str) -> bool {
+    pub(crate) fn asked(&self, budget_key: &str) -> bool {
         self.0.contains(budget_key)
     }
 
     /// Remembers that the host of `budget_key` asked (up to [`MAX_CHALLENGED`] hosts).
-    pub(super) fn remember(&self, budget_key: &str) {
+    pub(crate) fn remember(&self, budget_key: &str) {
         if self.0.len() < MAX_CHALLENGED {
             self.0.insert(budget_key.to_string());
         }
@@ -354,7 +354,7 @@ pub(crate) struct PlainUnsigned(DashSet<String>);
 impl PlainUnsigned {
     /// Notes an unsigned plain request to `budget_key`'s host; `true` the first time (up to
     /// [`MAX_CHALLENGED`] hosts are remembered).
-    pub(super) fn first(&self, budget_key: &str) -> bool {
+    pub(crate) fn first(&self, budget_key: &str) -> bool {
         if self.0.contains(budget_key) || self.0.len() >= MAX_CHALLENGED {
             return false;
         }

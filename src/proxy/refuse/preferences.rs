@@ -14,15 +14,15 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 use tracing::info;
 
-use super::failure::Failure;
-use super::target::Target;
-use super::Proxy;
 use crate::budget::jobs::{Caller, JobState};
 use crate::budget::keys::BudgetKey;
 use crate::config::{ContentPreferences, HostPolicy, Purpose};
 use crate::pacing::preferences::{content_usage, Refused, Source};
-use crate::proxy::body::ProxyBody;
-use crate::proxy::response::PROXY_NAME;
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::answer::failure::Failure;
+use crate::proxy::answer::response::PROXY_NAME;
+use crate::proxy::forward::target::Target;
+use crate::proxy::Proxy;
 use crate::wire::scheme::Scheme;
 
 /// The response header that names a refusing signal (`report`), in courtesy's `Courtesy-*`
@@ -34,7 +34,7 @@ pub(crate) const LICENSE_HEADER: &str = "courtesy-content-license";
 
 /// What a request's purpose met before it left, carried to its answer.
 #[derive(Debug)]
-pub(super) struct Checked {
+pub(crate) struct Checked {
     purpose: Purpose,
     enforce: bool,
     origin: String,
@@ -59,7 +59,7 @@ impl Proxy {
     /// `Ok(None)`: nothing to check (`content_preferences = "off"`, no purpose, or robots.txt
     /// itself); `Err`: the local 403 of "enforce" (or the answer when robots.txt could not be
     /// asked for).
-    pub(super) async fn check_preferences(
+    pub(crate) async fn check_preferences(
         &self,
         req: &Request<Incoming>,
         (target, budget): (&Target, &BudgetKey),
@@ -117,7 +117,7 @@ impl Proxy {
     /// `License:` lines): reported, never enforced, as the AI-use preferences beside them.
     /// courtesy's own answers are left as they are, and an origin's own header of that name is
     /// replaced.
-    pub(super) fn report_licenses(
+    pub(crate) fn report_licenses(
         &self,
         response: &mut Response<ProxyBody>,
         target: &Target,
@@ -141,7 +141,7 @@ impl Proxy {
     /// `Courtesy-Content-Preference` for the refusal found before it left and for its own
     /// `Content-Usage` header refusing the purpose (remembered for the path's later requests);
     /// each reported refusal is counted. courtesy's own answers are left as they are.
-    pub(super) fn report_preferences(
+    pub(crate) fn report_preferences(
         &self,
         response: &mut Response<ProxyBody>,
         checked: Checked,

@@ -4,6 +4,9 @@
 //! streamed back. Plain `http://` requests and the requests decrypted inside a CONNECT take this
 //! same path.
 
+pub(crate) mod headers;
+pub(crate) mod target;
+
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
 
@@ -14,19 +17,6 @@ use hyper_util::client::legacy::connect::capture_connection;
 use tokio::time::Instant;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::attempts::{replayable, Asked, Attempts, Outcome, Unsigned};
-use super::cached::CacheUse;
-use super::exchange::Exchanged;
-use super::failure::{Failure, H2Signal};
-use super::headers::{own_cooldown_choice, strip_hop_by_hop, strip_request};
-use super::sign::Signing;
-use super::skip::skipped_resource;
-use super::table::IdleMark;
-use super::target::Target;
-use super::timing::{self, Held, Trail};
-use super::unread::BodyOnEntry;
-use super::upgrade;
-use super::{Asking, Proxy};
 use crate::budget::jobs::{priority_of, Caller, QuotaTicket};
 use crate::budget::limiter::{BudgetKey, Permit, ShadowReason, ShadowVerdict, WaitReason};
 use crate::config::HostPolicy;
@@ -34,8 +24,21 @@ use crate::front::sockets::SocketCaps;
 use crate::observe::telemetry::{RequestTrace, Requested};
 use crate::pacing::blocks::{block_redirect, header_block};
 use crate::pacing::feedback::crawler_price;
-use crate::proxy::body::ProxyBody;
-use crate::proxy::response;
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::answer::failure::{Failure, H2Signal};
+use crate::proxy::answer::response;
+use crate::proxy::answer::timing::{self, Held, Trail};
+use crate::proxy::answer::unread::BodyOnEntry;
+use crate::proxy::cache::CacheUse;
+use crate::proxy::connect::upgrade;
+use crate::proxy::forward::headers::{own_cooldown_choice, strip_hop_by_hop, strip_request};
+use crate::proxy::forward::target::Target;
+use crate::proxy::refuse::skip::skipped_resource;
+use crate::proxy::send::attempts::{replayable, Asked, Attempts, Outcome, Unsigned};
+use crate::proxy::send::exchange::Exchanged;
+use crate::proxy::send::sign::Signing;
+use crate::proxy::{Asking, Proxy};
+use crate::upstream::pool::IdleMark;
 use crate::wire::scheme::Scheme;
 use std::sync::Arc;
 
@@ -654,7 +657,7 @@ impl Proxy {
                 idle,
                 scan,
                 store,
-                silence: Some(crate::proxy::body::Silence::new(
+                silence: Some(crate::proxy::answer::body::Silence::new(
                     policy.forward.read_timeout,
                 )),
             },

@@ -40,15 +40,15 @@ use ring::digest::{digest, SHA1_FOR_LEGACY_USE_ONLY};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tracing::{debug, info, Instrument};
 
-use super::failure::Failure;
-use super::headers::strip_hop_by_hop;
-use super::table::IdleMark;
-use super::Proxy;
 use crate::budget::limiter::{ByteMeter, Permit};
 use crate::front::gate::{Busy, Extra, Slot};
 use crate::front::sockets::{self, Ended, Kind, OpenSocket, SocketCaps, Sockets};
-use crate::proxy::body::ProxyBody;
-use crate::proxy::response;
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::answer::failure::Failure;
+use crate::proxy::answer::response;
+use crate::proxy::forward::headers::strip_hop_by_hop;
+use crate::proxy::Proxy;
+use crate::upstream::pool::IdleMark;
 use crate::wire::proxy_status::ProxyError;
 
 /// The GUID a server appends to the client's key for `Sec-WebSocket-Accept` (RFC 6455 1.3).
@@ -57,7 +57,7 @@ const WEBSOCKET_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 /// A client's request to switch protocols: its half of the connection once the `101` is sent,
 /// and the protocol it asked for (`Upgrade`, passed on as sent).
 #[derive(Debug)]
-pub(super) struct ClientUpgrade {
+pub(crate) struct ClientUpgrade {
     on: OnUpgrade,
     protocol: HeaderValue,
     /// How the client asked, and so how it is answered.
@@ -80,7 +80,7 @@ pub(super) struct ClientUpgrade {
 
 /// `ws://host/path` in absolute form (a client that sends WebSockets to an HTTP proxy without
 /// CONNECT) as the `http://` URL it stands for (RFC 6455 3); any other URI is left alone.
-pub(super) fn ws_as_http(uri: &mut Uri) {
+pub(crate) fn ws_as_http(uri: &mut Uri) {
     if !uri
         .scheme_str()
         .is_some_and(|s| s.eq_ignore_ascii_case("ws"))
@@ -146,7 +146,7 @@ fn is_extended_connect(parts: &http::request::Parts) -> bool {
 /// for an HTTP/1.1 request that asks to switch protocols on a connection that can, or an
 /// HTTP/2 extended CONNECT, which becomes the `GET` of an HTTP/1.1 handshake here.
 /// `tunnel` is the client connection's place of the CONNECT the request came in, if any.
-pub(super) fn take(
+pub(crate) fn take(
     parts: &mut http::request::Parts,
     tunnel: Option<&Arc<Slot>>,
 ) -> Option<ClientUpgrade> {
@@ -187,7 +187,7 @@ impl ClientUpgrade {
     /// `Connection` and `Upgrade` out).
     /// For an extended CONNECT, the handshake's key is courtesy's own (RFC 8441 has none), and
     /// its version 13 unless the client named one.
-    pub(super) fn ask_upstream(&mut self, headers: &mut HeaderMap) {
+    pub(crate) fn ask_upstream(&mut self, headers: &mut HeaderMap) {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(UPGRADE, self.protocol.clone());
         if self.form == Form::ExtendedConnect {
@@ -206,7 +206,7 @@ impl ClientUpgrade {
     /// client and host and of the upstream share (`crate::front::sockets`), and for an extended
     /// CONNECT one of the client's connections. `Err` says which bound is full
     /// ([`over_cap`] is the client's answer).
-    pub(super) fn place(
+    pub(crate) fn place(
         &mut self,
         sockets: &Arc<Sockets>,
         host: &str,
@@ -244,7 +244,7 @@ impl ClientUpgrade {
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The local 503 for a handshake over a socket bound (`why` names it); it never leaves.
-pub(super) fn over_cap(why: &str) -> Response<ProxyBody> {
+pub(crate) fn over_cap(why: &str) -> Response<ProxyBody> {
     response::local(
         StatusCode::SERVICE_UNAVAILABLE,
         ProxyError::ConnectionLimitReached,
@@ -256,7 +256,7 @@ pub(super) fn over_cap(why: &str) -> Response<ProxyBody> {
 /// The answer to a `101` that switches to nothing the client asked for: an unsolicited one, one
 /// to another protocol (`h2c`), or one whose `Sec-WebSocket-Accept` does not answer the key. The
 /// origin's connection is dropped with it; nothing is joined.
-pub(super) fn refused_switch(why: &str) -> Response<ProxyBody> {
+pub(crate) fn refused_switch(why: &str) -> Response<ProxyBody> {
     Failure::new(StatusCode::BAD_GATEWAY, ProxyError::HttpProtocolError, why).into_response()
 }
 
@@ -269,7 +269,7 @@ fn accept_for(key: &str) -> String {
 }
 
 /// Whether `response` agrees to switch: a `101` to `websocket`, the one protocol asked for.
-pub(super) fn switches(response: &Response<Incoming>) -> bool {
+pub(crate) fn switches(response: &Response<Incoming>) -> bool {
     let websocket = response
         .headers()
         .get(UPGRADE)
@@ -283,7 +283,7 @@ impl Proxy {
     /// both sides have switched. The turn ends here (the handshake is answered); the socket's
     /// bytes are charged to the host as they go, and the upstream connection stays marked busy
     /// (`idle`) so that it is never closed to make room for another.
-    pub(super) fn join(
+    pub(crate) fn join(
         &self,
         mut response: Response<Incoming>,
         client: ClientUpgrade,

@@ -2,7 +2,12 @@
 //! or TLS verified against the configured roots), two straight to the targets (HTTP/1.1 only, and
 //! one that offers `h2` and `http/1.1` by ALPN to `https://` origins, `upstream_http2`) and, the
 //! same two, per parent proxy in use (made at its first request, so a reload may name new
-//! parents), and the body they send.
+//! parents), and the body they send. The table every upstream connection holds a slot of
+//! (`table.rs`) and the count of requests per connection that tells a stale pooled connection
+//! (`reuse.rs`) are the pool's own; the proxy (`crate::proxy`) only asks it to send.
+
+pub(crate) mod reuse;
+pub(crate) mod table;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +19,11 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::reuse::Counting;
-use super::table::UpstreamSlots;
 use crate::config::{Config, ParentScheme, Route, UpstreamProxy};
 use crate::upstream::parent::ParentConnector;
 use crate::upstream::resolve::{Connector, GuardedConnector, Resolver};
+use reuse::Counting;
+pub(crate) use table::{IdleMark, UpstreamSlots, UpstreamsExhausted};
 
 /// The pooled client straight to the targets.
 pub(crate) type Upstream = Client<HttpsConnector<Counting<GuardedConnector>>, UpstreamBody>;
@@ -195,7 +200,7 @@ where
 
 /// The body courtesy sends upstream: the client's, streamed, or nothing (a retry, robots.txt).
 #[derive(Debug)]
-pub(super) enum UpstreamBody {
+pub(crate) enum UpstreamBody {
     /// The client's request body, streamed through.
     Client(Incoming),
     /// No body.

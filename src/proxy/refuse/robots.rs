@@ -8,17 +8,17 @@ use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use tracing::{info, warn};
 
-use super::failure::Failure;
-use super::target::Target;
-use super::upstream::UpstreamBody;
-use super::Proxy;
 use crate::budget::keys::BudgetKey;
 use crate::budget::limiter::Admission;
 use crate::budget::limiter::Refusal;
 use crate::config::HostPolicy;
 use crate::pacing::robots::{self, Fetched, Step, Verdict};
-use crate::proxy::body::ProxyBody;
-use crate::proxy::response::{self, ProxyError};
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::answer::failure::Failure;
+use crate::proxy::answer::response::{self, ProxyError};
+use crate::proxy::forward::target::Target;
+use crate::proxy::Proxy;
+use crate::upstream::pool::UpstreamBody;
 use crate::wire::scheme::Scheme;
 
 /// Why robots.txt was not fetched, when the request must be answered without a verdict.
@@ -35,7 +35,7 @@ enum NotFetched {
 impl Proxy {
     /// Checks `req` against the host's robots.txt (fetching it first if needed); applies the
     /// Crawl-delay. Returns the local answer when the request must not go.
-    pub(super) async fn obey_robots(
+    pub(crate) async fn obey_robots(
         &self,
         req: &Request<Incoming>,
         target: &Target,
@@ -72,7 +72,7 @@ impl Proxy {
 
     /// The robots.txt group `req` falls in: the host's `robots_user_agent`, else the product token
     /// of its User-Agent, else `*`.
-    pub(super) fn robots_agent(req: &Request<Incoming>, policy: &HostPolicy) -> String {
+    pub(crate) fn robots_agent(req: &Request<Incoming>, policy: &HostPolicy) -> String {
         robots::agent_for(
             policy.robots.user_agent.as_deref(),
             req.headers().get(USER_AGENT).and_then(|v| v.to_str().ok()),
@@ -82,7 +82,7 @@ impl Proxy {
     /// The verdict of the host's robots.txt for `req`, fetched first (through the host's budget)
     /// when it is not known: what obeying it and reading its preference lines both start with.
     /// `Err` is the local answer when robots.txt could not be asked for.
-    pub(super) async fn robots_known(
+    pub(crate) async fn robots_known(
         &self,
         req: &Request<Incoming>,
         target: &Target,
@@ -172,7 +172,7 @@ impl Proxy {
             }
             // courtesy's own request, signed with [signing]'s key like the requests it forwards
             // (and like them, only over TLS).
-            let signing = super::sign::Signing::own(&self.config.get(), &policy)
+            let signing = crate::proxy::send::sign::Signing::own(&self.config.get(), &policy)
                 .filter(|_| request.uri().scheme_str() == Some("https"));
             if let Some(signing) = signing.filter(|s| s.signs_now(&self.challenged, &budget.key)) {
                 signing.sign(&mut request);

@@ -11,24 +11,24 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::target::Target;
-use super::Asking;
 use crate::front::gate::{Busy, Extra};
+use crate::proxy::forward::target::Target;
+use crate::proxy::Asking;
 use crate::util::locks::lock;
 use crate::wire::scheme::Scheme;
 
 /// What every request inside one tunnel shares: its target, scheme, client and the CONNECT's
 /// asking, and the CONNECT's own hold on the connection until the first request begins.
 #[derive(Debug)]
-pub(super) struct Inside {
+pub(crate) struct Inside {
     /// Where every request inside goes.
-    pub(super) target: Target,
+    pub(crate) target: Target,
     /// `https` inside intercepted TLS, else `http`.
-    pub(super) scheme: Scheme,
+    pub(crate) scheme: Scheme,
     /// The client's address.
-    pub(super) client: SocketAddr,
+    pub(crate) client: SocketAddr,
     /// The CONNECT's job, cooldown choice, priority and connection place.
-    pub(super) asking: Asking,
+    pub(crate) asking: Asking,
     /// The hold on the tunnel's connection (not closed to make room): the CONNECT's until the
     /// session's first request, then taken again by a request that finds none, and given up by
     /// [`watch_session`] once no request has been in flight for [`RELEASE_AFTER`]. Requests
@@ -37,18 +37,18 @@ pub(super) struct Inside {
     /// Told when a request takes the hold again, so that the watcher looks at the session anew.
     taken: Notify,
     /// The requests in flight, and when the session was last busy.
-    pub(super) load: Arc<Load>,
+    pub(crate) load: Arc<Load>,
 }
 
 /// How long a served tunnel stays marked carrying after its last request ended: requests that
 /// follow each other on a kept-alive tunnel keep one hold instead of taking the connection
 /// gate's lock twice each; a tunnel quiet this long is idle, and may be closed to make room.
-pub(super) const RELEASE_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const RELEASE_AFTER: Duration = Duration::from_secs(1);
 
 impl Inside {
     /// The books of a tunnel to `target`, asked with `asking`, held by `opening` until its first
     /// request.
-    pub(super) fn new(
+    pub(crate) fn new(
         target: Target,
         scheme: Scheme,
         client: SocketAddr,
@@ -67,7 +67,7 @@ impl Inside {
 
     /// Counts a request that begins: in flight until the returned guard drops, the tunnel's
     /// connection held (taken again if the watcher gave it up).
-    pub(super) fn begin(&self) -> InFlight {
+    pub(crate) fn begin(&self) -> InFlight {
         let mut held = lock(&self.held);
         let in_flight = InFlight::begin(&self.load);
         if held.is_none() {
@@ -82,7 +82,7 @@ impl Inside {
 /// flight for [`RELEASE_AFTER`] (it is idle from then on, and may be closed to make room), and
 /// resolves once none has been for `idle` (the session is then closed). One timer at a time;
 /// a request wakes it only when it takes the hold again.
-pub(super) async fn watch_session(inside: &Inside, idle: Duration) {
+pub(crate) async fn watch_session(inside: &Inside, idle: Duration) {
     loop {
         let now = Instant::now();
         let next = {
@@ -112,13 +112,13 @@ pub(super) async fn watch_session(inside: &Inside, idle: Duration) {
 
 /// What a request inside a tunnel holds until its answer has been sent: its place among the
 /// client's connections (HTTP/2), and its count in flight (which keeps the connection held).
-pub(super) type InsideBusy = (Option<Extra>, InFlight);
+pub(crate) type InsideBusy = (Option<Extra>, InFlight);
 
 /// The requests in flight in one session, and when the last one ended: two atomics, so a
 /// request costs two additions and a clock read, and the session's watcher ([`quiet_for`]) wakes
 /// at most once per idle period, never per request.
 #[derive(Debug)]
-pub(super) struct Load {
+pub(crate) struct Load {
     /// Requests in flight now.
     in_flight: AtomicUsize,
     /// When the session was last busy: nanoseconds after `base`.
@@ -149,7 +149,7 @@ impl Load {
 
 /// One request in flight in a session: counted in its session's [`Load`] until dropped.
 #[derive(Debug)]
-pub(super) struct InFlight {
+pub(crate) struct InFlight {
     load: Arc<Load>,
 }
 

@@ -15,18 +15,17 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::failure::{Failure, H2Signal};
-use super::reuse;
-use super::sanitize::{sanitize, Framing};
-use super::table::IdleMark;
-use super::upstream::UpstreamBody;
-use super::Proxy;
 use crate::budget::limiter::{Permit, UpstreamProtocol};
 use crate::config::{HostPolicy, ParentScheme, UpstreamHttp2};
 use crate::pacing::feedback::{self, Feedback};
 use crate::pacing::policy::Answer;
-use crate::proxy::response::ProxyError;
+use crate::proxy::answer::failure::{Failure, H2Signal};
+use crate::proxy::answer::response::ProxyError;
+use crate::proxy::send::sanitize::{sanitize, Framing};
+use crate::proxy::Proxy;
 use crate::upstream::parent;
+use crate::upstream::pool::reuse;
+use crate::upstream::pool::{IdleMark, UpstreamBody};
 
 /// An upstream response with the permit it was sent under.
 #[derive(Debug)]
@@ -59,7 +58,7 @@ impl Proxy {
     /// cooldown it started logged; on failure the failure has been reported (unless the connection
     /// was stale, or a parent proxy failed: then it is only counted and logged) and the permit
     /// released.
-    pub(super) async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         mut permit: Permit,
         mut request: Request<UpstreamBody>,

@@ -11,8 +11,8 @@ use std::io;
 use http::header::HeaderValue;
 use http::{Response, StatusCode};
 
-use crate::proxy::body::ProxyBody;
-use crate::proxy::response::{local, proxy_status_member, sf_string, ProxyError};
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::answer::response::{local, proxy_status_member, sf_string, ProxyError};
 use crate::upstream::parent::{ParentError, ParentFault};
 use crate::upstream::resolve::{DnsError, Forbidden};
 use crate::wire::proxy_status;
@@ -154,7 +154,7 @@ impl Failure {
             if let Some(dns) = e.downcast_ref::<DnsError>() {
                 return Failure::of_dns(dns);
             }
-            if let Some(full) = e.downcast_ref::<super::table::UpstreamsExhausted>() {
+            if let Some(full) = e.downcast_ref::<crate::upstream::pool::UpstreamsExhausted>() {
                 return Failure::upstreams_exhausted(full);
             }
             if let Some(tls) = e.downcast_ref::<rustls::Error>() {
@@ -303,7 +303,7 @@ impl Failure {
     }
 
     /// Every `max_upstream_connections` slot is taken: a local limit, 503.
-    pub(crate) fn upstreams_exhausted(full: &super::table::UpstreamsExhausted) -> Self {
+    pub(crate) fn upstreams_exhausted(full: &crate::upstream::pool::UpstreamsExhausted) -> Self {
         Failure::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ConnectionLimitReached,
