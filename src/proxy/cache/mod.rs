@@ -7,11 +7,16 @@ pub(crate) mod store;
 use http::header::{
     HeaderValue, AUTHORIZATION, COOKIE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA,
 };
+use std::ops::ControlFlow;
+
+use http::request::Parts;
 use http::{HeaderMap, Method, Response};
 use tracing::info;
 
 use crate::config::{CacheMode, HostPolicy};
 use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::forward::context::{Flow, RequestContext};
+use crate::proxy::send::attempts::replayable as replayable_request;
 use crate::proxy::Proxy;
 
 /// The store's part in one request: which entry, and whether the request was made conditional.
@@ -78,6 +83,30 @@ fn replayable(head: &store::Head, request: &HeaderMap) -> bool {
 }
 
 impl Proxy {
+    /// The response store's phase, before the request goes: its use of the store planned
+    /// (`cx.cache_use`: never for a WebSocket handshake, never answered from, nor kept in, the
+    /// store), and in `dev` mode a stored response as the answer (with the stated preferences
+    /// met reported on it); in `revalidate` mode the stored validators added to the head.
+    pub(crate) async fn answer_from_store(
+        &self,
+        head: &mut Parts,
+        cx: &mut RequestContext<'_>,
+    ) -> Flow {
+        let replayable = replayable_request(&head.method, cx.unread.as_ref());
+        let plan = CacheUse::plan(&cx.policy, head, replayable).filter(|_| cx.upgrade.is_none());
+        let plan = cx.cache_use.insert(match plan {
+            Some(plan) => plan,
+            None => return ControlFlow::Continue(()),
+        });
+        let Some(mut answer) = self.answer_or_revalidate(plan, &mut head.headers).await else {
+            return ControlFlow::Continue(());
+        };
+        if let Some(checked) = cx.checked.take() {
+            self.report_preferences(&mut answer, checked, &cx.asking.caller.state);
+        }
+        ControlFlow::Break(answer)
+    }
+
     /// Before the request goes: in `dev` mode a stored response is the answer; in `revalidate`
     /// mode the stored validators are added to `headers`.
     pub(super) async fn answer_or_revalidate(

@@ -320,15 +320,7 @@ impl Proxy {
             },
             _ => None,
         };
-        let response = self
-            .forward_inside(
-                req,
-                inside.target.clone(),
-                inside.scheme,
-                inside.client,
-                &inside.asking,
-            )
-            .await;
+        let response = self.forward_inside(req, &inside).await;
         response.map(|body| Carried::new(body, (extra, in_flight)))
     }
 

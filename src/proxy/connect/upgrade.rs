@@ -40,13 +40,14 @@ use ring::digest::{digest, SHA1_FOR_LEGACY_USE_ONLY};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tracing::{debug, info, Instrument};
 
-use crate::budget::limiter::{ByteMeter, Permit};
+use crate::budget::limiter::ByteMeter;
 use crate::front::gate::{Busy, Extra, Slot};
 use crate::front::sockets::{self, Ended, Kind, OpenSocket, SocketCaps, Sockets};
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::failure::Failure;
 use crate::proxy::answer::response;
 use crate::proxy::forward::headers::strip_hop_by_hop;
+use crate::proxy::send::exchange::TurnHeld;
 use crate::proxy::Proxy;
 use crate::upstream::pool::IdleMark;
 use crate::wire::proxy_status::ProxyError;
@@ -287,8 +288,9 @@ impl Proxy {
         &self,
         mut response: Response<Incoming>,
         client: ClientUpgrade,
-        (permit, idle): (Permit, Option<IdleMark>),
+        held: TurnHeld,
     ) -> Response<ProxyBody> {
+        let TurnHeld { permit, idle } = held;
         if !client.accepted_by(response.headers()) {
             // Not an answer to the handshake: nothing is joined, the turn ends.
             return refused_switch(

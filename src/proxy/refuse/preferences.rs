@@ -9,13 +9,15 @@
 //!
 //! The parsing, the vocabularies and the memory of headers are `crate::pacing::preferences`'s.
 
-use http::{HeaderValue, Request, Response};
-use hyper::body::Incoming;
+use std::ops::ControlFlow;
+
+use crate::proxy::forward::context::{Flow, RequestContext};
+use http::request::Parts;
+use http::{HeaderValue, Response};
 use tokio::time::Instant;
 use tracing::info;
 
 use crate::budget::jobs::{Caller, JobState};
-use crate::budget::keys::BudgetKey;
 use crate::config::{ContentPreferences, HostPolicy, Purpose};
 use crate::pacing::preferences::{content_usage, Refused, Source};
 use crate::proxy::answer::body::ProxyBody;
@@ -55,62 +57,60 @@ fn purpose_of(caller: &Caller, policy: &HostPolicy) -> Option<Purpose> {
 }
 
 impl Proxy {
-    /// Checks the purpose of `req` against what the host states before the request is sent.
-    /// `Ok(None)`: nothing to check (`content_preferences = "off"`, no purpose, or robots.txt
-    /// itself); `Err`: the local 403 of "enforce" (or the answer when robots.txt could not be
-    /// asked for).
+    /// Checks the purpose of the request against what the host states before it is sent: what
+    /// was met goes in `cx.checked`, to be reported on the answer (nothing when
+    /// `content_preferences = "off"`, for a request with no purpose, or for robots.txt itself).
+    /// The local 403 of "enforce" (or the answer when robots.txt could not be asked for) ends
+    /// the request.
     pub(crate) async fn check_preferences(
         &self,
-        req: &Request<Incoming>,
-        (target, budget): (&Target, &BudgetKey),
-        policy: &HostPolicy,
-        caller: &Caller,
-    ) -> Result<Option<Checked>, Response<ProxyBody>> {
+        head: &Parts,
+        cx: &mut RequestContext<'_>,
+    ) -> Flow {
+        let (policy, caller) = (&cx.policy, &cx.asking.caller);
         let mode = policy.preferences.content_preferences;
-        if mode == ContentPreferences::Off || req.uri().path() == "/robots.txt" {
-            return Ok(None);
+        if mode == ContentPreferences::Off || head.uri.path() == "/robots.txt" {
+            return ControlFlow::Continue(());
         }
         let Some(purpose) = purpose_of(caller, policy) else {
-            return Ok(None);
+            return ControlFlow::Continue(());
         };
         // A report-only host (`enforce = false`) refuses nothing: a refusal is reported.
         let enforce = mode == ContentPreferences::Enforce && policy.scope.enforce;
         // Its verdict is obey_robots' business; here robots.txt is only made known.
-        self.robots_known(req, target, budget, policy).await?;
-        let origin = target.origin_key(Scheme::of_uri_or_http(req.uri()));
-        let path = req
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
-        let agent = Self::robots_agent(req, policy);
+        if let Err(answer) = self.robots_known(head, cx).await {
+            return ControlFlow::Break(answer);
+        }
+        let origin = cx.target.origin_key(Scheme::of_uri_or_http(&head.uri));
+        let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
+        let agent = Self::robots_agent(head, policy);
         let before = self
             .robots
-            .preference_refusal(&origin, &agent, &path, purpose)
-            .or_else(|| self.stated.refusal(&origin, &path, purpose, Instant::now()));
+            .preference_refusal(&origin, &agent, path, purpose)
+            .or_else(|| self.stated.refusal(&origin, path, purpose, Instant::now()));
+        let host = &cx.budget.key;
         if let Some(refused) = before.as_ref().filter(|_| enforce) {
             let details = refused.details();
             info!(%details, purpose = ?purpose, "refused locally: the site's stated preferences");
-            self.metrics.content_preference(
-                (&caller.state, &budget.key),
-                purpose,
-                refused.source,
-                true,
-            );
+            let counted = (caller.state.as_ref(), host.as_str());
+            self.metrics
+                .content_preference(counted, purpose, refused.source, true);
             caller
                 .state
                 .preferences_enforced
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return Err(Failure::denied(details).into_response());
+            return ControlFlow::Break(Failure::denied(details).into_response());
         }
-        Ok(Some(Checked {
+        let path = path.to_string();
+        cx.checked = Some(Checked {
             purpose,
             enforce,
             origin,
             path,
-            host: budget.key.clone(),
+            host: host.clone(),
             before,
-        }))
+        });
+        ControlFlow::Continue(())
     }
 
     /// Names on an upstream answer from `target` (over `scheme`) the licences its robots.txt points to (RSL 1.0

@@ -2,17 +2,17 @@
 //! stylesheets, media) by its path's extension, else by its `Accept` header, so that a crawler that
 //! does not need them is answered locally and spends no budget on them.
 
-use http::Request;
+use http::request::Parts;
 
 use crate::config::ResourceKind;
 
 /// The kind of sub-resource `req` asks for, if `skip` lists it: by path extension, else by the
 /// Accept header.
-pub(crate) fn skipped_resource<B>(req: &Request<B>, skip: &[ResourceKind]) -> Option<ResourceKind> {
+pub(crate) fn skipped_resource(req: &Parts, skip: &[ResourceKind]) -> Option<ResourceKind> {
     if skip.is_empty() {
         return None;
     }
-    let path = req.uri().path().to_ascii_lowercase();
+    let path = req.uri.path().to_ascii_lowercase();
     let extension = path.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
     let by_extension = match extension {
         "png" | "jpg" | "jpeg" | "gif" | "webp" | "svg" | "ico" | "bmp" | "avif" | "tif"
@@ -25,7 +25,7 @@ pub(crate) fn skipped_resource<B>(req: &Request<B>, skip: &[ResourceKind]) -> Op
         _ => None,
     };
     let accept = req
-        .headers()
+        .headers
         .get(http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
@@ -50,6 +50,7 @@ pub(crate) fn skipped_resource<B>(req: &Request<B>, skip: &[ResourceKind]) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Request;
 
     #[test]
     fn skipped_resources_are_told_by_extension_and_accept() {
@@ -65,6 +66,8 @@ mod tests {
                 .header("accept", accept)
                 .body(())
                 .unwrap()
+                .into_parts()
+                .0
         };
         assert_eq!(
             skipped_resource(&req("/logo.PNG", "*/*"), &all),

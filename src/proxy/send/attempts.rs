@@ -4,12 +4,11 @@
 //! each turn is asked of the limiter, and each send signed as it leaves. `forward.rs`
 //! runs the loop; this is the state it carries from one attempt to the next.
 
-use http::{Method, Request, Response, StatusCode};
+use http::{Method, Request, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
 
 use crate::config::{HostPolicy, OnCooldown, Priority};
-use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::failure::{Failure, H2Signal};
 use crate::proxy::connect::upgrade::ClientUpgrade;
 use crate::proxy::send::exchange::Unanswered;
@@ -17,14 +16,12 @@ use crate::proxy::send::sign::{is_challenge, Challenged, Signing};
 use crate::upstream::pool::{Replay, UpstreamBody};
 use std::sync::Arc;
 
-use crate::budget::jobs::{Caller, JobState, QuotaTicket};
+use crate::budget::jobs::{JobState, QuotaTicket};
 use crate::budget::limiter::lanes::JobTag;
 use crate::budget::limiter::{Admission, BudgetKey, ShadowReason};
 use crate::proxy::answer::response::ProxyError;
-
-/// What a forwarded request ends as: the client's answer, and the client's body when it was never
-/// sent (for `BodyOnEntry::settle`).
-pub(crate) type Outcome = (Response<ProxyBody>, Option<Incoming>);
+use crate::proxy::forward::context::RequestContext;
+use crate::proxy::Asking;
 
 /// The state carried across a request's attempts.
 pub(crate) struct Attempts {
@@ -83,49 +80,49 @@ pub(crate) struct Asked {
     pub(crate) priority: Priority,
 }
 
+impl Asked {
+    /// What a request asks before it says anything of its own: its CONNECT's (or its job's)
+    /// cooldown choice and class.
+    pub(crate) fn of(asking: &Asking) -> Self {
+        Asked {
+            on_cooldown: asking.on_cooldown,
+            priority: asking.priority,
+        }
+    }
+}
+
 impl Attempts {
-    /// The attempts of the request with this head and body; `replayable` says it may be rebuilt.
-    pub(crate) fn new(
-        parts: http::request::Parts,
-        body: Incoming,
-        replayable: bool,
-        asked: Asked,
-        shadow_refused: Option<ShadowReason>,
-    ) -> Self {
-        let replay = replayable.then(|| Replay::of(&parts));
+    /// The attempts of the request with this head and the body in `cx.unread`, carrying what
+    /// the earlier phases left in the context: what it asked of courtesy, a report-only host's
+    /// would-be refusal, its job and quota place, its signing, a WebSocket's wish to switch, and
+    /// its host's `on_cooldown` (what courtesy's resends wait out when the client named none).
+    pub(crate) fn new(head: http::request::Parts, cx: &mut RequestContext<'_>) -> Self {
+        let replay = replayable(&head.method, cx.unread.as_ref()).then(|| Replay::of(&head));
+        let body = cx
+            .unread
+            .take()
+            .map_or(UpstreamBody::Empty, UpstreamBody::Client);
+        let caller = &cx.asking.caller;
         Attempts {
-            first: Some(Request::from_parts(parts, UpstreamBody::Client(body))),
+            first: Some(Request::from_parts(head, body)),
             replay,
             attempt: 0,
             tries: 0,
             fresh_retry: false,
-            asked: asked.on_cooldown,
-            host_answer: OnCooldown::Auto,
-            shadow_refused,
-            job: None,
-            job_state: None,
-            priority: asked.priority,
-            ticket: None,
-            signing: None,
+            asked: cx.asked.on_cooldown,
+            host_answer: cx.policy.cooldown.on_cooldown,
+            shadow_refused: cx.shadow_refused.take(),
+            job: Some(caller.tag()),
+            job_state: Some(caller.state.clone()),
+            priority: cx.asked.priority,
+            ticket: cx.ticket.take(),
+            signing: cx.signing.take(),
             signed: false,
             challenge_retry: false,
             stream_retry: false,
             h1_retry: false,
-            upgrade: None,
+            upgrade: cx.upgrade.take(),
         }
-    }
-
-    /// The attempts of a handshake that asks to switch protocols (`upgrade.rs`).
-    pub(crate) fn upgrading(mut self, upgrade: Option<ClientUpgrade>) -> Self {
-        self.upgrade = upgrade;
-        self
-    }
-
-    /// The attempts of a request to a host whose `on_cooldown` is `answer` (what courtesy's
-    /// resends wait out when the client named nothing).
-    pub(crate) fn held_as(mut self, answer: OnCooldown) -> Self {
-        self.host_answer = answer;
-        self
     }
 
     /// How courtesy's own resends answer a cooldown: as the request would (its own
@@ -133,20 +130,6 @@ impl Attempts {
     /// window out, so under "reject" none waits: the origin's answer is the client's.
     fn resend_answer(&self) -> OnCooldown {
         self.asked.unwrap_or(self.host_answer)
-    }
-
-    /// The attempts of a request of `caller`'s job, holding its place in the job's quota.
-    pub(crate) fn of_job(mut self, caller: &Caller, ticket: QuotaTicket) -> Self {
-        self.job = Some(caller.tag());
-        self.job_state = Some(caller.state.clone());
-        self.ticket = Some(ticket);
-        self
-    }
-
-    /// The attempts signed as `signing` says (`None`: never signed).
-    pub(crate) fn signed_with(mut self, signing: Option<Signing>) -> Self {
-        self.signing = signing;
-        self
     }
 
     /// Signs the send about to leave, when it is to be signed (now, after its wait: a resend is
@@ -296,8 +279,9 @@ impl Attempts {
     }
 }
 
-/// Whether a request with this method and body may be rebuilt and sent again.
-pub(crate) fn replayable(method: &Method, body: &Incoming) -> bool {
+/// Whether a request with this method and body (`None`: gone) may be rebuilt and sent again.
+pub(crate) fn replayable(method: &Method, body: Option<&Incoming>) -> bool {
     // Only a bodiless GET/HEAD/OPTIONS can be sent again: keep what is needed to rebuild it.
-    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) && body.is_end_stream()
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+        && body.is_some_and(|body| body.is_end_stream())
 }

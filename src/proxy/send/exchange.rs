@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::budget::limiter::{Permit, UpstreamProtocol};
-use crate::config::{HostPolicy, ParentScheme, UpstreamHttp2};
+use crate::config::{HostPolicy, ParentScheme, Route, UpstreamHttp2, UpstreamProxy};
 use crate::pacing::feedback::{self, Feedback};
 use crate::pacing::policy::Answer;
 use crate::proxy::answer::failure::{Failure, H2Signal};
@@ -42,6 +42,16 @@ pub(crate) struct Exchanged {
     pub(crate) idle: Option<IdleMark>,
 }
 
+/// What an answer's body holds while it streams: the turn's permit (the request is in flight
+/// until the body is done) and the mark that sets the upstream connection idle when dropped.
+#[derive(Debug)]
+pub(crate) struct TurnHeld {
+    /// The turn.
+    pub(crate) permit: Permit,
+    /// Sets the connection that carried the answer idle when dropped.
+    pub(crate) idle: Option<IdleMark>,
+}
+
 /// A request that got no response.
 #[derive(Debug)]
 pub(crate) struct Unanswered {
@@ -50,6 +60,16 @@ pub(crate) struct Unanswered {
     /// The request went out on a reused pooled connection that the origin closed before any
     /// response byte: a bodiless idempotent request may be sent once more, on a fresh connection.
     pub(crate) stale: bool,
+}
+
+impl Unanswered {
+    /// A failure that no resend on a fresh connection would repair.
+    fn failed(failure: Failure) -> Self {
+        Unanswered {
+            failure,
+            stale: false,
+        }
+    }
 }
 
 impl Proxy {
@@ -64,24 +84,7 @@ impl Proxy {
         mut request: Request<UpstreamBody>,
     ) -> Result<Exchanged, Unanswered> {
         let route = permit.policy().forward.upstream.clone();
-        // An http:// request through an HTTP parent goes to the parent in absolute form: the
-        // parent's own answers arrive as responses and are told from the target's.
-        let mut forwarded_through = None;
-        if let Some(parent) = route.parent() {
-            if let Some(failure) = self.loops.refuse_parent(parent) {
-                // Never sent: the token goes back when the permit drops.
-                return Err(Unanswered {
-                    failure,
-                    stale: false,
-                });
-            }
-            if parent.scheme == ParentScheme::Http && request.uri().scheme_str() == Some("http") {
-                if let Some(auth) = parent::basic_auth(parent) {
-                    request.headers_mut().insert(PROXY_AUTHORIZATION, auth);
-                }
-                forwarded_through = Some(parent);
-            }
-        }
+        let forwarded_through = self.through_parent(&route, &mut request)?;
         let head = request.method() == http::Method::HEAD;
         permit.mark_sent();
         let started = Instant::now();
@@ -99,89 +102,134 @@ impl Proxy {
         let sending = self.client.request(&route, request, offer_h2);
         let result = tokio::time::timeout(timeout, sending).await;
         let latency = started.elapsed();
-        let idle;
-        let response = match result {
-            Ok(Ok(response)) => {
-                idle = reuse::count_answered(&response);
-                note_protocol(&permit, &response);
-                if let Some(own) = forwarded_through.and_then(|p| parent::own_answer(p, &response))
-                {
-                    let failure = Failure::of_parent(&own);
-                    self.report_parent_failure(&permit, &failure);
-                    return Err(Unanswered {
-                        failure,
-                        stale: false,
-                    });
-                }
-                let mut response = response;
-                match sanitize(&mut response, head) {
-                    Ok(Framing::AsSent) => {}
-                    Ok(Framing::LengthDropped) => {
-                        reuse::retire(&response);
-                        info!(
-                            "the origin sent Transfer-Encoding with Content-Length: the length \
-                             dropped, the connection retired (RFC 9112 6.3)"
-                        );
-                    }
-                    Err(failure) => {
-                        reuse::retire(&response);
-                        self.report_failure(&permit, &failure, latency).await;
-                        return Err(Unanswered {
-                            failure,
-                            stale: false,
-                        });
-                    }
-                }
-                response
-            }
-            Ok(Err(err)) => {
-                let failure = Failure::of_upstream(&err);
-                if failure.parent.is_some() {
-                    self.report_parent_failure(&permit, &failure);
-                    return Err(Unanswered {
-                        failure,
-                        stale: false,
-                    });
-                }
-                let reused = reuse::count_failed(&err);
-                if failure.h2 == Some(H2Signal::ProtocolError) {
-                    warn!(
-                        "HTTP/2 protocol error: the host falls back to HTTP/1.1: {}",
-                        failure.details
-                    );
-                    permit.note_protocol(UpstreamProtocol::FellBackProtocolError);
-                }
-                // An HTTP/2 stream refused or cut by GOAWAY is the origin's word, not a stale
-                // connection's.
-                let stale = reused
-                    && failure.kind == ProxyError::ConnectionTerminated
-                    && failure.h2.is_none();
-                if stale {
-                    // The origin closed a kept-alive connection as the request went out on it:
-                    // nothing to hold against the host.
-                    info!(
-                        "a pooled connection was closed under the request: {}",
-                        failure.details
-                    );
-                } else {
-                    self.report_failure(&permit, &failure, latency).await;
-                }
-                return Err(Unanswered { failure, stale });
-            }
-            Err(_) => {
-                let failure = Failure::response_timeout(format!(
-                    "no response headers from {} within {}s (response_timeout_seconds, \
-                     read_timeout_seconds)",
-                    permit.host_key(),
-                    timeout.as_secs_f64()
-                ));
-                self.report_failure(&permit, &failure, latency).await;
-                return Err(Unanswered {
-                    failure,
-                    stale: false,
-                });
-            }
+        let mut response = match result {
+            Ok(Ok(response)) => response,
+            Ok(Err(err)) => return Err(self.failed(&permit, &err, latency).await),
+            Err(_) => return Err(self.timed_out(&permit, timeout, latency).await),
         };
+        let idle = reuse::count_answered(&response);
+        note_protocol(&permit, &response);
+        if let Some(own) = forwarded_through.and_then(|p| parent::own_answer(p, &response)) {
+            let failure = Failure::of_parent(&own);
+            self.report_parent_failure(&permit, &failure);
+            return Err(Unanswered::failed(failure));
+        }
+        self.sanitized(&mut response, head, &permit, latency)
+            .await?;
+        Ok(self.settled(response, permit, latency, idle).await)
+    }
+
+    /// The parent an `http://` request goes to in absolute form (through an HTTP parent, with
+    /// its `Proxy-Authorization`: the parent's own answers then arrive as responses and are told
+    /// from the target's); a parent that is courtesy itself is refused, never sent to.
+    fn through_parent<'r>(
+        &self,
+        route: &'r Route,
+        request: &mut Request<UpstreamBody>,
+    ) -> Result<Option<&'r UpstreamProxy>, Unanswered> {
+        let Some(parent) = route.parent() else {
+            return Ok(None);
+        };
+        if let Some(failure) = self.loops.refuse_parent(parent) {
+            // Never sent: the token goes back when the permit drops.
+            return Err(Unanswered::failed(failure));
+        }
+        if parent.scheme != ParentScheme::Http || request.uri().scheme_str() != Some("http") {
+            return Ok(None);
+        }
+        if let Some(auth) = parent::basic_auth(parent) {
+            request.headers_mut().insert(PROXY_AUTHORIZATION, auth);
+        }
+        Ok(Some(parent))
+    }
+
+    /// The answer made fit to pass on (`sanitize`): a length beside a transfer coding dropped and
+    /// the connection retired; framing that cannot be passed on is a failure, reported.
+    async fn sanitized(
+        &self,
+        response: &mut Response<Incoming>,
+        head: bool,
+        permit: &Permit,
+        latency: Duration,
+    ) -> Result<(), Unanswered> {
+        match sanitize(response, head) {
+            Ok(Framing::AsSent) => Ok(()),
+            Ok(Framing::LengthDropped) => {
+                reuse::retire(response);
+                info!(
+                    "the origin sent Transfer-Encoding with Content-Length: the length \
+                     dropped, the connection retired (RFC 9112 6.3)"
+                );
+                Ok(())
+            }
+            Err(failure) => {
+                reuse::retire(response);
+                self.report_failure(permit, &failure, latency).await;
+                Err(Unanswered::failed(failure))
+            }
+        }
+    }
+
+    /// A send the pooled client failed: a parent's failure counted, an HTTP/2 protocol error
+    /// turning the host to HTTP/1.1, and a stale pooled connection told from the origin's
+    /// failure (only the latter is reported to the host).
+    async fn failed(
+        &self,
+        permit: &Permit,
+        err: &hyper_util::client::legacy::Error,
+        latency: Duration,
+    ) -> Unanswered {
+        let failure = Failure::of_upstream(err);
+        if failure.parent.is_some() {
+            self.report_parent_failure(permit, &failure);
+            return Unanswered::failed(failure);
+        }
+        let reused = reuse::count_failed(err);
+        if failure.h2 == Some(H2Signal::ProtocolError) {
+            warn!(
+                "HTTP/2 protocol error: the host falls back to HTTP/1.1: {}",
+                failure.details
+            );
+            permit.note_protocol(UpstreamProtocol::FellBackProtocolError);
+        }
+        // An HTTP/2 stream refused or cut by GOAWAY is the origin's word, not a stale
+        // connection's.
+        let stale =
+            reused && failure.kind == ProxyError::ConnectionTerminated && failure.h2.is_none();
+        if stale {
+            // The origin closed a kept-alive connection as the request went out on it:
+            // nothing to hold against the host.
+            info!(
+                "a pooled connection was closed under the request: {}",
+                failure.details
+            );
+        } else {
+            self.report_failure(permit, &failure, latency).await;
+        }
+        Unanswered { failure, stale }
+    }
+
+    /// No response head within `timeout`: the origin's silence, reported.
+    async fn timed_out(&self, permit: &Permit, timeout: Duration, latency: Duration) -> Unanswered {
+        let failure = Failure::response_timeout(format!(
+            "no response headers from {} within {}s (response_timeout_seconds, \
+             read_timeout_seconds)",
+            permit.host_key(),
+            timeout.as_secs_f64()
+        ));
+        self.report_failure(permit, &failure, latency).await;
+        Unanswered::failed(failure)
+    }
+
+    /// An answer reported to the host's pacing, counted, and a block or cooldown it started
+    /// logged.
+    async fn settled(
+        &self,
+        response: Response<Incoming>,
+        permit: Permit,
+        latency: Duration,
+        idle: Option<IdleMark>,
+    ) -> Exchanged {
         let policy = permit.policy();
         let reaction = permit
             .report_settled(&answer_of(&response, latency, &policy))
@@ -200,13 +248,13 @@ impl Proxy {
                 "host cooling down"
             );
         }
-        Ok(Exchanged {
+        Exchanged {
             response,
             permit,
             policy,
             latency,
             idle,
-        })
+        }
     }
 
     /// Counts and logs a request that a parent proxy failed. The host's pacing hears nothing of

@@ -94,8 +94,9 @@ impl Signing {
     /// This signing, for a request that came with `headers`: the client's own signatures, if
     /// any, and the fields they cover as they came, so that those courtesy leaves intact travel
     /// on beside its own.
-    pub(crate) fn keeping<B>(mut self, request: &Request<B>) -> Self {
-        self.client = ClientSignatures::of(request.headers(), authority_of(request)).map(Arc::new);
+    pub(crate) fn keeping(mut self, headers: &HeaderMap, uri: &http::Uri) -> Self {
+        let authority = authority_from(headers, uri);
+        self.client = ClientSignatures::of(headers, authority).map(Arc::new);
         self
     }
 
@@ -307,12 +308,16 @@ impl ClientSignatures {
 /// The request's `@authority` (RFC 9421 section 2.2.3): the `Host` courtesy sends, lowercase,
 /// else the URI's authority.
 fn authority_of<B>(request: &Request<B>) -> String {
-    let host = request
-        .headers()
+    authority_from(request.headers(), request.uri())
+}
+
+/// [`authority_of`] a request with these `headers` and `uri`.
+fn authority_from(headers: &HeaderMap, uri: &http::Uri) -> String {
+    let host = headers
         .get(HOST)
         .and_then(|h| h.to_str().ok())
         .map(str::to_string)
-        .or_else(|| request.uri().authority().map(|a| a.as_str().to_string()))
+        .or_else(|| uri.authority().map(|a| a.as_str().to_string()))
         .unwrap_or_default();
     host.to_ascii_lowercase()
 }
@@ -424,7 +429,7 @@ mod tests {
             on_challenge: false,
             client: None,
         }
-        .keeping(request)
+        .keeping(request.headers(), request.uri())
     }
 
     #[test]
