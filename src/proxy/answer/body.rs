@@ -35,20 +35,7 @@ pub(crate) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 pub enum ProxyBody {
     /// An upstream body, streamed through untouched. The permit (host slot) is released when the body
     /// ends, fails or is dropped: a request is in flight until its response is complete.
-    Upstream {
-        /// The upstream response body.
-        body: Incoming,
-        /// Released at the end of the body.
-        permit: Option<Permit>,
-        /// Sets the upstream connection idle at the end of the body (`max_upstream_connections`).
-        idle: Option<IdleMark>,
-        /// Looks for block markers in the first bytes as they stream by.
-        scan: Option<Box<MarkerScan>>,
-        /// Stores the body as it streams by (response cache).
-        store: Option<Box<cache::Writer>>,
-        /// Cuts the body when the origin sends nothing for `read_timeout_seconds`.
-        silence: Option<Silence>,
-    },
+    Upstream(Streamed),
     /// A small body made by courtesy.
     Local(Option<Bytes>),
     /// Bytes courtesy read ahead of a body (to see whether a 429 or 503 was a challenge page
@@ -61,6 +48,23 @@ pub enum ProxyBody {
     },
 }
 
+/// An upstream body as it streams to the client, with what rides along with it.
+#[derive(Debug)]
+pub struct Streamed {
+    /// The upstream response body.
+    pub body: Incoming,
+    /// Released at the end of the body.
+    pub permit: Option<Permit>,
+    /// Sets the upstream connection idle at the end of the body (`max_upstream_connections`).
+    pub idle: Option<IdleMark>,
+    /// Looks for block markers in the first bytes as they stream by.
+    pub scan: Option<Box<MarkerScan>>,
+    /// Stores the body as it streams by (response cache).
+    pub store: Option<Box<cache::Writer>>,
+    /// Cuts the body when the origin sends nothing for `read_timeout_seconds`.
+    pub silence: Option<Silence>,
+}
+
 impl ProxyBody {
     /// An empty body.
     pub fn empty() -> Self {
@@ -68,107 +72,122 @@ impl ProxyBody {
     }
 }
 
+/// One poll of a body to the client.
+type Polled = Poll<Option<Result<Frame<Bytes>, BodyError>>>;
+
+impl Streamed {
+    /// The next frame of the upstream body: counted and charged, stored, scanned, and at the end
+    /// (or on an error) the permit and the idle mark let go; a body silent past its read timeout
+    /// is cut.
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Polled {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Some(cut) = self.cut_when_silent(polled.is_ready(), cx) {
+            return Poll::Ready(Some(Err(cut)));
+        }
+        let mut polled = polled.map(|frame| frame.map(|r| r.map_err(BodyError::from)));
+        if let Poll::Ready(Some(Ok(frame))) = &mut polled {
+            if let Some(trailers) = frame.trailers_mut() {
+                // A trailer is an answer's field too: courtesy's name is its own there.
+                crate::wire::proxy_status::without_ours(trailers);
+            }
+        }
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => self.passed(frame),
+            Poll::Ready(None) => {
+                if let Some(mut scanner) = self.scan.take() {
+                    scanner.finish(self.permit.as_ref());
+                }
+                if let Some(writer) = self.store.take() {
+                    writer.finish();
+                }
+            }
+            Poll::Ready(Some(Err(_))) => self.store = None,
+            Poll::Pending => {}
+        }
+        if let (Poll::Ready(Some(Ok(frame))), Some(scanner)) = (&polled, self.scan.as_mut()) {
+            if let Some(data) = frame.data_ref() {
+                if scanner.feed(data, self.permit.as_ref()) {
+                    self.scan = None;
+                }
+            }
+        }
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            self.permit.take();
+            self.idle.take();
+        }
+        polled
+    }
+
+    /// The error that cuts a body the origin has been silent on for its read timeout (the
+    /// failure reported to the host and logged, the connection never pooled again), or `None`.
+    fn cut_when_silent(&mut self, ready: bool, cx: &mut Context<'_>) -> Option<BodyError> {
+        let silence = self.silence.as_mut()?;
+        if ready {
+            silence.heard();
+            return None;
+        }
+        if !silence.over(cx) {
+            return None;
+        }
+        let limit = silence.limit;
+        if let Some(permit) = self.permit.take() {
+            permit.report(&Answer {
+                feedback: Feedback::Failed,
+                status: None,
+                latency: limit,
+                retry_after: None,
+                server: None,
+            });
+            tracing::warn!(
+                error = "http_response_timeout",
+                host = permit.host_key(),
+                read_timeout_s = limit.as_secs_f64(),
+                "upstream failed: the response body was silent for read_timeout_seconds; cut"
+            );
+        }
+        // The upstream connection is mid-response: closed, never pooled.
+        self.store = None;
+        self.scan = None;
+        self.idle.take();
+        Some(Box::new(SilentOrigin(limit)))
+    }
+
+    /// A frame on its way: its bytes charged to the host and stored; on the body's last frame
+    /// (hyper stops polling a body that says it has ended) the scan and the store finished and
+    /// the connection marked idle.
+    fn passed(&mut self, frame: &Frame<Bytes>) {
+        if let (Some(data), Some(permit)) = (frame.data_ref(), self.permit.as_mut()) {
+            // Charged as it streams: a byte budget holds the host's next turn.
+            permit.count_bytes(data.len());
+        }
+        if let (Some(data), Some(writer)) = (frame.data_ref(), self.store.as_mut()) {
+            writer.write_bytes(data);
+        }
+        if !self.body.is_end_stream() {
+            return;
+        }
+        if let Some(mut scanner) = self.scan.take() {
+            let over = frame
+                .data_ref()
+                .is_some_and(|data| scanner.feed(data, self.permit.as_ref()));
+            if !over {
+                scanner.finish(self.permit.as_ref());
+            }
+        }
+        if let Some(writer) = self.store.take() {
+            writer.finish();
+        }
+        self.idle.take();
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = BodyError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         match self.get_mut() {
-            ProxyBody::Upstream {
-                body,
-                permit,
-                idle,
-                scan,
-                store,
-                silence,
-            } => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
-                if let Some(silence) = silence.as_mut() {
-                    if polled.is_ready() {
-                        silence.heard();
-                    } else if silence.over(cx) {
-                        let limit = silence.limit;
-                        if let Some(permit) = permit.take() {
-                            permit.report(&Answer {
-                                feedback: Feedback::Failed,
-                                status: None,
-                                latency: limit,
-                                retry_after: None,
-                                server: None,
-                            });
-                            tracing::warn!(
-                                error = "http_response_timeout",
-                                host = permit.host_key(),
-                                read_timeout_s = limit.as_secs_f64(),
-                                "upstream failed: the response body was silent for read_timeout_seconds; cut"
-                            );
-                        }
-                        // The upstream connection is mid-response: closed, never pooled.
-                        *store = None;
-                        *scan = None;
-                        idle.take();
-                        return Poll::Ready(Some(Err(Box::new(SilentOrigin(limit)))));
-                    }
-                }
-                let mut polled = polled.map(|frame| frame.map(|r| r.map_err(BodyError::from)));
-                if let Poll::Ready(Some(Ok(frame))) = &mut polled {
-                    if let Some(trailers) = frame.trailers_mut() {
-                        // A trailer is an answer's field too: courtesy's name is its own there.
-                        crate::wire::proxy_status::without_ours(trailers);
-                    }
-                }
-                match &polled {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        if let (Some(data), Some(permit)) = (frame.data_ref(), permit.as_mut()) {
-                            // Charged as it streams: a byte budget holds the host's next turn.
-                            permit.count_bytes(data.len());
-                        }
-                        if let (Some(data), Some(writer)) = (frame.data_ref(), store.as_mut()) {
-                            writer.write_bytes(data);
-                        }
-                        // hyper stops polling a body that says it has ended: finish here too.
-                        if body.is_end_stream() {
-                            if let Some(mut scanner) = scan.take() {
-                                let over = frame
-                                    .data_ref()
-                                    .is_some_and(|data| scanner.feed(data, permit.as_ref()));
-                                if !over {
-                                    scanner.finish(permit.as_ref());
-                                }
-                            }
-                            if let Some(writer) = store.take() {
-                                writer.finish();
-                            }
-                            idle.take();
-                        }
-                    }
-                    Poll::Ready(None) => {
-                        if let Some(mut scanner) = scan.take() {
-                            scanner.finish(permit.as_ref());
-                        }
-                        if let Some(writer) = store.take() {
-                            writer.finish();
-                        }
-                    }
-                    Poll::Ready(Some(Err(_))) => *store = None,
-                    Poll::Pending => {}
-                }
-                if let (Poll::Ready(Some(Ok(frame))), Some(scanner)) = (&polled, scan.as_mut()) {
-                    if let Some(data) = frame.data_ref() {
-                        if scanner.feed(data, permit.as_ref()) {
-                            *scan = None;
-                        }
-                    }
-                }
-                if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-                    permit.take();
-                    idle.take();
-                }
-                polled
-            }
+            ProxyBody::Upstream(streamed) => streamed.poll_frame(cx),
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
             ProxyBody::Prefixed { first, rest } => match first.take() {
                 Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
@@ -179,7 +198,7 @@ impl Body for ProxyBody {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ProxyBody::Upstream { body, .. } => body.is_end_stream(),
+            ProxyBody::Upstream(streamed) => streamed.body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
             ProxyBody::Prefixed { first, rest } => first.is_none() && rest.is_end_stream(),
         }
@@ -187,7 +206,7 @@ impl Body for ProxyBody {
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ProxyBody::Upstream { body, .. } => body.size_hint(),
+            ProxyBody::Upstream(streamed) => streamed.body.size_hint(),
             ProxyBody::Local(data) => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }

@@ -164,58 +164,14 @@ impl Failure {
                 return Failure::of_h2(h2);
             }
             if let Some(io) = e.downcast_ref::<io::Error>() {
-                // TLS errors arrive wrapped in one or more io::Errors.
-                let mut inner = io.get_ref();
-                while let Some(i) = inner {
-                    if let Some(tls) = i.downcast_ref::<rustls::Error>() {
-                        return Failure::of_tls(tls);
-                    }
-                    inner = i.downcast_ref::<io::Error>().and_then(|io| io.get_ref());
-                }
-                return Failure::of_io(io, "the origin");
+                return Failure::of_upstream_io(io);
             }
-            if let Some(h) = e.downcast_ref::<hyper::Error>() {
-                if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
-                    return Failure::new(
-                        StatusCode::BAD_GATEWAY,
-                        ProxyError::HttpProtocolError,
-                        format!("the origin sent an invalid response: {h}"),
-                    );
-                }
-                let over_h2 = err.connect_info().is_some_and(|c| c.is_negotiated_h2());
-                if h.is_canceled() && over_h2 {
-                    // The HTTP/2 connection was closing before the request went out on it: the
-                    // origin's GOAWAY (or close) came first, and nothing was processed.
-                    return Failure {
-                        h2: Some(H2Signal::GoAway),
-                        ..Failure::new(
-                            StatusCode::BAD_GATEWAY,
-                            ProxyError::ConnectionTerminated,
-                            format!("the origin closed the HTTP/2 connection before the request went out: {h}"),
-                        )
-                    };
-                }
-                if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
-                    return Failure::new(
-                        StatusCode::BAD_GATEWAY,
-                        ProxyError::ConnectionTerminated,
-                        format!("the origin closed the connection before a complete response: {h}"),
-                    );
-                }
-                if h.is_user() {
-                    // The body courtesy was passing on failed: the client's body is malformed
-                    // (a bad chunk size, a short Content-Length) or the client went away.
-                    return Failure::bad_request(format!(
-                        "the request body could not be read from the client: {h}"
-                    ));
-                }
-                if h.is_body_write_aborted() {
-                    return Failure::new(
-                        StatusCode::BAD_GATEWAY,
-                        ProxyError::HttpRequestError,
-                        format!("the request body could not be sent: {h}"),
-                    );
-                }
+            let over_h2 = err.connect_info().is_some_and(|c| c.is_negotiated_h2());
+            if let Some(failure) = e
+                .downcast_ref::<hyper::Error>()
+                .and_then(|h| Failure::of_hyper(h, over_h2))
+            {
+                return failure;
             }
             source = e.source();
         }
@@ -229,6 +185,65 @@ impl Failure {
             kind,
             format!("upstream error: {err}"),
         )
+    }
+
+    /// An I/O error under the pooled client: TLS errors arrive wrapped in one or more of them.
+    fn of_upstream_io(io: &io::Error) -> Self {
+        let mut inner = io.get_ref();
+        while let Some(i) = inner {
+            if let Some(tls) = i.downcast_ref::<rustls::Error>() {
+                return Failure::of_tls(tls);
+            }
+            inner = i.downcast_ref::<io::Error>().and_then(|io| io.get_ref());
+        }
+        Failure::of_io(io, "the origin")
+    }
+
+    /// A hyper error under the pooled client (`over_h2`: on a connection that negotiated
+    /// HTTP/2), or `None` when it says nothing more than the error around it.
+    fn of_hyper(h: &hyper::Error, over_h2: bool) -> Option<Self> {
+        if h.is_parse() || h.is_parse_status() || h.is_parse_too_large() {
+            return Some(Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::HttpProtocolError,
+                format!("the origin sent an invalid response: {h}"),
+            ));
+        }
+        if h.is_canceled() && over_h2 {
+            // The HTTP/2 connection was closing before the request went out on it: the
+            // origin's GOAWAY (or close) came first, and nothing was processed.
+            return Some(Failure {
+                h2: Some(H2Signal::GoAway),
+                ..Failure::new(
+                    StatusCode::BAD_GATEWAY,
+                    ProxyError::ConnectionTerminated,
+                    format!(
+                        "the origin closed the HTTP/2 connection before the request went out: {h}"
+                    ),
+                )
+            });
+        }
+        if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
+            return Some(Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::ConnectionTerminated,
+                format!("the origin closed the connection before a complete response: {h}"),
+            ));
+        }
+        if h.is_user() {
+            // The body courtesy was passing on failed: the client's body is malformed
+            // (a bad chunk size, a short Content-Length) or the client went away.
+            return Some(Failure::bad_request(format!(
+                "the request body could not be read from the client: {h}"
+            )));
+        }
+        h.is_body_write_aborted().then(|| {
+            Failure::new(
+                StatusCode::BAD_GATEWAY,
+                ProxyError::HttpRequestError,
+                format!("the request body could not be sent: {h}"),
+            )
+        })
     }
 
     /// An HTTP/2 error on the stream or the connection (not a socket error under it).

@@ -22,7 +22,7 @@ use crate::proxy::forward::context::RequestContext;
 use crate::proxy::forward::headers::strip_hop_by_hop;
 use crate::proxy::send::exchange::TurnHeld;
 use crate::proxy::Proxy;
-use body::{ProxyBody, Silence};
+use body::{ProxyBody, Silence, Streamed};
 
 impl Proxy {
     /// The origin's response as the client gets it: hop-by-hop headers replaced by courtesy's
@@ -63,14 +63,14 @@ impl Proxy {
             .cache_use
             .as_ref()
             .and_then(|plan| self.store_for(plan, &parts, policy));
-        let body = ProxyBody::Upstream {
+        let body = ProxyBody::Upstream(Streamed {
             body,
             permit: Some(permit),
             idle,
             scan,
             store,
             silence: Some(Silence::new(policy.forward.read_timeout)),
-        };
+        });
         Response::from_parts(parts, body)
     }
 }

@@ -2,15 +2,16 @@
 //! make the request conditional, turn the origin's 304 into the stored 200, and fill the store as a
 //! response streams by. The store itself (files, size bound, eviction) is `store.rs`.
 
+pub(crate) mod plan;
 pub(crate) mod store;
 
-use http::header::{
-    HeaderValue, AUTHORIZATION, COOKIE, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA,
-};
+pub(crate) use plan::CacheUse;
+
+use http::header::{HeaderValue, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA};
 use std::ops::ControlFlow;
 
 use http::request::Parts;
-use http::{HeaderMap, Method, Response};
+use http::{HeaderMap, Response};
 use tracing::info;
 
 use crate::config::{CacheMode, HostPolicy};
@@ -18,63 +19,6 @@ use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::forward::context::{Flow, RequestContext};
 use crate::proxy::send::attempts::replayable as replayable_request;
 use crate::proxy::Proxy;
-
-/// The store's part in one request: which entry, and whether the request was made conditional.
-#[derive(Debug)]
-pub(crate) struct CacheUse {
-    /// The entry's key: the URL, and for a request with `Authorization` its credentials too.
-    url: String,
-    mode: CacheMode,
-    revalidating: bool,
-    /// The request's headers, for the response's `Vary`.
-    request: HeaderMap,
-}
-
-impl CacheUse {
-    /// How a request uses the store: only bodiless GETs whose client sent no validators of its own
-    /// (a client that did gets the origin's 304 untouched) and no `Cookie` (an answer to it may be
-    /// that client's own: never stored, and never answered from another client's entry).
-    pub(crate) fn plan(
-        policy: &HostPolicy,
-        parts: &http::request::Parts,
-        bodiless: bool,
-    ) -> Option<CacheUse> {
-        let used = policy.forward.cache != CacheMode::Off
-            && parts.method == Method::GET
-            && bodiless
-            && !parts.headers.contains_key(IF_NONE_MATCH)
-            && !parts.headers.contains_key(IF_MODIFIED_SINCE)
-            && !parts.headers.contains_key(COOKIE);
-        used.then(|| CacheUse {
-            url: entry_key(&parts.uri, &parts.headers),
-            mode: policy.forward.cache,
-            revalidating: false,
-            request: parts.headers.clone(),
-        })
-    }
-}
-
-/// The store's key for a request: its URL, and for a request with `Authorization` a hash of the
-/// credentials under this process's own random key, so that an entry made for one client's
-/// credentials answers no one else (RFC 9111 3.5) and the file does not hold them.
-fn entry_key(uri: &http::Uri, headers: &HeaderMap) -> String {
-    use std::hash::BuildHasher as _;
-    static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> =
-        std::sync::OnceLock::new();
-    let url = uri.to_string();
-    let credentials: Vec<&[u8]> = headers
-        .get_all(AUTHORIZATION)
-        .iter()
-        .map(HeaderValue::as_bytes)
-        .collect();
-    if credentials.is_empty() {
-        return url;
-    }
-    let hash = KEY
-        .get_or_init(std::collections::hash_map::RandomState::new)
-        .hash_one(&credentials);
-    format!("{url} authorization:{hash:016x}")
-}
 
 /// Whether a stored entry may answer a request: the same values of what its `Vary` names, and
 /// not personal (an entry stored with `Set-Cookie`, say by an older courtesy, is never replayed).

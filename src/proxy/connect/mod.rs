@@ -22,42 +22,33 @@
 //! `crate::upstream::tls`; this module only asks for them.
 
 pub(crate) mod inside;
+mod intercept;
 pub(crate) mod sniff;
+mod tunnel;
 pub(crate) mod upgrade;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use rustls::ServerConfig;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
-use tokio::net::TcpStream;
-use tokio_rustls::LazyConfigAcceptor;
-use tracing::{debug, info, info_span, warn, Instrument};
+use tokio::io::AsyncReadExt;
+use tracing::{debug, info_span, warn, Instrument};
 
 use crate::budget::jobs::{priority_of, Caller};
-use crate::budget::limiter::Admission;
-use crate::config::{HttpsMode, Route};
-use crate::front::connections::Connections;
-use crate::front::gate::{Busy, Carried};
-use crate::front::sockets::{self, Ended, Kind, SocketCaps};
+use crate::config::HttpsMode;
+use crate::front::gate::Busy;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::failure::Failure;
-use crate::proxy::answer::response::ProxyError;
-use crate::proxy::connect::inside::{watch_session, InFlight, Inside, InsideBusy};
+use crate::proxy::connect::inside::Inside;
 use crate::proxy::connect::sniff::{classify_opening, Opening, Prefixed};
 use crate::proxy::forward::headers::own_cooldown_choice;
 use crate::proxy::forward::target::Target;
 use crate::proxy::Asking;
 use crate::proxy::Proxy;
-use crate::upstream::parent::tcp::{self, TcpFault};
-use crate::upstream::parent::{self, OpenError};
 use crate::wire::scheme::Scheme;
 
 impl Proxy {
@@ -196,257 +187,5 @@ impl Proxy {
                 warn!("refused a CONNECT tunnel that carries neither TLS nor HTTP (no blind tunnels in intercept mode)");
             }
         }
-    }
-
-    /// Terminates TLS with a leaf for the name the client asked for: SNI when it names another host
-    /// than the CONNECT, else `leaf` (the CONNECT host's).
-    async fn intercept_tls<S>(
-        self: Arc<Self>,
-        stream: S,
-        target: Target,
-        leaf: Arc<ServerConfig>,
-        client: SocketAddr,
-        (asking, opening): (Asking, Option<Busy>),
-    ) where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let acceptor = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
-        let handshake_timeout = self.config.get().proxy.header_timeout;
-        let start = match tokio::time::timeout(handshake_timeout, acceptor).await {
-            Ok(Ok(start)) => start,
-            Ok(Err(e)) => {
-                debug!("TLS ClientHello from the client failed: {e}");
-                return;
-            }
-            Err(_) => return,
-        };
-        // The SNI in its canonical spelling (`crate::wire::host_name`), as the target's host is, so
-        // that a spelling of the CONNECT's own name reuses the leaf made for it.
-        let sni = start.client_hello().server_name().map(|name| {
-            crate::wire::host_name::canonical(name).unwrap_or_else(|_| name.to_ascii_lowercase())
-        });
-        let config = match sni.filter(|name| *name != target.host) {
-            None => leaf,
-            Some(name) => match self.interceptor.server_config(&name) {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!("cannot intercept: {e}");
-                    return;
-                }
-            },
-        };
-        match start.into_stream(config).await {
-            Ok(tls) => {
-                let inside = Inside::new(target, Scheme::Https, client, (asking, opening));
-                self.serve_inside(tls, inside).await
-            }
-            Err(e) => debug!("TLS handshake with the client failed: {e}"),
-        }
-    }
-
-    /// Serves HTTP/1.1 or HTTP/2 on `stream`; every request goes to the tunnel's target through
-    /// the proxy. The session ends when it has had no request in flight for
-    /// `header_timeout_seconds` (HTTP/2: a GOAWAY), when its connection's place is needed for
-    /// another while it is idle, or at shutdown.
-    async fn serve_inside<S>(self: Arc<Self>, stream: S, inside: Inside)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let connections = self.connections.clone();
-        let (max_head_bytes, idle_limit, max_streams) = {
-            let config = self.config.get();
-            let proxy = &config.proxy;
-            (
-                proxy.max_request_head_bytes,
-                proxy.header_timeout,
-                proxy.tunnel_max_streams,
-            )
-        };
-        let evicted = inside.asking.slot.as_ref().map(|slot| slot.evicted());
-        let inside = Arc::new(inside);
-        let watched = inside.clone();
-        let service = service_fn(move |req: Request<Incoming>| {
-            let (proxy, inside) = (self.clone(), inside.clone());
-            let in_flight = inside.begin();
-            async move { Ok::<_, Infallible>(proxy.serve_one_inside(req, &inside, in_flight).await) }
-        });
-        let mut builder = Connections::builder_with(true, idle_limit, max_head_bytes);
-        builder
-            .http2()
-            .max_concurrent_streams(u32::try_from(max_streams).unwrap_or(u32::MAX));
-        // With upgrades: a WebSocket handshake inside the tunnel switches on a `101` (`upgrade.rs`).
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let close = async move {
-            let evicted = async move {
-                match evicted {
-                    Some(evicted) => evicted.await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = watch_session(&watched, idle_limit) => debug!("tunnel idle for header_timeout_seconds: closing"),
-                () = evicted => debug!("idle tunnel closed to make room"),
-            }
-        };
-        if let Err(e) = connections.serve_until(conn, close).await {
-            debug!("connection inside the tunnel ended: {e}");
-        }
-    }
-
-    /// One request inside a tunnel (counted in flight, its connection held: `Inside::begin`),
-    /// over HTTP/2 counted as one of the client's connections until the answer has been sent (a
-    /// client may not carry more than its share on one connection), else a local 503.
-    async fn serve_one_inside(
-        self: Arc<Self>,
-        req: Request<Incoming>,
-        inside: &Inside,
-        in_flight: InFlight,
-    ) -> Response<Carried<ProxyBody, InsideBusy>> {
-        let slot = inside.asking.slot.as_ref();
-        let extra = match slot {
-            Some(slot) if req.version() == http::Version::HTTP_2 => match slot.extra() {
-                Ok(extra) => Some(extra),
-                Err(refused) => {
-                    let answer = crate::proxy::answer::response::local(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        ProxyError::ConnectionLimitReached,
-                        &refused.to_string(),
-                        Some(Duration::from_secs(1)),
-                    );
-                    return answer.map(|body| Carried::new(body, (None, in_flight)));
-                }
-            },
-            _ => None,
-        };
-        let response = self.forward_inside(req, &inside).await;
-        response.map(|body| Carried::new(body, (extra, in_flight)))
-    }
-
-    /// Admits and dials a blind tunnel, then copies `client` bytes both ways.
-    async fn tunnel<S>(&self, mut client: S, target: Target, asking: &Asking)
-    where
-        S: AsyncRead + AsyncWrite + Unpin,
-    {
-        let policy = self.config.get().policy_for(&target.host, target.port);
-        let budget = match self.budget_key(&target, &policy).await {
-            Ok(budget) => budget,
-            Err(failure) => {
-                warn!(
-                    error = failure.kind.token(),
-                    "tunnel refused: {}", failure.details
-                );
-                return;
-            }
-        };
-        let admitted = self
-            .limiter
-            .admit(
-                Admission::of(&budget)
-                    .on_cooldown(asking.on_cooldown)
-                    .job(asking.caller.tag(), asking.priority),
-            )
-            .await;
-        let mut permit = match admitted {
-            Ok(p) => p,
-            Err(refusal) => {
-                info!(reason = ?refusal, "tunnel refused locally");
-                return;
-            }
-        };
-        // A share of the upstream table that tunnels and sockets may hold, then a slot in it.
-        let (caps, idle_timeout) = {
-            let config = self.config.get();
-            let caps = SocketCaps {
-                per_client: config.proxy.max_websockets_per_client,
-                per_host: config.proxy.max_websockets_per_host,
-            };
-            (caps, config.proxy.socket_idle_timeout)
-        };
-        let open = match self.sockets.open(Kind::Tunnel, &budget.key, caps) {
-            Ok(open) => open,
-            Err(full) => {
-                warn!(error = "connection_limit_reached", "tunnel refused: {full}");
-                return;
-            }
-        };
-        let slot = match self.client.slots().take().await {
-            Ok(slot) => slot,
-            Err(full) => {
-                // Never sent: the token goes back when the permit drops.
-                warn!(error = "connection_limit_reached", "tunnel refused: {full}");
-                return;
-            }
-        };
-        permit.mark_sent();
-        let _slot = slot;
-        match self.dial(&target).await {
-            Ok(mut upstream) => {
-                info!(wait_ms = permit.waited().as_millis() as u64, "tunnel open");
-                let closing = open.closing();
-                match sockets::pipe(&mut client, &mut upstream, idle_timeout, closing).await {
-                    Ended::Done(Ok((up, down))) => {
-                        debug!(bytes_up = up, bytes_down = down, "tunnel closed")
-                    }
-                    Ended::Done(Err(e)) => debug!("tunnel ended: {e}"),
-                    Ended::Idle => info!(
-                        idle_s = idle_timeout.as_secs_f64(),
-                        "tunnel closed: no byte either way for socket_idle_timeout_seconds"
-                    ),
-                    Ended::Closed => {
-                        info!(
-                            "tunnel closed: its host was paused or blocked, or the operator asked"
-                        )
-                    }
-                }
-            }
-            Err(failure) => {
-                if let Some(parent) = failure.parent.as_deref() {
-                    self.metrics
-                        .parent_failure(None, &parent.next_hop, parent.kind.label());
-                }
-                warn!(
-                    error = failure.kind.token(),
-                    "tunnel connect failed: {}", failure.details
-                )
-            }
-        }
-        drop(permit);
-    }
-
-    /// Connects a TCP stream to the target for a tunnel, straight or through the host's parent
-    /// proxy, with the same timeouts and error mapping as forwarded requests.
-    async fn dial(&self, target: &Target) -> Result<TcpStream, Failure> {
-        let config = self.config.get();
-        let timeout = config.proxy.connect_timeout;
-        if let Route::Parent(parent) = &config
-            .policy_for(&target.host, target.port)
-            .forward
-            .upstream
-        {
-            if let Some(failure) = self.loops.refuse_parent(parent) {
-                return Err(failure);
-            }
-            let opened = parent::open(parent, &target.host, target.port, &self.resolver, timeout);
-            return opened.await.map_err(|e| match e {
-                OpenError::Parent(e) => Failure::of_parent(&e),
-                OpenError::TargetDns(e) => Failure::of_dns(&e),
-            });
-        }
-        tcp::connect_target(&self.resolver, &target.host, target.port, timeout)
-            .await
-            .map_err(|fault| match fault {
-                TcpFault::Dns(e) => Failure::of_dns(&e),
-                TcpFault::Io(e) => Failure::of_io(&e, &target.key()),
-                TcpFault::Timeout(addr) => Failure::new(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    ProxyError::ConnectionTimeout,
-                    format!(
-                        "no TCP connection to {addr} within {}s",
-                        timeout.as_secs_f64()
-                    ),
-                ),
-            })
     }
 }

@@ -14,15 +14,14 @@ use hyper::body::Incoming;
 
 use crate::budget::jobs::QuotaTicket;
 use crate::budget::limiter::{BudgetKey, ShadowReason};
-use crate::config::{Config, HostPolicy};
+use crate::config::{Config, HostPolicy, OnCooldown, Priority};
 use crate::observe::telemetry::{RequestTrace, Requested, Telemetry};
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::timing::Trail;
-use crate::proxy::cache::CacheUse;
+use crate::proxy::cache::plan::CacheUse;
 use crate::proxy::connect::upgrade::ClientUpgrade;
 use crate::proxy::forward::target::Target;
 use crate::proxy::refuse::preferences::Checked;
-use crate::proxy::send::attempts::Asked;
 use crate::proxy::send::sign::Signing;
 use crate::proxy::Asking;
 use crate::wire::scheme::Scheme;
@@ -61,6 +60,27 @@ pub(crate) struct RequestContext<'a> {
     pub(crate) unread: Option<Incoming>,
     /// Its record: what held it, its trace, its sends.
     pub(crate) trail: Trail,
+}
+
+/// What the request asked of courtesy itself: its own (or its CONNECT's) answer to a cooldown and
+/// its class within its job.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked {
+    /// `Courtesy-On-Cooldown`.
+    pub(crate) on_cooldown: Option<OnCooldown>,
+    /// `Courtesy-Priority`, else the job's.
+    pub(crate) priority: Priority,
+}
+
+impl Asked {
+    /// What a request asks before it says anything of its own: its CONNECT's (or its job's)
+    /// cooldown choice and class.
+    pub(crate) fn of(asking: &Asking) -> Self {
+        Asked {
+            on_cooldown: asking.on_cooldown,
+            priority: asking.priority,
+        }
+    }
 }
 
 impl<'a> RequestContext<'a> {

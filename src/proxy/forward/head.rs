@@ -15,9 +15,8 @@ use crate::front::sockets::SocketCaps;
 use crate::proxy::answer::failure::Failure;
 use crate::proxy::answer::response;
 use crate::proxy::connect::upgrade;
-use crate::proxy::forward::context::{Flow, RequestContext};
+use crate::proxy::forward::context::{Asked, Flow, RequestContext};
 use crate::proxy::forward::headers::{own_cooldown_choice, strip_request};
-use crate::proxy::send::attempts::Asked;
 use crate::proxy::Proxy;
 use crate::wire::scheme::Scheme;
 

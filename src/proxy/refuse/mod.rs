@@ -11,6 +11,9 @@ pub(crate) mod skip;
 use std::ops::ControlFlow;
 
 use http::request::Parts;
+
+use crate::config::ContentPreferences;
+use crate::wire::scheme::Scheme;
 use tokio::time::Instant;
 use tracing::info;
 
@@ -18,6 +21,7 @@ use crate::budget::limiter::ShadowReason;
 use crate::proxy::answer::failure::Failure;
 use crate::proxy::forward::context::{Flow, RequestContext};
 use crate::proxy::Proxy;
+use preferences::{purpose_of, Checked};
 use skip::skipped_resource;
 
 impl Proxy {
@@ -54,6 +58,62 @@ impl Proxy {
             }
             cx.shadow_refused = Some(ShadowReason::Robots);
         }
+        ControlFlow::Continue(())
+    }
+
+    /// Checks the purpose of the request against what the host states before it is sent: what
+    /// was met goes in `cx.checked`, to be reported on the answer (nothing when
+    /// `content_preferences = "off"`, for a request with no purpose, or for robots.txt itself).
+    /// The local 403 of "enforce" (or the answer when robots.txt could not be asked for) ends
+    /// the request.
+    pub(crate) async fn check_preferences(
+        &self,
+        head: &Parts,
+        cx: &mut RequestContext<'_>,
+    ) -> Flow {
+        let (policy, caller) = (&cx.policy, &cx.asking.caller);
+        let mode = policy.preferences.content_preferences;
+        if mode == ContentPreferences::Off || head.uri.path() == "/robots.txt" {
+            return ControlFlow::Continue(());
+        }
+        let Some(purpose) = purpose_of(caller, policy) else {
+            return ControlFlow::Continue(());
+        };
+        // A report-only host (`enforce = false`) refuses nothing: a refusal is reported.
+        let enforce = mode == ContentPreferences::Enforce && policy.scope.enforce;
+        // Its verdict is obey_robots' business; here robots.txt is only made known.
+        if let Err(answer) = self.robots_known(head, cx).await {
+            return ControlFlow::Break(answer);
+        }
+        let origin = cx.target.origin_key(Scheme::of_uri_or_http(&head.uri));
+        let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
+        let agent = Self::robots_agent(head, policy);
+        let before = self
+            .robots
+            .preference_refusal(&origin, &agent, path, purpose)
+            .or_else(|| self.stated.refusal(&origin, path, purpose, Instant::now()));
+        let host = &cx.budget.key;
+        if let Some(refused) = before.as_ref().filter(|_| enforce) {
+            let details = refused.details();
+            info!(%details, purpose = ?purpose, "refused locally: the site's stated preferences");
+            let counted = (caller.state.as_ref(), host.as_str());
+            self.metrics
+                .content_preference(counted, purpose, refused.source, true);
+            caller
+                .state
+                .preferences_enforced
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return ControlFlow::Break(Failure::denied(details).into_response());
+        }
+        let path = path.to_string();
+        cx.checked = Some(Checked {
+            purpose,
+            enforce,
+            origin,
+            path,
+            host: host.clone(),
+            before,
+        });
         ControlFlow::Continue(())
     }
 }

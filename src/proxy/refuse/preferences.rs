@@ -9,19 +9,14 @@
 //!
 //! The parsing, the vocabularies and the memory of headers are `crate::pacing::preferences`'s.
 
-use std::ops::ControlFlow;
-
-use crate::proxy::forward::context::{Flow, RequestContext};
-use http::request::Parts;
 use http::{HeaderValue, Response};
 use tokio::time::Instant;
 use tracing::info;
 
 use crate::budget::jobs::{Caller, JobState};
-use crate::config::{ContentPreferences, HostPolicy, Purpose};
+use crate::config::{HostPolicy, Purpose};
 use crate::pacing::preferences::{content_usage, Refused, Source};
 use crate::proxy::answer::body::ProxyBody;
-use crate::proxy::answer::failure::Failure;
 use crate::proxy::answer::response::PROXY_NAME;
 use crate::proxy::forward::target::Target;
 use crate::proxy::Proxy;
@@ -37,18 +32,23 @@ pub(crate) const LICENSE_HEADER: &str = "courtesy-content-license";
 /// What a request's purpose met before it left, carried to its answer.
 #[derive(Debug)]
 pub(crate) struct Checked {
-    purpose: Purpose,
-    enforce: bool,
-    origin: String,
-    path: String,
-    host: String,
+    /// The request's purpose.
+    pub(crate) purpose: Purpose,
+    /// Whether a refusal is enforced ("enforce" on an enforcing host) or only reported.
+    pub(crate) enforce: bool,
+    /// The origin's key (`scheme://host:port`).
+    pub(crate) origin: String,
+    /// The request's path and query.
+    pub(crate) path: String,
+    /// The budget key, for the metrics.
+    pub(crate) host: String,
     /// The refusal found before the request left (reported on its answer).
-    before: Option<Refused>,
+    pub(crate) before: Option<Refused>,
 }
 
 /// The purpose of a request of `caller` to a host under `policy`: the job's own, else the
 /// host's (`[defaults]`, or its `[[host]]` rule's) `purpose`.
-fn purpose_of(caller: &Caller, policy: &HostPolicy) -> Option<Purpose> {
+pub(crate) fn purpose_of(caller: &Caller, policy: &HostPolicy) -> Option<Purpose> {
     caller
         .settings
         .as_ref()
@@ -57,62 +57,6 @@ fn purpose_of(caller: &Caller, policy: &HostPolicy) -> Option<Purpose> {
 }
 
 impl Proxy {
-    /// Checks the purpose of the request against what the host states before it is sent: what
-    /// was met goes in `cx.checked`, to be reported on the answer (nothing when
-    /// `content_preferences = "off"`, for a request with no purpose, or for robots.txt itself).
-    /// The local 403 of "enforce" (or the answer when robots.txt could not be asked for) ends
-    /// the request.
-    pub(crate) async fn check_preferences(
-        &self,
-        head: &Parts,
-        cx: &mut RequestContext<'_>,
-    ) -> Flow {
-        let (policy, caller) = (&cx.policy, &cx.asking.caller);
-        let mode = policy.preferences.content_preferences;
-        if mode == ContentPreferences::Off || head.uri.path() == "/robots.txt" {
-            return ControlFlow::Continue(());
-        }
-        let Some(purpose) = purpose_of(caller, policy) else {
-            return ControlFlow::Continue(());
-        };
-        // A report-only host (`enforce = false`) refuses nothing: a refusal is reported.
-        let enforce = mode == ContentPreferences::Enforce && policy.scope.enforce;
-        // Its verdict is obey_robots' business; here robots.txt is only made known.
-        if let Err(answer) = self.robots_known(head, cx).await {
-            return ControlFlow::Break(answer);
-        }
-        let origin = cx.target.origin_key(Scheme::of_uri_or_http(&head.uri));
-        let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
-        let agent = Self::robots_agent(head, policy);
-        let before = self
-            .robots
-            .preference_refusal(&origin, &agent, path, purpose)
-            .or_else(|| self.stated.refusal(&origin, path, purpose, Instant::now()));
-        let host = &cx.budget.key;
-        if let Some(refused) = before.as_ref().filter(|_| enforce) {
-            let details = refused.details();
-            info!(%details, purpose = ?purpose, "refused locally: the site's stated preferences");
-            let counted = (caller.state.as_ref(), host.as_str());
-            self.metrics
-                .content_preference(counted, purpose, refused.source, true);
-            caller
-                .state
-                .preferences_enforced
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return ControlFlow::Break(Failure::denied(details).into_response());
-        }
-        let path = path.to_string();
-        cx.checked = Some(Checked {
-            purpose,
-            enforce,
-            origin,
-            path,
-            host: host.clone(),
-            before,
-        });
-        ControlFlow::Continue(())
-    }
-
     /// Names on an upstream answer from `target` (over `scheme`) the licences its robots.txt points to (RSL 1.0
     /// `License:` lines): reported, never enforced, as the AI-use preferences beside them.
     /// courtesy's own answers are left as they are, and an origin's own header of that name is

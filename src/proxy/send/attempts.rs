@@ -21,7 +21,6 @@ use crate::budget::limiter::lanes::JobTag;
 use crate::budget::limiter::{Admission, BudgetKey, ShadowReason};
 use crate::proxy::answer::response::ProxyError;
 use crate::proxy::forward::context::RequestContext;
-use crate::proxy::Asking;
 
 /// The state carried across a request's attempts.
 pub(crate) struct Attempts {
@@ -68,27 +67,6 @@ pub(crate) struct Attempts {
 pub(crate) enum Unsigned {
     /// It went over plain `http://`: signatures travel over TLS only.
     PlainHttp,
-}
-
-/// What the request asked of courtesy itself: its own (or its CONNECT's) answer to a cooldown and
-/// its class within its job.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Asked {
-    /// `Courtesy-On-Cooldown`.
-    pub(crate) on_cooldown: Option<OnCooldown>,
-    /// `Courtesy-Priority`, else the job's.
-    pub(crate) priority: Priority,
-}
-
-impl Asked {
-    /// What a request asks before it says anything of its own: its CONNECT's (or its job's)
-    /// cooldown choice and class.
-    pub(crate) fn of(asking: &Asking) -> Self {
-        Asked {
-            on_cooldown: asking.on_cooldown,
-            priority: asking.priority,
-        }
-    }
 }
 
 impl Attempts {
