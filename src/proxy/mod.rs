@@ -174,6 +174,69 @@ impl Asking {
     }
 }
 
+/// A service and a request's context for unit tests of the phases.
+#[cfg(test)]
+pub(crate) mod for_tests {
+    use std::sync::Arc;
+
+    use http::request::Parts;
+
+    use super::{Asking, Proxy, UpstreamSetup};
+    use crate::budget::keys::Keyer;
+    use crate::budget::limiter::Limiter;
+    use crate::config::{Config, HostPolicy, LiveConfig};
+    use crate::front::connections::Connections;
+    use crate::observe::metrics::Metrics;
+    use crate::proxy::forward::context::RequestContext;
+    use crate::proxy::forward::target::Target;
+    use crate::upstream::resolve::Resolver;
+    use crate::upstream::tls::{Interceptor, LocalCa};
+
+    /// The service under `config`, its state in a scratch directory named by `tag`: its own CA,
+    /// the built-in roots upstream, no listener of its own. Needs a Tokio runtime.
+    pub(crate) fn proxy(mut config: Config, tag: &str) -> Proxy {
+        config.proxy.state_dir = crate::util::scratch::dir(tag);
+        let config = Arc::new(config);
+        let ca = LocalCa::load_or_create(&config.proxy.state_dir).expect("a CA in a scratch dir");
+        let statics = config.proxy.static_hosts.clone();
+        let keyer = Keyer::new(Resolver::new(config.proxy.connect_timeout, statics));
+        let tls = crate::upstream::tls::client_config(None).expect("the built-in roots");
+        Proxy::new(
+            LiveConfig::new(config.clone()),
+            Limiter::new(config),
+            Vec::new(),
+            Arc::new(Interceptor::new(ca)),
+            UpstreamSetup { keyer, tls },
+            Arc::new(Metrics::new(100)),
+            Connections::new(),
+        )
+    }
+
+    /// The head of a request for `url` with these headers.
+    pub(crate) fn head(method: &str, url: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut request = http::Request::builder().method(method).uri(url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(()).expect("a valid request").into_parts().0
+    }
+
+    /// The context of a request with `head` under the default config, its host's policy as
+    /// `policy` makes it.
+    pub(crate) fn context<'a>(
+        asking: &'a Asking,
+        head: &Parts,
+        policy: impl FnOnce(&mut HostPolicy),
+    ) -> RequestContext<'a> {
+        let target = Target::of_request(&head.uri).expect("an absolute-form target");
+        let mut cx = RequestContext::new(&Config::default(), target, asking, None, head);
+        let mut changed = (*cx.policy).clone();
+        policy(&mut changed);
+        cx.policy = Arc::new(changed);
+        cx
+    }
+}
+
 impl Proxy {
     /// Builds the service state: the pooled upstream client (see [`UpstreamSetup`]), the
     /// interceptor for CONNECTs, and the loop guard for `own_addrs`. Work that outlives a request

@@ -130,3 +130,24 @@ impl<'a> RequestContext<'a> {
         self.trail.trace.as_deref()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::for_tests::head;
+
+    #[test]
+    fn a_context_starts_on_the_hosts_own_budget_with_what_its_connect_asked() {
+        let mut asking = Asking::for_tests();
+        asking.on_cooldown = Some(crate::config::OnCooldown::Hold);
+        let head = head("GET", "http://A.test:8080/x", &[]);
+        let target = Target::of_request(&head.uri).expect("a target");
+        let config = Config::default();
+        let cx = RequestContext::new(&config, target, &asking, None, &head);
+        assert_eq!(cx.budget.key, "a.test:8080");
+        assert_eq!(cx.asked.on_cooldown, Some(crate::config::OnCooldown::Hold));
+        assert_eq!(cx.asked.priority, asking.priority);
+        assert_eq!(cx.trail.held.enabled, Some(config.proxy.server_timing));
+        assert!(cx.trace().is_none() && cx.unread.is_none() && cx.checked.is_none());
+    }
+}

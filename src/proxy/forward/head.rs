@@ -124,3 +124,80 @@ fn stamp(headers: &mut HeaderMap, policy: &HostPolicy, caller: &Caller) {
 fn is_trace(method: &http::Method) -> bool {
     method.as_str().eq_ignore_ascii_case("TRACE") || method.as_str().eq_ignore_ascii_case("TRACK")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, OnCooldown};
+    use crate::proxy::for_tests::{context, head, proxy};
+    use crate::proxy::Asking;
+
+    #[test]
+    fn trace_and_track_are_answered_here_and_the_rest_goes_on() {
+        for method in ["TRACE", "TRACK", "trace"] {
+            let ControlFlow::Break(answer) = refuse_trace(&head(method, "http://a.test/", &[]))
+            else {
+                panic!("{method} went on");
+            };
+            assert_eq!(answer.status(), http::StatusCode::METHOD_NOT_ALLOWED);
+        }
+        let get = head("GET", "http://a.test/", &[]);
+        assert!(refuse_trace(&get).is_continue());
+    }
+
+    #[tokio::test]
+    async fn the_head_goes_upstream_as_http_11_with_our_via_and_the_clients_choice_kept() {
+        let proxy = proxy(Config::default(), "head-rewrite");
+        let asking = Asking::for_tests();
+        let mut head = head(
+            "GET",
+            "http://a.test:8080/page",
+            &[
+                ("courtesy-on-cooldown", "reject"),
+                ("connection", "keep-alive, x-secret"),
+                ("x-secret", "hop"),
+                ("accept", "text/html"),
+            ],
+        );
+        head.version = http::Version::HTTP_10;
+        let mut cx = context(&asking, &head, |_| {});
+        assert!(proxy.rewrite_request_head(&mut head, &mut cx).is_continue());
+        assert_eq!(cx.asked.on_cooldown, Some(OnCooldown::Reject));
+        assert_eq!(head.version, http::Version::HTTP_11);
+        assert!(!head.headers.contains_key("courtesy-on-cooldown"));
+        assert!(!head.headers.contains_key("x-secret"));
+        assert_eq!(head.headers["accept"], "text/html");
+        assert_eq!(head.headers[HOST], "a.test:8080");
+        assert!(head.headers.contains_key(VIA));
+        assert!(cx.upgrade.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_cooldown_choice_courtesy_cannot_read_is_the_clients_400() {
+        let proxy = proxy(Config::default(), "head-bad-choice");
+        let asking = Asking::for_tests();
+        let mut head = head("GET", "http://a.test/", &[("courtesy-on-cooldown", "soon")]);
+        let mut cx = context(&asking, &head, |_| {});
+        let ControlFlow::Break(answer) = proxy.rewrite_request_head(&mut head, &mut cx) else {
+            panic!("an unreadable choice went on");
+        };
+        assert_eq!(answer.status(), http::StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn the_hosts_user_agent_is_stamped_over_the_clients() {
+        let proxy = proxy(Config::default(), "head-identify");
+        let asking = Asking::for_tests();
+        let mut head = head("GET", "http://a.test/", &[("user-agent", "client/1")]);
+        let mut cx = context(&asking, &head, |policy| {
+            policy.identity.user_agent = Some("polite-bot/2".into());
+        });
+        proxy.identify(&mut head, &mut cx);
+        assert_eq!(head.headers["user-agent"], "polite-bot/2");
+        let mut plain =
+            crate::proxy::for_tests::head("GET", "http://a.test/", &[("user-agent", "client/1")]);
+        let mut cx = context(&asking, &plain, |_| {});
+        proxy.identify(&mut plain, &mut cx);
+        assert_eq!(plain.headers["user-agent"], "client/1");
+    }
+}

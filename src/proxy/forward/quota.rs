@@ -54,3 +54,24 @@ pub(crate) fn with_quota_headers(
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::proxy::for_tests::{context, head, proxy};
+    use crate::proxy::Asking;
+
+    #[tokio::test]
+    async fn a_job_without_a_quota_gets_a_place_and_no_ratelimit_headers() {
+        let proxy = proxy(Config::default(), "quota-none");
+        let asking = Asking::for_tests();
+        let page = head("GET", "http://a.test/", &[]);
+        let mut cx = context(&asking, &page, |_| {});
+        assert!(proxy.reserve_quota(&mut cx).is_continue());
+        assert!(cx.ticket.is_some());
+        assert_eq!(cx.shadow_refused, None);
+        let answer = with_quota_headers(Response::new(ProxyBody::empty()), &asking.caller);
+        assert!(!answer.headers().contains_key("ratelimit"));
+    }
+}

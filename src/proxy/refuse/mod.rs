@@ -117,3 +117,62 @@ impl Proxy {
         ControlFlow::Continue(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, HostPolicy, ResourceKind};
+    use crate::proxy::for_tests::{context, head, proxy};
+    use crate::proxy::Asking;
+
+    /// A host that skips images and does not read robots.txt, enforcing or report-only.
+    fn skipping_images(enforce: bool) -> impl FnOnce(&mut HostPolicy) {
+        move |policy| {
+            policy.blocks.skip_resources = vec![ResourceKind::Image];
+            policy.robots.obey = false;
+            policy.scope.enforce = enforce;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_skipped_resource_is_a_local_403_before_any_turn() {
+        let proxy = proxy(Config::default(), "refuse-skip");
+        let asking = Asking::for_tests();
+        let image = head("GET", "http://a.test/logo.png", &[]);
+        let mut cx = context(&asking, &image, skipping_images(true));
+        let ControlFlow::Break(answer) = proxy.refuse_before_turn(&image, &mut cx).await else {
+            panic!("a skipped image went on");
+        };
+        assert_eq!(answer.status(), http::StatusCode::FORBIDDEN);
+        assert_eq!(cx.shadow_refused, None);
+        let page = head("GET", "http://a.test/index.html", &[]);
+        let mut cx = context(&asking, &page, skipping_images(true));
+        assert!(proxy.refuse_before_turn(&page, &mut cx).await.is_continue());
+        assert_eq!(cx.shadow_refused, None);
+    }
+
+    #[tokio::test]
+    async fn a_report_only_host_notes_the_refusal_and_the_request_goes_on() {
+        let proxy = proxy(Config::default(), "refuse-shadow");
+        let asking = Asking::for_tests();
+        let image = head("GET", "http://a.test/logo.png", &[]);
+        let mut cx = context(&asking, &image, skipping_images(false));
+        assert!(proxy
+            .refuse_before_turn(&image, &mut cx)
+            .await
+            .is_continue());
+        assert_eq!(cx.shadow_refused, Some(ShadowReason::SkipResources));
+    }
+
+    #[tokio::test]
+    async fn without_a_purpose_nothing_is_checked_and_nothing_is_reported() {
+        let proxy = proxy(Config::default(), "refuse-preferences");
+        let asking = Asking::for_tests();
+        let page = head("GET", "http://a.test/index.html", &[]);
+        let mut cx = context(&asking, &page, |policy| {
+            policy.preferences.content_preferences = ContentPreferences::Enforce;
+        });
+        assert!(proxy.check_preferences(&page, &mut cx).await.is_continue());
+        assert!(cx.checked.is_none());
+    }
+}

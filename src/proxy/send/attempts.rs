@@ -263,3 +263,39 @@ pub(crate) fn replayable(method: &Method, body: Option<&Incoming>) -> bool {
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
         && body.is_some_and(|body| body.is_end_stream())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::for_tests::{context, head};
+    use crate::proxy::Asking;
+
+    #[test]
+    fn a_request_that_cannot_be_rebuilt_is_sent_once_and_never_retried() {
+        let asking = Asking::for_tests();
+        let page = head("GET", "http://a.test/", &[]);
+        let mut cx = context(&asking, &page, |_| {});
+        let policy = cx.policy.clone();
+        let mut attempts = Attempts::new(page, &mut cx);
+        assert!(attempts.next_request().is_ok());
+        assert_eq!(attempts.tries, 1);
+        assert!(!attempts.retry_after(503, &policy, None));
+        assert!(!attempts.may_resend_over_http1());
+        let again = attempts.next_request().expect_err("no second send");
+        assert_eq!(again.status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn the_clients_choice_is_for_its_own_send_and_the_hosts_for_courtesys_resends() {
+        let asking = Asking::for_tests();
+        let page = head("GET", "http://a.test/", &[]);
+        let mut cx = context(&asking, &page, |policy| {
+            policy.cooldown.on_cooldown = OnCooldown::Hold;
+        });
+        cx.asked.on_cooldown = None;
+        let attempts = Attempts::new(page, &mut cx);
+        assert_eq!(attempts.asked, None);
+        assert_eq!(attempts.resend_answer(), OnCooldown::Hold);
+        assert!(attempts.job.is_some() && attempts.ticket.is_none());
+    }
+}

@@ -70,3 +70,41 @@ impl Proxy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::proxy::for_tests::{context, head, proxy};
+    use crate::proxy::Asking;
+
+    #[tokio::test]
+    async fn a_turn_given_at_once_holds_the_request_for_no_reason() {
+        let proxy = proxy(Config::default(), "turn-at-once");
+        let asking = Asking::for_tests();
+        let page = head("GET", "http://a.test/", &[]);
+        let mut cx = context(&asking, &page, |_| {});
+        let mut attempts = Attempts::new(page, &mut cx);
+        let permit = proxy.take_turn(&mut attempts, &mut cx).await;
+        assert!(
+            permit.is_ok(),
+            "the first request to an idle host goes at once"
+        );
+        assert_eq!(cx.trail.held.reason(), WaitReason::None);
+    }
+
+    #[tokio::test]
+    async fn a_refused_turn_is_the_clients_answer() {
+        let proxy = proxy(Config::default(), "turn-refused");
+        proxy.limiter.shutdown();
+        let asking = Asking::for_tests();
+        let page = head("GET", "http://a.test/", &[]);
+        let mut cx = context(&asking, &page, |_| {});
+        let mut attempts = Attempts::new(page, &mut cx);
+        let Err(answer) = proxy.take_turn(&mut attempts, &mut cx).await else {
+            panic!("a turn while shutting down");
+        };
+        assert_eq!(answer.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(answer.headers().contains_key("proxy-status"));
+    }
+}
