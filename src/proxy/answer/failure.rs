@@ -3,7 +3,7 @@
 //!
 //! Every failure on the request path (a bad request line, a refused dial, a TLS error, a timeout)
 //! becomes a [`Failure`], and a failure becomes exactly one local response. This module maps errors;
-//! it does not decide what the host's pacing makes of them (`exchange.rs` reports them).
+//! it does not decide what the host's pacing makes of them (`crate::proxy::send::exchange` reports them).
 
 use std::error::Error as StdError;
 use std::io;

@@ -2,7 +2,8 @@
 //! its permit (`body.rs`), courtesy's own responses (`response.rs`) and the typed failure each
 //! error becomes (`failure.rs`), what a block does (`blocked.rs`), the `Server-Timing` and
 //! `Courtesy-Tries` courtesy adds (`timing.rs`), and a request body that never went upstream
-//! (`unread.rs`). It decides nothing about whether a request goes: the other phases do.
+//! (`unread.rs`); here, an origin's response made the client's (`Proxy::finish_response`). It
+//! decides nothing about whether a request goes: the other phases do.
 
 pub(crate) mod blocked;
 pub(crate) mod body;

@@ -1,7 +1,7 @@
 //! One forwarded request's sends: the client's own request the first time, a rebuilt copy of a
 //! bodiless one for courtesy's resends (on a fresh connection after a stale pooled one,
 //! `retry_idempotent` after a 429/503, and once signed after a host asked for a signature), how
-//! each turn is asked of the limiter, and each send signed as it leaves. `forward.rs`
+//! each turn is asked of the limiter, and each send signed as it leaves. `send/mod.rs`
 //! runs the loop; this is the state it carries from one attempt to the next.
 
 use http::{Method, Request, StatusCode};
