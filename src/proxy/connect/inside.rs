@@ -45,15 +45,30 @@ pub(crate) struct Inside {
 /// gate's lock twice each; a tunnel quiet this long is idle, and may be closed to make room.
 pub(crate) const RELEASE_AFTER: Duration = Duration::from_secs(1);
 
+/// What an accepted CONNECT opened, for the work after its 200: where it goes, whose it is, who
+/// asked, and the CONNECT's hold on the client connection until the first request inside.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    /// The CONNECT's target.
+    pub(crate) target: Target,
+    /// The client's address.
+    pub(crate) client: SocketAddr,
+    /// The CONNECT's job, cooldown choice, priority and connection place.
+    pub(crate) asking: Asking,
+    /// The CONNECT's hold on the client connection (`None`: no place to hold).
+    pub(crate) opening: Option<Busy>,
+}
+
 impl Inside {
-    /// The books of a tunnel to `target`, asked with `asking`, held by `opening` until its first
-    /// request.
-    pub(crate) fn new(
-        target: Target,
-        scheme: Scheme,
-        client: SocketAddr,
-        (asking, opening): (Asking, Option<Busy>),
-    ) -> Self {
+    /// The books of a session over `scheme` inside what a CONNECT `opened`, held by its opening
+    /// until its first request.
+    pub(crate) fn new(opened: Opened, scheme: Scheme) -> Self {
+        let Opened {
+            target,
+            client,
+            asking,
+            opening,
+        } = opened;
         Inside {
             target,
             scheme,
@@ -175,12 +190,13 @@ mod tests {
 
     fn inside() -> Inside {
         let asking = crate::proxy::Asking::for_tests();
-        Inside::new(
-            Target::of_connect(&"a.test:443".parse().unwrap()).unwrap(),
-            Scheme::Https,
-            "127.0.0.1:9".parse().unwrap(),
-            (asking, None),
-        )
+        let opened = Opened {
+            target: Target::of_connect(&"a.test:443".parse().unwrap()).unwrap(),
+            client: "127.0.0.1:9".parse().unwrap(),
+            asking,
+            opening: None,
+        };
+        Inside::new(opened, Scheme::Https)
     }
 
     #[tokio::test(start_paused = true)]

@@ -4,7 +4,6 @@
 //! books (`inside.rs`) count it in flight.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,12 +17,10 @@ use tokio_rustls::LazyConfigAcceptor;
 use tracing::{debug, warn};
 
 use crate::front::connections::Connections;
-use crate::front::gate::{Busy, Carried};
+use crate::front::gate::Carried;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::response::ProxyError;
-use crate::proxy::connect::inside::{watch_session, InFlight, Inside, InsideBusy};
-use crate::proxy::forward::target::Target;
-use crate::proxy::Asking;
+use crate::proxy::connect::inside::{watch_session, InFlight, Inside, InsideBusy, Opened};
 use crate::proxy::Proxy;
 use crate::wire::scheme::Scheme;
 
@@ -33,10 +30,8 @@ impl Proxy {
     pub(super) async fn intercept_tls<S>(
         self: Arc<Self>,
         stream: S,
-        target: Target,
+        opened: Opened,
         leaf: Arc<ServerConfig>,
-        client: SocketAddr,
-        (asking, opening): (Asking, Option<Busy>),
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -55,7 +50,7 @@ impl Proxy {
         let sni = start.client_hello().server_name().map(|name| {
             crate::wire::host_name::canonical(name).unwrap_or_else(|_| name.to_ascii_lowercase())
         });
-        let config = match sni.filter(|name| *name != target.host) {
+        let config = match sni.filter(|name| *name != opened.target.host) {
             None => leaf,
             Some(name) => match self.interceptor.server_config(&name) {
                 Ok(c) => c,
@@ -67,7 +62,7 @@ impl Proxy {
         };
         match start.into_stream(config).await {
             Ok(tls) => {
-                let inside = Inside::new(target, Scheme::Https, client, (asking, opening));
+                let inside = Inside::new(opened, Scheme::Https);
                 self.serve_inside(tls, inside).await
             }
             Err(e) => debug!("TLS handshake with the client failed: {e}"),

@@ -40,10 +40,9 @@ use tracing::{debug, info_span, warn, Instrument};
 
 use crate::budget::jobs::{priority_of, Caller};
 use crate::config::HttpsMode;
-use crate::front::gate::Busy;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::failure::Failure;
-use crate::proxy::connect::inside::Inside;
+use crate::proxy::connect::inside::{Inside, Opened};
 use crate::proxy::connect::sniff::{classify_opening, Opening, Prefixed};
 use crate::proxy::forward::headers::own_cooldown_choice;
 use crate::proxy::forward::target::Target;
@@ -122,7 +121,16 @@ impl Proxy {
         let opening = slot.as_ref().map(|slot| slot.carrying());
         let connections = self.connections.clone();
         let served = self
-            .serve_connect(req, target, leaf, client, (asking, opening))
+            .serve_connect(
+                req,
+                Opened {
+                    target,
+                    client,
+                    asking,
+                    opening,
+                },
+                leaf,
+            )
             .instrument(span);
         connections.spawn(async move {
             let _slot = slot;
@@ -136,10 +144,8 @@ impl Proxy {
     async fn serve_connect(
         self: Arc<Self>,
         req: Request<Incoming>,
-        target: Target,
+        opened: Opened,
         leaf: Option<Arc<ServerConfig>>,
-        client: SocketAddr,
-        (asking, opening): (Asking, Option<Busy>),
     ) {
         let upgraded = match hyper::upgrade::on(req).await {
             Ok(u) => u,
@@ -175,14 +181,11 @@ impl Proxy {
         let stream = Prefixed::new(Bytes::from(first), io);
         match (kind, leaf) {
             (Opening::PlainHttp, _) => {
-                let inside = Inside::new(target, Scheme::Http, client, (asking, opening));
+                let inside = Inside::new(opened, Scheme::Http);
                 self.serve_inside(stream, inside).await
             }
-            (Opening::Tls, Some(leaf)) => {
-                self.intercept_tls(stream, target, leaf, client, (asking, opening))
-                    .await
-            }
-            (_, None) => self.tunnel(stream, target, &asking).await,
+            (Opening::Tls, Some(leaf)) => self.intercept_tls(stream, opened, leaf).await,
+            (_, None) => self.tunnel(stream, opened.target, &opened.asking).await,
             (_, Some(_)) => {
                 warn!("refused a CONNECT tunnel that carries neither TLS nor HTTP (no blind tunnels in intercept mode)");
             }

@@ -148,10 +148,7 @@ impl Proxy {
                 return Ok(Fetched::Unreachable(format!("bad robots.txt URL {url:?}")));
             };
             // The permit is held until the body is read: the fetch is in flight until then.
-            let exchanged = match self
-                .ask_robots(&uri, (&next, next_scheme), user_agent)
-                .await
-            {
+            let exchanged = match self.ask_robots(&uri, &next, next_scheme, user_agent).await {
                 Ok(exchanged) => exchanged,
                 Err(Unsent::Stale(_)) if !fresh_retry => {
                     // A pooled connection died under the fetch: once more, on a fresh one.
@@ -190,7 +187,8 @@ impl Proxy {
     async fn ask_robots(
         &self,
         uri: &Uri,
-        (next, scheme): (&Target, Scheme),
+        next: &Target,
+        scheme: Scheme,
         user_agent: Option<&HeaderValue>,
     ) -> Result<Exchanged, Unsent> {
         if let Some(refused) = self.refuse_destination(next).await {

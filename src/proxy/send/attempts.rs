@@ -137,12 +137,14 @@ impl Attempts {
     /// host is remembered as asking, and whether the request goes once more, signed (when it
     /// can be rebuilt and has not been yet; never for a report-only host, which gets no resends
     /// of courtesy's own).
-    pub(crate) fn resend_signed(
+    pub(crate) fn resend_signed<B>(
         &mut self,
-        (status, headers): (u16, &http::HeaderMap),
-        (challenged, key): (&Challenged, &str),
+        answer: &http::Response<B>,
+        challenged: &Challenged,
+        key: &str,
         policy: &HostPolicy,
     ) -> bool {
+        let (status, headers) = (answer.status().as_u16(), answer.headers());
         let waits = self
             .signing
             .as_ref()

@@ -25,9 +25,8 @@ impl Proxy {
         cx: &RequestContext<'_>,
     ) -> Flow {
         let status = exchanged.response.status().as_u16();
-        let asked = (status, exchanged.response.headers());
-        let host = (self.challenged.as_ref(), cx.budget.key.as_str());
-        if attempts.resend_signed(asked, host, &exchanged.policy) {
+        let (answer, key) = (&exchanged.response, cx.budget.key.as_str());
+        if attempts.resend_signed(answer, &self.challenged, key, &exchanged.policy) {
             info!(
                 status,
                 "the host asks for signatures: sending once more, signed"
