@@ -62,31 +62,14 @@ impl Proxy {
             Ok(t) => t,
             Err(failure) => return failure.into_response(),
         };
-        // A choice on the CONNECT (undici's ProxyAgent sends its `headers` there) holds for the
-        // tunnel's turn and for every request inside that does not make its own.
-        let choice = match own_cooldown_choice(req.headers_mut()) {
-            Ok(choice) => choice,
-            Err(failure) => return failure.into_response(),
-        };
-        // So does a priority (the credentials of the CONNECT name the job of every request).
-        let priority = match priority_of(
-            req.headers_mut(),
-            caller.priority(),
-            caller.settings.is_some(),
-        ) {
-            Ok(priority) => priority,
-            Err(why) => return Failure::bad_request(why).into_response(),
-        };
         // The client connection's place (`max_connections`) is kept while the tunnel lives.
         let slot = req
             .extensions()
             .get::<Arc<crate::front::gate::Slot>>()
             .cloned();
-        let asking = Asking {
-            on_cooldown: choice.or(caller.on_cooldown()),
-            caller,
-            priority,
-            slot: slot.clone(),
+        let asking = match asking_of(&mut req, caller, slot.clone()) {
+            Ok(asking) => asking,
+            Err(failure) => return failure.into_response(),
         };
         let config = self.config.get();
         let mode = config.policy_for(&target.host, target.port).forward.https;
@@ -191,4 +174,28 @@ impl Proxy {
             }
         }
     }
+}
+
+/// Who asks through a CONNECT, and what they asked of courtesy on it: a `Courtesy-On-Cooldown`
+/// (undici's ProxyAgent sends its `headers` there) holds for the tunnel's turn and for every
+/// request inside that does not make its own, and so does a priority (the credentials of the
+/// CONNECT name the job of every request); `slot` is the client connection's place.
+fn asking_of(
+    req: &mut Request<Incoming>,
+    caller: Caller,
+    slot: Option<Arc<crate::front::gate::Slot>>,
+) -> Result<Asking, Failure> {
+    let choice = own_cooldown_choice(req.headers_mut())?;
+    let priority = priority_of(
+        req.headers_mut(),
+        caller.priority(),
+        caller.settings.is_some(),
+    )
+    .map_err(Failure::bad_request)?;
+    Ok(Asking {
+        on_cooldown: choice.or(caller.on_cooldown()),
+        caller,
+        priority,
+        slot,
+    })
 }
