@@ -18,7 +18,7 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, HOST};
 use http::{HeaderValue, Response, StatusCode};
 
 use crate::config::{Agent, Config};
-use crate::proxy::body::ProxyBody;
+use crate::proxy::answer::body::ProxyBody;
 use crate::wire::httpsig::{self, Component, Param, SigningKey};
 
 /// The path the directory is served at.

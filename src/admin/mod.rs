@@ -32,9 +32,9 @@ use crate::config::LiveConfig;
 use crate::front::sockets::Sockets;
 use crate::observe::metrics::Metrics;
 use crate::pacing::robots::RobotsCache;
-use crate::proxy::body::ProxyBody;
-use crate::proxy::response::{self, local, ProxyError};
-use crate::proxy::sign::PlainUnsigned;
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::answer::response::{self, local, ProxyError};
+use crate::proxy::send::sign::PlainUnsigned;
 use crate::upstream::tls::Interceptor;
 
 /// The dashboard: one self-contained page that polls `/hosts`.

@@ -11,7 +11,7 @@
 //! - an end on the operator's word: a host's pause or block, or `POST /hosts/<h>/close-sockets`,
 //!   closes every socket and tunnel to it ([`Sockets::close_host`]).
 //!
-//! This module counts and closes; the handshake and the joining are `crate::proxy::upgrade`'s,
+//! This module counts and closes; the handshake and the joining are `crate::proxy::connect::upgrade`'s,
 //! the tunnel `crate::proxy::connect`'s.
 
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 //! This module owns the cache and the decisions: whether a request must wait for a fetch, who
 //! fetches, what an answer means (2xx: rules; 4xx: everything allowed; 5xx, 429 or unreachable:
 //! everything disallowed until a retry), and which group a client's User-Agent falls in. The fetch
-//! itself (through the host's budget, redirects, the 500 KiB cap) is the proxy's (`proxy/robots.rs`),
+//! itself (through the host's budget, redirects, the 500 KiB cap) is the proxy's (`proxy/refuse/robots.rs`),
 //! since it is an upstream request like any other.
 
 use std::collections::HashMap;

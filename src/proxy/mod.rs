@@ -3,65 +3,28 @@
 //! The service's error type is `Infallible`: every failure becomes a response (`failure.rs`). Its
 //! path, one room per step:
 //!
-//! | file | step |
+//! | folder | phase |
 //! |---|---|
 //! | `mod.rs` | the service: client check, the job its credentials name, CONNECT or forward |
-//! | `forward.rs` | one forwarded request, top to bottom, with courtesy's own retries |
-//! | `attempts.rs` | a forwarded request's sends: the client's, then rebuilt ones for resends and retries |
-//! | `exchange.rs` | the one paced send: send under a permit, report the answer, count, log |
-//! | `sanitize.rs` | an origin's answer as it may be passed on: RFC 9112 framing, no `Proxy-Status` member named like courtesy's |
-//! | `before_resend.rs` | before a retry of a 429/503: whether the answer was a challenge page (never retried) |
-//! | `connect.rs` | CONNECT: interception, plain HTTP inside, blind tunnels, dialing |
-//! | `sniff.rs` | telling TLS from HTTP by a tunnel's first bytes, and replaying them |
-//! | `inside.rs` | a session inside a tunnel: its requests in flight, and its end when idle |
-//! | `target.rs` | where a request goes: host, port, authority, `Host` header |
-//! | `headers.rs` | hop-by-hop headers and our `Via` entry |
-//! | `timing.rs` | the `Server-Timing` header: how long courtesy held a request, and why |
-//! | `loops.rs` | requests that would come back to courtesy itself |
-//! | `skip.rs` | `skip_resources`: sub-resources answered locally |
-//! | `reuse.rs` | whether a request went out on a connection that had carried one before; retiring a connection |
-//! | `table.rs` | `max_upstream_connections`: slots, and idle pooled connections closed for new ones |
-//! | `robots.rs` | obeying robots.txt and fetching it through the budget |
-//! | `preferences.rs` | the site's stated preferences against the job's purpose: a local 403 or a report header |
-//! | `sign.rs` | Web Bot Auth: the key a request is signed with, its fields, hosts that asked |
-//! | `blocked.rs` | what courtesy does about a block: pause, count, log, alert |
-//! | `cached.rs` | using the response store: dev hits, revalidation, filling it |
-//! | `unread.rs` | a request body that never went upstream: drained, or the connection closed |
-//! | `upgrade.rs` | WebSockets: the handshake passed on, and on `101` the two sides joined |
-//! | `upstream.rs` | the pooled upstream clients (direct, and one per parent proxy) and the body they send |
-//! | `failure.rs` | a typed `Failure` for every way a request can fail |
+//! | `forward/` | one forwarded request: its context, the list of its phases, its target and head |
+//! | `refuse/` | the local answers before the host's turn: loops, `skip_resources`, robots.txt, stated preferences |
+//! | `cache/` | the response store and its use: dev hits, revalidation, filling it |
+//! | `send/` | the host's turn and the paced send: attempts, signing, the exchange, sanitizing, retries |
+//! | `answer/` | what the client gets: the body holding the permit, local responses, failures, blocks, timing |
+//! | `connect/` | CONNECT: interception, plain HTTP inside, blind tunnels, WebSockets |
+//!
+//! The pooled upstream connections are `crate::upstream::pool`'s.
 //!
 //! The limiter sits immediately around the network call and nowhere else: admit, send, observe,
 //! respond. This module does not accept connections (`crate::serve::server`) and does not decide when a
 //! request may leave (`crate::budget::limiter`).
 
-mod attempts;
-mod before_resend;
-mod blocked;
-pub(crate) mod body;
+pub(crate) mod answer;
 pub(crate) mod cache;
-mod cached;
 mod connect;
-mod exchange;
-mod failure;
 mod forward;
-mod headers;
-mod inside;
-mod loops;
-mod preferences;
-pub(crate) mod response;
-mod reuse;
-mod robots;
-mod sanitize;
-pub(crate) mod sign;
-mod skip;
-mod sniff;
-mod table;
-mod target;
-mod timing;
-mod unread;
-mod upgrade;
-mod upstream;
+mod refuse;
+pub(crate) mod send;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -70,16 +33,13 @@ use std::sync::Arc;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 
-pub(crate) use table::IdleMark;
-pub(crate) use upstream::upstream_idle_timeout;
-
 /// The proxy's parsers of untrusted input, for the crate's property tests.
 #[cfg(test)]
 pub(crate) mod testing {
     use http::Uri;
 
-    pub(crate) use super::sniff::classify_opening;
-    use super::target::Target;
+    pub(crate) use super::connect::sniff::classify_opening;
+    use super::forward::target::Target;
 
     /// The budget key of an absolute-form request target, or why it is refused.
     pub(crate) fn request_target(uri: &Uri) -> Result<String, String> {
@@ -98,8 +58,11 @@ pub(crate) mod testing {
     /// An origin's answer as courtesy passes it on (`sanitize.rs`): whether its framing was
     /// refused, and whether its `Content-Length` went.
     pub(crate) fn sanitized<B>(response: &mut http::Response<B>, head: bool) -> (bool, bool) {
-        match super::sanitize::sanitize(response, head) {
-            Ok(framing) => (false, framing == super::sanitize::Framing::LengthDropped),
+        match super::send::sanitize::sanitize(response, head) {
+            Ok(framing) => (
+                false,
+                framing == super::send::sanitize::Framing::LengthDropped,
+            ),
             Err(_) => (true, false),
         }
     }
@@ -115,10 +78,15 @@ use crate::observe::alerts::Alerts;
 use crate::observe::metrics::Metrics;
 use crate::pacing::preferences::HeaderMemory;
 use crate::pacing::robots::RobotsCache;
-use crate::proxy::body::ProxyBody;
+use crate::upstream::pool::{UpstreamSlots, Upstreams};
 use crate::upstream::resolve::Resolver;
 use crate::upstream::tls::Interceptor;
-use blocked::Blocks;
+use answer::blocked::Blocks;
+use answer::body::ProxyBody;
+use answer::{failure, response, timing};
+use forward::target;
+use refuse::loops;
+use send::sign;
 
 /// `max_upstream_sockets`, or half of `max_upstream_connections` where unset; never more than
 /// the table itself.
@@ -141,7 +109,7 @@ pub struct UpstreamSetup {
 pub struct Proxy {
     config: LiveConfig,
     limiter: Arc<Limiter>,
-    client: upstream::Upstreams,
+    client: Upstreams,
     resolver: Resolver,
     keyer: Keyer,
     interceptor: Arc<Interceptor>,
@@ -150,7 +118,7 @@ pub struct Proxy {
     robots: Arc<RobotsCache>,
     /// The `Content-Usage` response headers remembered per path (stated preferences).
     stated: HeaderMemory,
-    cache: Arc<cache::ResponseStore>,
+    cache: Arc<cache::store::ResponseStore>,
     loops: loops::LoopGuard,
     connections: Connections,
     jobs: Arc<Jobs>,
@@ -206,6 +174,69 @@ impl Asking {
     }
 }
 
+/// A service and a request's context for unit tests of the phases.
+#[cfg(test)]
+pub(crate) mod for_tests {
+    use std::sync::Arc;
+
+    use http::request::Parts;
+
+    use super::{Asking, Proxy, UpstreamSetup};
+    use crate::budget::keys::Keyer;
+    use crate::budget::limiter::Limiter;
+    use crate::config::{Config, HostPolicy, LiveConfig};
+    use crate::front::connections::Connections;
+    use crate::observe::metrics::Metrics;
+    use crate::proxy::forward::context::RequestContext;
+    use crate::proxy::forward::target::Target;
+    use crate::upstream::resolve::Resolver;
+    use crate::upstream::tls::{Interceptor, LocalCa};
+
+    /// The service under `config`, its state in a scratch directory named by `tag`: its own CA,
+    /// the built-in roots upstream, no listener of its own. Needs a Tokio runtime.
+    pub(crate) fn proxy(mut config: Config, tag: &str) -> Proxy {
+        config.proxy.state_dir = crate::util::scratch::dir(tag);
+        let config = Arc::new(config);
+        let ca = LocalCa::load_or_create(&config.proxy.state_dir).expect("a CA in a scratch dir");
+        let statics = config.proxy.static_hosts.clone();
+        let keyer = Keyer::new(Resolver::new(config.proxy.connect_timeout, statics));
+        let tls = crate::upstream::tls::client_config(None).expect("the built-in roots");
+        Proxy::new(
+            LiveConfig::new(config.clone()),
+            Limiter::new(config),
+            Vec::new(),
+            Arc::new(Interceptor::new(ca)),
+            UpstreamSetup { keyer, tls },
+            Arc::new(Metrics::new(100)),
+            Connections::new(),
+        )
+    }
+
+    /// The head of a request for `url` with these headers.
+    pub(crate) fn head(method: &str, url: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut request = http::Request::builder().method(method).uri(url);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(()).expect("a valid request").into_parts().0
+    }
+
+    /// The context of a request with `head` under the default config, its host's policy as
+    /// `policy` makes it.
+    pub(crate) fn context<'a>(
+        asking: &'a Asking,
+        head: &Parts,
+        policy: impl FnOnce(&mut HostPolicy),
+    ) -> RequestContext<'a> {
+        let target = Target::of_request(&head.uri).expect("an absolute-form target");
+        let mut cx = RequestContext::new(&Config::default(), target, asking, None, head);
+        let mut changed = (*cx.policy).clone();
+        policy(&mut changed);
+        cx.policy = Arc::new(changed);
+        cx
+    }
+}
+
 impl Proxy {
     /// Builds the service state: the pooled upstream client (see [`UpstreamSetup`]), the
     /// interceptor for CONNECTs, and the loop guard for `own_addrs`. Work that outlives a request
@@ -228,11 +259,11 @@ impl Proxy {
         let alerts = Arc::new(Alerts::new(config.clone(), upstream_tls.clone()));
         let start = config.get();
         let resolver = keyer.resolver().clone();
-        let slots = table::UpstreamSlots::new(
+        let slots = UpstreamSlots::new(
             start.proxy.max_upstream_connections,
             start.proxy.connect_timeout,
         );
-        let client = upstream::Upstreams::new(&start, resolver.clone(), upstream_tls, slots);
+        let client = Upstreams::new(&start, resolver.clone(), upstream_tls, slots);
         let sockets = Sockets::new(upstream_sockets(
             start.proxy.max_upstream_sockets,
             start.proxy.max_upstream_connections,
@@ -248,7 +279,7 @@ impl Proxy {
             metrics,
             robots: Arc::new(RobotsCache::new()),
             stated: HeaderMemory::default(),
-            cache: Arc::new(cache::ResponseStore::open(
+            cache: Arc::new(cache::store::ResponseStore::open(
                 start.proxy.state_dir.join("cache"),
                 start.proxy.cache_max_bytes,
             )),

@@ -193,7 +193,7 @@ async fn sweep_idle_hosts(
         }
         let now = tokio::time::Instant::now();
         if swept.released {
-            release_at = Some(now + crate::proxy::upstream_idle_timeout(idle) + period);
+            release_at = Some(now + crate::upstream::pool::upstream_idle_timeout(idle) + period);
         } else if release_at.is_some_and(|at| at <= now) {
             release_at = None;
             let _ = tokio::task::spawn_blocking(crate::util::heap::release_free_memory).await;

@@ -17,7 +17,7 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::proxy::response::{proxy_status_member, ProxyError};
+use crate::proxy::answer::response::{proxy_status_member, ProxyError};
 
 /// The status lines of the answers hyper writes for a request it cannot parse
 /// (`proto::h1::role::Server::on_error`)...

@@ -1,6 +1,6 @@
 //! The error types of RFC 9209's `Proxy-Status`, as one closed set: every layer that can fail a
 //! request (DNS, a parent proxy, TLS, the budget) names its failure with one of these, and the
-//! proxy writes it into the answer (`crate::proxy::response`). Also the field read as RFC 8941
+//! proxy writes it into the answer (`crate::proxy::answer::response`). Also the field read as RFC 8941
 //! writes it (a List of members, each an item with `;` parameters) where a parent's or an
 //! origin's `Proxy-Status` must be understood or cleaned ([`members`], [`without_ours`]).
 

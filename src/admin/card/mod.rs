@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 use crate::config::{Agent, Config, HostPolicy, JobSettings};
 use crate::pacing::robots::agent_for;
-use crate::proxy::body::ProxyBody;
+use crate::proxy::answer::body::ProxyBody;
 
 /// The path the card is served at (the well-known path of the draft's own example).
 pub(crate) const PATH: &str = "/.well-known/signature-agent-card";

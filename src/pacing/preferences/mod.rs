@@ -7,7 +7,7 @@
 //! This module owns the parsing, the mapping of both vocabularies onto the purposes, the choice
 //! of the robots.txt group and the longest-path rule, and the memory of response headers. Pure:
 //! what a refusal does to a request (a local 403, a report header, the counts) is the proxy's
-//! (`proxy/preferences.rs`); fetching and caching robots.txt is `pacing/robots.rs`'s.
+//! (`proxy/refuse/preferences.rs`); fetching and caching robots.txt is `pacing/robots.rs`'s.
 
 mod memory;
 mod robots_lines;

@@ -1,5 +1,5 @@
 //! The connector of the pooled client for one parent: for an `http://` target through an HTTP
-//! parent, a plain connection to the parent (which `proxy/reuse.rs` marks as proxied, so the
+//! parent, a plain connection to the parent (which `upstream/pool/reuse.rs` marks as proxied, so the
 //! client sends absolute-form requests on it); for everything else, a tunnel through the parent
 //! ([`super::open`]), over which hyper-rustls then speaks TLS to the target end to end.
 //!

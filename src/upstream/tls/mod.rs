@@ -7,7 +7,7 @@
 //! for clock skew, and cached so that a second CONNECT to a host costs no key generation. One crypto
 //! provider, [`provider()`], is passed explicitly to every config: no global state, no OpenSSL. It is
 //! ring, or with the cargo feature `aws-lc-rs` rustls's aws-lc-rs provider (docs/https.md).
-//! This module does not move bytes (`crate::proxy` does, in `proxy/connect.rs`).
+//! This module does not move bytes (`crate::proxy` does, in `proxy/connect/mod.rs`).
 //!
 //! | file | owns |
 //! |---|---|

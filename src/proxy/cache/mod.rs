@@ -1,0 +1,143 @@
+//! How a forwarded GET uses the response store (`cache = "revalidate" | "dev"`): answer from it,
+//! make the request conditional, turn the origin's 304 into the stored 200, and fill the store as a
+//! response streams by. The store itself (files, size bound, eviction) is `store.rs`.
+
+pub(crate) mod plan;
+pub(crate) mod store;
+
+pub(crate) use plan::CacheUse;
+
+use http::header::{HeaderValue, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA};
+use std::ops::ControlFlow;
+
+use http::request::Parts;
+use http::{HeaderMap, Response};
+use tracing::info;
+
+use crate::config::{CacheMode, HostPolicy};
+use crate::proxy::answer::body::ProxyBody;
+use crate::proxy::forward::context::{Flow, RequestContext};
+use crate::proxy::send::attempts::replayable as replayable_request;
+use crate::proxy::Proxy;
+
+/// Whether a stored entry may answer a request: the same values of what its `Vary` names, and
+/// not personal (an entry stored with `Set-Cookie`, say by an older courtesy, is never replayed).
+fn replayable(head: &store::Head, request: &HeaderMap) -> bool {
+    head.matches(request) && !store::personal(request, &head.header_map())
+}
+
+impl Proxy {
+    /// The response store's phase, before the request goes: its use of the store planned
+    /// (`cx.cache_use`: never for a WebSocket handshake, never answered from, nor kept in, the
+    /// store), and in `dev` mode a stored response as the answer (with the stated preferences
+    /// met reported on it); in `revalidate` mode the stored validators added to the head.
+    pub(crate) async fn answer_from_store(
+        &self,
+        head: &mut Parts,
+        cx: &mut RequestContext<'_>,
+    ) -> Flow {
+        let replayable = replayable_request(&head.method, cx.unread.as_ref());
+        let plan = CacheUse::plan(&cx.policy, head, replayable).filter(|_| cx.upgrade.is_none());
+        let plan = cx.cache_use.insert(match plan {
+            Some(plan) => plan,
+            None => return ControlFlow::Continue(()),
+        });
+        let Some(mut answer) = self.answer_or_revalidate(plan, &mut head.headers).await else {
+            return ControlFlow::Continue(());
+        };
+        if let Some(checked) = cx.checked.take() {
+            self.report_preferences(&mut answer, checked, &cx.asking.caller.state);
+        }
+        ControlFlow::Break(answer)
+    }
+
+    /// Before the request goes: in `dev` mode a stored response is the answer; in `revalidate`
+    /// mode the stored validators are added to `headers`.
+    pub(super) async fn answer_or_revalidate(
+        &self,
+        plan: &mut CacheUse,
+        headers: &mut HeaderMap,
+    ) -> Option<Response<ProxyBody>> {
+        match plan.mode {
+            CacheMode::Off => None,
+            CacheMode::Dev => {
+                let (head, body) = self.cache.get_off_workers(&plan.url).await?;
+                if !replayable(&head, headers) {
+                    return None;
+                }
+                info!(url = %plan.url, "answered from the cache (dev)");
+                Some(self.answer_from_cache(head, body, "hit; dev"))
+            }
+            CacheMode::Revalidate => {
+                let head = self.cache.head_off_workers(&plan.url).await?;
+                if !replayable(&head, headers) {
+                    return None;
+                }
+                let validators = [
+                    (IF_NONE_MATCH, head.etag.as_deref()),
+                    (IF_MODIFIED_SINCE, head.last_modified.as_deref()),
+                ];
+                for (name, value) in validators {
+                    if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+                        headers.insert(name, v);
+                        plan.revalidating = true;
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// After the origin answered `status`: a 304 to a revalidation becomes the stored 200.
+    pub(super) async fn revalidated(
+        &self,
+        plan: &CacheUse,
+        status: u16,
+    ) -> Option<Response<ProxyBody>> {
+        if !(plan.revalidating && status == 304) {
+            return None;
+        }
+        let (head, body) = self.cache.get_off_workers(&plan.url).await?;
+        Some(self.answer_from_cache(head, body, "revalidated"))
+    }
+
+    /// A writer that stores the response as it streams by, when it may be stored: a plain 200 with
+    /// a validator (or any plain 200 in `dev` mode).
+    pub(super) fn store_for(
+        &self,
+        plan: &CacheUse,
+        parts: &http::response::Parts,
+        policy: &HostPolicy,
+    ) -> Option<Box<store::Writer>> {
+        let validated =
+            parts.headers.contains_key(ETAG) || parts.headers.contains_key(LAST_MODIFIED);
+        let storable = store::storable_for(parts.status, &parts.headers, &plan.request)
+            && (validated || policy.forward.cache == CacheMode::Dev);
+        if !storable {
+            return None;
+        }
+        let mut head = store::head_of(&plan.url, parts.status, &parts.headers);
+        head.vary = store::vary_of(&parts.headers, &plan.request)?;
+        self.cache.writer(head).map(Box::new)
+    }
+
+    /// A stored response as the full 200, saying where it came from in `x-courtesy-cache`.
+    fn answer_from_cache(
+        &self,
+        head: store::Head,
+        body: bytes::Bytes,
+        how: &'static str,
+    ) -> Response<ProxyBody> {
+        let mut response = Response::new(ProxyBody::Local(Some(body)));
+        *response.status_mut() = head.status();
+        let headers = response.headers_mut();
+        *headers = head.header_map();
+        headers.remove(http::header::CONTENT_LENGTH);
+        // Stored clean (`crate::proxy::send::sanitize`), but an entry of an older courtesy may carry an
+        // origin's member named like courtesy's.
+        crate::wire::proxy_status::without_ours(headers);
+        headers.append(VIA, self.loops.via().clone());
+        headers.insert("x-courtesy-cache", HeaderValue::from_static(how));
+        response
+    }
+}

@@ -1,0 +1,178 @@
+//! The local answers before the host's turn, so that a refused request spends none of the budget:
+//! requests that would come back to courtesy (`loops.rs`), `skip_resources` (`skip.rs`),
+//! robots.txt (`robots.rs`) and the site's stated preferences (`preferences.rs`). For a
+//! report-only host a refusal is only noted, and the request goes on.
+
+pub(crate) mod loops;
+pub(crate) mod preferences;
+pub(crate) mod robots;
+pub(crate) mod skip;
+
+use std::ops::ControlFlow;
+
+use http::request::Parts;
+
+use crate::config::ContentPreferences;
+use crate::wire::scheme::Scheme;
+use tokio::time::Instant;
+use tracing::info;
+
+use crate::budget::limiter::ShadowReason;
+use crate::proxy::answer::failure::Failure;
+use crate::proxy::forward::context::{Flow, RequestContext};
+use crate::proxy::Proxy;
+use preferences::{purpose_of, Checked};
+use skip::skipped_resource;
+
+impl Proxy {
+    /// The refusals that come before the host's turn (`skip_resources`, then robots.txt), so that
+    /// a refused request spends none of the budget. For a report-only host, what would have
+    /// refused the request goes in `cx.shadow_refused`, to be reported with its turn, and the
+    /// request goes on.
+    pub(crate) async fn refuse_before_turn(
+        &self,
+        head: &Parts,
+        cx: &mut RequestContext<'_>,
+    ) -> Flow {
+        let enforce = cx.policy.scope.enforce;
+        if let Some(kind) = skipped_resource(head, &cx.policy.blocks.skip_resources) {
+            let reason = format!("skip_resources: {kind} ({})", head.uri.path());
+            if enforce {
+                info!(%reason, "skipped locally");
+                return ControlFlow::Break(Failure::denied(reason).into_response());
+            }
+            cx.shadow_refused = Some(ShadowReason::SkipResources);
+            return ControlFlow::Continue(());
+        }
+        if !cx.policy.robots.obey || head.uri.path() == "/robots.txt" {
+            return ControlFlow::Continue(());
+        }
+        let started = Instant::now();
+        let robots = self.obey_robots(head, cx).await;
+        if let Some(trace) = cx.trace() {
+            trace.robots((started, Instant::now()), robots.is_none());
+        }
+        if let Some(refused) = robots {
+            if enforce {
+                return ControlFlow::Break(refused);
+            }
+            cx.shadow_refused = Some(ShadowReason::Robots);
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Checks the purpose of the request against what the host states before it is sent: what
+    /// was met goes in `cx.checked`, to be reported on the answer (nothing when
+    /// `content_preferences = "off"`, for a request with no purpose, or for robots.txt itself).
+    /// The local 403 of "enforce" (or the answer when robots.txt could not be asked for) ends
+    /// the request.
+    pub(crate) async fn check_preferences(
+        &self,
+        head: &Parts,
+        cx: &mut RequestContext<'_>,
+    ) -> Flow {
+        let (policy, caller) = (&cx.policy, &cx.asking.caller);
+        let mode = policy.preferences.content_preferences;
+        if mode == ContentPreferences::Off || head.uri.path() == "/robots.txt" {
+            return ControlFlow::Continue(());
+        }
+        let Some(purpose) = purpose_of(caller, policy) else {
+            return ControlFlow::Continue(());
+        };
+        // A report-only host (`enforce = false`) refuses nothing: a refusal is reported.
+        let enforce = mode == ContentPreferences::Enforce && policy.scope.enforce;
+        // Its verdict is obey_robots' business; here robots.txt is only made known.
+        if let Err(answer) = self.robots_known(head, cx).await {
+            return ControlFlow::Break(answer);
+        }
+        let origin = cx.target.origin_key(Scheme::of_uri_or_http(&head.uri));
+        let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
+        let agent = Self::robots_agent(head, policy);
+        let before = self
+            .robots
+            .preference_refusal(&origin, &agent, path, purpose)
+            .or_else(|| self.stated.refusal(&origin, path, purpose, Instant::now()));
+        let host = &cx.budget.key;
+        if let Some(refused) = before.as_ref().filter(|_| enforce) {
+            let details = refused.details();
+            info!(%details, purpose = ?purpose, "refused locally: the site's stated preferences");
+            let counted = (caller.state.as_ref(), host.as_str());
+            self.metrics
+                .content_preference(counted, purpose, refused.source, true);
+            caller
+                .state
+                .preferences_enforced
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return ControlFlow::Break(Failure::denied(details).into_response());
+        }
+        let path = path.to_string();
+        cx.checked = Some(Checked {
+            purpose,
+            enforce,
+            origin,
+            path,
+            host: host.clone(),
+            before,
+        });
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, HostPolicy, ResourceKind};
+    use crate::proxy::for_tests::{context, head, proxy};
+    use crate::proxy::Asking;
+
+    /// A host that skips images and does not read robots.txt, enforcing or report-only.
+    fn skipping_images(enforce: bool) -> impl FnOnce(&mut HostPolicy) {
+        move |policy| {
+            policy.blocks.skip_resources = vec![ResourceKind::Image];
+            policy.robots.obey = false;
+            policy.scope.enforce = enforce;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_skipped_resource_is_a_local_403_before_any_turn() {
+        let proxy = proxy(Config::default(), "refuse-skip");
+        let asking = Asking::for_tests();
+        let image = head("GET", "http://a.test/logo.png", &[]);
+        let mut cx = context(&asking, &image, skipping_images(true));
+        let ControlFlow::Break(answer) = proxy.refuse_before_turn(&image, &mut cx).await else {
+            panic!("a skipped image went on");
+        };
+        assert_eq!(answer.status(), http::StatusCode::FORBIDDEN);
+        assert_eq!(cx.shadow_refused, None);
+        let page = head("GET", "http://a.test/index.html", &[]);
+        let mut cx = context(&asking, &page, skipping_images(true));
+        assert!(proxy.refuse_before_turn(&page, &mut cx).await.is_continue());
+        assert_eq!(cx.shadow_refused, None);
+    }
+
+    #[tokio::test]
+    async fn a_report_only_host_notes_the_refusal_and_the_request_goes_on() {
+        let proxy = proxy(Config::default(), "refuse-shadow");
+        let asking = Asking::for_tests();
+        let image = head("GET", "http://a.test/logo.png", &[]);
+        let mut cx = context(&asking, &image, skipping_images(false));
+        assert!(proxy
+            .refuse_before_turn(&image, &mut cx)
+            .await
+            .is_continue());
+        assert_eq!(cx.shadow_refused, Some(ShadowReason::SkipResources));
+    }
+
+    #[tokio::test]
+    async fn without_a_purpose_nothing_is_checked_and_nothing_is_reported() {
+        let proxy = proxy(Config::default(), "refuse-preferences");
+        let asking = Asking::for_tests();
+        let page = head("GET", "http://a.test/index.html", &[]);
+        let mut cx = context(&asking, &page, |policy| {
+            policy.preferences.content_preferences = ContentPreferences::Enforce;
+        });
+        assert!(proxy.check_preferences(&page, &mut cx).await.is_continue());
+        assert!(cx.checked.is_none());
+    }
+}
