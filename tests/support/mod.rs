@@ -23,8 +23,8 @@
 //!   that a crawl got every page while the site kept its budget;
 //! - [`wait`]: bounded waits for what happens elsewhere.
 //!
-//! A test file says `mod support;` and `use support::*;`: every helper is re-exported here.
-#![allow(dead_code)]
+//! `tests/it/main.rs` declares it (`mod support;`, by path) and each capability's module says
+//! `use crate::support::*;`: every helper is re-exported here.
 
 mod binary;
 mod body;
@@ -45,8 +45,6 @@ mod throttled_site;
 mod tls;
 mod wait;
 
-// Each test file uses only some of these; the re-exports are the harness's surface all the same.
-#[allow(unused_imports)]
 pub use self::{
     binary::{listening, spawn_courtesy_process, vm_hwm_kib, Ports},
     body::{empty, full, TestBody},
@@ -61,7 +59,7 @@ pub use self::{
     origin::{come_back_later, read_request_head, Arrival, Origin, Speaks},
     otlp::{OtlpReceiver, Received},
     parent::{free_port, ParentProxy},
-    proxy_client::{open_tunnel, Got, ProxyClient, ProxyConn},
+    proxy_client::{open_tunnel, Got, ProxyClient},
     real_clients::{
         client_command, run_to_success, run_with_input, trust_in_nss_home, undici_through,
     },
@@ -69,8 +67,7 @@ pub use self::{
     redis_topology::{cli_at, RedisCluster, RedisSentinels, TlsRedis},
     temp::temp_dir,
     throttled_site::{
-        assert_every_page_once_and_the_site_kept, path_of, site_page, throttled_site, SiteLimits,
-        SiteShape,
+        assert_every_page_once_and_the_site_kept, throttled_site, SiteLimits, SiteShape,
     },
     tls::{client_tls_trusting, TestCa},
     wait::eventually,

@@ -61,7 +61,6 @@ pub struct Origin {
     /// Where it listens.
     pub addr: SocketAddr,
     arrivals: Arc<Mutex<Vec<Arrival>>>,
-    in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
     connections: Arc<AtomicUsize>,
     task: JoinHandle<()>,
@@ -146,7 +145,7 @@ impl Origin {
         let in_flight = Arc::new(AtomicUsize::new(0));
         let max_in_flight = Arc::new(AtomicUsize::new(0));
         let connections = Arc::new(AtomicUsize::new(0));
-        let (a, i, m) = (arrivals.clone(), in_flight.clone(), max_in_flight.clone());
+        let (a, i, m) = (arrivals.clone(), in_flight, max_in_flight.clone());
         let accepted = connections.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -209,7 +208,6 @@ impl Origin {
         Origin {
             addr,
             arrivals,
-            in_flight,
             max_in_flight,
             connections,
             task,

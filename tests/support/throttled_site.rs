@@ -45,7 +45,7 @@ pub struct SiteShape {
 }
 
 /// One page of the tree: links to its ten children and to a disallowed page.
-pub fn site_page(n: usize, pages: usize) -> String {
+fn site_page(n: usize, pages: usize) -> String {
     let mut links = String::new();
     for child in n * 10 + 1..=n * 10 + 10 {
         if child < pages {
@@ -133,7 +133,7 @@ pub async fn throttled_site(
 }
 
 /// The path of a URL (`https://site.test:1234/p/3` → `/p/3`).
-pub fn path_of(url: &str) -> String {
+fn path_of(url: &str) -> String {
     url.split_once("://")
         .and_then(|(_, rest)| rest.find('/').map(|i| rest[i..].to_string()))
         .unwrap_or_default()
