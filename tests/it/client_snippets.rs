@@ -4,7 +4,7 @@
 //! `courtesy ca` says), and must print the site's page; the site must have seen the request come
 //! through courtesy. Only `127.0.0.1:3128` (the proxy) and `https://example.com/` (the site, on a
 //! free port) are replaced. Every block marked `<!-- from: FILE -->` must be made of lines of
-//! FILE, the script a test runs (the Crawlee crawls of tests/crawlee.rs).
+//! FILE, the script a test runs (the Crawlee crawls of tests/it/crawlee.rs).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -4,8 +4,8 @@
 //! window it announced kept. Scrapy with its RetryMiddleware as shipped, `requests` in a plain
 //! loop that never retries, and aiohttp gathering every page at once. A window too long to wait
 //! is answered with the local 429 at once; a client that stops reading frees its host after
-//! `send_timeout_seconds`. (Crawlee on its defaults: tests/crawlee.rs; the connection patterns:
-//! tests/limits.rs.)
+//! `send_timeout_seconds`. (Crawlee on its defaults: tests/it/crawlee.rs; the connection patterns:
+//! tests/it/limits.rs.)
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

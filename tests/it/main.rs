@@ -1,9 +1,11 @@
 //! The end-to-end tests, one binary: a module per capability (`core`, `https`, `shared`, ...), each
 //! the file that was `tests/<capability>.rs`, all on the harness in `tests/support/`. One binary
-//! compiles the harness once and links the proxy once, where one binary per file did it forty
-//! times over (most of a clean build's time and of target/'s size). Run one capability with its
-//! module path as the filter: `cargo test --test it core::` (what `cargo test --test core` was),
-//! or one test: `cargo test --test it core::a_test_name`.
+//! compiles the harness once and links the proxy once, where one binary per file did it
+//! thirty-eight times over (most of a clean build's time and of target/'s size). Run one
+//! capability with its module path as the filter: `cargo test --test it core::` (what
+//! `cargo test --test core` was), or one test: `cargo test --test it core::a_test_name`. A filter
+//! matches anywhere in `module::test`, so `shared::` also runs `teams_shared::` and `clients::`
+//! `teams_clients::` (`cargo test --test it -- --skip teams_shared shared::` keeps to `shared`).
 //!
 //! The harness stays at `tests/support/` (`#[path]` below), not under `tests/it/`: a unit test in
 //! `src/` includes `tests/support/zstd_frame.rs` and `tests/support/redis.rs`, and the scenarios

@@ -1,4 +1,4 @@
-// A Crawlee for Node crawl through courtesy, as a Crawlee user writes one (tests/crawlee.rs):
+// A Crawlee for Node crawl through courtesy, as a Crawlee user writes one (tests/it/crawlee.rs):
 // CheerioCrawler, 16 at a time, the proxy given by `proxyConfiguration`, courtesy's CA from
 // NODE_EXTRA_CA_CERTS, and every link of the same host followed from START_URL, set up as
 // docs/clients.md says: 403 is not a "blocked session" status (courtesy answers a robots.txt

@@ -1,4 +1,4 @@
-// A Crawlee for Node crawl through courtesy on both sides' defaults (tests/crawlee.rs): a plain
+// A Crawlee for Node crawl through courtesy on both sides' defaults (tests/it/crawlee.rs): a plain
 // CheerioCrawler with nothing but the proxy and a handler that follows links, as a new user
 // writes it before reading any docs: Crawlee's own concurrency, timeouts, retries and "blocked"
 // statuses (401, 403, 429) as shipped. courtesy's CA comes from NODE_EXTRA_CA_CERTS. Prints one

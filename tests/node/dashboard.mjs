@@ -5,7 +5,7 @@
 //
 // Exit 0: the row `[data-host="<host key>"]` appeared, shows a rate, the page refreshed itself and
 // no console error/warning or page error was seen; the rows' order is printed last. Exit 1 otherwise; 2 on bad usage or no browser.
-// Used by tests/dashboard.rs. Every wait is bounded.
+// Used by tests/it/dashboard.rs. Every wait is bounded.
 
 import { launch, requireChromium, watchdog } from "./chromium.mjs";
 

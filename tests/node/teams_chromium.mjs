@@ -7,7 +7,7 @@
 //
 // Prints one line per URL: "loaded <status> <body text>" or "failed <error>". Exit 0 when every
 // URL was tried, 2 on bad usage or no browser, 1 when the watchdog fired. Used by
-// tests/teams_clients.rs. Every wait is bounded.
+// tests/it/teams_clients.rs. Every wait is bounded.
 
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";

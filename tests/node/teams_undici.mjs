@@ -2,7 +2,7 @@
 // job's credentials (`http://job:token@127.0.0.1:port`: ProxyAgent sends them as
 // `Proxy-Authorization: Basic`). Prints one line per URL: "<status> <body>" when it was answered,
 // "error <message>" when undici gave up (a 407 to its CONNECT surfaces this way). Used by
-// tests/teams_clients.rs; NODE_EXTRA_CA_CERTS must name courtesy's CA. Every wait is bounded.
+// tests/it/teams_clients.rs; NODE_EXTRA_CA_CERTS must name courtesy's CA. Every wait is bounded.
 import { ProxyAgent, request } from 'undici';
 
 const [proxy, ...urls] = process.argv.slice(2);

@@ -6,7 +6,7 @@
 //
 // Prints "loaded <status> <body text>" and exits 0 when the page loaded; prints "failed <error>"
 // and exits 1 when it did not (a certificate error, for one). Exit 2 on bad usage or no browser.
-// Used by tests/browser.rs. Every wait is bounded.
+// Used by tests/it/browser.rs. Every wait is bounded.
 
 import { launch, requireChromium, watchdog } from "./chromium.mjs";
 
@@ -16,7 +16,7 @@ if (!url || !proxy) {
   process.exit(2);
 }
 requireChromium("trust");
-// The verdict goes to stdout, where tests/browser.rs reads it.
+// The verdict goes to stdout, where tests/it/browser.rs reads it.
 watchdog(45_000, 1, "failed: no answer within 45 s");
 
 let browser;

@@ -8,7 +8,7 @@
 //
 // Prints one line per URL: "echo <url> <first echo> <second echo>" or "failed <url> <error>".
 // Exit 0 when every URL was tried, 2 on bad usage or no browser, 1 when the watchdog fired. Used
-// by tests/websockets.rs. Every wait is bounded.
+// by tests/it/websockets.rs. Every wait is bounded.
 
 import { launch, requireChromium, watchdog } from "./chromium.mjs";
 

@@ -8,7 +8,7 @@
 //
 // Prints one line: "title <the page's title>" once it starts with "echo" or "failed", or
 // "failed <error>". Exit 0 when a line was printed, 2 on bad usage or no browser, 1 when the
-// watchdog fired. Used by tests/websockets.rs. Every wait is bounded.
+// watchdog fired. Used by tests/it/websockets.rs. Every wait is bounded.
 
 import { launch, requireChromium, watchdog } from "./chromium.mjs";
 

@@ -6,7 +6,7 @@
 //
 // Sends "node 0", "node 1", "node 2" and prints each echo on a line of its own. Exit 0 when all
 // three came back, 1 on an error or when the watchdog fired, 2 on bad usage. Used by
-// tests/websockets.rs. Every wait is bounded.
+// tests/it/websockets.rs. Every wait is bounded.
 
 import { HttpsProxyAgent } from "https-proxy-agent";
 import WebSocket from "ws";

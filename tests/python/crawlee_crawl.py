@@ -1,4 +1,4 @@
-"""A Crawlee for Python crawl through courtesy, as a Crawlee user writes one (tests/crawlee.rs).
+"""A Crawlee for Python crawl through courtesy, as a Crawlee user writes one (tests/it/crawlee.rs).
 
 BeautifulSoupCrawler on its default HTTP client, 16 at a time, the proxy given by
 `ProxyConfiguration`, courtesy's CA trusted (SSL_CERT_FILE: the bundle `courtesy env` names), and

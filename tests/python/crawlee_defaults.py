@@ -1,4 +1,4 @@
-"""A Crawlee for Python crawl through courtesy on both sides' defaults (tests/crawlee.rs).
+"""A Crawlee for Python crawl through courtesy on both sides' defaults (tests/it/crawlee.rs).
 
 A plain BeautifulSoupCrawler with nothing but the proxy and a handler that follows links, as a
 new user writes it before reading any docs: Crawlee's own HTTP client (impit), concurrency,

@@ -1,5 +1,5 @@
 """Verifies Web Bot Auth signatures with an implementation courtesy does not use (PyPI's
-http-message-signatures and cryptography), for tests/signing.rs.
+http-message-signatures and cryptography), for tests/it/signing.rs.
 
 Reads one JSON document on stdin:
   {"jwks": {"keys": [...]},                    # what `courtesy keys directory` printed

@@ -1,5 +1,5 @@
 """WebSocket echo through courtesy with Python's `websockets` (>= 15: its `proxy=` argument), as a
-user of it writes one (tests/websockets.rs).
+user of it writes one (tests/it/websockets.rs).
 
     python3 websocket_echo.py <proxy URL> <ws:// or wss:// URL> [<CA file to trust for wss>]
 

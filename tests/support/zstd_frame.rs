@@ -1,5 +1,5 @@
 // A zstd frame made without an encoder, for the block corpus's zstd pages: included (`include!`)
-// by tests/block_detection.rs and by src/pacing/blocks/corpus.rs, the detector's unit test, so both
+// by tests/it/block_detection.rs and by src/pacing/blocks/corpus.rs, the detector's unit test, so both
 // serve the very same bytes. Not a module of `support`.
 
 /// `data` as a zstd frame of raw (stored) blocks: the format every zstd decoder reads, made
