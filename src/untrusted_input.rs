@@ -180,14 +180,17 @@ proptest! {
     #[test]
     fn robots_txt_files(
         body in proptest::collection::vec(any::<u8>(), 0..4096),
-        lines in proptest::collection::vec("(User-agent|Disallow|Allow|Crawl-delay|Sitemap): [ -~]{0,40}", 0..40),
+        lines in proptest::collection::vec("(User-agent|Disallow|Allow|Crawl-delay|Request-rate|Visit-time|Sitemap): [ -~]{0,40}", 0..40),
         path in "/[ -~]{0,60}",
     ) {
         for rules in [body, lines.join("\n").into_bytes()] {
             let cache = RobotsCache::new();
             bounded("robots.txt", || {
                 if let Step::Fetch(guard) = cache.step("http://a.test:80", "bot", &path) {
-                    guard.finish(Fetched::Rules(rules));
+                    guard.finish(
+                        Fetched::Rules(rules, crate::pacing::robots::CACHE_FOR),
+                        std::time::Duration::from_secs(86_400),
+                    );
                 }
                 prop_assert!(matches!(cache.step("http://a.test:80", "bot", &path), Step::Known(_)));
                 Ok(())

@@ -104,6 +104,7 @@ fn waits_for(s: &HostSnapshot, reason: WaitReason, now_wall: SystemTime) -> Stri
         WaitReason::Cooldown | WaitReason::Block | WaitReason::Paused => {
             format!("the host to open again{at_text}")
         }
+        WaitReason::VisitTime => format!("robots.txt's Visit-time hours to begin{at_text}"),
         WaitReason::ByteBudget => match s.byte_debt {
             Some((bytes, left)) => format!(
                 "its byte budget: a debt of {bytes} bytes, paid back at {}",

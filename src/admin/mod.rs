@@ -105,7 +105,7 @@ impl Admin {
         annotated(
             HostView::of(snapshot, SystemTime::now()),
             &snapshot.key,
-            (&self.plain_unsigned, &self.robots),
+            (&self.plain_unsigned, &self.robots, &self.metrics),
         )
     }
 
@@ -418,7 +418,11 @@ impl Admin {
                 total,
                 budget: BudgetView::of(&self.limiter),
                 next,
-                hosts: HostList(&snapshots, now, (&self.plain_unsigned, &self.robots)),
+                hosts: HostList(
+                    &snapshots,
+                    now,
+                    (&self.plain_unsigned, &self.robots, &self.metrics),
+                ),
             },
         )
     }
@@ -697,16 +701,16 @@ fn with_type(body: String, content_type: &'static str) -> Response<ProxyBody> {
 struct HostList<'a>(
     &'a [HostSnapshot],
     SystemTime,
-    (&'a PlainUnsigned, &'a RobotsCache),
+    (&'a PlainUnsigned, &'a RobotsCache, &'a Metrics),
 );
 
 /// `view` of the host `key` with what the proxy knows beside its budget: whether its requests
 /// went unsigned over plain http, the licences its robots.txt names (https first, as a budget
-/// key names no scheme).
+/// key names no scheme), and its requests answered without asking it.
 fn annotated(
     view: HostView,
     key: &str,
-    (plain_unsigned, robots): (&PlainUnsigned, &RobotsCache),
+    (plain_unsigned, robots, metrics): (&PlainUnsigned, &RobotsCache, &Metrics),
 ) -> HostView {
     let mut licenses = robots.licenses(&format!("https://{key}"));
     if licenses.is_empty() {
@@ -714,6 +718,7 @@ fn annotated(
     }
     view.unsigned_over_plain_http(plain_unsigned.contains(key))
         .licensed(licenses)
+        .not_sent(metrics.not_sent_of(key))
 }
 
 impl serde::Serialize for HostList<'_> {
@@ -766,13 +771,14 @@ mod tests {
         let now = SystemTime::now();
         let unsigned = PlainUnsigned::default();
         let robots = RobotsCache::new();
+        let metrics = Metrics::new(10);
         let body_of = |snapshots: &[HostSnapshot], next: Option<String>| {
             serde_json::to_string_pretty(&HostsPage {
                 now_unix_ms: 0,
                 total: Totals::default(),
                 budget: BudgetView::of(&limiter),
                 next,
-                hosts: HostList(snapshots, now, (&unsigned, &robots)),
+                hosts: HostList(snapshots, now, (&unsigned, &robots, &metrics)),
             })
             .unwrap()
         };

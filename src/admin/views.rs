@@ -196,6 +196,37 @@ pub struct HostView {
     /// enforced.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub licenses: Vec<String>,
+    /// The delay between requests robots.txt asks for and courtesy keeps (the longer of
+    /// `Crawl-delay` and `Request-rate`'s interval), when it asks for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crawl_delay: Option<CrawlDelayView>,
+    /// robots.txt's `Visit-time` window (`0600-0845 UTC`): outside it the host waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visit_time: Option<String>,
+    /// Requests answered without asking the host (docs/robots-blocks-cache.md), when any were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_sent: Option<NotSentView>,
+}
+
+/// The delay robots.txt asks for between requests, as courtesy keeps it.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CrawlDelayView {
+    /// The seconds between requests courtesy paces the host at.
+    pub seconds: f64,
+    /// Whether that is `max_crawl_delay_seconds`, an operator's cap below what robots.txt asked.
+    pub capped: bool,
+}
+
+/// Requests answered without asking the host: from the response store, or with the answer of an
+/// identical request in flight. Neither took a turn of the host's budget.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NotSentView {
+    /// Answered from the response store.
+    pub stored: u64,
+    /// Answered with an identical request's answer (`coalesce`).
+    pub coalesced: u64,
 }
 
 /// The HTTP version courtesy speaks to a host's origin, and why it fell back to HTTP/1.1 if it did.
@@ -473,7 +504,16 @@ impl HostView {
                 .collect(),
             signing: None,
             licenses: Vec::new(),
+            crawl_delay: CrawlDelayView::of(s),
+            visit_time: s.visit_time.clone(),
+            not_sent: None,
         }
+    }
+
+    /// This view, with the host's requests answered without asking it (`[stored, coalesced]`).
+    pub fn not_sent(mut self, counts: Option<[u64; 2]>) -> Self {
+        self.not_sent = counts.map(|[stored, coalesced]| NotSentView { stored, coalesced });
+        self
     }
 
     /// This view, with the licences the host's robots.txt names.
@@ -540,6 +580,34 @@ impl Counters {
             response_bytes: s.stats.response_bytes(),
             websockets_open: s.websockets_open,
         }
+    }
+}
+
+impl NotSentView {
+    /// `job`'s requests answered without asking the host.
+    fn of_job(job: &crate::budget::jobs::JobState) -> Self {
+        let count = |n: &std::sync::atomic::AtomicU64| n.load(std::sync::atomic::Ordering::Relaxed);
+        NotSentView {
+            stored: count(&job.not_sent[0]),
+            coalesced: count(&job.not_sent[1]),
+        }
+    }
+}
+
+impl CrawlDelayView {
+    /// The delay in force on `s` from robots.txt, if any: capped when it is the host's
+    /// `max_crawl_delay_seconds`.
+    fn of(s: &HostSnapshot) -> Option<Self> {
+        let seconds = 1.0 / s.robots_cap.filter(|r| *r > 0.0)?;
+        let capped = s
+            .policy
+            .robots
+            .max_crawl_delay
+            .is_some_and(|max| (max.as_secs_f64() - seconds).abs() < 1e-6);
+        Some(CrawlDelayView {
+            seconds: round3(seconds),
+            capped,
+        })
     }
 }
 
@@ -627,6 +695,10 @@ pub struct JobView {
     /// The priced answers it got (HTTP 402 with `crawler-price`), per host.
     #[serde(default)]
     pub priced: Vec<PricedView>,
+    /// Its requests answered without asking the host: from the response store, or with an
+    /// identical request's answer.
+    #[serde(default)]
+    pub not_sent: NotSentView,
 }
 
 /// The priced answers (HTTP 402 with `crawler-price`, pay per crawl) of one job from one host.
@@ -711,6 +783,7 @@ impl JobsPage {
                         last_price: p.last_price,
                     })
                     .collect(),
+                not_sent: NotSentView::of_job(&caller.state),
                 quota: caller.quota_left(now).map(|q| QuotaView {
                     max_requests: q.max,
                     per_seconds: q.per.as_secs_f64(),

@@ -92,6 +92,10 @@ word_enum!(UpstreamHttp2 { Auto, Off });
 pub enum CacheMode {
     /// Nothing is stored.
     Off,
+    /// RFC 9111 as a shared cache (the default): a fresh stored answer is served without asking
+    /// the origin, a stale one is revalidated, `no-store`, `private`, credentials, cookies and
+    /// `Vary` are honoured.
+    Http,
     /// Responses with an ETag or Last-Modified are stored; repeats are revalidated with
     /// If-None-Match / If-Modified-Since, and a 304 is answered from the store as the full 200.
     Revalidate,
@@ -101,6 +105,7 @@ pub enum CacheMode {
 
 word_enum!(CacheMode {
     Off,
+    Http,
     Revalidate,
     Dev
 });

@@ -11,7 +11,7 @@ use super::key_tables::host::{
     Agent, FileOffPeak, Markers, OffPeakWindow, Parent, Resources, Statuses,
 };
 use super::key_tables::kinds::Kind as _;
-use super::key_tables::kinds::{between, Count, Flag, Maybe, Millis, Rate, Seconds, Word};
+use super::key_tables::kinds::{between, Count, Days, Flag, Maybe, Millis, Rate, Seconds, Word};
 use super::key_tables::process::HeaderText;
 use super::key_tables::{keys, Group, Key};
 use super::off_peak::OffPeak;
@@ -294,9 +294,21 @@ keys! {
         /// The robots.txt group to obey; empty: the product token of the client's User-Agent
         /// ("python-requests/2.31" -> "python-requests"), falling back to "*".
         user_agent: Option<String> = None, from robots_user_agent: String, Agent;
-        /// The longest Crawl-delay honoured as such; longer ones pace at this and log a warning.
-        max_crawl_delay: Duration = Duration::from_secs(60),
-            from max_crawl_delay_seconds: f64, Seconds { min: 0.001, max: 86400.0 };
+        /// A cap on the Crawl-delay (and Request-rate interval) honoured; unset (the default):
+        /// every delay robots.txt asks for is honoured, whatever its length.
+        ///
+        /// A cap is an operator's explicit choice to ask faster than the site asked: a capped
+        /// host paces at this, logs a warning and says so in /hosts ("crawl_delay").
+        max_crawl_delay: Option<Duration> = None,
+            from max_crawl_delay_seconds: f64, Maybe(Seconds { min: 0.001, max: 86400.0 });
+        /// While robots.txt cannot be read again (5xx, 429, unreachable), its last good rules
+        /// stay in force for up to this many days since they were read (0: disallow at once).
+        ///
+        /// RFC 9309 2.4 lets a crawler keep its cached copy while the file is unreachable; one
+        /// 503 on robots.txt no longer stops a crawl that was allowed. A host that never had a
+        /// good copy stays disallowed until one is read.
+        keep_on_failure: Duration = Duration::from_secs(7 * 86400),
+            from robots_keep_on_failure_days: f64, Days { min: 0.0, max: 30.0 };
     }
 }
 
@@ -350,14 +362,40 @@ keys! {
         /// and holds one concurrency slot for the tunnel's life, which paces connections, not
         /// requests. Plain HTTP inside a CONNECT is paced per request either way.
         https: HttpsMode = HttpsMode::Intercept, from https: String, Word;
-        /// Stored GET responses: `"off"`, `"revalidate"` (conditional repeats, a 304 answered
-        /// from the store) or `"dev"` (repeats served from the store).
+        /// Stored GET responses: `"http"` (RFC 9111 as a shared cache), `"off"`,
+        /// `"revalidate"` (conditional repeats, a 304 answered from the store) or `"dev"`
+        /// (repeats served from the store).
         ///
-        /// "revalidate" stores responses with ETag/Last-Modified, revalidates repeats with
-        /// If-None-Match/If-Modified-Since and answers a 304 from the store as the full 200;
-        /// "dev" answers repeats from the store without asking the origin, for developing
-        /// parsers.
-        cache: CacheMode = CacheMode::Off, from cache: String, Word;
+        /// "http" serves a fresh stored answer (max-age, s-maxage, Expires) without asking the
+        /// origin, revalidates a stale one, answers a client's matching validators with a local
+        /// 304, and honours no-store, private, Authorization, cookies and Vary; a client's
+        /// no-cache or max-age=0 always reaches the origin. "revalidate" stores responses with
+        /// ETag/Last-Modified, revalidates every repeat with If-None-Match/If-Modified-Since and
+        /// answers a 304 from the store as the full 200; "dev" answers repeats from the store
+        /// without asking the origin, for developing parsers.
+        cache: CacheMode = CacheMode::Http, from cache: String, Word;
+        /// Under `cache = "http"`, a freshness guessed from `Last-Modified` (a tenth of its age,
+        /// at most a day) for answers that state none.
+        ///
+        /// Off by default: a crawler that polls a page for changes must see them, and an answer
+        /// without a stated freshness is the origin saying nothing. RFC 9111 4.2.2 allows it.
+        heuristic_freshness: bool = false, from heuristic_freshness: bool, Flag;
+        /// Within this many seconds of a stored answer, a repeat of its URL is answered from the
+        /// store even when the answer is stale (0: never).
+        ///
+        /// For crawls that revisit the same URLs too often: the site sees each URL at most once
+        /// in this time. An answer marked no-store or private is never stored, so its repeats
+        /// still go to the origin; a client's no-cache or max-age=0 still reaches it.
+        min_refetch: Duration = Duration::ZERO,
+            from min_refetch_seconds: f64, Seconds { min: 0.0, max: 30.0 * 86400.0 };
+        /// Identical bodiless GET and HEAD requests in flight at once become one origin request,
+        /// and every waiter gets its answer.
+        ///
+        /// Requests are identical when their URL, the credentials and cookies they carry and the
+        /// headers answers commonly vary on (Accept, Accept-Encoding, Accept-Language) are the
+        /// same. An answer marked private, no-store or setting a cookie is not shared: the others
+        /// then ask for themselves. A waiter waits at most `[proxy] response_timeout_seconds`.
+        coalesce: bool = true, from coalesce: bool, Flag;
         /// The longest the origin may stay silent: no byte of the response for this long ends
         /// the exchange (like nginx's proxy_read_timeout).
         ///

@@ -6,3 +6,4 @@ pub(crate) mod policy;
 pub(crate) mod preferences;
 pub(crate) mod ratelimit;
 pub(crate) mod robots;
+pub(crate) mod robots_pacing;

@@ -3,8 +3,11 @@
 //! for a day.
 //!
 //! This module owns the cache and the decisions: whether a request must wait for a fetch, who
-//! fetches, what an answer means (2xx: rules; 4xx: everything allowed; 5xx, 429 or unreachable:
-//! everything disallowed until a retry), and which group a client's User-Agent falls in. The fetch
+//! fetches, what an answer means (2xx: rules, kept as the file's own `Cache-Control` says, never
+//! longer than a day; 4xx: everything allowed; 5xx, 429 or unreachable: the last good rules while
+//! they are younger than the host's `robots_keep_on_failure_days`, else everything disallowed until
+//! a retry), and which group a client's User-Agent falls in. Known rules keep answering while one
+//! request fetches them again, so a refresh holds no one up. The fetch
 //! itself (through the host's budget, redirects, the 500 KiB cap) is the proxy's (`proxy/refuse/robots.rs`),
 //! since it is an upstream request like any other.
 
@@ -17,13 +20,19 @@ use dashmap::DashMap;
 use texting_robots::Robot;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::warn;
 
 use crate::config::Purpose;
 use crate::pacing::preferences::{Refused, RobotsPreferences};
+use crate::pacing::robots_pacing::{RobotsPacing, VisitWindow};
 use crate::util::locks::lock;
 
-/// How long a fetched robots.txt (or a 4xx) is trusted.
+/// How long a fetched robots.txt (or a 4xx) is trusted at most, and when its answer says nothing
+/// of its own freshness (RFC 9309 2.4).
 pub(crate) const CACHE_FOR: Duration = Duration::from_secs(24 * 3600);
+/// The shortest time a robots.txt is kept, even when it says `no-cache` or `max-age=0`: at most
+/// one fetch of it in this time, out of the host's budget.
+pub(crate) const MIN_KEEP: Duration = Duration::from_secs(5);
 /// How long "everything disallowed" lasts after a 5xx, 429 or failure before courtesy retries.
 pub(crate) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(60);
 /// The most of a robots.txt that is read (RFC 9309 asks parsers for at least 500 KiB).
@@ -33,11 +42,17 @@ pub(crate) const MAX_REDIRECTS: usize = 5;
 /// Distinct user-agent groups parsed per host (the rest fall back to `*`).
 const MAX_AGENTS: usize = 16;
 
+/// How long a robots.txt whose answer gave it `lifetime` of freshness (`None`: it said nothing)
+/// is kept: that, between [`MIN_KEEP`] and [`CACHE_FOR`].
+pub(crate) fn keep_for(lifetime: Option<Duration>) -> Duration {
+    lifetime.map_or(CACHE_FOR, |l| l.clamp(MIN_KEEP, CACHE_FOR))
+}
+
 /// What a fetch of robots.txt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Fetched {
-    /// A 2xx with this body (at most [`MAX_BYTES`]).
-    Rules(Vec<u8>),
+    /// A 2xx with this body (at most [`MAX_BYTES`]), kept this long ([`keep_for`]).
+    Rules(Vec<u8>, Duration),
     /// A 4xx: there are no rules.
     Unavailable(u16),
     /// A 5xx, a 429, too many redirects or no answer: everything is disallowed for now.
@@ -47,10 +62,13 @@ pub(crate) enum Fetched {
 /// The verdict for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Verdict {
-    /// Go ahead; `crawl_delay` is the group's Crawl-delay in seconds, if any.
+    /// Go ahead, no faster than the group asks.
     Allowed {
-        /// Crawl-delay of the matching group.
+        /// The seconds between requests the group asks for: the longer of its `Crawl-delay` and
+        /// its `Request-rate`'s interval.
         crawl_delay: Option<f64>,
+        /// The group's `Visit-time` window (UTC), if any: outside it the host waits.
+        visit: Option<VisitWindow>,
     },
     /// robots.txt disallows it, or could not be read.
     Disallowed {
@@ -77,10 +95,18 @@ enum State {
     Fetching,
     Rules {
         txt: Arc<Vec<u8>>,
-        robots: HashMap<String, Arc<Robot>>,
+        /// Each group asked for so far: its rules, and the pacing its lines ask for.
+        robots: HashMap<String, Arc<AgentRules>>,
         /// The preference lines (Content-Signal, Content-Usage), read once.
         preferences: Arc<RobotsPreferences>,
         until: Instant,
+        /// When these rules were last read from the site (a failed refresh keeps them while
+        /// they are younger than the host's bound).
+        read_at: Instant,
+        /// One request is fetching the file again; the others are answered from these rules.
+        refreshing: bool,
+        /// Kept past a failed refresh, until then at the latest (the sweep keeps them too).
+        kept_until: Option<Instant>,
     },
     AllowAll {
         until: Instant,
@@ -89,6 +115,42 @@ enum State {
         why: String,
         until: Instant,
     },
+}
+
+/// One group's rules as a client falls in it.
+#[derive(Debug)]
+struct AgentRules {
+    /// The Allow and Disallow lines and the Crawl-delay (`None`: the file did not parse).
+    robot: Option<Robot>,
+    /// The group's `Request-rate` and `Visit-time`.
+    pacing: RobotsPacing,
+}
+
+impl AgentRules {
+    /// The verdict for `path`.
+    fn verdict(&self, agent: &str, path: &str) -> Verdict {
+        let Some(robot) = &self.robot else {
+            // An unparsable file is treated as no rules, as browsers and big crawlers do.
+            return Verdict::Allowed {
+                crawl_delay: None,
+                visit: None,
+            };
+        };
+        if !robot.allowed(path) {
+            return Verdict::Disallowed {
+                reason: format!("robots.txt disallows {path} for user-agent {agent:?}"),
+            };
+        }
+        let crawl_delay = robot.delay.map(f64::from);
+        let slowest = match (crawl_delay, self.pacing.request_interval) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        Verdict::Allowed {
+            crawl_delay: slowest,
+            visit: self.pacing.visit,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -115,11 +177,15 @@ pub(crate) struct FetchGuard {
 }
 
 impl FetchGuard {
-    /// Records what the fetch came to and wakes every waiting request.
-    pub(crate) fn finish(mut self, fetched: Fetched) {
+    /// Records what the fetch came to and wakes every waiting request. A failure (5xx, 429,
+    /// unreachable) after good rules keeps those rules while they were read less than
+    /// `keep_on_failure` ago (RFC 9309 2.4), and asks again after [`RETRY_AFTER_FAILURE`].
+    pub(crate) fn finish(mut self, fetched: Fetched, keep_on_failure: Duration) {
         let now = Instant::now();
-        let state = match fetched {
-            Fetched::Rules(txt) => {
+        let entry = self.entry.clone();
+        let mut state = lock(&entry.state);
+        let next = match fetched {
+            Fetched::Rules(txt, keep) => {
                 let preferences = RobotsPreferences::parse(&txt);
                 if !preferences.licenses().is_empty() {
                     self.any_licenses.store(true, Ordering::Release);
@@ -128,28 +194,74 @@ impl FetchGuard {
                     preferences: Arc::new(preferences),
                     txt: Arc::new(txt),
                     robots: HashMap::new(),
-                    until: now + CACHE_FOR,
+                    until: now + keep,
+                    read_at: now,
+                    refreshing: false,
+                    kept_until: None,
                 }
             }
             Fetched::Unavailable(_) => State::AllowAll {
                 until: now + CACHE_FOR,
             },
-            Fetched::Unreachable(why) => State::DisallowAll {
-                why,
-                until: now + RETRY_AFTER_FAILURE,
+            Fetched::Unreachable(why) => match kept(&mut state, keep_on_failure, now) {
+                Some(()) => {
+                    warn!(%why, "robots.txt could not be read again; its last good rules stay in force");
+                    self.finish_with(state, None);
+                    return;
+                }
+                None => State::DisallowAll {
+                    why,
+                    until: now + RETRY_AFTER_FAILURE,
+                },
             },
         };
-        *lock(&self.entry.state) = state;
+        self.finish_with(state, Some(next));
+    }
+
+    /// Puts `next` in place (if any), marks the fetch done and wakes every waiting request.
+    fn finish_with(&mut self, mut state: std::sync::MutexGuard<'_, State>, next: Option<State>) {
+        if let Some(next) = next {
+            *state = next;
+        }
+        drop(state);
         self.finished = true;
         self.entry.done.notify_waiters();
     }
 }
 
+/// Keeps the rules in `state` past a failed refresh, if they were read less than `bound` ago:
+/// they answer until the next try, [`RETRY_AFTER_FAILURE`] from `now`.
+fn kept(state: &mut State, bound: Duration, now: Instant) -> Option<()> {
+    let State::Rules {
+        until,
+        read_at,
+        refreshing,
+        kept_until,
+        ..
+    } = state
+    else {
+        return None;
+    };
+    let last = *read_at + bound;
+    if last <= now {
+        return None;
+    }
+    *until = (now + RETRY_AFTER_FAILURE).min(last);
+    *refreshing = false;
+    *kept_until = Some(last);
+    Some(())
+}
+
 impl Drop for FetchGuard {
     fn drop(&mut self) {
         if !self.finished {
-            // The fetching request went away: let the next one try.
-            *lock(&self.entry.state) = State::Unknown;
+            // The fetching request went away: let the next one try (known rules keep answering).
+            let mut state = lock(&self.entry.state);
+            match &mut *state {
+                State::Rules { refreshing, .. } => *refreshing = false,
+                other => *other = State::Unknown,
+            }
+            drop(state);
             self.entry.done.notify_waiters();
         }
     }
@@ -179,56 +291,74 @@ impl RobotsCache {
         });
         let now = Instant::now();
         let mut state = lock(&entry.state);
-        let stale = match &*state {
+        let stale = match &mut *state {
             State::Unknown => true,
             State::Fetching => false,
-            State::Rules { until, .. }
-            | State::AllowAll { until, .. }
-            | State::DisallowAll { until, .. } => *until <= now,
+            State::Rules {
+                until, refreshing, ..
+            } => {
+                // Known rules go on answering while one request fetches them again.
+                let refresh = *until <= now && !*refreshing;
+                if refresh {
+                    *refreshing = true;
+                    drop(state);
+                    return Step::Fetch(self.guard(entry));
+                }
+                false
+            }
+            State::AllowAll { until, .. } | State::DisallowAll { until, .. } => *until <= now,
         };
         if stale {
             *state = State::Fetching;
             drop(state);
-            return Step::Fetch(FetchGuard {
-                entry,
-                finished: false,
-                any_licenses: self.any_licenses.clone(),
-            });
+            return Step::Fetch(self.guard(entry));
         }
         match &mut *state {
             State::Fetching => Step::Wait(entry.done.clone().notified_owned()),
-            State::AllowAll { .. } => Step::Known(Verdict::Allowed { crawl_delay: None }),
+            State::AllowAll { .. } => Step::Known(Verdict::Allowed {
+                crawl_delay: None,
+                visit: None,
+            }),
             State::DisallowAll { why, .. } => Step::Known(Verdict::Disallowed {
                 reason: format!(
                     "robots.txt could not be read ({why}); everything is disallowed until a retry"
                 ),
             }),
-            State::Rules { txt, robots, .. } => {
+            State::Rules {
+                txt,
+                robots,
+                preferences,
+                ..
+            } => {
                 let agent = agent.to_ascii_lowercase();
-                let robot = match robots.get(&agent) {
-                    Some(r) => Some(r.clone()),
+                let rules = match robots.get(&agent) {
+                    Some(rules) => rules.clone(),
                     None => {
-                        let parsed = Robot::new(&agent, txt).ok().map(Arc::new);
-                        if let Some(r) = &parsed {
-                            if robots.len() < MAX_AGENTS {
-                                robots.insert(agent.clone(), r.clone());
-                            }
+                        let rules = Arc::new(AgentRules {
+                            robot: Robot::new(&agent, txt).ok(),
+                            pacing: preferences.pacing(&agent),
+                        });
+                        if robots.len() < MAX_AGENTS {
+                            robots.insert(agent.clone(), rules.clone());
                         }
-                        parsed
+                        rules
                     }
                 };
-                match robot {
-                    // An unparsable file is treated as no rules, as browsers and big crawlers do.
-                    None => Step::Known(Verdict::Allowed { crawl_delay: None }),
-                    Some(r) if r.allowed(path) => Step::Known(Verdict::Allowed {
-                        crawl_delay: r.delay.map(f64::from),
-                    }),
-                    Some(_) => Step::Known(Verdict::Disallowed {
-                        reason: format!("robots.txt disallows {path} for user-agent {agent:?}"),
-                    }),
-                }
+                Step::Known(rules.verdict(&agent, path))
             }
-            State::Unknown => Step::Known(Verdict::Allowed { crawl_delay: None }),
+            State::Unknown => Step::Known(Verdict::Allowed {
+                crawl_delay: None,
+                visit: None,
+            }),
+        }
+    }
+
+    /// The right to fetch `entry`'s robots.txt, given to one request.
+    fn guard(&self, entry: Arc<Entry>) -> FetchGuard {
+        FetchGuard {
+            entry,
+            finished: false,
+            any_licenses: self.any_licenses.clone(),
         }
     }
 }
@@ -281,9 +411,10 @@ impl RobotsCache {
         self.entries.retain(|_, entry| match &*lock(&entry.state) {
             State::Fetching => true,
             State::Unknown => false,
-            State::Rules { until, .. }
-            | State::AllowAll { until }
-            | State::DisallowAll { until, .. } => *until > now,
+            State::Rules {
+                until, kept_until, ..
+            } => *until > now || kept_until.is_some_and(|last| last > now),
+            State::AllowAll { until } | State::DisallowAll { until, .. } => *until > now,
         });
         before - self.entries.len()
     }
@@ -313,6 +444,8 @@ pub(crate) fn agent_for(configured: Option<&str>, user_agent: Option<&str>) -> S
 mod tests {
     use super::*;
 
+    const DAY: Duration = Duration::from_secs(86_400);
+
     fn known(step: Step) -> Verdict {
         match step {
             Step::Known(v) => v,
@@ -331,13 +464,18 @@ mod tests {
             cache.step("http://a.test:80", "bot", "/y"),
             Step::Wait(_)
         ));
-        guard.finish(Fetched::Rules(
-            b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\n\nUser-agent: special\nDisallow: /\n".to_vec(),
-        ));
+        guard.finish(
+            Fetched::Rules(
+                b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\n\nUser-agent: special\nDisallow: /\n".to_vec(),
+                CACHE_FOR,
+            ),
+            DAY,
+        );
         assert_eq!(
             known(cache.step("http://a.test:80", "bot", "/page")),
             Verdict::Allowed {
-                crawl_delay: Some(2.0)
+                crawl_delay: Some(2.0),
+                visit: None,
             }
         );
         assert!(matches!(
@@ -364,15 +502,18 @@ mod tests {
         let Step::Fetch(g) = cache.step("k1", "bot", "/") else {
             panic!()
         };
-        g.finish(Fetched::Unavailable(404));
+        g.finish(Fetched::Unavailable(404), DAY);
         assert_eq!(
             known(cache.step("k1", "bot", "/any")),
-            Verdict::Allowed { crawl_delay: None }
+            Verdict::Allowed {
+                crawl_delay: None,
+                visit: None
+            }
         );
         let Step::Fetch(g) = cache.step("k2", "bot", "/") else {
             panic!()
         };
-        g.finish(Fetched::Unreachable("500".into()));
+        g.finish(Fetched::Unreachable("500".into()), DAY);
         assert!(matches!(
             known(cache.step("k2", "bot", "/any")),
             Verdict::Disallowed { .. }
@@ -393,6 +534,126 @@ mod tests {
         drop(g);
         woken.await;
         assert!(matches!(cache.step("k", "bot", "/"), Step::Fetch(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rules_are_kept_as_long_as_the_file_says_and_refreshed_without_holding_anyone() {
+        let cache = RobotsCache::new();
+        let Step::Fetch(g) = cache.step("k", "bot", "/") else {
+            panic!()
+        };
+        let txt = b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\nRequest-rate: 1/10\nVisit-time: 0600-0845\n";
+        g.finish(
+            Fetched::Rules(txt.to_vec(), keep_for(Some(Duration::from_secs(5)))),
+            DAY,
+        );
+        let slowest = Verdict::Allowed {
+            crawl_delay: Some(10.0),
+            visit: VisitWindow::parse("0600-0845"),
+        };
+        assert_eq!(known(cache.step("k", "bot", "/a")), slowest);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(known(cache.step("k", "bot", "/a")), slowest);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Stale: one request fetches again; the others go on with the rules known.
+        let Step::Fetch(refresh) = cache.step("k", "bot", "/a") else {
+            panic!("a stale robots.txt is fetched again")
+        };
+        assert_eq!(known(cache.step("k", "bot", "/b")), slowest);
+        assert!(matches!(
+            known(cache.step("k", "bot", "/private")),
+            Verdict::Disallowed { .. }
+        ));
+        // An abandoned refresh lets the next request try, the rules still answering.
+        drop(refresh);
+        let Step::Fetch(refresh) = cache.step("k", "bot", "/a") else {
+            panic!()
+        };
+        refresh.finish(
+            Fetched::Rules(b"User-agent: *\nDisallow: /\n".to_vec(), CACHE_FOR),
+            DAY,
+        );
+        assert!(matches!(
+            known(cache.step("k", "bot", "/a")),
+            Verdict::Disallowed { .. }
+        ));
+    }
+
+    #[test]
+    fn a_robots_txt_is_kept_between_five_seconds_and_a_day() {
+        assert_eq!(keep_for(None), CACHE_FOR);
+        assert_eq!(keep_for(Some(Duration::ZERO)), MIN_KEEP);
+        assert_eq!(
+            keep_for(Some(Duration::from_secs(60))),
+            Duration::from_secs(60)
+        );
+        assert_eq!(keep_for(Some(Duration::from_secs(7 * 86400))), CACHE_FOR);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_refresh_keeps_the_last_good_rules_up_to_the_bound() {
+        let cache = RobotsCache::new();
+        let Step::Fetch(g) = cache.step("k", "bot", "/") else {
+            panic!()
+        };
+        let minute = Duration::from_secs(60);
+        g.finish(
+            Fetched::Rules(b"User-agent: *\nDisallow: /private\n".to_vec(), minute),
+            DAY,
+        );
+        let mut failures = 0;
+        let allowed = |cache: &RobotsCache| {
+            matches!(
+                known(cache.step("k", "bot", "/page")),
+                Verdict::Allowed { .. }
+            )
+        };
+        loop {
+            tokio::time::sleep(RETRY_AFTER_FAILURE.max(minute)).await;
+            match cache.step("k", "bot", "/page") {
+                Step::Fetch(g) => g.finish(Fetched::Unreachable("503".into()), DAY),
+                Step::Known(Verdict::Disallowed { .. }) => break,
+                Step::Known(Verdict::Allowed { .. }) | Step::Wait(_) => {
+                    panic!("a stale robots.txt is fetched again")
+                }
+            }
+            if !allowed(&cache) {
+                break;
+            }
+            failures += 1;
+            // The sweep keeps rules that are in force past a failure.
+            cache.sweep();
+            assert!(!cache.is_empty());
+        }
+        // Kept for a day of failed retries (one a minute), then everything is disallowed.
+        assert_eq!(failures, 24 * 60 - 1);
+        assert!(!allowed(&cache));
+        // A host that never had good rules is disallowed at once.
+        let Step::Fetch(g) = cache.step("new", "bot", "/") else {
+            panic!()
+        };
+        g.finish(Fetched::Unreachable("503".into()), DAY);
+        assert!(matches!(
+            known(cache.step("new", "bot", "/")),
+            Verdict::Disallowed { .. }
+        ));
+        // A bound of zero disallows at once too.
+        let Step::Fetch(g) = cache.step("zero", "bot", "/") else {
+            panic!()
+        };
+        g.finish(
+            Fetched::Rules(b"User-agent: *\nAllow: /\n".to_vec(), minute),
+            Duration::ZERO,
+        );
+        tokio::time::sleep(minute).await;
+        let Step::Fetch(g) = cache.step("zero", "bot", "/") else {
+            panic!()
+        };
+        g.finish(Fetched::Unreachable("503".into()), Duration::ZERO);
+        assert!(matches!(
+            known(cache.step("zero", "bot", "/")),
+            Verdict::Disallowed { .. }
+        ));
     }
 
     #[test]

@@ -70,6 +70,9 @@ pub struct JobState {
     pub preferences_reported: AtomicU64,
     /// Priced answers (HTTP 402 with `crawler-price`) per host: how many, and the last price.
     priced: Mutex<HashMap<String, Priced>>,
+    /// Requests answered without asking the host: `[stored, coalesced]` (see
+    /// `crate::observe::metrics::NotSent`).
+    pub not_sent: [AtomicU64; 2],
     /// When a request last named it, in seconds of [`JobState::now_secs`]: a name no `[[job]]`
     /// gives is forgotten when idle.
     last_used: AtomicU64,
@@ -88,6 +91,7 @@ impl JobState {
             preferences_enforced: AtomicU64::new(0),
             preferences_reported: AtomicU64::new(0),
             priced: Mutex::new(HashMap::new()),
+            not_sent: [AtomicU64::new(0), AtomicU64::new(0)],
             last_used: AtomicU64::new(Self::now_secs()),
         }
     }

@@ -16,6 +16,7 @@ use super::{BudgetKey, HostStats, Limiter, OpenSockets, Refusal, ShadowCounts, W
 use crate::config::{Config, HostPolicy, KeyMode};
 use crate::pacing::policy::{Cooldown, CooldownCause, Pacing, PacingRecord};
 use crate::pacing::ratelimit::NamedPolicy;
+use crate::pacing::robots_pacing::VisitWindow;
 use crate::store::StoreAction;
 use crate::wire::host_key::host_key;
 
@@ -80,6 +81,10 @@ pub struct HostSnapshot {
     /// The RateLimit policies the host last announced, as written (name, quota, unit,
     /// partition key, counters).
     pub server_policies: Option<Arc<[NamedPolicy]>>,
+    /// The rate robots.txt's delay caps the host at (1 / Crawl-delay or Request-rate interval).
+    pub robots_cap: Option<f64>,
+    /// robots.txt's Visit-time window (`0600-0845 UTC`), if any.
+    pub visit_time: Option<String>,
 }
 
 impl HostSnapshot {
@@ -286,6 +291,25 @@ impl Limiter {
         true
     }
 
+    /// Limits the budget of `key` to robots.txt's Visit-time `window` (UTC), or lifts the limit;
+    /// returns whether that changed anything. Outside the window the host is closed as by a
+    /// pause: requests are held or get the local 429 as `on_cooldown` says.
+    pub(crate) fn set_robots_visit_for(
+        &self,
+        key: &BudgetKey,
+        window: Option<VisitWindow>,
+    ) -> bool {
+        let entry = self.host(key);
+        let mut state = entry.lock();
+        if state.pacing().robots_visit() == window {
+            return false;
+        }
+        state.set_robots_visit(window, Instant::now());
+        drop(state);
+        entry.wake.notify_one();
+        true
+    }
+
     /// Switches to a new config, for everyone sharing the limiter's [`crate::config::LiveConfig`]:
     /// every known host gets its new policy at once (queued requests keep their place), new hosts
     /// get it from the start.
@@ -440,6 +464,8 @@ fn snapshot_of(host: &Host, sockets: &OpenSockets) -> HostSnapshot {
             .pacing()
             .concurrency_cap(state.policy().pacing.concurrency),
         server_policies: state.pacing().server_policies().cloned(),
+        robots_cap: state.pacing().robots_cap(),
+        visit_time: state.pacing().robots_visit().map(|w| w.text()),
     }
 }
 

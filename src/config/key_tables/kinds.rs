@@ -171,6 +171,41 @@ impl Kind<f64, Duration> for Seconds {
     }
 }
 
+/// A number of days in `min..=max`, held as a `Duration`.
+pub(crate) struct Days {
+    /// The fewest days allowed.
+    pub min: f64,
+    /// The most days allowed.
+    pub max: f64,
+}
+
+impl Kind<f64, Duration> for Days {
+    fn check(&self, x: f64, at: usize, key: &str, say: &mut Say<'_, '_>) -> Option<Duration> {
+        if x.is_finite() && x >= self.min && x <= self.max {
+            return Some(Duration::from_secs_f64(x * 86_400.0));
+        }
+        let (label, min, max) = (say.label, self.min, self.max);
+        say.error(
+            at,
+            &format!("{label}: {key} must be between {min} and {max} days, got {x}"),
+        );
+        None
+    }
+
+    fn show(&self, d: &Duration) -> Option<toml::Value> {
+        let days = d.as_secs_f64() / 86_400.0;
+        Some(if days.fract() == 0.0 {
+            toml::Value::Integer(days as i64)
+        } else {
+            toml::Value::Float(days)
+        })
+    }
+
+    fn takes(&self) -> String {
+        format!("days, {} to {}", self.min, self.max)
+    }
+}
+
 /// A whole number of milliseconds in the range of its [`Count`], held as a `Duration`.
 pub(crate) struct Millis(pub Count);
 

@@ -8,10 +8,12 @@
 //! series go too and its label slot is free for a host in use.
 
 mod format;
+mod not_sent;
 mod stated;
 mod waits;
 
 pub(crate) use format::negotiate;
+pub(crate) use not_sent::NotSent;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -109,6 +111,8 @@ pub struct Metrics {
     waits: waits::WaitCounters,
     /// Stated preferences and priced answers (`stated.rs`).
     stated: stated::StatedFamilies,
+    /// Requests answered without asking the host (`not_sent.rs`).
+    not_sent: not_sent::NotSentFamilies,
 }
 
 /// The series per host (the `host` label bounded by `metrics_max_hosts`): counters and
@@ -415,8 +419,10 @@ impl Metrics {
         let bytes = ByteFamilies::register(&mut registry);
         let waits = waits::WaitCounters::register(&mut registry);
         let stated = stated::StatedFamilies::register(&mut registry);
+        let not_sent = not_sent::NotSentFamilies::register(&mut registry);
         Metrics {
             stated,
+            not_sent,
             waits,
             bytes,
             registry,
@@ -511,6 +517,7 @@ impl Metrics {
             self.shadow.would_wait_seconds.remove(&label);
             self.shadow.inside_window.remove(&label);
             self.stated.forget(host);
+            self.not_sent.forget(host);
             for reason in crate::budget::limiter::ShadowReason::ALL {
                 self.shadow.would_refuse.remove(&ReasonLabels {
                     host: host.clone(),
@@ -518,6 +525,7 @@ impl Metrics {
                 });
             }
         }
+        self.not_sent.keep_known(|host| limiter.knows(host));
         gone.len()
     }
 
@@ -544,6 +552,19 @@ impl Metrics {
         let labels = (Self::job_label(job), self.label(host));
         self.stated
             .preference(labels, purpose.word(), source.metric(), enforced);
+    }
+
+    /// Counts a request of `job` to `host` answered without asking the host (`how`), for
+    /// `/metrics`, `/hosts` and `/jobs`.
+    pub(crate) fn not_sent(&self, job: &crate::budget::jobs::JobState, host: &str, how: NotSent) {
+        job.not_sent[how.index()].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.not_sent
+            .count(Self::job_label(job), (host, self.label(host)), how);
+    }
+
+    /// `host`'s requests answered without asking it, `[stored, coalesced]`, if any.
+    pub fn not_sent_of(&self, host: &str) -> Option<[u64; 2]> {
+        self.not_sent.of(host)
     }
 
     /// Counts a priced answer (HTTP 402 with `crawler-price`) to `job` from `host`.

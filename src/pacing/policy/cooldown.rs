@@ -21,6 +21,9 @@ pub enum CooldownCause {
     HardBlock,
     /// The cause was saved by an earlier run and is not known in detail.
     Restored,
+    /// Outside the hours robots.txt's `Visit-time` welcomes crawlers in (never a cooldown of
+    /// its own: the host's window, read again at every look).
+    VisitTime,
 }
 
 impl fmt::Display for CooldownCause {
@@ -33,6 +36,9 @@ impl fmt::Display for CooldownCause {
             CooldownCause::SoftBlock => f.write_str("it sent a challenge page (soft block)"),
             CooldownCause::HardBlock => f.write_str("it answered 403 again and again (hard block)"),
             CooldownCause::Restored => f.write_str("it was cooling down before a restart"),
+            CooldownCause::VisitTime => {
+                f.write_str("its robots.txt welcomes crawlers only in its Visit-time hours (UTC)")
+            }
         }
     }
 }
@@ -49,6 +55,7 @@ impl CooldownCause {
             CooldownCause::SoftBlock => "soft_block".into(),
             CooldownCause::HardBlock => "hard_block".into(),
             CooldownCause::Restored => "restored".into(),
+            CooldownCause::VisitTime => "visit_time".into(),
         }
     }
 
@@ -61,6 +68,7 @@ impl CooldownCause {
             Some("operator") => CooldownCause::Operator,
             Some("soft_block") => CooldownCause::SoftBlock,
             Some("hard_block") => CooldownCause::HardBlock,
+            Some("visit_time") => CooldownCause::VisitTime,
             Some(s) => s
                 .strip_prefix("status:")
                 .and_then(|n| n.parse().ok())

@@ -1,9 +1,9 @@
 //! The part of a host's pacing state that a healthy host does not have: a cooldown, a backoff
-//! streak, the last rate cut, a 403 streak, caps from robots.txt and the server's RateLimit
+//! streak, the last rate cut, a 403 streak, caps and a Visit-time window from robots.txt, the server's RateLimit
 //! window, an operator's pause or rate, and what the learned limit knows. It lives in a box that
 //! is freed when its episode ends, so a million healthy hosts cost a pointer each.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -11,12 +11,34 @@ use super::bytes::ByteBudget;
 use super::controller::{Announced, Learned};
 use super::cooldown::Cooldown;
 use super::window::{ServerWindow, WindowClock};
+use crate::pacing::robots_pacing::VisitWindow;
 
 /// How long the instant of the last rate cut is remembered. An answer to a request sent before the
 /// cut belongs to the same wave and must not cut again; such answers come within the response
 /// timeout, which the config caps at a day. (A host idle for `idle_host_seconds` is forgotten
 /// all the same: it has nothing in flight that could still answer.)
 pub(super) const WAVE_MEMORY: Duration = Duration::from_secs(25 * 3600);
+
+/// A Visit-time window with what it needs to be read from monotonic instants: an instant and
+/// the wall-clock time it corresponds to (so that tests under a paused clock can move `now`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct VisitClock {
+    pub(super) window: VisitWindow,
+    pub(super) anchor: (Instant, SystemTime),
+}
+
+impl VisitClock {
+    /// When the window next opens after `now` (`now` itself inside it).
+    pub(super) fn opens_at(&self, now: Instant) -> Instant {
+        let (anchor, wall) = self.anchor;
+        let wall_now = if now >= anchor {
+            wall + now.duration_since(anchor)
+        } else {
+            wall - anchor.duration_since(now)
+        };
+        now + self.window.opens_in(wall_now)
+    }
+}
 
 /// Pacing state that a healthy host does not have. Each field goes back to its empty value when
 /// its episode ends, and then the box is freed.
@@ -33,6 +55,8 @@ pub(super) struct Rare {
     pub(super) consecutive_403: u32,
     /// 1 / Crawl-delay from robots.txt: a cap on the rate and on adaptation.
     pub(super) robots_cap: Option<f64>,
+    /// robots.txt's Visit-time window, read against the wall clock: outside it the host waits.
+    pub(super) robots_visit: Option<VisitClock>,
     pub(super) server_window: Option<ServerWindow>,
     /// The length, quota and phase of the server's counted window, learned from its answers.
     pub(super) window_clock: Option<WindowClock>,
@@ -64,6 +88,7 @@ impl Rare {
         backoff_level: 0,
         consecutive_403: 0,
         robots_cap: None,
+        robots_visit: None,
         server_window: None,
         window_clock: None,
         server_policy_rate: None,
@@ -84,6 +109,7 @@ impl Rare {
             && self.backoff_level == 0
             && self.consecutive_403 == 0
             && self.robots_cap.is_none()
+            && self.robots_visit.is_none()
             && self.server_window.is_none()
             && self.window_clock.is_none()
             && self.server_policy_rate.is_none()

@@ -33,7 +33,7 @@ mod wait;
 mod window;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -48,7 +48,8 @@ pub(crate) use wait::WaitReason;
 use crate::config::HostPolicy;
 use crate::pacing::feedback::Feedback;
 use crate::pacing::ratelimit::NamedPolicy;
-use episode::Rare;
+use crate::pacing::robots_pacing::VisitWindow;
+use episode::{Rare, VisitClock};
 use off_peak::OffPeakClock;
 
 /// The whole pacing state of one host.
@@ -356,10 +357,44 @@ impl Pacing {
             until,
             cause: CooldownCause::Operator,
         });
-        match (self.cooldown(now), pause) {
-            (Some(c), Some(p)) => Some(if p.until > c.until { p } else { c }),
-            (c, p) => c.or(p),
+        let closed = self.visit_closed(now);
+        [self.cooldown(now), pause, closed]
+            .into_iter()
+            .flatten()
+            .reduce(|a, b| if b.until > a.until { b } else { a })
+    }
+
+    /// Outside robots.txt's Visit-time window: closed until it opens.
+    fn visit_closed(&self, now: Instant) -> Option<Cooldown> {
+        let opens = self.rare().robots_visit?.opens_at(now);
+        (opens > now).then_some(Cooldown {
+            started: now,
+            until: opens,
+            cause: CooldownCause::VisitTime,
+        })
+    }
+
+    /// Limits the host to robots.txt's Visit-time `window` (UTC; `wall` is the wall-clock time
+    /// at `now`), or lifts the limit.
+    pub(crate) fn set_robots_visit(
+        &mut self,
+        window: Option<VisitWindow>,
+        now: Instant,
+        wall: SystemTime,
+    ) {
+        let visit = window.map(|window| VisitClock {
+            window,
+            anchor: (now, wall),
+        });
+        if visit.is_some() || self.rare.is_some() {
+            self.rare_mut().robots_visit = visit;
         }
+        self.sync(now);
+    }
+
+    /// robots.txt's Visit-time window, if any.
+    pub(crate) fn robots_visit(&self) -> Option<VisitWindow> {
+        self.rare().robots_visit.map(|v| v.window)
     }
 
     fn off_peak(&self) -> Option<&OffPeakClock> {

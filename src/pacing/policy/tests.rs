@@ -1055,3 +1055,33 @@ fn a_learned_limit_that_held_creeps_up_by_learned_margin_per_probe_at_most() {
         "{crept} after {limit}"
     );
 }
+
+#[test]
+fn outside_its_visit_time_a_host_is_closed_until_the_window_opens() {
+    use crate::pacing::robots_pacing::VisitWindow;
+    let t0 = Instant::now();
+    let policy = HostPolicy::default();
+    let mut p = Pacing::new(&policy, t0, UNIX_EPOCH);
+    // 05:00 UTC on some day; robots.txt welcomes crawlers 06:00 to 08:45.
+    let five = UNIX_EPOCH + secs(20_000.0 * 86_400.0 + 5.0 * 3600.0);
+    p.set_robots_visit(VisitWindow::parse("0600-0845"), t0, five);
+    let closed = p.block(t0).unwrap();
+    assert_eq!(closed.cause, CooldownCause::VisitTime);
+    assert_eq!(closed.until, t0 + secs(3600.0));
+    assert_eq!(p.ready_at(t0), t0 + secs(3600.0));
+    assert_eq!(p.next_turn(t0).1, WaitReason::VisitTime);
+    // Inside the window the host is open; at 08:45 it closes until the next morning.
+    assert!(p.block(t0 + secs(3600.0)).is_none());
+    let evening = t0 + secs(3.75 * 3600.0);
+    assert_eq!(
+        p.block(evening).unwrap().until,
+        evening + secs(21.25 * 3600.0)
+    );
+    // A longer cooldown wins; the limit lifted, the host opens.
+    p.operator_pause(t0 + secs(7200.0));
+    assert_eq!(p.block(t0).unwrap().cause, CooldownCause::Operator);
+    p.operator_resume();
+    p.set_robots_visit(None, t0, five);
+    assert!(p.block(t0).is_none());
+    assert_eq!(p.robots_visit(), None);
+}

@@ -1,6 +1,7 @@
 //! Why a request waited: the closed set of reasons ([`WaitReason`]) that courtesy reports in the
 //! `Server-Timing` header, in traces and on `/hosts`. The host's own pacing state answers the
-//! reasons it owns (rate, Crawl-delay, byte budget, cooldowns, block pauses, an operator's pause:
+//! reasons it owns (rate, Crawl-delay, byte budget, cooldowns, block pauses, an operator's pause,
+//! robots.txt's Visit-time:
 //! [`super::Pacing::next_turn`]); the limiter adds the rest (concurrency, the global caps, the
 //! shared store, another job's share, the queue). Which one is reported when several held one
 //! request is the limiter's rule (`crate::budget::limiter`, `waits.rs`): the one that held it longest.
@@ -36,11 +37,13 @@ pub enum WaitReason {
     JobShare,
     /// Earlier requests of the same job for the same host (first in, first out).
     Queue,
+    /// Outside robots.txt's Visit-time hours.
+    VisitTime,
 }
 
 impl WaitReason {
     /// How many reasons there are (for tables indexed by reason).
-    pub const COUNT: usize = 12;
+    pub const COUNT: usize = 13;
 
     /// Every reason, in the order of their numbers.
     pub const ALL: [WaitReason; WaitReason::COUNT] = [
@@ -56,6 +59,7 @@ impl WaitReason {
         WaitReason::SharedStore,
         WaitReason::JobShare,
         WaitReason::Queue,
+        WaitReason::VisitTime,
     ];
 
     /// The reason as one word: the `desc` of `Server-Timing`, a span attribute, a metric label.
@@ -73,6 +77,7 @@ impl WaitReason {
             WaitReason::SharedStore => "shared_store",
             WaitReason::JobShare => "job_share",
             WaitReason::Queue => "queue",
+            WaitReason::VisitTime => "visit_time",
         }
     }
 
@@ -86,6 +91,7 @@ impl WaitReason {
         match cause {
             CooldownCause::Operator => WaitReason::Paused,
             CooldownCause::SoftBlock | CooldownCause::HardBlock => WaitReason::Block,
+            CooldownCause::VisitTime => WaitReason::VisitTime,
             CooldownCause::Status(_)
             | CooldownCause::Failure
             | CooldownCause::ServerBudget

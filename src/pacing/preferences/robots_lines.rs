@@ -1,4 +1,5 @@
-//! The preference lines of robots.txt (`Content-Signal:` and `Content-Usage:`), and the
+//! The preference lines of robots.txt (`Content-Signal:` and `Content-Usage:`), its pacing lines
+//! beyond `Crawl-delay` (`Request-rate:` and `Visit-time:`, read by `pacing/robots_pacing.rs`), and the
 //! licences it names (RSL 1.0's `License:` lines, which apply to the whole site and are only
 //! reported, never enforced), which
 //! `texting_robots` drops, grouped as `texting_robots` groups its rules so that a client gets the
@@ -16,6 +17,7 @@
 use super::vocab::{content_signal, content_usage};
 use super::{Refused, Source, Statement};
 use crate::config::Purpose;
+use crate::pacing::robots_pacing::RobotsPacing;
 
 /// One preference rule: a path pattern and what it states.
 #[derive(Debug, Clone)]
@@ -25,11 +27,12 @@ struct Rule {
     statement: Statement,
 }
 
-/// One group: the agents it names (lower-cased) and its preference rules.
+/// One group: the agents it names (lower-cased), its preference rules and its pacing lines.
 #[derive(Debug, Clone, Default)]
 struct Group {
     agents: Vec<String>,
     rules: Vec<Rule>,
+    pacing: RobotsPacing,
 }
 
 /// Every preference rule of one robots.txt, by group.
@@ -76,6 +79,11 @@ impl RobotsPreferences {
                     }
                 }
                 "allow" | "disallow" | "crawl-delay" => rule_seen = true,
+                "request-rate" | "visit-time" => {
+                    if let Some(group) = groups.last_mut() {
+                        group.pacing.take(&key, value);
+                    }
+                }
                 "license" => {
                     if let Some(url) = license_of(value).filter(|_| licenses.len() < MAX_LICENSES) {
                         licenses.push(url);
@@ -102,6 +110,14 @@ impl RobotsPreferences {
     /// The licences the file names (`License:` lines, RSL 1.0), in order.
     pub(crate) fn licenses(&self) -> &[String] {
         &self.licenses
+    }
+
+    /// The `Request-rate` and `Visit-time` lines of the groups `agent` falls in.
+    pub(crate) fn pacing(&self, agent: &str) -> RobotsPacing {
+        let agent = agent.to_ascii_lowercase();
+        self.groups_for(&agent)
+            .iter()
+            .fold(RobotsPacing::default(), |joined, g| joined.join(&g.pacing))
     }
 
     /// The groups that apply to `agent` (lower-cased): those naming it, else those naming `*`.
@@ -340,6 +356,24 @@ mod tests {
         for purpose in [Purpose::Search, Purpose::AiInput, Purpose::AiTrain] {
             assert_eq!(refused(txt, "b", purpose, "/"), None);
         }
+    }
+
+    #[test]
+    fn pacing_lines_belong_to_the_group_the_agent_obeys() {
+        let txt = "User-agent: *\nRequest-rate: 1/10\nVisit-time: 0100-0500\nDisallow: /x\n\n\
+                   User-agent: fastbot\nUser-agent: otherbot\nREQUEST-RATE : 1/2s\nAllow: /\n";
+        let parsed = RobotsPreferences::parse(txt.as_bytes());
+        let star = parsed.pacing("anybot");
+        assert_eq!(star.request_interval, Some(10.0));
+        assert_eq!(
+            star.visit.map(|v| v.text()).as_deref(),
+            Some("0100-0500 UTC")
+        );
+        let own = parsed.pacing("OtherBot");
+        assert_eq!(own.request_interval, Some(2.0));
+        assert_eq!(own.visit, None);
+        let none = RobotsPreferences::parse(b"User-agent: *\nDisallow:\n");
+        assert_eq!(none.pacing("a"), RobotsPacing::default());
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! make the request conditional, turn the origin's 304 into the stored 200, and fill the store as a
 //! response streams by. The store itself (files, size bound, eviction) is `store.rs`.
 
+#[allow(dead_code)]
+pub(crate) mod flights;
+pub(crate) mod freshness;
+#[allow(dead_code)]
+pub(crate) mod lookup;
 pub(crate) mod plan;
 pub(crate) mod store;
 
@@ -59,7 +64,7 @@ impl Proxy {
         headers: &mut HeaderMap,
     ) -> Option<Response<ProxyBody>> {
         match plan.mode {
-            CacheMode::Off => None,
+            CacheMode::Off | CacheMode::Http => None,
             CacheMode::Dev => {
                 let (head, body) = self.cache.get_off_workers(&plan.url).await?;
                 if !replayable(&head, headers) {

@@ -39,8 +39,12 @@ pub(crate) struct Head {
     pub etag: Option<String>,
     /// `Last-Modified`, if any.
     pub last_modified: Option<String>,
-    /// When it was stored.
+    /// When it was stored (its response arrived: RFC 9111's `response_time`).
     pub stored_at_unix_ms: u64,
+    /// When the request it answers was sent (`request_time`); 0 in an entry of an older
+    /// courtesy, read as `stored_at_unix_ms`.
+    #[serde(default)]
+    pub requested_at_unix_ms: u64,
     /// Body size in bytes.
     pub size: u64,
     /// The request headers the response's `Vary` names, with the values they had (RFC 9111
@@ -62,6 +66,19 @@ impl Head {
             }
         }
         map
+    }
+
+    /// When it was asked for and received, for its age (RFC 9111 4.2.3).
+    pub(crate) fn exchanged(&self) -> super::freshness::Exchanged {
+        let at = |ms: u64| UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        let requested = match self.requested_at_unix_ms {
+            0 => self.stored_at_unix_ms,
+            ms => ms.min(self.stored_at_unix_ms),
+        };
+        super::freshness::Exchanged {
+            requested: at(requested),
+            received: at(self.stored_at_unix_ms),
+        }
     }
 
     /// The status as a `StatusCode`.
@@ -150,6 +167,8 @@ enum Job {
     Commit { id: u64, head: Head, size: u64 },
     /// Writer `id` was abandoned: remove its file.
     Abort { id: u64 },
+    /// Replace the head of a stored entry (freshened by a 304), its body kept.
+    Refresh { head: Head },
     /// Read the entry for `url` (with its body when `body`), after every earlier write.
     Read {
         url: String,
@@ -251,6 +270,18 @@ impl ResponseStore {
         answer.await.ok().flatten()
     }
 
+    /// Whether the store may hold an entry for `url`: one look at the in-memory index, no file
+    /// read, so that a request the store cannot answer costs a hash and a lock.
+    pub(crate) fn may_hold(&self, url: &str) -> bool {
+        crate::util::locks::lock(&self.core.index).contains(&ResponseStore::name(url))
+    }
+
+    /// Replaces the head of `head.url`'s entry with `head` (freshened by a 304, RFC 9111 4.3.4),
+    /// its body kept; on the store's thread, after every earlier write.
+    pub(crate) fn refresh(&self, head: Head) {
+        let _ = self.jobs.send(Job::Refresh { head });
+    }
+
     /// Starts storing a response for `url`.
     pub(crate) fn writer(&self, head: Head) -> Option<Writer> {
         static WRITERS: AtomicU64 = AtomicU64::new(0);
@@ -348,6 +379,7 @@ impl Core {
                         let _ = fs::remove_file(tmp);
                     }
                 }
+                Job::Refresh { head } => self.refresh(head),
                 Job::Read { url, body, reply } => {
                     let found = if body {
                         self.get(&url)
@@ -364,6 +396,23 @@ impl Core {
         }
         for (tmp, _) in files.into_values() {
             let _ = fs::remove_file(tmp);
+        }
+    }
+
+    /// Writes `head` over its entry's head, when the entry is there with the body it describes.
+    fn refresh(&self, mut head: Head) {
+        let name = ResponseStore::name(&head.url);
+        let Some(size) = crate::util::locks::lock(&self.index).get(&name).copied() else {
+            return;
+        };
+        head.size = size;
+        let meta = self.dir.join(format!("{name}.json"));
+        let json = serde_json::to_vec(&head).unwrap_or_default();
+        let result = private_file(&meta.with_extension("json.tmp"))
+            .and_then(|mut file| file.write_all(&json))
+            .and_then(|()| fs::rename(meta.with_extension("json.tmp"), &meta));
+        if let Err(e) = result {
+            warn!("cannot refresh {} in the cache: {e}", head.url);
         }
     }
 
@@ -482,13 +531,18 @@ pub(crate) fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Hea
             .collect(),
         etag: get("etag"),
         last_modified: get("last-modified"),
-        stored_at_unix_ms: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0),
+        stored_at_unix_ms: unix_ms(SystemTime::now()),
+        requested_at_unix_ms: 0,
         size: 0,
         vary: Vec::new(),
     }
+}
+
+/// Milliseconds since the Unix epoch of `at` (0 before it).
+pub(crate) fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Whether the response to `request` may be stored and answer later requests: [`storable`],

@@ -1,6 +1,8 @@
 //! Obeying robots.txt on the request path (`obey_robots`): the verdict for a request, the
-//! Crawl-delay cap it sets, and fetching robots.txt itself through the host's budget like any
+//! delay (Crawl-delay, Request-rate) and Visit-time window it sets, and fetching robots.txt itself through the host's budget like any
 //! request. The rules, the per-host cache and the single-fetch coordination are `crate::pacing::robots`.
+
+use std::time::SystemTime;
 
 use http::header::{HeaderValue, HOST, LOCATION, USER_AGENT, VIA};
 use http::request::Parts;
@@ -15,6 +17,8 @@ use crate::budget::limiter::Admission;
 use crate::budget::limiter::Refusal;
 use crate::config::HostPolicy;
 use crate::pacing::robots::{self, Fetched, Step, Verdict};
+use crate::pacing::robots_pacing::VisitWindow;
+use crate::proxy::cache::freshness::explicit_lifetime;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::failure::Failure;
 use crate::proxy::answer::response::{self, ProxyError};
@@ -56,25 +60,43 @@ impl Proxy {
             Err(answer) => return Some(answer),
         };
         match verdict {
-            Verdict::Allowed { crawl_delay } => {
-                let max = cx.policy.robots.max_crawl_delay.as_secs_f64();
-                let cap = crawl_delay.filter(|d| *d > 0.0).map(|d| 1.0 / d.min(max));
-                if self.limiter.set_robots_cap_for(&cx.budget, cap) {
-                    match crawl_delay {
-                        Some(d) if d > max => warn!(
-                            crawl_delay_s = d,
-                            max_crawl_delay_s = max,
-                            "robots.txt asks for a Crawl-delay beyond max_crawl_delay_seconds; pacing at that cap"
-                        ),
-                        Some(d) => info!(crawl_delay_s = d, "robots.txt Crawl-delay caps the rate"),
-                        None => {}
-                    }
-                }
+            Verdict::Allowed { crawl_delay, visit } => {
+                self.apply_robots_pacing(cx, crawl_delay, visit);
                 None
             }
             Verdict::Disallowed { reason } => {
                 info!(%reason, "refused by robots.txt");
                 Some(Failure::denied(reason).into_response())
+            }
+        }
+    }
+
+    /// Puts what robots.txt asks of the host's pace in force: its delay (the longer of
+    /// `Crawl-delay` and `Request-rate`'s interval, capped only by an operator's
+    /// `max_crawl_delay_seconds`) and its `Visit-time` window. Logged when it changes.
+    fn apply_robots_pacing(
+        &self,
+        cx: &RequestContext<'_>,
+        delay: Option<f64>,
+        visit: Option<VisitWindow>,
+    ) {
+        let asked = delay.filter(|d| d.is_finite() && *d > 0.0);
+        let cap = cx.policy.robots.max_crawl_delay.map(|d| d.as_secs_f64());
+        let paced = asked.map(|d| cap.map_or(d, |cap| d.min(cap)));
+        if self.limiter.set_robots_cap_for(&cx.budget, paced.map(|d| 1.0 / d)) {
+            match (asked, cap) {
+                (Some(d), Some(max)) if d > max => warn!(
+                    crawl_delay_s = d,
+                    max_crawl_delay_s = max,
+                    "robots.txt asks for a Crawl-delay beyond max_crawl_delay_seconds; pacing at that cap"
+                ),
+                (Some(d), _) => info!(crawl_delay_s = d, "robots.txt Crawl-delay caps the rate"),
+                (None, _) => {}
+            }
+        }
+        if self.limiter.set_robots_visit_for(&cx.budget, visit) {
+            if let Some(window) = visit {
+                info!(visit_time = %window.text(), "robots.txt Visit-time limits the host to its hours");
             }
         }
     }
@@ -111,7 +133,7 @@ impl Proxy {
                     // kept inline, would make every request's future larger to move.
                     let fetch = Box::pin(self.fetch_robots(&cx.target, scheme, user_agent));
                     match fetch.await {
-                        Ok(fetched) => guard.finish(fetched),
+                        Ok(fetched) => guard.finish(fetched, cx.policy.robots.keep_on_failure),
                         Err(NotFetched::Refused(refusal)) => {
                             // The host refuses every request right now (a cooldown in reject mode):
                             // this one gets that answer, and a later request fetches robots.txt.
@@ -254,6 +276,9 @@ async fn read_robots(exchanged: Exchanged) -> Fetched {
         return Fetched::Unavailable(status.as_u16());
     }
     let (_permit, _idle) = (exchanged.permit, exchanged.idle);
+    // Kept as its own Cache-Control says (RFC 9309 2.4), at most a day.
+    let lifetime = explicit_lifetime(exchanged.response.headers(), SystemTime::now());
+    let keep = robots::keep_for(lifetime);
     let mut body = exchanged.response.into_body();
     let mut text = Vec::new();
     while text.len() < robots::MAX_BYTES {
@@ -268,5 +293,5 @@ async fn read_robots(exchanged: Exchanged) -> Fetched {
             None => break,
         }
     }
-    Fetched::Rules(text)
+    Fetched::Rules(text, keep)
 }

@@ -115,6 +115,16 @@ impl HostState {
         self.pacing.set_robots_cap(rate, now);
     }
 
+    /// Limits the host to robots.txt's Visit-time window (UTC), or lifts the limit.
+    pub(crate) fn set_robots_visit(
+        &mut self,
+        window: Option<crate::pacing::robots_pacing::VisitWindow>,
+        now: Instant,
+    ) {
+        self.pacing
+            .set_robots_visit(window, now, std::time::SystemTime::now());
+    }
+
     /// Puts a reloaded policy in force, the pacing moved to it in the same step (a rate lowered
     /// by feedback stays lowered); the old policy is returned.
     pub(crate) fn apply_policy(
