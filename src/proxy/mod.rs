@@ -119,6 +119,8 @@ pub struct Proxy {
     /// The `Content-Usage` response headers remembered per path (stated preferences).
     stated: HeaderMemory,
     cache: Arc<cache::store::ResponseStore>,
+    /// Identical requests in flight at once, one origin request for them all (`coalesce`).
+    flights: cache::flights::Flights<cache::flights::SharedAnswer>,
     loops: loops::LoopGuard,
     connections: Connections,
     jobs: Arc<Jobs>,
@@ -283,6 +285,7 @@ impl Proxy {
                 start.proxy.state_dir.join("cache"),
                 start.proxy.cache_max_bytes,
             )),
+            flights: cache::flights::Flights::default(),
             loops: loops::LoopGuard::new(own_addrs),
             connections,
             jobs: Arc::new(Jobs::new()),

@@ -13,20 +13,25 @@ use super::direct::admin_call;
 use super::proxy_client::ProxyClient;
 use super::temp::temp_dir;
 
-/// Turns robots.txt off in a test config that does not mention `obey_robots`: most tests count
-/// what reaches their origin exactly, and a robots.txt fetch would be one more request. The tests
-/// of robots.txt say `obey_robots = true`.
+/// Turns robots.txt off in a test config that does not mention `obey_robots`, and coalescing in
+/// one that does not mention `coalesce`: most tests count what reaches their origin exactly, a
+/// robots.txt fetch would be one more request, and the tests of pacing send identical requests
+/// at once to see them paced, which coalescing would make one. The tests of robots.txt say
+/// `obey_robots = true`, those of coalescing `coalesce = true`, and so do the tests of real
+/// clients on their defaults and ours (`defaults`, `crawlee`), so that they run on every default.
 fn robots_off_unless_asked(
     mut config: courtesy::config::Config,
     text: &str,
 ) -> courtesy::config::Config {
-    if text.contains("obey_robots") {
+    let (robots, coalesce) = (text.contains("obey_robots"), text.contains("coalesce"));
+    if robots && coalesce {
         return config;
     }
     let off = |p: &Arc<courtesy::config::HostPolicy>| {
         Arc::new({
             let mut p = p.as_ref().clone();
-            p.robots.obey = false;
+            p.robots.obey &= robots;
+            p.forward.coalesce &= coalesce;
             p
         })
     };

@@ -25,7 +25,7 @@ pub(crate) enum NotSent {
 
 impl NotSent {
     /// The `how` label, and the `desc` of courtesy's `Server-Timing` entry.
-    pub const fn word(self) -> &'static str {
+    pub(crate) const fn word(self) -> &'static str {
         match self {
             NotSent::Stored => "stored",
             NotSent::Coalesced => "coalesced",
@@ -33,7 +33,7 @@ impl NotSent {
     }
 
     /// Its place in a `[stored, coalesced]` pair of counts.
-    pub const fn index(self) -> usize {
+    pub(crate) const fn index(self) -> usize {
         match self {
             NotSent::Stored => 0,
             NotSent::Coalesced => 1,

@@ -2,8 +2,8 @@
 //! untouched, or a small body courtesy made itself.
 //!
 //! While an upstream body streams, it holds the request's [`Permit`] (a request is in flight until
-//! its response is complete), feeds the block-marker scan and the response store, and lets go of
-//! all three when the body ends, fails or is dropped.
+//! its response is complete), feeds the block-marker scan, the response store and the requests
+//! that follow its flight, and lets go of all of them when the body ends, fails or is dropped.
 //!
 //! An upstream body silent for the host's `read_timeout_seconds` (no frame between two reads) is
 //! cut: the body ends in an error (hyper then closes the client connection, so the client sees a
@@ -23,6 +23,7 @@ use crate::budget::limiter::Permit;
 use crate::pacing::blocks::{BodyScan, Verdict};
 use crate::pacing::feedback::Feedback;
 use crate::pacing::policy::Answer;
+use crate::proxy::cache::flights::Share;
 use crate::proxy::cache::store as cache;
 use crate::upstream::pool::IdleMark;
 
@@ -61,6 +62,8 @@ pub struct Streamed {
     pub scan: Option<Box<MarkerScan>>,
     /// Stores the body as it streams by (response cache).
     pub store: Option<Box<cache::Writer>>,
+    /// Collects the body for the requests that follow this one's flight (`coalesce`).
+    pub share: Option<Box<Share>>,
     /// Cuts the body when the origin sends nothing for `read_timeout_seconds`.
     pub silence: Option<Silence>,
 }
@@ -100,8 +103,11 @@ impl Streamed {
                 if let Some(writer) = self.store.take() {
                     writer.finish();
                 }
+                if let Some(share) = self.share.take() {
+                    share.finish();
+                }
             }
-            Poll::Ready(Some(Err(_))) => self.store = None,
+            Poll::Ready(Some(Err(_))) => (self.store, self.share) = (None, None),
             Poll::Pending => {}
         }
         if let (Poll::Ready(Some(Ok(frame))), Some(scanner)) = (&polled, self.scan.as_mut()) {
@@ -147,6 +153,7 @@ impl Streamed {
         }
         // The upstream connection is mid-response: closed, never pooled.
         self.store = None;
+        self.share = None;
         self.scan = None;
         self.idle.take();
         Some(Box::new(SilentOrigin(limit)))
@@ -163,6 +170,11 @@ impl Streamed {
         if let (Some(data), Some(writer)) = (frame.data_ref(), self.store.as_mut()) {
             writer.write_bytes(data);
         }
+        if let (Some(data), Some(share)) = (frame.data_ref(), self.share.as_mut()) {
+            if !share.write(data) {
+                self.share = None;
+            }
+        }
         if !self.body.is_end_stream() {
             return;
         }
@@ -176,6 +188,9 @@ impl Streamed {
         }
         if let Some(writer) = self.store.take() {
             writer.finish();
+        }
+        if let Some(share) = self.share.take() {
+            share.finish();
         }
         self.idle.take();
     }

@@ -13,12 +13,13 @@ pub(crate) mod timing;
 pub(crate) mod unread;
 
 use http::header::VIA;
-use http::{Response, Version};
+use http::{HeaderMap, Response, Version};
 use hyper::body::Incoming;
 
 use crate::config::HostPolicy;
 use crate::pacing::blocks::{block_redirect, header_block};
 use crate::pacing::feedback::crawler_price;
+use crate::proxy::cache::flights::Share;
 use crate::proxy::forward::context::RequestContext;
 use crate::proxy::forward::headers::strip_hop_by_hop;
 use crate::proxy::send::exchange::TurnHeld;
@@ -31,13 +32,15 @@ impl Proxy {
     /// `pacing/blocks/redirect.rs`) from the request's host reported to the host's pacing, and
     /// a body that holds the turn (the permit, and the mark that sets its upstream connection
     /// idle) while it streams, scanned for block markers under `policy` and stored when the
-    /// cache may keep it.
+    /// cache may keep it (judged with the `request` headers it answers, those of a request that
+    /// can be sent again: no other is stored), and shared with the requests that follow its
+    /// flight.
     pub(crate) fn finish_response(
         &self,
         response: Response<Incoming>,
         held: TurnHeld,
-        policy: &HostPolicy,
-        cx: &RequestContext<'_>,
+        (policy, request): (&HostPolicy, Option<&HeaderMap>),
+        cx: &mut RequestContext<'_>,
     ) -> Response<ProxyBody> {
         let (mut parts, body) = response.into_parts();
         strip_hop_by_hop(&mut parts.headers);
@@ -63,13 +66,16 @@ impl Proxy {
         let store = cx
             .cache_use
             .as_ref()
-            .and_then(|plan| self.store_for(plan, &parts, policy));
+            .zip(request)
+            .and_then(|(plan, request)| self.store_for(plan, &parts, request));
+        let share = cx.flight.take().and_then(|lead| Share::start(lead, &parts));
         let body = ProxyBody::Upstream(Streamed {
             body,
             permit: Some(permit),
             idle,
             scan,
             store,
+            share,
             silence: Some(Silence::new(policy.forward.read_timeout)),
         });
         Response::from_parts(parts, body)

@@ -19,6 +19,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::HeaderMap;
 
 use crate::budget::limiter::WaitReason;
+use crate::observe::metrics::NotSent;
 use crate::observe::telemetry::RequestTrace;
 use std::sync::Arc;
 
@@ -27,6 +28,15 @@ pub(crate) const SERVER_TIMING: HeaderName = HeaderName::from_static("server-tim
 
 /// The entry of an answer that did not wait (most local answers), made at compile time.
 const NOT_HELD: HeaderValue = HeaderValue::from_static("courtesy-wait;dur=0.0;desc=\"none\"");
+
+/// The entries of an answer from the response store, which did not wait.
+const STORED: HeaderValue =
+    HeaderValue::from_static("courtesy-wait;dur=0.0;desc=\"none\", courtesy-cache;desc=\"stored\"");
+
+/// The entries of an answer shared from an identical request in flight (`coalesce`).
+const COALESCED: HeaderValue = HeaderValue::from_static(
+    "courtesy-wait;dur=0.0;desc=\"none\", courtesy-cache;desc=\"coalesced\"",
+);
 
 /// One request's record on its way through courtesy: what it was held for (`Server-Timing`)
 /// and, when traces are on, its trace.
@@ -85,6 +95,8 @@ pub(crate) struct Held {
     upstream: Option<Duration>,
     /// `[proxy] server_timing` as read for this request (`None`: not read yet).
     pub(crate) enabled: Option<bool>,
+    /// Answered without asking the host: from the store, or with an identical request's answer.
+    pub(crate) not_sent: Option<NotSent>,
 }
 
 impl Held {
@@ -121,6 +133,11 @@ impl Held {
 
     /// The header's value.
     pub(crate) fn header_value(&self) -> HeaderValue {
+        match self.not_sent {
+            Some(NotSent::Stored) => return STORED,
+            Some(NotSent::Coalesced) => return COALESCED,
+            None => {}
+        }
         if self.wait.is_zero() && self.upstream.is_none() && self.reason == WaitReason::None {
             return NOT_HELD;
         }
@@ -191,6 +208,22 @@ mod tests {
             long.header_value(),
             "courtesy-wait;dur=10800000.1;desc=\"cooldown\""
         );
+    }
+
+    #[test]
+    fn an_answer_not_sent_says_how() {
+        let mut held = Held::default();
+        held.not_sent = Some(NotSent::Stored);
+        assert_eq!(
+            held.header_value(),
+            "courtesy-wait;dur=0.0;desc=\"none\", courtesy-cache;desc=\"stored\""
+        );
+        held.not_sent = Some(NotSent::Coalesced);
+        assert!(held
+            .header_value()
+            .to_str()
+            .unwrap()
+            .ends_with("desc=\"coalesced\""));
     }
 
     #[test]

@@ -8,8 +8,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
+use http::header::{
+    HeaderName, ACCEPT, ACCEPT_ENCODING, ACCEPT_LANGUAGE, COOKIE, IF_MATCH, IF_UNMODIFIED_SINCE,
+    RANGE, SET_COOKIE, VARY,
+};
+use http::request::Parts;
+use http::{response, HeaderMap, Method, StatusCode};
 use tokio::sync::watch;
 
+use super::freshness::{self, Directives};
 use crate::util::locks::lock;
 
 /// Where a flight stands, as its followers see it.
@@ -91,6 +99,7 @@ impl<T> Flights<T> {
 }
 
 /// The leader of a flight. Dropped without landing, it sends its followers on their own way.
+#[derive(Debug)]
 pub(crate) struct Lead<T> {
     table: Arc<Mutex<HashMap<String, watch::Receiver<Landing<T>>>>>,
     key: String,
@@ -161,6 +170,141 @@ impl<T> Follow<T> {
             // Timed out, or the leader is gone without a word (it always says one).
             Ok(Err(_)) | Err(_) => None,
         }
+    }
+}
+
+/// The request headers answers commonly vary on: part of a flight's key, so that followers send
+/// what the leader sent. An answer that varies on anything else is not shared.
+const KEYED: [HeaderName; 3] = [ACCEPT, ACCEPT_ENCODING, ACCEPT_LANGUAGE];
+
+/// The largest body shared with followers (as the store's largest entry); a larger one lands
+/// with nothing to share and the followers ask for themselves.
+pub(crate) const MAX_SHARED_BYTES: usize = super::store::MAX_ENTRY_BYTES as usize;
+
+/// The flight a request may join, if it may join one: a bodiless GET or HEAD without cookies,
+/// conditions of its own or a `no-cache`/`max-age=0` (those must reach the origin). The key is
+/// its method, its store key (the URL, with a hash of any credentials) and the headers in
+/// [`KEYED`].
+pub(crate) fn flight_key(head: &Parts, store_key: &str) -> Option<String> {
+    let headers = &head.headers;
+    let asked = Directives::of(headers);
+    let joins = (head.method == Method::GET || head.method == Method::HEAD)
+        && !headers.contains_key(COOKIE)
+        && !freshness::conditional(headers)
+        && !headers.contains_key(IF_MATCH)
+        && !headers.contains_key(IF_UNMODIFIED_SINCE)
+        && !headers.contains_key(RANGE)
+        && !asked.no_cache
+        && !asked.no_store
+        && asked.max_age != Some(0);
+    if !joins {
+        return None;
+    }
+    let mut key = format!("{} {store_key}", head.method);
+    for name in &KEYED {
+        key.push('\n');
+        for value in headers.get_all(name) {
+            key.push_str(&String::from_utf8_lossy(value.as_bytes()));
+            key.push(',');
+        }
+    }
+    Some(key)
+}
+
+/// An answer a leader shares with its followers, its body whole.
+#[derive(Debug)]
+pub(crate) struct SharedAnswer {
+    /// The origin's status.
+    pub status: StatusCode,
+    /// Its headers, as the leader's client got them.
+    pub headers: HeaderMap,
+    /// Its whole body.
+    pub body: Bytes,
+}
+
+/// Whether an answer with `parts` may go to followers too: not marked `private` or `no-store`,
+/// setting no cookie, and varying only on what the flight's key holds.
+pub(crate) fn shareable(parts: &response::Parts) -> bool {
+    let said = Directives::of(&parts.headers);
+    let varies_within_key = parts.headers.get_all(VARY).iter().all(|value| {
+        value.to_str().is_ok_and(|list| {
+            list.split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .all(|name| KEYED.iter().any(|k| k.as_str().eq_ignore_ascii_case(name)))
+        })
+    });
+    !parts.status.is_informational()
+        && !said.private
+        && !said.no_store
+        && !parts.headers.contains_key(SET_COOKIE)
+        && varies_within_key
+}
+
+/// A leader's answer collected as it streams to the leader's client, for its followers: landed
+/// with the whole body when it ends, with nothing when it fails, grows past
+/// [`MAX_SHARED_BYTES`] or is dropped unfinished.
+#[derive(Debug)]
+pub struct Share {
+    lead: Lead<SharedAnswer>,
+    status: StatusCode,
+    headers: HeaderMap,
+    body: BytesMut,
+}
+
+impl Share {
+    /// Collects the answer with `parts` for `lead`'s followers; `None` (the flight landed with
+    /// nothing to share) when no one follows yet, or the answer may not be shared. A flight
+    /// nobody follows by the time its answer's head arrives ends there, so an answer nobody
+    /// waits for is never copied.
+    pub(crate) fn start(lead: Lead<SharedAnswer>, parts: &response::Parts) -> Option<Box<Share>> {
+        if !lead.followed() || !shareable(parts) {
+            lead.land(None);
+            return None;
+        }
+        Some(Box::new(Share {
+            lead,
+            status: parts.status,
+            headers: parts.headers.clone(),
+            body: BytesMut::new(),
+        }))
+    }
+
+    /// Adds a chunk of the body; `false` when the body grew too large to share (then drop this).
+    pub(crate) fn write(&mut self, data: &[u8]) -> bool {
+        if self.body.len() + data.len() > MAX_SHARED_BYTES {
+            return false;
+        }
+        self.body.extend_from_slice(data);
+        true
+    }
+
+    /// The body ended: every follower gets the answer.
+    pub(crate) fn finish(self: Box<Self>) {
+        let Share {
+            lead,
+            status,
+            headers,
+            body,
+        } = *self;
+        lead.land(Some(SharedAnswer {
+            status,
+            headers,
+            body: body.freeze(),
+        }));
+    }
+}
+
+/// Lands `lead`'s flight with a whole local answer (the stored 200 after a revalidation).
+pub(crate) fn land_whole(lead: Lead<SharedAnswer>, parts: &response::Parts, body: &Bytes) {
+    if lead.followed() && shareable(parts) {
+        lead.land(Some(SharedAnswer {
+            status: parts.status,
+            headers: parts.headers.clone(),
+            body: body.clone(),
+        }));
+    } else {
+        lead.land(None);
     }
 }
 
@@ -238,6 +382,105 @@ mod tests {
             late.answer(Duration::from_secs(1)).await.as_deref(),
             Some(&"late")
         );
+    }
+
+    fn parts(headers: &[(&str, &str)]) -> response::Parts {
+        let mut response = http::Response::new(());
+        for (name, value) in headers {
+            response.headers_mut().append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        response.into_parts().0
+    }
+
+    fn request(method: Method, headers: &[(&str, &str)]) -> Parts {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri("http://a.test/x");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn only_plain_reads_join_a_flight_keyed_by_what_answers_vary_on() {
+        let key = |m, h: &[(&str, &str)]| flight_key(&request(m, h), "http://a.test/x");
+        let plain = key(Method::GET, &[("accept", "text/html"), ("user-agent", "a")]);
+        assert!(plain.is_some());
+        assert_eq!(
+            plain,
+            key(Method::GET, &[("accept", "text/html"), ("user-agent", "b")])
+        );
+        assert_ne!(plain, key(Method::GET, &[("accept", "application/json")]));
+        assert_ne!(plain, key(Method::HEAD, &[("accept", "text/html")]));
+        for own in [
+            ("cookie", "a=1"),
+            ("if-none-match", "\"x\""),
+            ("if-modified-since", "Sat, 01 Jan 2000 00:00:00 GMT"),
+            ("range", "bytes=0-10"),
+            ("cache-control", "no-cache"),
+            ("cache-control", "max-age=0"),
+            ("pragma", "no-cache"),
+        ] {
+            assert_eq!(key(Method::GET, &[own]), None, "{own:?}");
+        }
+        assert_eq!(key(Method::POST, &[]), None);
+    }
+
+    #[test]
+    fn private_personal_or_unkeyed_varying_answers_are_not_shared() {
+        assert!(shareable(&parts(&[
+            ("cache-control", "max-age=60"),
+            ("vary", "Accept-Encoding")
+        ])));
+        assert!(shareable(&parts(&[])));
+        for personal in [
+            ("cache-control", "private"),
+            ("cache-control", "no-store"),
+            ("set-cookie", "a=1"),
+            ("vary", "user-agent"),
+            ("vary", "*"),
+        ] {
+            assert!(!shareable(&parts(&[personal])), "{personal:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_share_lands_the_whole_body_or_nothing() {
+        let flights = Flights::default();
+        let Joined::Lead(lead) = flights.join("k".into()) else {
+            panic!()
+        };
+        let Joined::Follow(follower) = flights.join("k".into()) else {
+            panic!()
+        };
+        let mut share = Share::start(lead, &parts(&[("content-type", "text/plain")])).unwrap();
+        assert!(share.write(b"hello "));
+        assert!(share.write(b"world"));
+        share.finish();
+        let answer = follower.answer(Duration::from_secs(1)).await.unwrap();
+        assert_eq!(&answer.body[..], b"hello world");
+        assert_eq!(answer.headers["content-type"], "text/plain");
+        // Too large: the share is dropped and the followers go alone.
+        let Joined::Lead(lead) = flights.join("k".into()) else {
+            panic!()
+        };
+        let Joined::Follow(follower) = flights.join("k".into()) else {
+            panic!()
+        };
+        let mut share = Share::start(lead, &parts(&[])).unwrap();
+        assert!(!share.write(&vec![0; MAX_SHARED_BYTES + 1]));
+        drop(share);
+        assert!(follower.answer(Duration::from_secs(1)).await.is_none());
+        // Nobody follows yet: nothing is copied, and the flight is over.
+        let Joined::Lead(lead) = flights.join("k".into()) else {
+            panic!()
+        };
+        assert!(Share::start(lead, &parts(&[])).is_none());
+        assert_eq!(flights.len(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
 
-use super::store::{personal, Head};
 use super::freshness::{self, Directives, Reuse};
+use super::store::{personal, Head};
 
 /// The host's settings the decision reads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

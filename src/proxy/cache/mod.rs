@@ -1,11 +1,13 @@
-//! How a forwarded GET uses the response store (`cache = "revalidate" | "dev"`): answer from it,
-//! make the request conditional, turn the origin's 304 into the stored 200, and fill the store as a
-//! response streams by. The store itself (files, size bound, eviction) is `store.rs`.
+//! How a forwarded GET uses the response store (`cache = "http" | "revalidate" | "dev"`): answer
+//! from it, make the request conditional, turn the origin's 304 into the stored 200, and fill the
+//! store as a response streams by; RFC 9111's rules are `freshness.rs` and `lookup.rs`, the
+//! `"http"` mode `http_mode.rs`. Identical requests in flight share one origin request
+//! (`coalesce.rs`, `flights.rs`). The store itself (files, size bound, eviction) is `store.rs`.
 
-#[allow(dead_code)]
+pub(crate) mod coalesce;
 pub(crate) mod flights;
 pub(crate) mod freshness;
-#[allow(dead_code)]
+mod http_mode;
 pub(crate) mod lookup;
 pub(crate) mod plan;
 pub(crate) mod store;
@@ -19,7 +21,8 @@ use http::request::Parts;
 use http::{HeaderMap, Response};
 use tracing::info;
 
-use crate::config::{CacheMode, HostPolicy};
+use crate::config::CacheMode;
+use crate::observe::metrics::NotSent;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::forward::context::{Flow, RequestContext};
 use crate::proxy::send::attempts::replayable as replayable_request;
@@ -50,6 +53,12 @@ impl Proxy {
         let Some(mut answer) = self.answer_or_revalidate(plan, &mut head.headers).await else {
             return ControlFlow::Continue(());
         };
+        if answer.headers().contains_key("x-courtesy-cache") {
+            // From the store (not a 504 for only-if-cached): the host was not asked.
+            self.metrics
+                .not_sent(&cx.asking.caller.state, &cx.budget.key, NotSent::Stored);
+            cx.trail.held.not_sent = Some(NotSent::Stored);
+        }
         if let Some(checked) = cx.checked.take() {
             self.report_preferences(&mut answer, checked, &cx.asking.caller.state);
         }
@@ -64,7 +73,8 @@ impl Proxy {
         headers: &mut HeaderMap,
     ) -> Option<Response<ProxyBody>> {
         match plan.mode {
-            CacheMode::Off | CacheMode::Http => None,
+            CacheMode::Off => None,
+            CacheMode::Http => self.answer_http(plan, headers).await,
             CacheMode::Dev => {
                 let (head, body) = self.cache.get_off_workers(&plan.url).await?;
                 if !replayable(&head, headers) {
@@ -98,9 +108,13 @@ impl Proxy {
         &self,
         plan: &CacheUse,
         status: u16,
+        fresh: &HeaderMap,
     ) -> Option<Response<ProxyBody>> {
         if !(plan.revalidating && status == 304) {
             return None;
+        }
+        if plan.mode == CacheMode::Http {
+            return self.revalidated_http(plan, fresh).await;
         }
         let (head, body) = self.cache.get_off_workers(&plan.url).await?;
         Some(self.answer_from_cache(head, body, "revalidated"))
@@ -112,17 +126,29 @@ impl Proxy {
         &self,
         plan: &CacheUse,
         parts: &http::response::Parts,
-        policy: &HostPolicy,
+        request: &HeaderMap,
     ) -> Option<Box<store::Writer>> {
-        let validated =
-            parts.headers.contains_key(ETAG) || parts.headers.contains_key(LAST_MODIFIED);
-        let storable = store::storable_for(parts.status, &parts.headers, &plan.request)
-            && (validated || policy.forward.cache == CacheMode::Dev);
+        let storable = match plan.mode {
+            CacheMode::Off => false,
+            CacheMode::Http => {
+                let heuristic = plan.knobs.heuristic;
+                !plan.head_request
+                    && freshness::storable(parts.status, request, &parts.headers, heuristic).is_ok()
+                    && !store::personal(request, &parts.headers)
+            }
+            CacheMode::Revalidate | CacheMode::Dev => {
+                let validated =
+                    parts.headers.contains_key(ETAG) || parts.headers.contains_key(LAST_MODIFIED);
+                store::storable_for(parts.status, &parts.headers, request)
+                    && (validated || plan.mode == CacheMode::Dev)
+            }
+        };
         if !storable {
             return None;
         }
         let mut head = store::head_of(&plan.url, parts.status, &parts.headers);
-        head.vary = store::vary_of(&parts.headers, &plan.request)?;
+        head.vary = store::vary_of(&parts.headers, request)?;
+        head.requested_at_unix_ms = store::unix_ms(plan.requested_at);
         self.cache.writer(head).map(Box::new)
     }
 

@@ -1,9 +1,14 @@
 //! The response store's part in one request (`CacheUse`): whether it uses the store at all, which
-//! entry, and whether it was made conditional; the entry's key.
+//! entry, whether it was made conditional (and on what), the host's freshness settings; the
+//! entry's key.
 
 use http::header::{HeaderValue, AUTHORIZATION, COOKIE, IF_MODIFIED_SINCE, IF_NONE_MATCH};
 use http::{HeaderMap, Method};
 
+use std::time::SystemTime;
+
+use super::lookup::Knobs;
+use super::store::Head;
 use crate::config::{CacheMode, HostPolicy};
 
 /// The store's part in one request: which entry, and whether the request was made conditional.
@@ -15,30 +20,56 @@ pub(crate) struct CacheUse {
     pub(crate) mode: CacheMode,
     /// The stored validators were added to the request: a 304 is the stored 200.
     pub(crate) revalidating: bool,
-    /// The request's headers, for the response's `Vary`.
-    pub(crate) request: HeaderMap,
+    /// A HEAD (answered from a stored GET's headers; its answer is never stored).
+    pub(crate) head_request: bool,
+    /// When the request was planned (RFC 9111's `request_time` of what the origin answers).
+    pub(crate) requested_at: SystemTime,
+    /// The host's freshness settings (`heuristic_freshness`, `min_refetch_seconds`).
+    pub(crate) knobs: Knobs,
+    /// The client's own `If-None-Match` / `If-Modified-Since`, taken out while courtesy
+    /// revalidates its entry with its own validators.
+    pub(crate) client_conditions: Option<HeaderMap>,
+    /// The stale entry being revalidated (`cache = "http"`).
+    pub(crate) stale: Option<Head>,
 }
 
 impl CacheUse {
-    /// How a request uses the store: only bodiless GETs whose client sent no validators of its own
-    /// (a client that did gets the origin's 304 untouched) and no `Cookie` (an answer to it may be
-    /// that client's own: never stored, and never answered from another client's entry).
+    /// How a request uses the store. Under `"http"`: bodiless GETs and HEADs without `Cookie`
+    /// (an answer to one may be that client's own: never stored, and never answered from another
+    /// client's entry). Under `"revalidate"` and `"dev"`: bodiless GETs without `Cookie` whose
+    /// client sent no validators of its own (a client that did gets the origin's 304 untouched).
     pub(crate) fn plan(
         policy: &HostPolicy,
         parts: &http::request::Parts,
         bodiless: bool,
     ) -> Option<CacheUse> {
-        let used = policy.forward.cache != CacheMode::Off
-            && parts.method == Method::GET
-            && bodiless
-            && !parts.headers.contains_key(IF_NONE_MATCH)
-            && !parts.headers.contains_key(IF_MODIFIED_SINCE)
-            && !parts.headers.contains_key(COOKIE);
+        let mode = policy.forward.cache;
+        let headers = &parts.headers;
+        let plain = bodiless && !headers.contains_key(COOKIE);
+        let used = match mode {
+            CacheMode::Off => false,
+            CacheMode::Http => {
+                plain && (parts.method == Method::GET || parts.method == Method::HEAD)
+            }
+            CacheMode::Revalidate | CacheMode::Dev => {
+                plain
+                    && parts.method == Method::GET
+                    && !headers.contains_key(IF_NONE_MATCH)
+                    && !headers.contains_key(IF_MODIFIED_SINCE)
+            }
+        };
         used.then(|| CacheUse {
-            url: entry_key(&parts.uri, &parts.headers),
-            mode: policy.forward.cache,
+            url: entry_key(&parts.uri, headers),
+            mode,
             revalidating: false,
-            request: parts.headers.clone(),
+            head_request: parts.method == Method::HEAD,
+            requested_at: SystemTime::now(),
+            knobs: Knobs {
+                heuristic: policy.forward.heuristic_freshness,
+                min_refetch: policy.forward.min_refetch,
+            },
+            client_conditions: None,
+            stale: None,
         })
     }
 }
@@ -46,7 +77,7 @@ impl CacheUse {
 /// The store's key for a request: its URL, and for a request with `Authorization` a hash of the
 /// credentials under this process's own random key, so that an entry made for one client's
 /// credentials answers no one else (RFC 9111 3.5) and the file does not hold them.
-fn entry_key(uri: &http::Uri, headers: &HeaderMap) -> String {
+pub(crate) fn entry_key(uri: &http::Uri, headers: &HeaderMap) -> String {
     use std::hash::BuildHasher as _;
     static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> =
         std::sync::OnceLock::new();

@@ -18,6 +18,7 @@ use crate::config::{Config, HostPolicy, OnCooldown, Priority};
 use crate::observe::telemetry::{RequestTrace, Requested, Telemetry};
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::timing::Trail;
+use crate::proxy::cache::flights::{Lead, SharedAnswer};
 use crate::proxy::cache::plan::CacheUse;
 use crate::proxy::connect::upgrade::ClientUpgrade;
 use crate::proxy::forward::target::Target;
@@ -54,6 +55,8 @@ pub(crate) struct RequestContext<'a> {
     pub(crate) upgrade: Option<ClientUpgrade>,
     /// Its use of the response store, when it has one.
     pub(crate) cache_use: Option<CacheUse>,
+    /// The flight it leads (`coalesce`): identical requests wait for its answer.
+    pub(crate) flight: Option<Lead<SharedAnswer>>,
     /// Its place in its job's quota, spent at its first turn.
     pub(crate) ticket: Option<QuotaTicket>,
     /// The client's body while it has not gone upstream: settled when the answer is local.
@@ -119,6 +122,7 @@ impl<'a> RequestContext<'a> {
             checked: None,
             upgrade: None,
             cache_use: None,
+            flight: None,
             ticket: None,
             unread: None,
             trail,

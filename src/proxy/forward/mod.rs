@@ -169,6 +169,7 @@ impl Proxy {
         self.rewrite_request_head(&mut head, cx)?;
         self.place_upgrade(&mut head, cx)?;
         self.answer_from_store(&mut head, cx).await?;
+        self.join_flight(&head, cx).await?;
         self.reserve_quota(cx)?;
         ControlFlow::Break(self.send_until_answered(head, cx).await)
     }

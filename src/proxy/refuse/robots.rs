@@ -18,10 +18,10 @@ use crate::budget::limiter::Refusal;
 use crate::config::HostPolicy;
 use crate::pacing::robots::{self, Fetched, Step, Verdict};
 use crate::pacing::robots_pacing::VisitWindow;
-use crate::proxy::cache::freshness::explicit_lifetime;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::failure::Failure;
 use crate::proxy::answer::response::{self, ProxyError};
+use crate::proxy::cache::freshness::explicit_lifetime;
 use crate::proxy::forward::target::Target;
 use crate::proxy::Proxy;
 use crate::upstream::pool::UpstreamBody;
@@ -83,7 +83,10 @@ impl Proxy {
         let asked = delay.filter(|d| d.is_finite() && *d > 0.0);
         let cap = cx.policy.robots.max_crawl_delay.map(|d| d.as_secs_f64());
         let paced = asked.map(|d| cap.map_or(d, |cap| d.min(cap)));
-        if self.limiter.set_robots_cap_for(&cx.budget, paced.map(|d| 1.0 / d)) {
+        if self
+            .limiter
+            .set_robots_cap_for(&cx.budget, paced.map(|d| 1.0 / d))
+        {
             match (asked, cap) {
                 (Some(d), Some(max)) if d > max => warn!(
                     crawl_delay_s = d,

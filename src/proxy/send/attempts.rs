@@ -70,6 +70,12 @@ pub(crate) enum Unsigned {
 }
 
 impl Attempts {
+    /// The headers of the request as courtesy sends it, when it can be sent again (a bodiless
+    /// GET, HEAD or OPTIONS): what the response store judges its answer with.
+    pub(crate) fn request_headers(&self) -> Option<&http::HeaderMap> {
+        self.replay.as_ref().map(Replay::headers)
+    }
+
     /// The attempts of the request with this head and the body in `cx.unread`, carrying what
     /// the earlier phases left in the context: what it asked of courtesy, a report-only host's
     /// would-be refusal, its job and quota place, its signing, a WebSocket's wish to switch, and

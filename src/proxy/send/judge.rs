@@ -22,7 +22,7 @@ impl Proxy {
         &self,
         exchanged: Exchanged,
         attempts: &mut Attempts,
-        cx: &RequestContext<'_>,
+        cx: &mut RequestContext<'_>,
     ) -> Flow {
         let status = exchanged.response.status().as_u16();
         let (answer, key) = (&exchanged.response, cx.budget.key.as_str());
@@ -35,10 +35,14 @@ impl Proxy {
         }
         let (permit, policy, latency) = (exchanged.permit, exchanged.policy, exchanged.latency);
         let revalidated = match &cx.cache_use {
-            Some(plan) => self.revalidated(plan, status).await,
+            Some(plan) => {
+                let fresh = exchanged.response.headers();
+                self.revalidated(plan, status, fresh).await
+            }
             None => None,
         };
         if let Some(answer) = revalidated {
+            let answer = self.share_local(answer, cx);
             info!(
                 status,
                 latency_ms = latency.as_millis() as u64,
@@ -78,7 +82,8 @@ impl Proxy {
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             return ControlFlow::Break(self.switch(response, attempts, held));
         }
-        let response = self.finish_response(response, held, &policy, cx);
+        let request = attempts.request_headers();
+        let response = self.finish_response(response, held, (&policy, request), cx);
         ControlFlow::Break(match ahead {
             Some(first) => response.map(|rest| ProxyBody::Prefixed {
                 first: Some(first),

@@ -264,6 +264,11 @@ impl Replay {
         }
     }
 
+    /// The request's headers, as courtesy sends it.
+    pub(crate) fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
     /// A fresh bodiless request from the template.
     pub(crate) fn request(&self) -> Request<UpstreamBody> {
         let mut request = Request::new(UpstreamBody::Empty);
