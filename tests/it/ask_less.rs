@@ -187,28 +187,49 @@ async fn robots_site(ip: &str, robots: &'static str) -> Origin {
     .await
 }
 
-/// The host's rate as `/hosts/<key>` shows it.
-async fn rate_of(courtesy: &Courtesy, key: &str) -> f64 {
-    let (status, body) = courtesy.host_page(key).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let host: serde_json::Value = serde_json::from_str(&body).unwrap();
-    host["rate"].as_f64().unwrap_or_else(|| panic!("no rate in {body}"))
+/// The delay robots.txt set on the host `key`, as `/hosts/<key>` shows it, once it shows one.
+async fn crawl_delay_of(courtesy: &Courtesy, key: &str) -> serde_json::Value {
+    let end = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, body) = courtesy.host_page(key).await;
+        if status == StatusCode::OK {
+            let host: serde_json::Value = serde_json::from_str(&body).unwrap();
+            if !host["crawl_delay"].is_null() {
+                return host["crawl_delay"].clone();
+            }
+        }
+        assert!(tokio::time::Instant::now() < end, "no crawl_delay on {key}: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crawl_delay_of_120_is_honoured_whole_and_request_rate_like_it() {
     let origin = robots_site("127.0.0.6", "User-agent: *\nCrawl-delay: 120\n").await;
     let courtesy = Courtesy::start("[defaults]\nrate = 5\nobey_robots = true\n").await;
-    let client = courtesy.client();
-    assert_eq!(client.get(&origin.url("/a")).await.status, StatusCode::OK);
-    let key = origin.addr.to_string();
-    let rate = rate_of(&courtesy, &key).await;
-    assert!((rate - 1.0 / 120.0).abs() < 1e-6, "rate {rate} for Crawl-delay: 120");
-    // The slower of Crawl-delay and Request-rate wins.
-    let slower = robots_site("127.0.0.7", "User-agent: *\nCrawl-delay: 2\nRequest-rate: 1/10\n").await;
-    assert_eq!(client.get(&slower.url("/a")).await.status, StatusCode::OK);
-    let rate = rate_of(&courtesy, &slower.addr.to_string()).await;
-    assert!((rate - 0.1).abs() < 1e-6, "rate {rate} for Request-rate: 1/10");
+    // The page waits its turn 120 s after robots.txt's own fetch: it is left waiting.
+    let waiting = courtesy.client().spawn_get(origin.url("/a"));
+    let delay = crawl_delay_of(&courtesy, &origin.addr.to_string()).await;
+    assert_eq!(delay["seconds"], 120.0, "{delay}");
+    assert_eq!(delay["capped"], false, "{delay}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(hits(&origin, "/a"), 0, "no second request within 120 s");
+    waiting.abort();
+    // The slower of Crawl-delay and Request-rate wins; an operator's cap says so.
+    let slower =
+        robots_site("127.0.0.7", "User-agent: *\nCrawl-delay: 2\nRequest-rate: 1/10\n").await;
+    let waiting = courtesy.client().spawn_get(slower.url("/a"));
+    let delay = crawl_delay_of(&courtesy, &slower.addr.to_string()).await;
+    assert_eq!(delay["seconds"], 10.0, "{delay}");
+    waiting.abort();
+    let capped = Courtesy::start(
+        "[defaults]\nrate = 5\nobey_robots = true\nmax_crawl_delay_seconds = 30\n",
+    )
+    .await;
+    let waiting = capped.client().spawn_get(origin.url("/b"));
+    let delay = crawl_delay_of(&capped, &origin.addr.to_string()).await;
+    assert_eq!((delay["seconds"].as_f64(), delay["capped"].as_bool()), (Some(30.0), Some(true)));
+    waiting.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,7 +278,7 @@ async fn robots_txt_is_kept_as_its_cache_control_says_and_past_a_failed_refresh(
     tokio::time::sleep(Duration::from_millis(5_500)).await;
     // Stale: fetched again; the 503 leaves the last good rules in force.
     assert_eq!(client.get(&origin.url("/page")).await.status, StatusCode::OK);
-    assert!(wait_until(Duration::from_secs(5), || fetched.load(Ordering::SeqCst) == 2).await);
+    assert!(eventually(Duration::from_secs(5), || fetched.load(Ordering::SeqCst) == 2).await);
     assert_eq!(client.get(&origin.url("/page2")).await.status, StatusCode::OK);
     assert_eq!(client.get(&origin.url("/private")).await.status, StatusCode::FORBIDDEN);
     assert_eq!(hits(&origin, "/private"), 0);
