@@ -58,13 +58,13 @@ struct Crawl {
 
 /// courtesy at 5 requests a second (over the site's 3) in front of the site, with `rest` added
 /// to its `[defaults]`; otherwise on its defaults (the site's name and CA are plumbing;
-/// `obey_robots = true` is the default, said because the harness turns robots.txt off in
-/// configs that do not mention it).
+/// `obey_robots = true` and `coalesce = true` are defaults, said because the harness turns
+/// robots.txt and coalescing off in configs that do not mention them).
 async fn courtesy_for(dir: &std::path::Path, ca_file: &std::path::Path, rest: &str) -> Courtesy {
     let hosts = dir.join("hosts");
     std::fs::write(&hosts, format!("127.0.0.1 {SITE}\n")).unwrap();
     Courtesy::start(&format!(
-        "[proxy]\nupstream_ca = {:?}\nhosts_file = {:?}\n\n[defaults]\nrate = 5\nburst = 1\nobey_robots = true\n{rest}",
+        "[proxy]\nupstream_ca = {:?}\nhosts_file = {:?}\n\n[defaults]\nrate = 5\nburst = 1\nobey_robots = true\ncoalesce = true\n{rest}",
         ca_file.display().to_string(),
         hosts.display().to_string()
     ))

@@ -52,7 +52,7 @@ async fn site_and_courtesy(
     std::fs::write(&hosts, format!("127.0.0.1 {SITE}\n")).unwrap();
     let ca_file = ca.write(dir, "site-ca.pem");
     let courtesy = Courtesy::start(&format!(
-        "[proxy]\nupstream_ca = {:?}\nhosts_file = {:?}\n\n[defaults]\nrate = 5\nburst = 1\nadaptive = true\nobey_robots = true\n",
+        "[proxy]\nupstream_ca = {:?}\nhosts_file = {:?}\n\n[defaults]\nrate = 5\nburst = 1\nadaptive = true\nobey_robots = true\ncoalesce = true\n",
         ca_file.display().to_string(),
         hosts.display().to_string()
     ))
@@ -223,7 +223,7 @@ async fn a_window_of_an_hour_is_answered_with_the_local_429_at_once() {
         }
     })
     .await;
-    let courtesy = Courtesy::start("[defaults]\nobey_robots = false\n").await;
+    let courtesy = Courtesy::start("[defaults]\nobey_robots = false\ncoalesce = true\n").await;
     let client = courtesy.client();
     // The site's own 429 is passed on at once: a window this long is not waited out, nor is the
     // request sent again after it.
@@ -267,7 +267,7 @@ async fn a_short_window_is_waited_out_and_the_page_sent_again_for_the_client() {
         }
     })
     .await;
-    let courtesy = Courtesy::start("[defaults]\nobey_robots = false\n").await;
+    let courtesy = Courtesy::start("[defaults]\nobey_robots = false\ncoalesce = true\n").await;
     let started = Instant::now();
     let answered = courtesy.client().get(&origin.url("/page")).await;
     assert_eq!(answered.status, 200);

@@ -31,6 +31,7 @@
 mod support;
 
 mod admin;
+mod ask_less;
 mod bandwidth;
 mod block_detection;
 mod browser;
