@@ -61,13 +61,19 @@ async fn sixteen_identical_gets_from_four_clients_make_one_origin_request() {
         assert_eq!(&got.body[..], b"the page");
         coalesced += usize::from(told(&got).contains("coalesced"));
     }
-    assert_eq!(origin.count(), 1, "16 identical GETs in flight at once, one origin request");
+    assert_eq!(
+        origin.count(),
+        1,
+        "16 identical GETs in flight at once, one origin request"
+    );
     assert_eq!(coalesced, 15, "every follower says it was coalesced");
     let metrics = fetch_direct(&courtesy.admin_url("/metrics")).await;
     assert!(
-        metrics.lines().any(|l| l.starts_with("courtesy_requests_not_sent_total")
-            && l.contains("how=\"coalesced\"")
-            && l.ends_with(" 15")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("courtesy_requests_not_sent_total")
+                && l.contains("how=\"coalesced\"")
+                && l.ends_with(" 15")),
         "{metrics}"
     );
 }
@@ -89,12 +95,24 @@ async fn a_fresh_answer_is_served_from_the_store_and_a_client_s_no_cache_reaches
     let url = origin.url("/style.css");
     assert_eq!(client.get(&url).await.body, "fresh");
     let stored = client.get(&url).await;
-    assert_eq!((stored.status, &stored.body[..]), (StatusCode::OK, &b"fresh"[..]));
+    assert_eq!(
+        (stored.status, &stored.body[..]),
+        (StatusCode::OK, &b"fresh"[..])
+    );
     assert!(told(&stored).contains("stored"), "{}", told(&stored));
-    assert!(!stored.header("age").is_empty(), "a stored answer carries Age");
-    assert_eq!(origin.count(), 1, "a fresh answer is served without asking the origin");
+    assert!(
+        !stored.header("age").is_empty(),
+        "a stored answer carries Age"
+    );
+    assert_eq!(
+        origin.count(),
+        1,
+        "a fresh answer is served without asking the origin"
+    );
     // The client's own validator matching the fresh entry: a local 304.
-    let revalidated = client.send(get_with(&url, &[("if-none-match", "\"v1\"")])).await;
+    let revalidated = client
+        .send(get_with(&url, &[("if-none-match", "\"v1\"")]))
+        .await;
     assert_eq!(revalidated.status, StatusCode::NOT_MODIFIED);
     assert_eq!(origin.count(), 1);
     // no-cache, max-age=0 and Pragma: no-cache always reach the origin.
@@ -106,7 +124,11 @@ async fn a_fresh_answer_is_served_from_the_store_and_a_client_s_no_cache_reaches
         let before = origin.count();
         let got = client.send(get_with(&url, &[(name, value)])).await;
         assert_eq!(got.status, StatusCode::OK);
-        assert_eq!(origin.count(), before + 1, "{name}: {value} reaches the origin");
+        assert_eq!(
+            origin.count(),
+            before + 1,
+            "{name}: {value} reaches the origin"
+        );
     }
 }
 
@@ -133,14 +155,23 @@ async fn personal_answers_are_never_served_to_another_client_or_job() {
     for path in ["/private", "/no-store", "/cookie"] {
         let first = client.get(&origin.url(path)).await;
         let second = client.get(&origin.url(path)).await;
-        assert_ne!(first.body, second.body, "{path} is never answered from the store");
+        assert_ne!(
+            first.body, second.body,
+            "{path} is never answered from the store"
+        );
     }
     // Requests with credentials or cookies: never answered from another's entry.
     let url = origin.url("/account");
-    let alice = client.send(get_with(&url, &[("authorization", "Bearer alice")])).await;
-    let bob = client.send(get_with(&url, &[("authorization", "Bearer bob")])).await;
+    let alice = client
+        .send(get_with(&url, &[("authorization", "Bearer alice")]))
+        .await;
+    let bob = client
+        .send(get_with(&url, &[("authorization", "Bearer bob")]))
+        .await;
     assert_ne!(alice.body, bob.body);
-    let cookie = client.send(get_with(&url, &[("cookie", "session=a")])).await;
+    let cookie = client
+        .send(get_with(&url, &[("cookie", "session=a")]))
+        .await;
     assert_ne!(cookie.body, bob.body);
     let anonymous = client.get(&url).await;
     assert_ne!(anonymous.body, alice.body);
@@ -170,8 +201,16 @@ async fn min_refetch_seconds_answers_a_repeat_from_the_store_even_when_stale() {
         assert_eq!(client.get(&origin.url("/page")).await.body, "page");
         assert_eq!(client.get(&origin.url("/never")).await.body, "secret");
     }
-    assert_eq!(hits(&origin, "/page"), 1, "repeats within 30 s come from the store");
-    assert_eq!(hits(&origin, "/never"), 3, "a no-store answer is never stored");
+    assert_eq!(
+        hits(&origin, "/page"),
+        1,
+        "repeats within 30 s come from the store"
+    );
+    assert_eq!(
+        hits(&origin, "/never"),
+        3,
+        "a no-store answer is never stored"
+    );
     let hosts = fetch_direct(&courtesy.admin_url("/hosts")).await;
     assert!(hosts.contains("\"not_sent\""), "{hosts}");
 }
@@ -198,7 +237,10 @@ async fn crawl_delay_of(courtesy: &Courtesy, key: &str) -> serde_json::Value {
                 return host["crawl_delay"].clone();
             }
         }
-        assert!(tokio::time::Instant::now() < end, "no crawl_delay on {key}: {body}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "no crawl_delay on {key}: {body}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -216,19 +258,24 @@ async fn a_crawl_delay_of_120_is_honoured_whole_and_request_rate_like_it() {
     assert_eq!(hits(&origin, "/a"), 0, "no second request within 120 s");
     waiting.abort();
     // The slower of Crawl-delay and Request-rate wins; an operator's cap says so.
-    let slower =
-        robots_site("127.0.0.7", "User-agent: *\nCrawl-delay: 2\nRequest-rate: 1/10\n").await;
+    let slower = robots_site(
+        "127.0.0.7",
+        "User-agent: *\nCrawl-delay: 2\nRequest-rate: 1/10\n",
+    )
+    .await;
     let waiting = courtesy.client().spawn_get(slower.url("/a"));
     let delay = crawl_delay_of(&courtesy, &slower.addr.to_string()).await;
     assert_eq!(delay["seconds"], 10.0, "{delay}");
     waiting.abort();
-    let capped = Courtesy::start(
-        "[defaults]\nrate = 5\nobey_robots = true\nmax_crawl_delay_seconds = 30\n",
-    )
-    .await;
+    let capped =
+        Courtesy::start("[defaults]\nrate = 5\nobey_robots = true\nmax_crawl_delay_seconds = 30\n")
+            .await;
     let waiting = capped.client().spawn_get(origin.url("/b"));
     let delay = crawl_delay_of(&capped, &origin.addr.to_string()).await;
-    assert_eq!((delay["seconds"].as_f64(), delay["capped"].as_bool()), (Some(30.0), Some(true)));
+    assert_eq!(
+        (delay["seconds"].as_f64(), delay["capped"].as_bool()),
+        (Some(30.0), Some(true))
+    );
     waiting.abort();
 }
 
@@ -241,14 +288,27 @@ async fn outside_its_visit_time_a_host_waits_and_says_why() {
         .as_secs();
     let minute = |at: u64| format!("{:02}{:02}", (at % 86_400) / 3600, (at % 3600) / 60);
     let window = format!("{}-{}", minute(now + 3600), minute(now + 7200));
-    let robots: &'static str = Box::leak(format!("User-agent: *\nVisit-time: {window}\n").into_boxed_str());
+    let robots: &'static str =
+        Box::leak(format!("User-agent: *\nVisit-time: {window}\n").into_boxed_str());
     let origin = robots_site("127.0.0.8", robots).await;
     let courtesy = Courtesy::start("[defaults]\nrate = 5\nobey_robots = true\n").await;
     let got = courtesy.client().get(&origin.url("/a")).await;
-    assert_eq!(got.status, StatusCode::TOO_MANY_REQUESTS, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(
+        got.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        String::from_utf8_lossy(&got.body)
+    );
     let retry_after: u64 = got.header("retry-after").parse().unwrap();
-    assert!((3000..=3700).contains(&retry_after), "Retry-After {retry_after}");
-    assert!(got.header("proxy-status").contains("Visit-time"), "{}", got.header("proxy-status"));
+    assert!(
+        (3000..=3700).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
+    assert!(
+        got.header("proxy-status").contains("Visit-time"),
+        "{}",
+        got.header("proxy-status")
+    );
     assert_eq!(hits(&origin, "/a"), 0);
 }
 
@@ -257,7 +317,8 @@ async fn robots_txt_is_kept_as_its_cache_control_says_and_past_a_failed_refresh(
     let fetched = Arc::new(AtomicUsize::new(0));
     let count = fetched.clone();
     let origin = Origin::start("127.0.0.9", move |req| {
-        let robots_fetch = (req.uri().path() == "/robots.txt").then(|| count.fetch_add(1, Ordering::SeqCst));
+        let robots_fetch =
+            (req.uri().path() == "/robots.txt").then(|| count.fetch_add(1, Ordering::SeqCst));
         async move {
             match robots_fetch {
                 Some(0) => answer(
@@ -272,15 +333,34 @@ async fn robots_txt_is_kept_as_its_cache_control_says_and_past_a_failed_refresh(
     .await;
     let courtesy = Courtesy::start("[defaults]\nrate = 50\nobey_robots = true\n").await;
     let client = courtesy.client();
-    assert_eq!(client.get(&origin.url("/page")).await.status, StatusCode::OK);
-    assert_eq!(client.get(&origin.url("/private")).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        client.get(&origin.url("/page")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        client.get(&origin.url("/private")).await.status,
+        StatusCode::FORBIDDEN
+    );
     assert_eq!(fetched.load(Ordering::SeqCst), 1);
     tokio::time::sleep(Duration::from_millis(5_500)).await;
     // Stale: fetched again; the 503 leaves the last good rules in force.
-    assert_eq!(client.get(&origin.url("/page")).await.status, StatusCode::OK);
-    assert!(eventually(Duration::from_secs(5), || fetched.load(Ordering::SeqCst) == 2).await);
-    assert_eq!(client.get(&origin.url("/page2")).await.status, StatusCode::OK);
-    assert_eq!(client.get(&origin.url("/private")).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        client.get(&origin.url("/page")).await.status,
+        StatusCode::OK
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || fetched.load(Ordering::SeqCst)
+            == 2)
+        .await
+    );
+    assert_eq!(
+        client.get(&origin.url("/page2")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        client.get(&origin.url("/private")).await.status,
+        StatusCode::FORBIDDEN
+    );
     assert_eq!(hits(&origin, "/private"), 0);
 }
 
@@ -293,7 +373,9 @@ async fn a_browser_crawl_of_pages_sharing_static_files_asks_once_for_each() {
         if let Some(page) = path.strip_prefix("/page/") {
             let mut html = format!("<html><head><title>page {page}</title>");
             for s in 0..STATICS {
-                html.push_str(&format!("<link rel=\"stylesheet\" href=\"/static/{s}.css\">"));
+                html.push_str(&format!(
+                    "<link rel=\"stylesheet\" href=\"/static/{s}.css\">"
+                ));
             }
             html.push_str("</head><body>page</body></html>");
             let body: &'static str = Box::leak(html.into_boxed_str());
@@ -318,12 +400,13 @@ async fn a_browser_crawl_of_pages_sharing_static_files_asks_once_for_each() {
     let courtesy = Courtesy::start("[defaults]\nrate = 200\nburst = 50\nconcurrency = 16\n").await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node/cached_crawl.mjs");
     let mut cmd = client_command("node");
-    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node")).args([
-        script,
-        &origin.url("/page/"),
-        &format!("http://{}", courtesy.addr),
-        &PAGES.to_string(),
-    ]);
+    cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/node"))
+        .args([
+            script,
+            &origin.url("/page/"),
+            &format!("http://{}", courtesy.addr),
+            &PAGES.to_string(),
+        ]);
     let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
         .await
         .expect("the crawl finishes within 120 s")
@@ -338,6 +421,10 @@ async fn a_browser_crawl_of_pages_sharing_static_files_asks_once_for_each() {
         assert_eq!(hits(&origin, &format!("/page/{page}")), 1, "page {page}");
     }
     for s in 0..STATICS {
-        assert_eq!(hits(&origin, &format!("/static/{s}.css")), 1, "static file {s}");
+        assert_eq!(
+            hits(&origin, &format!("/static/{s}.css")),
+            1,
+            "static file {s}"
+        );
     }
 }
