@@ -10,6 +10,12 @@
 # The difference between the two counts, divided by REQUESTS, is what one request costs, with
 # start-up, the warm-up and shutdown taken out.
 #
+# The origin's answers say `Cache-Control: no-store`: every request is one the response store
+# cannot serve and coalescing may not share (it goes alone after the first), which is what a
+# crawl of distinct pages asks of courtesy, measured on its defaults (`cache = "http"`,
+# `coalesce = true`); EXTRA_DEFAULTS adds lines to courtesy's `[defaults]` (`cache = "off"` and
+# `coalesce = false`, say, to measure what those defaults cost).
+#
 # HTTPS (KINDS=https) is the same through interception: an nginx TLS origin serving the same
 # body, courtesy intercepting CONNECTs to it (its own CA, trusting the test CA upstream), and
 # benches/https_load.rs as the client (ab cannot CONNECT): WARMUP requests on one kept-alive
@@ -34,7 +40,8 @@
 #   REQUESTS=5000 (1..100000), CONNS=8 (1..256), WARMUP=20 (1..1000),
 #   REPEATS=3 (1..10), SIZE=1k (1k or 64k: the origin's body), BODY_TYPE=text/html,
 #   GUARD=0, GUARD_PCT=5, BASELINE=benches/instructions.baseline, UPDATE_BASELINE=0,
-#   ORIGIN_PORT=18280 (its TLS twin on ORIGIN_PORT + 1), COURTESY_PORT=18228 (admin on + 1).
+#   ORIGIN_PORT=18280 (its TLS twin on ORIGIN_PORT + 1), COURTESY_PORT=18228 (admin on + 1),
+#   EXTRA_DEFAULTS= (lines added to courtesy's [defaults]).
 # PROFILE_DIR=DIR (not in guard mode): each binary runs under callgrind instead, its counters zeroed
 #   after the warm-up and dumped after the measured requests, into DIR/callgrind.NAME.KIND.PID.1
 #   (read it with `callgrind_annotate --inclusive=yes`); the report's figure is then the dump's
@@ -138,6 +145,7 @@ chmod -R a+rX "$TMP/origin" "$TMP/pki"
     nginx_conf_start "$TMP/origin" 1024
     echo "    default_type $BODY_TYPE;"
     echo "    types { }"
+    echo '    add_header Cache-Control "no-store" always;'
     STATUS_PORT=$ORIGIN_PORT static_origin_server "$ORIGIN_PORT" "$TMP/origin/www"
     tls_origin_server "$TLS_PORT" "$TMP/pki" "$TMP/origin/www"
     echo "}"
@@ -179,11 +187,12 @@ count_life() {
         [[ $kind == plain ]] || cmd+=(--ca-dir "$CA_DIR" --upstream-ca "$ORIGIN_CA")
     else
         if [[ $kind == plain ]]; then
-            pacing_off_conf "$dir" "$COURTESY_PORT" >"$dir/courtesy.toml"
+            pacing_off_conf "$dir" "$COURTESY_PORT" "" "${EXTRA_DEFAULTS:-}" >"$dir/courtesy.toml"
         else
             cp "$CA_DIR/ca.pem" "$CA_DIR/ca-key.pem" "$dir/state/"
             pacing_off_conf "$dir" "$COURTESY_PORT" "upstream_ca = \"$ORIGIN_CA\"
-connect_ports = [$TLS_PORT]" "max_queue = 1000000" >"$dir/courtesy.toml"
+connect_ports = [$TLS_PORT]" "max_queue = 1000000
+${EXTRA_DEFAULTS:-}" >"$dir/courtesy.toml"
         fi
         cmd=("$bin" run --config "$dir/courtesy.toml")
     fi

@@ -10,7 +10,7 @@ use http::request::Parts;
 use http::Response;
 use tracing::info;
 
-use super::flights::{flight_key, land_whole, Joined, SharedAnswer};
+use super::flights::{joins, land_whole, Joined, SharedAnswer};
 use super::plan::entry_key;
 use crate::observe::metrics::NotSent;
 use crate::proxy::answer::body::ProxyBody;
@@ -28,7 +28,15 @@ impl Proxy {
         {
             return ControlFlow::Continue(());
         }
-        let Some(key) = flight_key(head, &entry_key(&head.uri, &head.headers)) else {
+        if !joins(head) {
+            return ControlFlow::Continue(());
+        }
+        // The store's key when the store planned one (no second copy of the URL).
+        let key = match &cx.cache_use {
+            Some(plan) => self.flights.key(head, &plan.url),
+            None => self.flights.key(head, &entry_key(&head.uri, &head.headers)),
+        };
+        let Some(key) = key else {
             return ControlFlow::Continue(());
         };
         let follow = match self.flights.join(key) {
@@ -37,6 +45,7 @@ impl Proxy {
                 return ControlFlow::Continue(());
             }
             Joined::Follow(follow) => follow,
+            Joined::Alone => return ControlFlow::Continue(()),
         };
         let bound = self.config.get().proxy.response_timeout;
         let Some(answer) = follow.answer(bound).await else {

@@ -4,20 +4,23 @@
 //! budget. A leader that goes away unanswered, or whose answer may not be shared, sends its
 //! followers on their own way; a follower waits at most its bound, then goes too.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{
-    HeaderName, ACCEPT, ACCEPT_ENCODING, ACCEPT_LANGUAGE, COOKIE, IF_MATCH, IF_UNMODIFIED_SINCE,
-    RANGE, SET_COOKIE, VARY,
+    HeaderName, ACCEPT, ACCEPT_ENCODING, ACCEPT_LANGUAGE, CACHE_CONTROL, COOKIE, IF_MATCH,
+    IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_UNMODIFIED_SINCE, PRAGMA, RANGE, SET_COOKIE, VARY,
 };
 use http::request::Parts;
 use http::{response, HeaderMap, Method, StatusCode};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-use super::freshness::{self, Directives};
+use super::freshness::Directives;
 use crate::util::locks::lock;
 
 /// Where a flight stands, as its followers see it.
@@ -41,16 +44,36 @@ impl<T> Clone for Landing<T> {
     }
 }
 
-/// The requests in flight that others may follow, by key (the request's method, URL, the part of
-/// the store it may use, and the headers answers commonly vary on).
+/// How long a key whose answer may not be shared goes without flights: its requests go on
+/// alone at once rather than each waiting for a leader's answer that will not be shared.
+pub(crate) const ALONE_FOR: Duration = Duration::from_secs(10);
+
+/// The most keys remembered (flights and keys going alone) before the expired marks are swept.
+const SWEEP_ABOVE: usize = 4096;
+
+/// A key's entry: a flight in the air, or a key that goes alone until then.
+#[derive(Debug)]
+enum Slot<T> {
+    Flying(watch::Receiver<Landing<T>>),
+    Alone(Instant),
+}
+
+/// The table every flight is kept in.
+type Table<T> = Arc<Mutex<HashMap<u128, Slot<T>>>>;
+
+/// The requests in flight that others may follow, by key: a 128-bit hash, under keys of this
+/// process, of the request's method, its store key (the URL, and a hash of any credentials) and
+/// the headers answers commonly vary on, so that a request costs no allocation to be keyed.
 pub(crate) struct Flights<T> {
-    table: Arc<Mutex<HashMap<String, watch::Receiver<Landing<T>>>>>,
+    table: Table<T>,
+    hashers: (RandomState, RandomState),
 }
 
 impl<T> Default for Flights<T> {
     fn default() -> Self {
         Flights {
             table: Arc::new(Mutex::new(HashMap::new())),
+            hashers: (RandomState::new(), RandomState::new()),
         }
     }
 }
@@ -58,7 +81,7 @@ impl<T> Default for Flights<T> {
 impl<T> std::fmt::Debug for Flights<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Flights")
-            .field("in_flight", &lock(&self.table).len())
+            .field("keys", &lock(&self.table).len())
             .finish()
     }
 }
@@ -69,21 +92,50 @@ pub(crate) enum Joined<T> {
     Lead(Lead<T>),
     /// Another is asking: wait for its answer ([`Follow::answer`]).
     Follow(Follow<T>),
+    /// Its key's answers may not be shared: it goes on by itself.
+    Alone,
 }
 
 impl<T> Flights<T> {
+    /// The flight key of a request with `head` and `store_key`, if it may join a flight (see
+    /// [`joins`]).
+    pub(crate) fn key(&self, head: &Parts, store_key: &str) -> Option<u128> {
+        if !joins(head) {
+            return None;
+        }
+        let hash = |state: &RandomState| {
+            let mut h = state.build_hasher();
+            head.method.as_str().hash(&mut h);
+            store_key.hash(&mut h);
+            for name in &KEYED {
+                for value in head.headers.get_all(name) {
+                    value.as_bytes().hash(&mut h);
+                }
+                0xffu8.hash(&mut h);
+            }
+            h.finish()
+        };
+        Some(u128::from(hash(&self.hashers.0)) << 64 | u128::from(hash(&self.hashers.1)))
+    }
+
     /// Joins the flight of `key`, leading it when there is none.
-    pub(crate) fn join(&self, key: String) -> Joined<T> {
+    pub(crate) fn join(&self, key: u128) -> Joined<T> {
         let mut table = lock(&self.table);
-        if let Some(landing) = table.get(&key) {
-            if matches!(*landing.borrow(), Landing::Pending) {
+        match table.get(&key) {
+            Some(Slot::Flying(landing)) if matches!(*landing.borrow(), Landing::Pending) => {
                 return Joined::Follow(Follow {
                     landing: landing.clone(),
                 });
             }
+            Some(Slot::Alone(until)) if *until > Instant::now() => return Joined::Alone,
+            _ => {}
+        }
+        if table.len() >= SWEEP_ABOVE {
+            let now = Instant::now();
+            table.retain(|_, slot| !matches!(slot, Slot::Alone(until) if *until <= now));
         }
         let (sender, landing) = watch::channel(Landing::Pending);
-        table.insert(key.clone(), landing);
+        table.insert(key, Slot::Flying(landing));
         Joined::Lead(Lead {
             table: self.table.clone(),
             key,
@@ -91,7 +143,7 @@ impl<T> Flights<T> {
         })
     }
 
-    /// How many flights are in the air (the tests check that each one ends).
+    /// How many keys are remembered (the tests check that each flight ends).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         lock(&self.table).len()
@@ -101,8 +153,8 @@ impl<T> Flights<T> {
 /// The leader of a flight. Dropped without landing, it sends its followers on their own way.
 #[derive(Debug)]
 pub(crate) struct Lead<T> {
-    table: Arc<Mutex<HashMap<String, watch::Receiver<Landing<T>>>>>,
-    key: String,
+    table: Table<T>,
+    key: u128,
     sender: Option<watch::Sender<Landing<T>>>,
 }
 
@@ -110,10 +162,17 @@ impl<T> Lead<T> {
     /// Ends the flight with `answer` for every follower (`None`: nothing to share, each asks for
     /// itself). Requests that come after it start a flight of their own.
     pub(crate) fn land(mut self, answer: Option<T>) {
-        self.end(match answer {
+        let landing = match answer {
             Some(answer) => Landing::Shared(Arc::new(answer)),
             None => Landing::Alone,
-        });
+        };
+        self.end(landing, None);
+    }
+
+    /// Ends the flight with an answer that may not be shared: the followers ask for themselves,
+    /// and the key's requests go alone for [`ALONE_FOR`].
+    pub(crate) fn land_unshareable(mut self) {
+        self.end(Landing::Alone, Some(Instant::now() + ALONE_FOR));
     }
 
     /// Whether any request follows this one.
@@ -123,18 +182,20 @@ impl<T> Lead<T> {
             .is_some_and(|sender| sender.receiver_count() > 1)
     }
 
-    fn end(&mut self, landing: Landing<T>) {
+    fn end(&mut self, landing: Landing<T>, alone_until: Option<Instant>) {
         let Some(sender) = self.sender.take() else {
             return;
         };
         {
             let mut table = lock(&self.table);
-            // Only this flight's entry: a later one under the same key is not ours to remove.
-            if table
-                .get(&self.key)
-                .is_some_and(|found| found.same_channel(&sender.subscribe()))
-            {
-                table.remove(&self.key);
+            // Only this flight's entry: a later one under the same key is not ours to touch.
+            let ours = matches!(table.get(&self.key),
+                Some(Slot::Flying(found)) if found.same_channel(&sender.subscribe()));
+            if ours {
+                match alone_until {
+                    Some(until) => table.insert(self.key, Slot::Alone(until)),
+                    None => table.remove(&self.key),
+                };
             }
         }
         sender.send_replace(landing);
@@ -143,7 +204,7 @@ impl<T> Lead<T> {
 
 impl<T> Drop for Lead<T> {
     fn drop(&mut self) {
-        self.end(Landing::Alone);
+        self.end(Landing::Alone, None);
     }
 }
 
@@ -181,34 +242,30 @@ const KEYED: [HeaderName; 3] = [ACCEPT, ACCEPT_ENCODING, ACCEPT_LANGUAGE];
 /// with nothing to share and the followers ask for themselves.
 pub(crate) const MAX_SHARED_BYTES: usize = super::store::MAX_ENTRY_BYTES as usize;
 
-/// The flight a request may join, if it may join one: a bodiless GET or HEAD without cookies,
-/// conditions of its own or a `no-cache`/`max-age=0` (those must reach the origin). The key is
-/// its method, its store key (the URL, with a hash of any credentials) and the headers in
-/// [`KEYED`].
-pub(crate) fn flight_key(head: &Parts, store_key: &str) -> Option<String> {
+/// Whether a request with `head` may join a flight: a bodiless GET or HEAD without cookies,
+/// conditions of its own, a range, or a `no-cache`/`no-store`/`max-age=0` (those must reach the
+/// origin).
+pub(crate) fn joins(head: &Parts) -> bool {
     let headers = &head.headers;
+    if !(head.method == Method::GET || head.method == Method::HEAD) {
+        return false;
+    }
+    let own = [
+        COOKIE,
+        IF_NONE_MATCH,
+        IF_MODIFIED_SINCE,
+        IF_MATCH,
+        IF_UNMODIFIED_SINCE,
+        RANGE,
+    ];
+    if own.iter().any(|name| headers.contains_key(name)) {
+        return false;
+    }
+    if !headers.contains_key(CACHE_CONTROL) && !headers.contains_key(PRAGMA) {
+        return true;
+    }
     let asked = Directives::of(headers);
-    let joins = (head.method == Method::GET || head.method == Method::HEAD)
-        && !headers.contains_key(COOKIE)
-        && !freshness::conditional(headers)
-        && !headers.contains_key(IF_MATCH)
-        && !headers.contains_key(IF_UNMODIFIED_SINCE)
-        && !headers.contains_key(RANGE)
-        && !asked.no_cache
-        && !asked.no_store
-        && asked.max_age != Some(0);
-    if !joins {
-        return None;
-    }
-    let mut key = format!("{} {store_key}", head.method);
-    for name in &KEYED {
-        key.push('\n');
-        for value in headers.get_all(name) {
-            key.push_str(&String::from_utf8_lossy(value.as_bytes()));
-            key.push(',');
-        }
-    }
-    Some(key)
+    !asked.no_cache && !asked.no_store && asked.max_age != Some(0)
 }
 
 /// An answer a leader shares with its followers, its body whole.
@@ -258,7 +315,11 @@ impl Share {
     /// nobody follows by the time its answer's head arrives ends there, so an answer nobody
     /// waits for is never copied.
     pub(crate) fn start(lead: Lead<SharedAnswer>, parts: &response::Parts) -> Option<Box<Share>> {
-        if !lead.followed() || !shareable(parts) {
+        if !shareable(parts) {
+            lead.land_unshareable();
+            return None;
+        }
+        if !lead.followed() {
             lead.land(None);
             return None;
         }
@@ -297,7 +358,9 @@ impl Share {
 
 /// Lands `lead`'s flight with a whole local answer (the stored 200 after a revalidation).
 pub(crate) fn land_whole(lead: Lead<SharedAnswer>, parts: &response::Parts, body: &Bytes) {
-    if lead.followed() && shareable(parts) {
+    if !shareable(parts) {
+        lead.land_unshareable();
+    } else if lead.followed() {
         lead.land(Some(SharedAnswer {
             status: parts.status,
             headers: parts.headers.clone(),
@@ -312,31 +375,33 @@ pub(crate) fn land_whole(lead: Lead<SharedAnswer>, parts: &response::Parts, body
 mod tests {
     use super::*;
 
-    fn lead(joined: Joined<&'static str>) -> Lead<&'static str> {
+    fn lead_of<T>(joined: Joined<T>) -> Lead<T> {
         match joined {
             Joined::Lead(lead) => lead,
-            Joined::Follow(_) => panic!("expected to lead"),
+            Joined::Follow(_) | Joined::Alone => panic!("expected to lead"),
         }
+    }
+
+    fn lead(joined: Joined<&'static str>) -> Lead<&'static str> {
+        lead_of(joined)
     }
 
     fn follow(joined: Joined<&'static str>) -> Follow<&'static str> {
         match joined {
             Joined::Follow(follow) => follow,
-            Joined::Lead(_) => panic!("expected to follow"),
+            Joined::Lead(_) | Joined::Alone => panic!("expected to follow"),
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn one_leads_the_others_share_its_answer() {
         let flights = Flights::default();
-        let leader = lead(flights.join("GET a".into()));
+        let leader = lead(flights.join(1));
         assert!(!leader.followed());
-        let followers: Vec<_> = (0..15)
-            .map(|_| follow(flights.join("GET a".into())))
-            .collect();
+        let followers: Vec<_> = (0..15).map(|_| follow(flights.join(1))).collect();
         assert!(leader.followed());
         // Another key is another flight.
-        let other = lead(flights.join("GET b".into()));
+        let other = lead(flights.join(2));
         let waiting: Vec<_> = followers
             .into_iter()
             .map(|f| tokio::spawn(f.answer(Duration::from_secs(60))))
@@ -350,18 +415,18 @@ mod tests {
         drop(other);
         assert_eq!(flights.len(), 0);
         // After landing, the next request leads a new flight.
-        let _next = lead(flights.join("GET a".into()));
+        let _next = lead(flights.join(1));
     }
 
     #[tokio::test(start_paused = true)]
     async fn followers_go_alone_when_there_is_nothing_to_share_or_the_leader_is_gone() {
         let flights = Flights::default();
-        let leader = lead(flights.join("k".into()));
-        let follower = follow(flights.join("k".into()));
+        let leader = lead(flights.join(3));
+        let follower = follow(flights.join(3));
         leader.land(None);
         assert_eq!(follower.answer(Duration::from_secs(60)).await, None);
-        let leader = lead(flights.join("k".into()));
-        let follower = follow(flights.join("k".into()));
+        let leader = lead(flights.join(3));
+        let follower = follow(flights.join(3));
         drop(leader);
         assert_eq!(follower.answer(Duration::from_secs(60)).await, None);
         assert_eq!(flights.len(), 0);
@@ -370,13 +435,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_follower_waits_at_most_its_bound() {
         let flights = Flights::default();
-        let leader = lead(flights.join("k".into()));
-        let follower = follow(flights.join("k".into()));
+        let leader = lead(flights.join(3));
+        let follower = follow(flights.join(3));
         let started = tokio::time::Instant::now();
         assert_eq!(follower.answer(Duration::from_secs(30)).await, None);
         assert_eq!(started.elapsed(), Duration::from_secs(30));
         // The leader, still in flight, is still followed by newcomers and still lands.
-        let late = follow(flights.join("k".into()));
+        let late = follow(flights.join(3));
         leader.land(Some("late"));
         assert_eq!(
             late.answer(Duration::from_secs(1)).await.as_deref(),
@@ -407,7 +472,8 @@ mod tests {
 
     #[test]
     fn only_plain_reads_join_a_flight_keyed_by_what_answers_vary_on() {
-        let key = |m, h: &[(&str, &str)]| flight_key(&request(m, h), "http://a.test/x");
+        let flights = Flights::<()>::default();
+        let key = |m, h: &[(&str, &str)]| flights.key(&request(m, h), "http://a.test/x");
         let plain = key(Method::GET, &[("accept", "text/html"), ("user-agent", "a")]);
         assert!(plain.is_some());
         assert_eq!(
@@ -428,6 +494,22 @@ mod tests {
             assert_eq!(key(Method::GET, &[own]), None, "{own:?}");
         }
         assert_eq!(key(Method::POST, &[]), None);
+        let other = flights.key(&request(Method::GET, &[]), "http://a.test/y");
+        assert_ne!(other, key(Method::GET, &[]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_whose_answer_may_not_be_shared_goes_alone_for_a_while() {
+        let flights = Flights::<()>::default();
+        let lead = lead_of(flights.join(7));
+        let Joined::Follow(follower) = flights.join(7) else {
+            panic!()
+        };
+        lead.land_unshareable();
+        assert!(follower.answer(Duration::from_secs(1)).await.is_none());
+        assert!(matches!(flights.join(7), Joined::Alone));
+        tokio::time::advance(ALONE_FOR).await;
+        assert!(matches!(flights.join(7), Joined::Lead(_)));
     }
 
     #[test]
@@ -451,10 +533,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_share_lands_the_whole_body_or_nothing() {
         let flights = Flights::default();
-        let Joined::Lead(lead) = flights.join("k".into()) else {
+        let Joined::Lead(lead) = flights.join(3) else {
             panic!()
         };
-        let Joined::Follow(follower) = flights.join("k".into()) else {
+        let Joined::Follow(follower) = flights.join(3) else {
             panic!()
         };
         let mut share = Share::start(lead, &parts(&[("content-type", "text/plain")])).unwrap();
@@ -465,10 +547,10 @@ mod tests {
         assert_eq!(&answer.body[..], b"hello world");
         assert_eq!(answer.headers["content-type"], "text/plain");
         // Too large: the share is dropped and the followers go alone.
-        let Joined::Lead(lead) = flights.join("k".into()) else {
+        let Joined::Lead(lead) = flights.join(3) else {
             panic!()
         };
-        let Joined::Follow(follower) = flights.join("k".into()) else {
+        let Joined::Follow(follower) = flights.join(3) else {
             panic!()
         };
         let mut share = Share::start(lead, &parts(&[])).unwrap();
@@ -476,7 +558,7 @@ mod tests {
         drop(share);
         assert!(follower.answer(Duration::from_secs(1)).await.is_none());
         // Nobody follows yet: nothing is copied, and the flight is over.
-        let Joined::Lead(lead) = flights.join("k".into()) else {
+        let Joined::Lead(lead) = flights.join(3) else {
             panic!()
         };
         assert!(Share::start(lead, &parts(&[])).is_none());
@@ -486,12 +568,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_old_leader_does_not_end_a_newer_flight() {
         let flights = Flights::default();
-        let first = lead(flights.join("k".into()));
+        let first = lead(flights.join(3));
         // The first flight's entry is replaced only once it has landed; simulate a leader that
         // lands while a newer flight of the same key is in the air.
         first.land(Some("one"));
-        let second = lead(flights.join("k".into()));
-        let follower = follow(flights.join("k".into()));
+        let second = lead(flights.join(3));
+        let follower = follow(flights.join(3));
         assert_eq!(flights.len(), 1);
         second.land(Some("two"));
         assert_eq!(

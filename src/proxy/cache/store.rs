@@ -153,7 +153,7 @@ struct Core {
     dir: PathBuf,
     max_bytes: u64,
     /// Entry name → size, in least-recently-used order.
-    index: Mutex<LruCache<String, u64>>,
+    index: Mutex<LruCache<u64, u64>>,
     total: AtomicU64,
 }
 
@@ -192,15 +192,16 @@ impl ResponseStore {
     /// Opens (and indexes) the store in `dir`, bounded to `max_bytes`, and starts its writer
     /// thread (it ends when the store and its last writer are gone).
     pub(crate) fn open(dir: PathBuf, max_bytes: u64) -> ResponseStore {
-        let mut entries: Vec<(SystemTime, String, u64)> = Vec::new();
+        let mut entries: Vec<(SystemTime, u64, u64)> = Vec::new();
         if let Ok(read) = fs::read_dir(&dir) {
             for e in read.flatten() {
                 let name = e.file_name().to_string_lossy().to_string();
-                if let Some(stem) = name.strip_suffix(".body") {
-                    if let Ok(meta) = e.metadata() {
-                        let when = meta.modified().unwrap_or(UNIX_EPOCH);
-                        entries.push((when, stem.to_string(), meta.len()));
-                    }
+                let id = name
+                    .strip_suffix(".body")
+                    .and_then(|stem| u64::from_str_radix(stem, 16).ok());
+                if let (Some(id), Ok(meta)) = (id, e.metadata()) {
+                    let when = meta.modified().unwrap_or(UNIX_EPOCH);
+                    entries.push((when, id, meta.len()));
                 }
             }
         }
@@ -228,10 +229,15 @@ impl ResponseStore {
         ResponseStore { core, jobs }
     }
 
-    fn name(url: &str) -> String {
+    /// The entry's number: a hash of its key (the files are named by it in hex).
+    fn id(url: &str) -> u64 {
         let mut h = DefaultHasher::new();
         url.hash(&mut h);
-        format!("{:016x}", h.finish())
+        h.finish()
+    }
+
+    fn name(url: &str) -> String {
+        format!("{:016x}", ResponseStore::id(url))
     }
 
     /// The stored head for `url`, if any (and marks it recently used). Reads a file: on the
@@ -273,7 +279,7 @@ impl ResponseStore {
     /// Whether the store may hold an entry for `url`: one look at the in-memory index, no file
     /// read, so that a request the store cannot answer costs a hash and a lock.
     pub(crate) fn may_hold(&self, url: &str) -> bool {
-        crate::util::locks::lock(&self.core.index).contains(&ResponseStore::name(url))
+        crate::util::locks::lock(&self.core.index).contains(&ResponseStore::id(url))
     }
 
     /// Replaces the head of `head.url`'s entry with `head` (freshened by a 304, RFC 9111 4.3.4),
@@ -325,7 +331,7 @@ impl Core {
         if head.url != url {
             return None;
         }
-        crate::util::locks::lock(&self.index).get(&name);
+        crate::util::locks::lock(&self.index).get(&ResponseStore::id(url));
         Some(head)
     }
 
@@ -402,7 +408,8 @@ impl Core {
     /// Writes `head` over its entry's head, when the entry is there with the body it describes.
     fn refresh(&self, mut head: Head) {
         let name = ResponseStore::name(&head.url);
-        let Some(size) = crate::util::locks::lock(&self.index).get(&name).copied() else {
+        let id = ResponseStore::id(&head.url);
+        let Some(size) = crate::util::locks::lock(&self.index).get(&id).copied() else {
             return;
         };
         head.size = size;
@@ -431,7 +438,7 @@ impl Core {
             return;
         }
         let mut index = crate::util::locks::lock(&self.index);
-        if let Some(old) = index.put(name, size) {
+        if let Some(old) = index.put(ResponseStore::id(&head.url), size) {
             self.total.fetch_sub(old, Ordering::Relaxed);
         }
         self.total.fetch_add(size, Ordering::Relaxed);
@@ -439,10 +446,10 @@ impl Core {
             let Some((victim, victim_size)) = index.pop_lru() else {
                 break;
             };
-            let _ = fs::remove_file(self.dir.join(format!("{victim}.body")));
-            let _ = fs::remove_file(self.dir.join(format!("{victim}.json")));
+            let _ = fs::remove_file(self.dir.join(format!("{victim:016x}.body")));
+            let _ = fs::remove_file(self.dir.join(format!("{victim:016x}.json")));
             self.total.fetch_sub(victim_size, Ordering::Relaxed);
-            debug!(entry = %victim, "evicted from the cache");
+            debug!(entry = %format!("{victim:016x}"), "evicted from the cache");
         }
     }
 }
