@@ -104,7 +104,7 @@ impl Streamed {
                     writer.finish();
                 }
                 if let Some(share) = self.share.take() {
-                    share.finish();
+                    (*share).finish();
                 }
             }
             Poll::Ready(Some(Err(_))) => (self.store, self.share) = (None, None),
@@ -190,7 +190,7 @@ impl Streamed {
             writer.finish();
         }
         if let Some(share) = self.share.take() {
-            share.finish();
+            (*share).finish();
         }
         self.idle.take();
     }

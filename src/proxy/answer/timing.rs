@@ -212,8 +212,10 @@ mod tests {
 
     #[test]
     fn an_answer_not_sent_says_how() {
-        let mut held = Held::default();
-        held.not_sent = Some(NotSent::Stored);
+        let mut held = Held {
+            not_sent: Some(NotSent::Stored),
+            ..Held::default()
+        };
         assert_eq!(
             held.header_value(),
             "courtesy-wait;dur=0.0;desc=\"none\", courtesy-cache;desc=\"stored\""

@@ -341,13 +341,13 @@ impl Share {
     }
 
     /// The body ended: every follower gets the answer.
-    pub(crate) fn finish(self: Box<Self>) {
+    pub(crate) fn finish(self) {
         let Share {
             lead,
             status,
             headers,
             body,
-        } = *self;
+        } = self;
         lead.land(Some(SharedAnswer {
             status,
             headers,
