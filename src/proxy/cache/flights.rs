@@ -6,7 +6,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,21 +59,23 @@ enum Slot<T> {
 }
 
 /// The table every flight is kept in.
-type Table<T> = Arc<Mutex<HashMap<u128, Slot<T>>>>;
+type Table<T> = Arc<Mutex<HashMap<u64, Slot<T>>>>;
 
-/// The requests in flight that others may follow, by key: a 128-bit hash, under keys of this
-/// process, of the request's method, its store key (the URL, and a hash of any credentials) and
-/// the headers answers commonly vary on, so that a request costs no allocation to be keyed.
+/// The requests in flight that others may follow, by key: a hash of the request's method, its
+/// store key (the URL, and a hash of any credentials) and the headers answers commonly vary on,
+/// so that a request costs no allocation to be keyed. The hash is SipHash under keys this process
+/// draws at random: no one can make two requests collide on purpose, and two requests in flight
+/// at one moment collide by chance with a probability of about one in 2^64.
 pub(crate) struct Flights<T> {
     table: Table<T>,
-    hashers: (RandomState, RandomState),
+    hasher: RandomState,
 }
 
 impl<T> Default for Flights<T> {
     fn default() -> Self {
         Flights {
             table: Arc::new(Mutex::new(HashMap::new())),
-            hashers: (RandomState::new(), RandomState::new()),
+            hasher: RandomState::new(),
         }
     }
 }
@@ -99,27 +101,26 @@ pub(crate) enum Joined<T> {
 impl<T> Flights<T> {
     /// The flight key of a request with `head` and `store_key`, if it may join a flight (see
     /// [`joins`]).
-    pub(crate) fn key(&self, head: &Parts, store_key: &str) -> Option<u128> {
+    pub(crate) fn key(&self, head: &Parts, store_key: &str) -> Option<u64> {
         if !joins(head) {
             return None;
         }
-        let hash = |state: &RandomState| {
-            let mut h = state.build_hasher();
-            head.method.as_str().hash(&mut h);
-            store_key.hash(&mut h);
-            for name in &KEYED {
-                for value in head.headers.get_all(name) {
-                    value.as_bytes().hash(&mut h);
-                }
-                0xffu8.hash(&mut h);
+        let mut h = self.hasher.build_hasher();
+        h.write(head.method.as_str().as_bytes());
+        h.write_u8(0xff);
+        h.write(store_key.as_bytes());
+        for name in &KEYED {
+            h.write_u8(0xff);
+            for value in head.headers.get_all(name) {
+                h.write(value.as_bytes());
+                h.write_u8(0xfe);
             }
-            h.finish()
-        };
-        Some(u128::from(hash(&self.hashers.0)) << 64 | u128::from(hash(&self.hashers.1)))
+        }
+        Some(h.finish())
     }
 
     /// Joins the flight of `key`, leading it when there is none.
-    pub(crate) fn join(&self, key: u128) -> Joined<T> {
+    pub(crate) fn join(&self, key: u64) -> Joined<T> {
         let mut table = lock(&self.table);
         match table.get(&key) {
             Some(Slot::Flying(landing)) if matches!(*landing.borrow(), Landing::Pending) => {
@@ -154,7 +155,7 @@ impl<T> Flights<T> {
 #[derive(Debug)]
 pub(crate) struct Lead<T> {
     table: Table<T>,
-    key: u128,
+    key: u64,
     sender: Option<watch::Sender<Landing<T>>>,
 }
 
@@ -246,10 +247,10 @@ pub(crate) const MAX_SHARED_BYTES: usize = super::store::MAX_ENTRY_BYTES as usiz
 /// conditions of its own, a range, or a `no-cache`/`no-store`/`max-age=0` (those must reach the
 /// origin).
 pub(crate) fn joins(head: &Parts) -> bool {
-    let headers = &head.headers;
     if !(head.method == Method::GET || head.method == Method::HEAD) {
         return false;
     }
+    // One pass over the names (standard ones compare as numbers), not a lookup per name.
     let own = [
         COOKIE,
         IF_NONE_MATCH,
@@ -258,13 +259,17 @@ pub(crate) fn joins(head: &Parts) -> bool {
         IF_UNMODIFIED_SINCE,
         RANGE,
     ];
-    if own.iter().any(|name| headers.contains_key(name)) {
-        return false;
+    let mut directives = false;
+    for name in head.headers.keys() {
+        if own.contains(name) {
+            return false;
+        }
+        directives |= name == CACHE_CONTROL || name == PRAGMA;
     }
-    if !headers.contains_key(CACHE_CONTROL) && !headers.contains_key(PRAGMA) {
+    if !directives {
         return true;
     }
-    let asked = Directives::of(headers);
+    let asked = Directives::of(&head.headers);
     !asked.no_cache && !asked.no_store && asked.max_age != Some(0)
 }
 

@@ -48,6 +48,9 @@ impl Directives {
     /// The directives `headers` carry.
     pub(crate) fn of(headers: &HeaderMap) -> Directives {
         let mut found = Directives::default();
+        if !headers.contains_key(CACHE_CONTROL) && !headers.contains_key(PRAGMA) {
+            return found;
+        }
         let mut any = false;
         for value in headers.get_all(CACHE_CONTROL) {
             let Ok(text) = value.to_str() else {
@@ -71,31 +74,38 @@ impl Directives {
         found
     }
 
-    fn take(&mut self, (name, value): (String, Option<String>)) {
-        match name.as_str() {
-            "no-store" => self.no_store = true,
-            "no-cache" => self.no_cache = true,
-            "private" => self.private = true,
-            "public" => self.public = true,
-            "must-revalidate" | "proxy-revalidate" => self.must_revalidate = true,
-            "max-age" => self.number(value, |d| &mut d.max_age),
-            "s-maxage" => self.number(value, |d| &mut d.s_maxage),
-            "min-fresh" => self.number(value, |d| &mut d.min_fresh),
-            "max-stale" => match value {
+    fn take(&mut self, (name, value): (&str, Option<&str>)) {
+        let is = |word: &str| name.eq_ignore_ascii_case(word);
+        if is("no-store") {
+            self.no_store = true;
+        } else if is("no-cache") {
+            self.no_cache = true;
+        } else if is("private") {
+            self.private = true;
+        } else if is("public") {
+            self.public = true;
+        } else if is("must-revalidate") || is("proxy-revalidate") {
+            self.must_revalidate = true;
+        } else if is("max-age") {
+            self.number(value, |d| &mut d.max_age);
+        } else if is("s-maxage") {
+            self.number(value, |d| &mut d.s_maxage);
+        } else if is("min-fresh") {
+            self.number(value, |d| &mut d.min_fresh);
+        } else if is("max-stale") {
+            match value.map(str::parse::<u64>) {
                 None => self.max_stale = Some(None),
-                Some(v) => match v.parse::<u64>() {
-                    Ok(n) => self.max_stale = Some(Some(n)),
-                    Err(_) => self.conflicting = true,
-                },
-            },
-            "only-if-cached" => self.only_if_cached = true,
-            _ => {}
+                Some(Ok(n)) => self.max_stale = Some(Some(n)),
+                Some(Err(_)) => self.conflicting = true,
+            }
+        } else if is("only-if-cached") {
+            self.only_if_cached = true;
         }
     }
 
-    fn number(&mut self, value: Option<String>, slot: fn(&mut Directives) -> &mut Option<u64>) {
+    fn number(&mut self, value: Option<&str>, slot: fn(&mut Directives) -> &mut Option<u64>) {
         // RFC 9111 1.2.2: a delta-seconds too large to hold is the largest one can.
-        let parsed = value.as_deref().and_then(|v| {
+        let parsed = value.and_then(|v| {
             if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
                 Some(v.parse::<u64>().unwrap_or(u64::from(u32::MAX)))
             } else {
@@ -114,33 +124,40 @@ impl Directives {
     }
 }
 
-/// `text`'s directives as (lower-case name, unquoted value).
-fn split_directives(text: &str) -> impl Iterator<Item = (String, Option<String>)> + '_ {
-    // A quoted value may hold commas (`private="set-cookie, x"`): split outside quotes only.
-    let mut parts = Vec::new();
-    let mut start = 0;
-    let mut quoted = false;
-    for (i, c) in text.char_indices() {
-        match c {
-            '"' => quoted = !quoted,
-            ',' if !quoted => {
-                parts.push(&text[start..i]);
-                start = i + 1;
+/// `text`'s directives as (name, unquoted value), without allocating: a quoted value may hold
+/// commas (`private="set-cookie, x"`), so it is split outside quotes only.
+fn split_directives(text: &str) -> impl Iterator<Item = (&str, Option<&str>)> + '_ {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || loop {
+        let left = rest?;
+        let mut quoted = false;
+        let end = left
+            .char_indices()
+            .find(|&(_, c)| {
+                if c == '"' {
+                    quoted = !quoted;
+                }
+                c == ',' && !quoted
+            })
+            .map(|(i, _)| i);
+        let part = match end {
+            Some(i) => {
+                rest = Some(&left[i + 1..]);
+                &left[..i]
             }
-            _ => {}
-        }
-    }
-    parts.push(&text[start..]);
-    parts.into_iter().filter_map(|part| {
+            None => {
+                rest = None;
+                left
+            }
+        };
         let part = part.trim();
         if part.is_empty() {
-            return None;
+            continue;
         }
-        let (name, value) = match part.split_once('=') {
-            Some((n, v)) => (n, Some(v.trim().trim_matches('"').to_string())),
+        return Some(match part.split_once('=') {
+            Some((n, v)) => (n.trim(), Some(v.trim().trim_matches('"'))),
             None => (part, None),
-        };
-        Some((name.trim().to_ascii_lowercase(), value))
+        });
     })
 }
 

@@ -74,6 +74,21 @@ impl CacheUse {
     }
 }
 
+/// `uri` as text: what its `Display` writes, put together without the formatting machinery
+/// (this runs for every GET and HEAD under the default cache).
+fn url_of(uri: &http::Uri) -> String {
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return uri.to_string();
+    };
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut url = String::with_capacity(scheme.len() + 3 + authority.as_str().len() + path.len());
+    url.push_str(scheme);
+    url.push_str("://");
+    url.push_str(authority.as_str());
+    url.push_str(path);
+    url
+}
+
 /// The store's key for a request: its URL, and for a request with `Authorization` a hash of the
 /// credentials under this process's own random key, so that an entry made for one client's
 /// credentials answers no one else (RFC 9111 3.5) and the file does not hold them.
@@ -81,7 +96,7 @@ pub(crate) fn entry_key(uri: &http::Uri, headers: &HeaderMap) -> String {
     use std::hash::BuildHasher as _;
     static KEY: std::sync::OnceLock<std::collections::hash_map::RandomState> =
         std::sync::OnceLock::new();
-    let url = uri.to_string();
+    let url = url_of(uri);
     let credentials: Vec<&[u8]> = headers
         .get_all(AUTHORIZATION)
         .iter()
@@ -94,4 +109,23 @@ pub(crate) fn entry_key(uri: &http::Uri, headers: &HeaderMap) -> String {
         .get_or_init(std::collections::hash_map::RandomState::new)
         .hash_one(&credentials);
     format!("{url} authorization:{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_is_written_as_its_display_writes_it() {
+        for url in [
+            "http://a.test/",
+            "http://a.test",
+            "https://a.test:8443/p/q?x=1&y=%20",
+            "http://[::1]:8080/a?",
+            "http://user@a.test/x",
+        ] {
+            let uri: http::Uri = url.parse().unwrap();
+            assert_eq!(url_of(&uri), uri.to_string(), "{url}");
+        }
+    }
 }
