@@ -291,23 +291,36 @@ impl Limiter {
         true
     }
 
-    /// Limits the budget of `key` to robots.txt's Visit-time `window` (UTC), or lifts the limit;
-    /// returns whether that changed anything. Outside the window the host is closed as by a
-    /// pause: requests are held or get the local 429 as `on_cooldown` says.
-    pub(crate) fn set_robots_visit_for(
+    /// Puts what robots.txt asks of the budget of `key` in force in one look at the host: the
+    /// cap at `rate` (as [`Limiter::set_robots_cap_for`]) and the Visit-time `window` (UTC;
+    /// outside it the host is closed as by a pause: requests are held or get the local 429 as
+    /// `on_cooldown` says). Returns whether each changed.
+    pub(crate) fn set_robots_pacing_for(
         &self,
         key: &BudgetKey,
+        rate: Option<f64>,
         window: Option<VisitWindow>,
-    ) -> bool {
+    ) -> (bool, bool) {
         let entry = self.host(key);
         let mut state = entry.lock();
-        if state.pacing().robots_visit() == window {
-            return false;
+        let rate = match state.names_mut() {
+            Some(names) => names.set_cap(key, rate),
+            None => rate,
+        };
+        let now = Instant::now();
+        let capped = state.pacing().robots_cap() != rate;
+        if capped {
+            state.set_robots_cap(rate, now);
         }
-        state.set_robots_visit(window, Instant::now());
+        let closed = state.pacing().robots_visit() != window;
+        if closed {
+            state.set_robots_visit(window, now);
+        }
         drop(state);
-        entry.wake.notify_one();
-        true
+        if capped || closed {
+            entry.wake.notify_one();
+        }
+        (capped, closed)
     }
 
     /// Switches to a new config, for everyone sharing the limiter's [`crate::config::LiveConfig`]:

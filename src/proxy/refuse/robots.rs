@@ -83,10 +83,9 @@ impl Proxy {
         let asked = delay.filter(|d| d.is_finite() && *d > 0.0);
         let cap = cx.policy.robots.max_crawl_delay.map(|d| d.as_secs_f64());
         let paced = asked.map(|d| cap.map_or(d, |cap| d.min(cap)));
-        if self
-            .limiter
-            .set_robots_cap_for(&cx.budget, paced.map(|d| 1.0 / d))
-        {
+        let rate = paced.map(|d| 1.0 / d);
+        let (capped, closed) = self.limiter.set_robots_pacing_for(&cx.budget, rate, visit);
+        if capped {
             match (asked, cap) {
                 (Some(d), Some(max)) if d > max => warn!(
                     crawl_delay_s = d,
@@ -97,10 +96,8 @@ impl Proxy {
                 (None, _) => {}
             }
         }
-        if self.limiter.set_robots_visit_for(&cx.budget, visit) {
-            if let Some(window) = visit {
-                info!(visit_time = %window.text(), "robots.txt Visit-time limits the host to its hours");
-            }
+        if let Some(window) = visit.filter(|_| closed) {
+            info!(visit_time = %window.text(), "robots.txt Visit-time limits the host to its hours");
         }
     }
 
