@@ -197,7 +197,7 @@ fn reads_back<T: ConfigWord + PartialEq + std::fmt::Debug + std::fmt::Display>()
 fn each_choice_has_one_word_table_with_the_file_words() {
     assert_eq!(words::<OnCooldown>(), ["reject", "hold", "auto"]);
     assert_eq!(words::<HttpsMode>(), ["intercept", "tunnel"]);
-    assert_eq!(words::<CacheMode>(), ["off", "revalidate", "dev"]);
+    assert_eq!(words::<CacheMode>(), ["off", "http", "revalidate", "dev"]);
     assert_eq!(words::<KeyMode>(), ["host", "domain", "ip"]);
     assert_eq!(
         words::<ResourceKind>(),
@@ -227,7 +227,7 @@ fn a_word_outside_its_table_lists_every_choice_in_file_order() {
         [
             "test.toml:2: [defaults]: on_cooldown must be one of \"reject\", \"hold\", \"auto\", got \"x\"",
             "test.toml:3: [defaults]: https must be one of \"intercept\", \"tunnel\", got \"y\"",
-            "test.toml:4: [defaults]: cache must be one of \"off\", \"revalidate\", \"dev\", got \"z\"",
+            "test.toml:4: [defaults]: cache must be one of \"off\", \"http\", \"revalidate\", \"dev\", got \"z\"",
             "test.toml:5: [defaults]: skip_resources takes \"image\", \"font\", \"script\", \
              \"stylesheet\", \"media\", got \"gif\"",
         ]
