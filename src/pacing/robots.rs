@@ -24,7 +24,7 @@ use tracing::warn;
 
 use crate::config::Purpose;
 use crate::pacing::preferences::{Refused, RobotsPreferences};
-use crate::pacing::robots_pacing::{RobotsPacing, VisitWindow};
+use crate::pacing::robots_pacing::{longest, RobotsPacing, VisitWindow};
 use crate::util::locks::lock;
 
 /// How long a fetched robots.txt (or a 4xx) is trusted at most, and when its answer says nothing
@@ -141,13 +141,8 @@ impl AgentRules {
                 reason: format!("robots.txt disallows {path} for user-agent {agent:?}"),
             };
         }
-        let crawl_delay = robot.delay.map(f64::from);
-        let slowest = match (crawl_delay, self.pacing.request_interval) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
         Verdict::Allowed {
-            crawl_delay: slowest,
+            crawl_delay: longest(robot.delay.map(f64::from), self.pacing.request_interval),
             visit: self.pacing.visit,
         }
     }
@@ -203,16 +198,14 @@ impl FetchGuard {
             Fetched::Unavailable(_) => State::AllowAll {
                 until: now + CACHE_FOR,
             },
-            Fetched::Unreachable(why) => match kept(&mut state, keep_on_failure, now) {
-                Some(()) => {
-                    warn!(%why, "robots.txt could not be read again; its last good rules stay in force");
-                    self.finish_with(state, None);
-                    return;
-                }
-                None => State::DisallowAll {
-                    why,
-                    until: now + RETRY_AFTER_FAILURE,
-                },
+            Fetched::Unreachable(why) if kept(&mut state, keep_on_failure, now) => {
+                warn!(%why, "robots.txt could not be read again; its last good rules stay in force");
+                self.finish_with(state, None);
+                return;
+            }
+            Fetched::Unreachable(why) => State::DisallowAll {
+                why,
+                until: now + RETRY_AFTER_FAILURE,
             },
         };
         self.finish_with(state, Some(next));
@@ -231,7 +224,7 @@ impl FetchGuard {
 
 /// Keeps the rules in `state` past a failed refresh, if they were read less than `bound` ago:
 /// they answer until the next try, [`RETRY_AFTER_FAILURE`] from `now`.
-fn kept(state: &mut State, bound: Duration, now: Instant) -> Option<()> {
+fn kept(state: &mut State, bound: Duration, now: Instant) -> bool {
     let State::Rules {
         until,
         read_at,
@@ -240,16 +233,16 @@ fn kept(state: &mut State, bound: Duration, now: Instant) -> Option<()> {
         ..
     } = state
     else {
-        return None;
+        return false;
     };
     let last = *read_at + bound;
     if last <= now {
-        return None;
+        return false;
     }
     *until = (now + RETRY_AFTER_FAILURE).min(last);
     *refreshing = false;
     *kept_until = Some(last);
-    Some(())
+    true
 }
 
 impl Drop for FetchGuard {

@@ -108,6 +108,15 @@ fn minute_of_day(at: SystemTime) -> u32 {
     u32::try_from((seconds % 86_400) / 60).unwrap_or(0)
 }
 
+/// The longer of two delays between requests, either of which may be unstated: the slower pace
+/// wins.
+pub(crate) fn longest(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// What robots.txt's pacing lines ask of one group, beyond its Crawl-delay.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct RobotsPacing {
@@ -122,10 +131,7 @@ impl RobotsPacing {
     pub(crate) fn take(&mut self, key: &str, value: &str) {
         match key {
             "request-rate" => {
-                if let Some(interval) = request_interval(value) {
-                    let slowest = self.request_interval.map_or(interval, |i| i.max(interval));
-                    self.request_interval = Some(slowest);
-                }
+                self.request_interval = longest(self.request_interval, request_interval(value));
             }
             "visit-time" if self.visit.is_none() => self.visit = VisitWindow::parse(value),
             _ => {}
@@ -134,10 +140,7 @@ impl RobotsPacing {
 
     /// The lines of several groups that apply together: the slowest rate, the first window.
     pub(crate) fn join(mut self, other: &RobotsPacing) -> RobotsPacing {
-        if let Some(interval) = other.request_interval {
-            let slowest = self.request_interval.map_or(interval, |i| i.max(interval));
-            self.request_interval = Some(slowest);
-        }
+        self.request_interval = longest(self.request_interval, other.request_interval);
         self.visit = self.visit.or(other.visit);
         self
     }

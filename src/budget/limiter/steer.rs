@@ -276,19 +276,7 @@ impl Limiter {
     /// cap; a budget several names share keeps to the strictest of theirs. Returns whether that
     /// changed anything.
     pub fn set_robots_cap_for(&self, key: &BudgetKey, rate: Option<f64>) -> bool {
-        let entry = self.host(key);
-        let mut state = entry.lock();
-        let rate = match state.names_mut() {
-            Some(names) => names.set_cap(key, rate),
-            None => rate,
-        };
-        if state.pacing().robots_cap() == rate {
-            return false;
-        }
-        state.set_robots_cap(rate, Instant::now());
-        drop(state);
-        entry.wake.notify_one();
-        true
+        self.put_robots(key, rate, None).0
     }
 
     /// Puts what robots.txt asks of the budget of `key` in force in one look at the host: the
@@ -301,6 +289,17 @@ impl Limiter {
         rate: Option<f64>,
         window: Option<VisitWindow>,
     ) -> (bool, bool) {
+        self.put_robots(key, rate, Some(window))
+    }
+
+    /// The cap at `rate` and, when `window` is given, the Visit-time window, put in force on
+    /// the budget of `key` under one lock; the dispatcher woken when either changed.
+    fn put_robots(
+        &self,
+        key: &BudgetKey,
+        rate: Option<f64>,
+        window: Option<Option<VisitWindow>>,
+    ) -> (bool, bool) {
         let entry = self.host(key);
         let mut state = entry.lock();
         let rate = match state.names_mut() {
@@ -312,8 +311,9 @@ impl Limiter {
         if capped {
             state.set_robots_cap(rate, now);
         }
-        let closed = state.pacing().robots_visit() != window;
-        if closed {
+        let window = window.filter(|w| state.pacing().robots_visit() != *w);
+        let closed = window.is_some();
+        if let Some(window) = window {
             state.set_robots_visit(window, now);
         }
         drop(state);

@@ -28,13 +28,12 @@ impl Proxy {
         {
             return ControlFlow::Continue(());
         }
-        if !joins(head) {
-            return ControlFlow::Continue(());
-        }
-        // The store's key when the store planned one (no second copy of the URL).
+        // The store's key when the store planned one (no second copy of the URL); `key` looks
+        // at whether the request may join at all.
         let key = match &cx.cache_use {
             Some(plan) => self.flights.key(head, &plan.url),
-            None => self.flights.key(head, &entry_key(&head.uri, &head.headers)),
+            None if joins(head) => self.flights.key(head, &entry_key(&head.uri, &head.headers)),
+            None => None,
         };
         let Some(key) = key else {
             return ControlFlow::Continue(());

@@ -422,11 +422,12 @@ pub(crate) fn freshen(stored: &mut HeaderMap, fresh: &HeaderMap) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use http::HeaderValue;
 
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+    /// Headers from name and value pairs (the other cache modules' tests use it too).
+    pub(crate) fn map(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut headers = HeaderMap::new();
         for (name, value) in pairs {
             headers.append(

@@ -101,10 +101,7 @@ impl Proxy {
         let mut head = plan.stale.clone()?;
         let mut stored = head.header_map();
         freshness::freshen(&mut stored, fresh);
-        head.headers = stored
-            .iter()
-            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
-            .collect();
+        head.headers = store::header_pairs(&stored);
         head.stored_at_unix_ms = store::unix_ms(SystemTime::now());
         head.requested_at_unix_ms = store::unix_ms(plan.requested_at);
         self.cache.refresh(head.clone());
@@ -133,15 +130,6 @@ fn revalidate_with(plan: &mut CacheUse, head: Head, headers: &mut HeaderMap) {
         }
         plan.client_conditions = Some(own);
     }
-    let validators = [
-        (IF_NONE_MATCH, head.etag.as_deref()),
-        (IF_MODIFIED_SINCE, head.last_modified.as_deref()),
-    ];
-    for (name, value) in validators {
-        if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
-            headers.insert(name, v);
-            plan.revalidating = true;
-        }
-    }
+    plan.revalidating |= head.add_validators(headers);
     plan.stale = Some(head);
 }

@@ -67,19 +67,9 @@ pub(crate) fn lookup(head: &Head, request: &HeaderMap, knobs: Knobs, now: System
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proxy::cache::freshness::tests::map;
     use crate::proxy::cache::store::head_of;
-    use http::{HeaderName, HeaderValue, StatusCode};
-
-    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for (name, value) in pairs {
-            headers.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        headers
-    }
+    use http::StatusCode;
 
     /// An entry with `headers`, received at `received` (seconds after an epoch of the tests).
     fn entry(headers: &[(&str, &str)], received: u64) -> Head {

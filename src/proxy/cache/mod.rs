@@ -14,7 +14,7 @@ pub(crate) mod store;
 
 pub(crate) use plan::CacheUse;
 
-use http::header::{HeaderValue, ETAG, IF_MODIFIED_SINCE, IF_NONE_MATCH, LAST_MODIFIED, VIA};
+use http::header::{HeaderValue, ETAG, LAST_MODIFIED, VIA};
 use std::ops::ControlFlow;
 
 use http::request::Parts;
@@ -88,16 +88,7 @@ impl Proxy {
                 if !replayable(&head, headers) {
                     return None;
                 }
-                let validators = [
-                    (IF_NONE_MATCH, head.etag.as_deref()),
-                    (IF_MODIFIED_SINCE, head.last_modified.as_deref()),
-                ];
-                for (name, value) in validators {
-                    if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
-                        headers.insert(name, v);
-                        plan.revalidating = true;
-                    }
-                }
+                plan.revalidating |= head.add_validators(headers);
                 None
             }
         }

@@ -81,6 +81,26 @@ impl Head {
         }
     }
 
+    /// Makes `headers` a revalidation of this entry: its `ETag` as `If-None-Match`, its
+    /// `Last-Modified` as `If-Modified-Since`. Returns whether it had a validator to send.
+    pub(crate) fn add_validators(&self, headers: &mut HeaderMap) -> bool {
+        let validators = [
+            (http::header::IF_NONE_MATCH, self.etag.as_deref()),
+            (
+                http::header::IF_MODIFIED_SINCE,
+                self.last_modified.as_deref(),
+            ),
+        ];
+        let mut added = false;
+        for (name, value) in validators {
+            if let Some(v) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+                headers.insert(name, v);
+                added = true;
+            }
+        }
+        added
+    }
+
     /// The status as a `StatusCode`.
     pub(crate) fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.status).unwrap_or(StatusCode::OK)
@@ -521,6 +541,15 @@ impl Drop for Writer {
     }
 }
 
+/// `headers` as a head keeps them: name and value as text (a value that is not text is left
+/// out).
+pub(crate) fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect()
+}
+
 /// A head for `url` from a response's status and headers.
 pub(crate) fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Head {
     let get = |name: &str| {
@@ -532,10 +561,7 @@ pub(crate) fn head_of(url: &str, status: StatusCode, headers: &HeaderMap) -> Hea
     Head {
         url: url.to_string(),
         status: status.as_u16(),
-        headers: headers
-            .iter()
-            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
-            .collect(),
+        headers: header_pairs(headers),
         etag: get("etag"),
         last_modified: get("last-modified"),
         stored_at_unix_ms: unix_ms(SystemTime::now()),
