@@ -76,6 +76,22 @@ pub(crate) enum CheckVerdict {
     Denied,
 }
 
+impl CheckVerdict {
+    /// The verdict as the JSON writes it (`cooling_down`), for reasons in words.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            CheckVerdict::Allowed => "allowed",
+            CheckVerdict::Robots => "robots",
+            CheckVerdict::Preferences => "preferences",
+            CheckVerdict::Paused => "paused",
+            CheckVerdict::CoolingDown => "cooling_down",
+            CheckVerdict::Blocked => "blocked",
+            CheckVerdict::SkippedResource => "skipped_resource",
+            CheckVerdict::Denied => "denied",
+        }
+    }
+}
+
 /// What courtesy knows of the host's robots.txt for the URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -369,8 +385,9 @@ impl Proxy {
         };
         if !cx.policy.scope.enforce && answer.verdict != CheckVerdict::Allowed {
             answer.reason = format!(
-                "report-only host (enforce = false): a GET goes at once; enforced, it would be {:?}: {}",
-                answer.verdict, answer.reason
+                "report-only host (enforce = false): a GET goes at once; enforced, it would be {}: {}",
+                answer.verdict.word(),
+                answer.reason
             );
             answer.verdict = CheckVerdict::Allowed;
             answer.retry_after_s = None;
@@ -689,10 +706,19 @@ mod tests {
         assert_eq!(json["on_cooldown"], "hold");
         assert_eq!(json["job"], "default");
         assert!(json["retry_after_s"].is_null());
-        let cooling = serde_json::to_value(CheckVerdict::CoolingDown).expect("a word");
-        assert_eq!(cooling, "cooling_down");
-        let skipped = serde_json::to_value(CheckVerdict::SkippedResource).expect("a word");
-        assert_eq!(skipped, "skipped_resource");
+        for verdict in [
+            CheckVerdict::Allowed,
+            CheckVerdict::Robots,
+            CheckVerdict::Preferences,
+            CheckVerdict::Paused,
+            CheckVerdict::CoolingDown,
+            CheckVerdict::Blocked,
+            CheckVerdict::SkippedResource,
+            CheckVerdict::Denied,
+        ] {
+            let json = serde_json::to_value(verdict).expect("a word");
+            assert_eq!(json, verdict.word(), "one word for {verdict:?}");
+        }
         let read: CheckAnswer = serde_json::from_value(json).expect("read back");
         assert_eq!(read, answer);
     }
