@@ -403,3 +403,47 @@ async fn a_check_needs_the_admin_token_when_one_is_set() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "refused by courtesy itself");
 }
+
+/// `user_agent` (query, or a batch's body) names the crawler's User-Agent: its product token
+/// picks the robots.txt group, as it does for the crawler's own GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crawlers_user_agent_picks_the_robots_group_as_for_its_get() {
+    let origin = Origin::start(
+        "127.0.0.1",
+        |req: Request<hyper::body::Incoming>| async move {
+            match req.uri().path() {
+                "/robots.txt" => Response::new(full(
+                    "User-agent: pickybot\nDisallow: /\n\nUser-agent: *\nAllow: /\n",
+                )),
+                _ => Response::new(full("page")),
+            }
+        },
+    )
+    .await;
+    let courtesy = Courtesy::start(CONFIG).await;
+    let page = origin.url("/page");
+    let agent = "PickyBot/2.1 (+https://example.test/bot)";
+    let rest = format!(
+        "&user_agent={}",
+        utf8_percent_encode(agent, NON_ALPHANUMERIC)
+    );
+    expect(&courtesy, &page, &rest, "robots").await;
+    let with_agent = Request::get(&page)
+        .header("user-agent", agent)
+        .body(empty())
+        .unwrap();
+    assert_local(&courtesy.client().send(with_agent).await, 403, "its group");
+    expect(&courtesy, &page, "", "allowed").await;
+    assert_eq!(courtesy.client().get(&page).await.status, StatusCode::OK);
+    let batch = serde_json::json!({ "urls": [page], "user_agent": agent });
+    let (status, body) = admin_call(
+        "POST",
+        &courtesy.admin_url("/v1/check"),
+        None,
+        &batch.to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answers: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(answers[0]["verdict"], "robots", "{body}");
+}
