@@ -167,8 +167,28 @@ impl Visit for PlainVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         match self.start(field) {
             Some(true) => self.message(format_args!("{value}")),
+            // What `{:?}` writes for text it need not escape, without the formatting machinery.
+            Some(false) if needs_no_escape(value) => {
+                self.result = self
+                    .writer
+                    .write_char('"')
+                    .and_then(|()| self.writer.write_str(value))
+                    .and_then(|()| self.writer.write_char('"'));
+            }
             Some(false) => self.result = write!(self.writer, "{value:?}"),
             None => {}
+        }
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        // `{:?}` writes the shortest digits that read back as the value, in decimal notation for
+        // zero and for 1e-4 <= |value| < 1e16: there ryu writes the same text, faster. Outside
+        // that range `{:?}` writes an exponent, which is left to it.
+        let magnitude = value.abs();
+        if value == 0.0 || (1e-4..1e16).contains(&magnitude) {
+            self.integer(field, ryu::Buffer::new().format_finite(value));
+        } else {
+            self.record_debug(field, &value);
         }
     }
 
@@ -203,6 +223,34 @@ impl Visit for PlainVisitor<'_> {
             Some(false) => self.result = write!(self.writer, "{value:?}"),
             None => {}
         }
+    }
+}
+
+/// Whether `{:?}` writes `text` as it is between quotes: printable ASCII without `"` or `\`.
+fn needs_no_escape(text: &str) -> bool {
+    text.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+}
+
+/// A socket address written as its `Display` writes it, without the formatting machinery: the
+/// request span names its client on every request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AddrText(pub(crate) std::net::SocketAddr);
+
+impl fmt::Display for AddrText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let std::net::SocketAddr::V4(addr) = self.0 else {
+            return fmt::Display::fmt(&self.0, f);
+        };
+        let mut digits = itoa::Buffer::new();
+        for (i, octet) in addr.ip().octets().into_iter().enumerate() {
+            if i > 0 {
+                f.write_char('.')?;
+            }
+            f.write_str(digits.format(octet))?;
+        }
+        f.write_char(':')?;
+        f.write_str(digits.format(addr.port()))
     }
 }
 

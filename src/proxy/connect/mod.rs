@@ -48,6 +48,7 @@ use crate::proxy::forward::headers::own_cooldown_choice;
 use crate::proxy::forward::target::Target;
 use crate::proxy::Asking;
 use crate::proxy::Proxy;
+use crate::util::log_line::AddrText;
 use crate::wire::scheme::Scheme;
 
 impl Proxy {
@@ -89,7 +90,7 @@ impl Proxy {
         if let Some(failure) = self.refuse_destination(&target).await {
             return failure.into_response();
         }
-        let span = info_span!("connect", client = %client, job = asking.caller.name(), host = %target, ?mode);
+        let span = info_span!("connect", client = %AddrText(client), job = asking.caller.name(), host = %target, ?mode);
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
             HttpsMode::Intercept => match self.interceptor.server_config(&target.host) {

@@ -30,6 +30,7 @@ use crate::proxy::answer::unread::BodyOnEntry;
 use crate::proxy::connect::inside::Inside;
 use crate::proxy::connect::upgrade;
 use crate::proxy::{Asking, Proxy};
+use crate::util::log_line::AddrText;
 use context::{Flow, RequestContext};
 use target::Target;
 
@@ -55,7 +56,7 @@ impl Proxy {
             return self.refused_at_once(entry, failure, req).await;
         }
         let asking = Asking::plain(caller);
-        let span = info_span!("request", client = %client, job = asking.caller.name(), method = %req.method(), host = %target);
+        let span = info_span!("request", client = %AddrText(client), job = asking.caller.name(), method = %req.method(), host = %target);
         let (head, body) = req.into_parts();
         let mut cx = self.context(target, &asking, &head);
         cx.unread = Some(body);
@@ -104,7 +105,7 @@ impl Proxy {
             }
         }
         let asking = &inside.asking;
-        let span = info_span!("request", client = %inside.client, job = asking.caller.name(), method = %req.method(), host = %target, scheme = scheme.as_str());
+        let span = info_span!("request", client = %AddrText(inside.client), job = asking.caller.name(), method = %req.method(), host = %target, scheme = scheme.as_str());
         let (head, body) = req.into_parts();
         let mut cx = self.context(target.clone(), asking, &head);
         cx.unread = Some(body);

@@ -210,3 +210,67 @@ fn the_timestamp_has_microseconds_and_reuses_the_second() {
         "2026-12-06T04:30:00.000007Z2026-12-06T04:30:00.999007Z2026-12-06T04:30:01.000007Z"
     );
 }
+
+#[test]
+fn floats_and_text_written_without_fmt_are_what_the_default_format_writes() {
+    let floats = [
+        0.0f64,
+        -0.0,
+        1.0,
+        2.5,
+        0.1,
+        1e-4,
+        0.000123,
+        9.99e-5,
+        1e15,
+        9.9e15,
+        1e16,
+        1e300,
+        1e-300,
+        1000000.0,
+        123456.789,
+        -3.75,
+        f64::MAX,
+        f64::MIN_POSITIVE,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1.0 / 3.0,
+    ];
+    same_as_default(&|| {
+        for rate in floats {
+            info!(rate, "a float");
+        }
+        for text in [
+            "default",
+            "",
+            "a b-c_d.e",
+            "quote\"d",
+            "back\\slash",
+            "tab\there",
+            "é",
+            "'",
+        ] {
+            info!(job = text, "a text");
+        }
+    });
+}
+
+#[test]
+fn a_client_written_without_fmt_is_its_display() {
+    for client in [
+        "127.0.0.1:50312",
+        "0.0.0.0:0",
+        "255.255.255.255:65535",
+        "[::1]:8080",
+    ] {
+        let addr: std::net::SocketAddr = client.parse().unwrap_or(([0; 4], 0).into());
+        assert_eq!(AddrText(addr).to_string(), addr.to_string());
+    }
+    same_as_default(&|| {
+        let client: std::net::SocketAddr = "10.1.2.3:4567".parse().unwrap_or(([0; 4], 0).into());
+        let span = info_span!("request", client = %AddrText(client), job = "j");
+        let _in = span.enter();
+        info!("inside");
+    });
+}
