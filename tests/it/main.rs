@@ -44,6 +44,7 @@ mod dashboard;
 mod defaults;
 mod env;
 mod feedback;
+mod frontier_clients;
 mod hardening;
 mod http2;
 mod https;
