@@ -22,7 +22,7 @@
 //! | `proxy` | the proxy service, one file per step of a request's path; the body that holds the permit, locally made responses, the response store |
 //! | `admin` | the admin listener: host API, operator actions, reload, dashboard, CA; the typed views and a host's state in words |
 //! | `serve` | `run`: build the parts, accept on both ports, the tasks beside serving, what survives a restart, shut down in order |
-//! | `cli` | the verbs that talk to a user or a running instance: `courtesy env`, `courtesy status` |
+//! | `cli` | the verbs that talk to a user or a running instance: `courtesy env`, `courtesy status`, `courtesy check-url` |
 //!
 //! The binary (`main.rs`) parses the CLI, sets up logging, loads the config, binds and calls `run`.
 
@@ -48,7 +48,7 @@ mod wire;
 // and the CLI verbs whole). Everything else is crate-private (`unreachable_pub` keeps it so), so
 // that the compiler sees dead code.
 pub use budget::limiter::{lanes, Host, HostStats, Limiter};
-pub use cli::{client_env, keys, status};
+pub use cli::{check_url, client_env, keys, status};
 pub use pacing::policy::Pacing;
 pub use proxy::Proxy;
 pub use serve::server::{run, Listeners};

@@ -1,4 +1,5 @@
-//! The `courtesy` command: `run` (the default), `check`, `config`, `status`, `env`, `ca`, `keys`.
+//! The `courtesy` command: `run` (the default), `check`, `config`, `status`, `check-url`, `env`,
+//! `ca`, `keys`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,6 +54,30 @@ enum Command {
         jobs: bool,
         /// Print one host (`shop.test:443`, or a name) and what it waits for, in words.
         host: Option<String>,
+    },
+    /// Ask a running courtesy what a GET of URL would get now (from its admin API: /v1/check).
+    /// Exit 0 when allowed, 1 otherwise, 2 when courtesy cannot be reached.
+    CheckUrl {
+        /// The URL to ask about.
+        url: String,
+        /// Ask as this job [default: none, the anonymous job].
+        #[arg(long)]
+        job: Option<String>,
+        /// Decide on what courtesy knows: never fetch an unknown robots.txt.
+        #[arg(long)]
+        no_fetch: bool,
+        /// Config file (for [proxy] admin_listen and [admin] token) [default: config/courtesy.toml if it exists].
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+        /// The admin listener's address [default: [proxy] admin_listen].
+        #[arg(long)]
+        admin: Option<std::net::SocketAddr>,
+        /// Bearer token [default: $COURTESY_ADMIN_TOKEN, else [admin] token].
+        #[arg(long)]
+        token: Option<String>,
+        /// Print the raw JSON answer instead of words.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the shell lines that point a crawler's environment at courtesy:
     /// eval "$(courtesy env)".
@@ -165,6 +190,22 @@ fn main() -> ExitCode {
             jobs,
             host,
         }) => status(config.as_deref(), admin, token, jobs, host.as_deref()),
+        Some(Command::CheckUrl {
+            url,
+            job,
+            no_fetch,
+            config,
+            admin,
+            token,
+            json,
+        }) => {
+            let question = courtesy::check_url::Question {
+                url: &url,
+                job: job.as_deref(),
+                fetch: !no_fetch,
+            };
+            return check_url(config.as_deref(), (admin, token), &question, json);
+        }
         Some(Command::Run(args)) => run(args),
         None => run(cli.run),
     };
@@ -292,6 +333,53 @@ fn status(
         &hosts,
         std::io::stdout().is_terminal(),
     ))
+}
+
+/// `courtesy check-url`: the answer printed (in words, or the JSON object with `json`), and the
+/// exit code scripts branch on (0 allowed, 1 otherwise, 2 courtesy not reached).
+fn check_url(
+    config: Option<&Path>,
+    (admin, token): (Option<std::net::SocketAddr>, Option<String>),
+    question: &courtesy::check_url::Question<'_>,
+    json: bool,
+) -> ExitCode {
+    use courtesy::check_url::Outcome;
+    let config = match load(config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("courtesy: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let admin = admin.unwrap_or(config.proxy.admin_listen);
+    let token = token
+        .or_else(|| std::env::var("COURTESY_ADMIN_TOKEN").ok())
+        .or(config.admin.token);
+    let outcome = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => {
+            runtime.block_on(courtesy::check_url::ask(admin, token.as_deref(), question))
+        }
+        Err(e) => Outcome::Unreached(format!("cannot start the async runtime: {e}")),
+    };
+    let printed = match &outcome {
+        Outcome::Answer(answer) if json => emit(&format!("{answer:#}\n")),
+        Outcome::Answer(answer) => emit(&courtesy::check_url::render(answer)),
+        Outcome::Refused(status, why) => {
+            eprintln!("courtesy: the check was refused ({status}): {why}");
+            Ok(())
+        }
+        Outcome::Unreached(why) => {
+            eprintln!("courtesy: {why}");
+            Ok(())
+        }
+    };
+    if let Err(e) = printed {
+        eprintln!("courtesy: {e:#}");
+    }
+    ExitCode::from(outcome.exit_code())
 }
 
 fn ca(config: Option<&Path>, regenerate: bool) -> anyhow::Result<()> {

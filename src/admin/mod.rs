@@ -1,11 +1,13 @@
 //! The admin listener: the live dashboard, Prometheus metrics, the host API, operator overrides,
-//! reload, the CA certificate, and the Web Bot Auth key directory (`directory.rs`).
+//! reload, the CA certificate, the Web Bot Auth key directory (`directory.rs`), and the check
+//! a crawler asks before it queues a URL (`/v1/check`, `check.rs`).
 //!
 //! It runs on its own port so that it is never confused with proxy traffic. With `[admin] token`
 //! set, every request must carry it as a bearer token (and the token is required to bind beyond
 //! loopback). Every failure is a response; nothing here panics on input.
 
 pub(crate) mod card;
+mod check;
 mod directory;
 pub(crate) mod explain;
 pub(crate) mod reload;
@@ -60,6 +62,8 @@ pub(crate) struct Admin {
     plain_unsigned: Arc<PlainUnsigned>,
     /// The robots.txt files the proxy knows: `/hosts` names the licences they point to.
     robots: Arc<RobotsCache>,
+    /// The proxy whose phases decide `/v1/check` (`None`: the check answers 503).
+    checker: Option<Arc<crate::proxy::Proxy>>,
 }
 
 impl Admin {
@@ -83,7 +87,15 @@ impl Admin {
             sockets: Sockets::new(1),
             plain_unsigned: Arc::new(PlainUnsigned::default()),
             robots: Arc::new(RobotsCache::new()),
+            checker: None,
         }
+    }
+
+    /// This service, answering `/v1/check` with `proxy`'s own phases (`Proxy::check`), so that a
+    /// check and a fetch never disagree.
+    pub(crate) fn with_checker(mut self, proxy: Arc<crate::proxy::Proxy>) -> Self {
+        self.checker = Some(proxy);
+        self
     }
 
     /// This service, naming in `/hosts` the licences of the robots.txt files the proxy knows
@@ -169,7 +181,11 @@ impl Admin {
         // rebound or not cannot send it.
         let probe = public || matches!(req.uri().path(), "/healthz" | "/readyz");
         if config.admin.token.is_none() && !probe {
-            let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE);
+            // A batch check is a read sent as a POST (its list of URLs is its body): the read
+            // rules apply to it.
+            let batch_check = req.uri().path() == "/v1/check";
+            let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE)
+                && !batch_check;
             let refused = if mutating {
                 self.cross_site(req.headers())
             } else {
@@ -268,6 +284,8 @@ impl Admin {
                 self.operate(key, OperatorAction::ClearRate).await
             }
             (&Method::POST, ["reload"]) => self.reload(),
+            (&Method::GET | &Method::HEAD, ["v1", "check"]) => self.check_one(&query).await,
+            (&Method::POST, ["v1", "check"]) => self.check_many(&query, req).await,
             _ => error_json(
                 StatusCode::NOT_FOUND,
                 &format!("no admin endpoint {method} {path}"),

@@ -306,44 +306,40 @@ impl RobotsCache {
             drop(state);
             return Step::Fetch(self.guard(entry));
         }
-        match &mut *state {
-            State::Fetching => Step::Wait(entry.done.clone().notified_owned()),
-            State::AllowAll { .. } => Step::Known(Verdict::Allowed {
-                crawl_delay: None,
-                visit: None,
-            }),
-            State::DisallowAll { why, .. } => Step::Known(Verdict::Disallowed {
-                reason: format!(
-                    "robots.txt could not be read ({why}); everything is disallowed until a retry"
-                ),
-            }),
-            State::Rules {
-                txt,
-                robots,
-                preferences,
-                ..
-            } => {
-                let agent = agent.to_ascii_lowercase();
-                let rules = match robots.get(&agent) {
-                    Some(rules) => rules.clone(),
-                    None => {
-                        let rules = Arc::new(AgentRules {
-                            robot: Robot::new(&agent, txt).ok(),
-                            pacing: preferences.pacing(&agent),
-                        });
-                        if robots.len() < MAX_AGENTS {
-                            robots.insert(agent.clone(), rules.clone());
-                        }
-                        rules
-                    }
-                };
-                Step::Known(rules.verdict(&agent, path))
-            }
-            State::Unknown => Step::Known(Verdict::Allowed {
-                crawl_delay: None,
-                visit: None,
-            }),
+        match verdict_in(&mut state, agent, path) {
+            Some(verdict) => Step::Known(verdict),
+            None => Step::Wait(entry.done.clone().notified_owned()),
         }
+    }
+
+    /// What the robots.txt known for `key` says of `path` for `agent`, without fetching it or
+    /// waiting for a fetch (`/v1/check?fetch=false`, and a batch's later URLs): `None` while it
+    /// is unknown, being fetched for the first time, or its "all allowed" or "all disallowed"
+    /// answer has run out (a request would fetch it again). Rules past their time still answer,
+    /// as they do for requests while one fetches them again.
+    pub(crate) fn known(&self, key: &str, agent: &str, path: &str) -> Option<Verdict> {
+        let entry = self.entries.get(key).map(|e| e.value().clone())?;
+        let mut state = lock(&entry.state);
+        let expired = match &*state {
+            State::AllowAll { until } | State::DisallowAll { until, .. } => {
+                *until <= Instant::now()
+            }
+            _ => false,
+        };
+        if expired {
+            return None;
+        }
+        verdict_in(&mut state, agent, path)
+    }
+
+    /// Whether the robots.txt of `key` could not be read (a 5xx, a 429 or no answer) and
+    /// everything is disallowed until a retry: what `/v1/check` calls `unreachable`.
+    pub(crate) fn unreachable(&self, key: &str) -> bool {
+        let Some(entry) = self.entries.get(key).map(|e| e.value().clone()) else {
+            return false;
+        };
+        let state = lock(&entry.state);
+        matches!(*state, State::DisallowAll { .. })
     }
 
     /// The right to fetch `entry`'s robots.txt, given to one request.
@@ -416,6 +412,45 @@ impl RobotsCache {
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+/// The verdict `state` gives `path` for `agent`, its group's rules parsed on first use (at most
+/// [`MAX_AGENTS`] groups kept); `None` while nothing is known (unknown, or being fetched).
+fn verdict_in(state: &mut State, agent: &str, path: &str) -> Option<Verdict> {
+    match state {
+        State::Unknown | State::Fetching => None,
+        State::AllowAll { .. } => Some(Verdict::Allowed {
+            crawl_delay: None,
+            visit: None,
+        }),
+        State::DisallowAll { why, .. } => Some(Verdict::Disallowed {
+            reason: format!(
+                "robots.txt could not be read ({why}); everything is disallowed until a retry"
+            ),
+        }),
+        State::Rules {
+            txt,
+            robots,
+            preferences,
+            ..
+        } => {
+            let agent = agent.to_ascii_lowercase();
+            let rules = match robots.get(&agent) {
+                Some(rules) => rules.clone(),
+                None => {
+                    let rules = Arc::new(AgentRules {
+                        robot: Robot::new(&agent, txt).ok(),
+                        pacing: preferences.pacing(&agent),
+                    });
+                    if robots.len() < MAX_AGENTS {
+                        robots.insert(agent.clone(), rules.clone());
+                    }
+                    rules
+                }
+            };
+            Some(rules.verdict(&agent, path))
+        }
     }
 }
 

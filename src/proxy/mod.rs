@@ -11,6 +11,7 @@
 //! | `cache/` | the response store and its use: dev hits, revalidation, filling it |
 //! | `send/` | the host's turn and the paced send: attempts, signing, the exchange, sanitizing, retries |
 //! | `answer/` | what the client gets: the body holding the permit, local responses, failures, blocks, timing |
+//! | `check.rs` | asking before queueing (`/v1/check`): what a GET of a URL would get now, decided by the phases above |
 //! | `connect/` | CONNECT: interception, plain HTTP inside, blind tunnels, WebSockets |
 //!
 //! The pooled upstream connections are `crate::upstream::pool`'s.
@@ -21,6 +22,7 @@
 
 pub(crate) mod answer;
 pub(crate) mod cache;
+pub(crate) mod check;
 mod connect;
 mod forward;
 mod refuse;

@@ -470,9 +470,9 @@ fn keyer_for(config: &Config, own: [SocketAddr; 2]) -> Keyer {
 }
 
 /// The admin API over the parts `proxy` shares with it: its jobs, sockets, the hosts it sent
-/// unsigned over plain http and its robots.txt cache.
+/// unsigned over plain http, its robots.txt cache, and the proxy itself for `/v1/check`.
 fn admin_beside(
-    proxy: &Proxy,
+    proxy: &Arc<Proxy>,
     live: &LiveConfig,
     limiter: &Arc<Limiter>,
     keyer: Keyer,
@@ -492,6 +492,7 @@ fn admin_beside(
         .with_sockets(proxy.sockets().clone())
         .with_plain_unsigned(proxy.plain_unsigned().clone())
         .with_robots(proxy.robots().clone())
+        .with_checker(proxy.clone())
         .listening_on(admin_addr),
     )
 }

@@ -35,6 +35,7 @@ mod ask_less;
 mod bandwidth;
 mod block_detection;
 mod browser;
+mod check_api;
 mod client_snippets;
 mod clients;
 mod config_files;

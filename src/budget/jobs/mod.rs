@@ -347,6 +347,31 @@ impl Jobs {
         })
     }
 
+    /// The job `name` as the proxy would know a request of it (its `[[job]]`: User-Agent,
+    /// purpose, quota, answer to a cooldown), for a check asked on the admin API, which the
+    /// admin token already guards (no job token is asked). No name is job "anonymous"; a name
+    /// no `[[job]]` gives is one with no settings, put in no table. Nothing is counted.
+    pub fn for_check(&self, config: &Config, name: Option<&str>) -> Caller {
+        let lane: Arc<str> = Arc::from("@check");
+        let name = name.filter(|n| !n.is_empty()).unwrap_or(ANONYMOUS);
+        if let Some(settings) = config.jobs.iter().find(|j| j.name == name).cloned() {
+            return Caller {
+                state: self.state_of(name, true),
+                lane: settings.name.as_str().into(),
+                settings: Some(settings),
+            };
+        }
+        let state = match self.states.get(name) {
+            Some(state) => state.clone(),
+            None => Arc::new(JobState::new(name, false)),
+        };
+        Caller {
+            state,
+            settings: None,
+            lane,
+        }
+    }
+
     /// Counts a refused credential of `client`'s and says how long to hold its 407.
     fn refuse(&self, user: &str, client: IpAddr) -> NotAccepted {
         let group = crate::wire::client_group::client_group(client);

@@ -29,15 +29,7 @@ impl Proxy {
         plan: &mut CacheUse,
         headers: &mut HeaderMap,
     ) -> Option<Response<ProxyBody>> {
-        let found = match self.cache.may_hold(&plan.url) {
-            true => self.cache.head_off_workers(&plan.url).await,
-            false => None,
-        };
-        let decided = found.map(|head| {
-            let how = lookup(&head, headers, plan.knobs, SystemTime::now());
-            (head, how)
-        });
-        match decided {
+        match self.stored_lookup(plan, headers).await {
             Some((head, Lookup::Serve { not_modified, age })) => {
                 info!(url = %plan.url, not_modified, "answered from the cache");
                 if not_modified {
@@ -56,6 +48,24 @@ impl Proxy {
                 None,
             )
         })
+    }
+
+    /// The entry stored for `plan`'s request and what it can do for a request with `headers`
+    /// now; `None` when nothing is stored (one look at the store's index).
+    async fn stored_lookup(&self, plan: &CacheUse, headers: &HeaderMap) -> Option<(Head, Lookup)> {
+        if !self.cache.may_hold(&plan.url) {
+            return None;
+        }
+        let head = self.cache.head_off_workers(&plan.url).await?;
+        let how = lookup(&head, headers, plan.knobs, SystemTime::now());
+        Some((head, how))
+    }
+
+    /// Whether a stored entry would answer a request with `headers` now, without asking the
+    /// origin ([`Proxy::answer_http`]'s own decision, for `Proxy::check`).
+    pub(super) async fn would_serve_http(&self, plan: &CacheUse, headers: &HeaderMap) -> bool {
+        let found = self.stored_lookup(plan, headers).await;
+        matches!(found, Some((_, Lookup::Serve { .. })))
     }
 
     /// The stored answer in full (its headers alone to a HEAD), with its `Age`.

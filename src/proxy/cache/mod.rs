@@ -21,7 +21,7 @@ use http::request::Parts;
 use http::{HeaderMap, Response};
 use tracing::info;
 
-use crate::config::CacheMode;
+use crate::config::{CacheMode, HostPolicy};
 use crate::observe::metrics::NotSent;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::forward::context::{Flow, RequestContext};
@@ -63,6 +63,24 @@ impl Proxy {
             self.report_preferences(&mut answer, checked, &cx.asking.caller.state);
         }
         ControlFlow::Break(answer)
+    }
+
+    /// Whether the response store would answer a bodiless request with `head` to a host under
+    /// `policy` now, without asking the host: the store's phase's own decision, for
+    /// `Proxy::check` (a fresh entry under `"http"`, any matching entry under `"dev"`; never
+    /// under `"revalidate"`, which always asks the origin).
+    pub(crate) async fn serves_from_store(&self, head: &Parts, policy: &HostPolicy) -> bool {
+        let Some(plan) = CacheUse::plan(policy, head, true) else {
+            return false;
+        };
+        match plan.mode {
+            CacheMode::Off | CacheMode::Revalidate => false,
+            CacheMode::Http => self.would_serve_http(&plan, &head.headers).await,
+            CacheMode::Dev => {
+                let found = self.cache.head_off_workers(&plan.url).await;
+                found.is_some_and(|stored| replayable(&stored, &head.headers))
+            }
+        }
     }
 
     /// Before the request goes: in `dev` mode a stored response is the answer; in `revalidate`

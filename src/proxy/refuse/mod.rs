@@ -22,7 +22,7 @@ use crate::proxy::answer::failure::Failure;
 use crate::proxy::forward::context::{Flow, RequestContext};
 use crate::proxy::Proxy;
 use preferences::{purpose_of, Checked};
-use skip::skipped_resource;
+use skip::skip_reason;
 
 impl Proxy {
     /// The refusals that come before the host's turn (`skip_resources`, then robots.txt), so that
@@ -35,8 +35,7 @@ impl Proxy {
         cx: &mut RequestContext<'_>,
     ) -> Flow {
         let enforce = cx.policy.scope.enforce;
-        if let Some(kind) = skipped_resource(head, &cx.policy.blocks.skip_resources) {
-            let reason = format!("skip_resources: {kind} ({})", head.uri.path());
+        if let Some(reason) = skip_reason(head, &cx.policy) {
             if enforce {
                 info!(%reason, "skipped locally");
                 return ControlFlow::Break(Failure::denied(reason).into_response());
@@ -71,19 +70,52 @@ impl Proxy {
         head: &Parts,
         cx: &mut RequestContext<'_>,
     ) -> Flow {
+        let checked = match self.decide_preferences(head, cx, true).await {
+            Ok(Some(checked)) => checked,
+            Ok(None) => return ControlFlow::Continue(()),
+            Err(answer) => return ControlFlow::Break(answer),
+        };
+        let caller = &cx.asking.caller;
+        if let Some(refused) = checked.before.as_ref().filter(|_| checked.enforce) {
+            let details = refused.details();
+            info!(%details, purpose = ?checked.purpose, "refused locally: the site's stated preferences");
+            let counted = (caller.state.as_ref(), checked.host.as_str());
+            self.metrics
+                .content_preference(counted, checked.purpose, refused.source, true);
+            caller
+                .state
+                .preferences_enforced
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return ControlFlow::Break(Failure::denied(details).into_response());
+        }
+        cx.checked = Some(checked);
+        ControlFlow::Continue(())
+    }
+
+    /// The decision half of [`Proxy::check_preferences`], which `Proxy::check` shares: what the
+    /// request's purpose meets in the host's stated preferences (`None`: nothing is checked), and
+    /// whether a refusal is enforced. robots.txt is made known first (fetched through the budget
+    /// when unknown) unless `fetch` is false, when only what is known is read. `Err` is the
+    /// local answer when robots.txt could not be asked for. Counts nothing.
+    pub(crate) async fn decide_preferences(
+        &self,
+        head: &Parts,
+        cx: &RequestContext<'_>,
+        fetch: bool,
+    ) -> Result<Option<Checked>, http::Response<crate::proxy::answer::body::ProxyBody>> {
         let (policy, caller) = (&cx.policy, &cx.asking.caller);
         let mode = policy.preferences.content_preferences;
         if mode == ContentPreferences::Off || head.uri.path() == "/robots.txt" {
-            return ControlFlow::Continue(());
+            return Ok(None);
         }
         let Some(purpose) = purpose_of(caller, policy) else {
-            return ControlFlow::Continue(());
+            return Ok(None);
         };
         // A report-only host (`enforce = false`) refuses nothing: a refusal is reported.
         let enforce = mode == ContentPreferences::Enforce && policy.scope.enforce;
         // Its verdict is obey_robots' business; here robots.txt is only made known.
-        if let Err(answer) = self.robots_known(head, cx).await {
-            return ControlFlow::Break(answer);
+        if fetch {
+            self.robots_known(head, cx).await?;
         }
         let origin = cx.target.origin_key(Scheme::of_uri_or_http(&head.uri));
         let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -92,29 +124,14 @@ impl Proxy {
             .robots
             .preference_refusal(&origin, &agent, path, purpose)
             .or_else(|| self.stated.refusal(&origin, path, purpose, Instant::now()));
-        let host = &cx.budget.key;
-        if let Some(refused) = before.as_ref().filter(|_| enforce) {
-            let details = refused.details();
-            info!(%details, purpose = ?purpose, "refused locally: the site's stated preferences");
-            let counted = (caller.state.as_ref(), host.as_str());
-            self.metrics
-                .content_preference(counted, purpose, refused.source, true);
-            caller
-                .state
-                .preferences_enforced
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return ControlFlow::Break(Failure::denied(details).into_response());
-        }
-        let path = path.to_string();
-        cx.checked = Some(Checked {
+        Ok(Some(Checked {
             purpose,
             enforce,
             origin,
-            path,
-            host: host.clone(),
+            path: path.to_string(),
+            host: cx.budget.key.clone(),
             before,
-        });
-        ControlFlow::Continue(())
+        }))
     }
 }
 

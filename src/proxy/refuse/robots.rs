@@ -55,20 +55,30 @@ impl Proxy {
         head: &Parts,
         cx: &RequestContext<'_>,
     ) -> Option<Response<ProxyBody>> {
-        let verdict = match self.robots_known(head, cx).await {
-            Ok(verdict) => verdict,
-            Err(answer) => return Some(answer),
-        };
-        match verdict {
-            Verdict::Allowed { crawl_delay, visit } => {
-                self.apply_robots_pacing(cx, crawl_delay, visit);
-                None
-            }
-            Verdict::Disallowed { reason } => {
+        match self.robots_verdict(head, cx).await {
+            Ok(Verdict::Allowed { .. }) => None,
+            Ok(Verdict::Disallowed { reason }) => {
                 info!(%reason, "refused by robots.txt");
                 Some(Failure::denied(reason).into_response())
             }
+            Err(answer) => Some(answer),
         }
+    }
+
+    /// The decision half of [`Proxy::obey_robots`], which `Proxy::check` shares: the verdict of
+    /// the host's robots.txt for the request (fetched first if needed), with the delay and
+    /// Visit-time window of an allowed one put in force. `Err` is the local answer when
+    /// robots.txt could not be asked for.
+    pub(crate) async fn robots_verdict(
+        &self,
+        head: &Parts,
+        cx: &RequestContext<'_>,
+    ) -> Result<Verdict, Response<ProxyBody>> {
+        let verdict = self.robots_known(head, cx).await?;
+        if let Verdict::Allowed { crawl_delay, visit } = &verdict {
+            self.apply_robots_pacing(cx, *crawl_delay, *visit);
+        }
+        Ok(verdict)
     }
 
     /// Puts what robots.txt asks of the host's pace in force: its delay (the longer of

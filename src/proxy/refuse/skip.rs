@@ -4,7 +4,7 @@
 
 use http::request::Parts;
 
-use crate::config::ResourceKind;
+use crate::config::{HostPolicy, ResourceKind};
 
 /// The kind of sub-resource `req` asks for, if `skip` lists it: by path extension, else by the
 /// Accept header.
@@ -45,6 +45,13 @@ pub(crate) fn skipped_resource(req: &Parts, skip: &[ResourceKind]) -> Option<Res
         None
     };
     by_extension.or(by_accept).filter(|k| skip.contains(k))
+}
+
+/// Why the host's `skip_resources` refuses `req`, in the words of its local 403, if it does:
+/// what the request path and `Proxy::check` both say.
+pub(crate) fn skip_reason(req: &Parts, policy: &HostPolicy) -> Option<String> {
+    let kind = skipped_resource(req, &policy.blocks.skip_resources)?;
+    Some(format!("skip_resources: {kind} ({})", req.uri.path()))
 }
 
 #[cfg(test)]
