@@ -1,5 +1,6 @@
 //! The admin listener: the live dashboard, Prometheus metrics, the host API, operator overrides,
-//! reload, the CA certificate, and the Web Bot Auth key directory (`directory.rs`).
+//! reload, the CA certificate, the Web Bot Auth key directory (`directory.rs`), and the stream of
+//! host events (`events.rs`).
 //!
 //! It runs on its own port so that it is never confused with proxy traffic. With `[admin] token`
 //! set, every request must carry it as a bearer token (and the token is required to bind beyond
@@ -7,6 +8,7 @@
 
 pub(crate) mod card;
 mod directory;
+mod events;
 pub(crate) mod explain;
 pub(crate) mod reload;
 pub(crate) mod views;
@@ -30,6 +32,7 @@ use crate::budget::keys::{BudgetKey, Keyer};
 use crate::budget::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::config::LiveConfig;
 use crate::front::sockets::Sockets;
+use crate::observe::events::Hub;
 use crate::observe::metrics::Metrics;
 use crate::pacing::robots::RobotsCache;
 use crate::proxy::answer::body::ProxyBody;
@@ -60,6 +63,8 @@ pub(crate) struct Admin {
     plain_unsigned: Arc<PlainUnsigned>,
     /// The robots.txt files the proxy knows: `/hosts` names the licences they point to.
     robots: Arc<RobotsCache>,
+    /// The host events `GET /v1/events` streams (the limiter's herald publishes to it).
+    events: Arc<Hub>,
 }
 
 impl Admin {
@@ -83,7 +88,19 @@ impl Admin {
             sockets: Sockets::new(1),
             plain_unsigned: Arc::new(PlainUnsigned::default()),
             robots: Arc::new(RobotsCache::new()),
+            events: Arc::default(),
         }
+    }
+
+    /// This service, streaming the events of `hub` at `GET /v1/events`.
+    pub(crate) fn with_events(mut self, hub: Arc<Hub>) -> Self {
+        self.events = hub;
+        self
+    }
+
+    /// The hub `GET /v1/events` streams: closed at shutdown, so that every stream ends.
+    pub(crate) fn events_hub(&self) -> &Arc<Hub> {
+        &self.events
     }
 
     /// This service, naming in `/hosts` the licences of the robots.txt files the proxy knows
@@ -268,6 +285,8 @@ impl Admin {
                 self.operate(key, OperatorAction::ClearRate).await
             }
             (&Method::POST, ["reload"]) => self.reload(),
+            (&Method::GET, ["v1", "events"]) => self.events(req.headers(), &query).await,
+            (&Method::GET | &Method::HEAD, ["v1", "events", "stats"]) => self.events_stats(),
             _ => error_json(
                 StatusCode::NOT_FOUND,
                 &format!("no admin endpoint {method} {path}"),

@@ -45,6 +45,7 @@ mod defaults;
 mod env;
 mod feedback;
 mod hardening;
+mod host_events;
 mod http2;
 mod https;
 mod keys;
