@@ -47,6 +47,7 @@ mod env;
 mod feedback;
 mod frontier_clients;
 mod hardening;
+mod host_events;
 mod http2;
 mod https;
 mod keys;

@@ -14,6 +14,7 @@
 //! | `names.rs` | the names sharing a budget keyed by domain or address |
 //! | `budget.rs` | the seam: a turn asked, an answer reported |
 //! | `grant.rs` | a turn without its host (`Grant`), as a queued request's reply carries it |
+//! | `herald.rs` | host events told as the state changes (`/v1/events`), and the timer of the ends |
 //! | `permit.rs` | a request's turn while it is in flight |
 //! | `dispatch.rs` | handing out queued turns in order, the fine-grained wait |
 //! | `egress.rs` | the ceilings on all hosts together (`global_rate`, FIFO across hosts; `global_bytes_per_second`) |
@@ -41,6 +42,7 @@ mod budget;
 mod dispatch;
 mod egress;
 mod grant;
+mod herald;
 mod host;
 #[doc(hidden)]
 pub mod lanes;
@@ -63,6 +65,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 pub(crate) use admission::Admission;
+pub(crate) use herald::{EventKind, HostEvent, PausedBy, RateWhy, ResumedBy, Source};
 pub use host::Host;
 pub(crate) use permit::{ByteMeter, OpenSockets, Permit};
 pub use stats::HostStats;
@@ -101,6 +104,8 @@ pub struct Limiter {
     /// WebSockets open, by host: kept beside the hosts, not in them (few hosts ever have one,
     /// and a known host stays small).
     sockets: Arc<OpenSockets>,
+    /// Tells host events (`herald.rs`): every host holds it too.
+    herald: Arc<herald::Herald>,
 }
 
 /// How a limiter times the last stretch of each wait for a token (see `Limiter::sleep_until`).
@@ -170,6 +175,7 @@ impl Limiter {
             peak_hosts: AtomicUsize::new(0),
             fine_waits: timer == Timer::Fine,
             sockets: Arc::default(),
+            herald: Arc::default(),
         })
     }
 
@@ -185,7 +191,7 @@ impl Limiter {
         }
         let policy = self.config().policy_for(&key.host, key.port);
         // The table's key and the host's are one allocation.
-        let fresh = Arc::new(Host::new(key, policy, Instant::now()));
+        let fresh = Arc::new(Host::new(key, policy, Instant::now()).with_herald(&self.herald));
         self.hosts
             .entry(fresh.key.clone())
             .or_insert(fresh)
@@ -254,6 +260,8 @@ impl Limiter {
     }
 }
 
+#[cfg(test)]
+mod herald_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::budget::Budget;
 use super::egress::Downlink;
 use super::grant::{Grant, Paced, WaitRecord};
+use super::herald::{EventKind, Look, RateWhy, Source};
 use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
 use super::verdicts::ShadowVerdict;
@@ -104,6 +105,23 @@ impl Report {
     /// report-only host's request), so there is none to give back.
     fn spent(&self) -> bool {
         self.sent_at.is_some() || self.shadow.is_some()
+    }
+}
+
+/// Why an answer moved the rate: RateLimit headers, a cut after trouble, latency, or recovery.
+fn rate_why(answer: &Answer, reaction: &Reaction) -> RateWhy {
+    use crate::pacing::feedback::Feedback;
+    if answer.server.is_some() {
+        RateWhy::Ratelimit
+    } else if reaction.rate_after > reaction.rate_before {
+        RateWhy::Recovery
+    } else if matches!(
+        answer.feedback,
+        Feedback::Throttled | Feedback::Overloaded | Feedback::Failed
+    ) {
+        RateWhy::Backoff
+    } else {
+        RateWhy::Latency
     }
 }
 
@@ -241,6 +259,7 @@ impl Permit {
             now,
         );
         state.stats_mut().answered(answer.status);
+        self.tell_reaction(&mut state, answer, &reaction, now);
         let refused = if reaction.cooldown.is_some() {
             refuse_queue(&mut state, now)
         } else {
@@ -254,9 +273,45 @@ impl Permit {
         (reaction, teaching)
     }
 
-    /// Pauses this permit's host for a soft block (a challenge page was seen in its response).
-    /// Returns the pause if a new one started (so the caller logs and alerts once).
-    pub fn soft_block(&self) -> Option<Duration> {
+    /// Tells what an answer's `reaction` changed (under the host's lock, `state`): a hard block,
+    /// a cooldown or pause begun or grown, the rate moved far enough to be told again.
+    fn tell_reaction(
+        &self,
+        state: &mut HostState,
+        answer: &Answer,
+        reaction: &Reaction,
+        now: Instant,
+    ) {
+        let herald = &self.host.herald;
+        if reaction.hard_block {
+            let after = state.policy().blocks.hard_block_after;
+            let kind = EventKind::BlockDetected {
+                signal: "hard_block",
+                detail: format!("{after} answers 403 in a row"),
+                status: answer.status,
+            };
+            herald.tell(&self.host.key, Source::Local, kind);
+        }
+        if reaction.cooldown.is_some() || reaction.hard_block {
+            self.host
+                .tell_closed(state, Look::Change, Source::Local, now);
+        }
+        if reaction.rate_after != reaction.rate_before {
+            if let Some(old) = state.rate_to_tell(reaction.rate_after) {
+                let kind = EventKind::RateChanged {
+                    old,
+                    new: reaction.rate_after,
+                    why: rate_why(answer, reaction),
+                };
+                herald.tell(&self.host.key, Source::Local, kind);
+            }
+        }
+    }
+
+    /// Pauses this permit's host for a soft block (a challenge page was seen in its response;
+    /// `what` says how, for the event). Returns the pause if a new one started (so the caller
+    /// logs and alerts once).
+    pub fn soft_block(&self, what: &str) -> Option<Duration> {
         let now = Instant::now();
         let mut state = self.host.lock();
         let pause = self.budget.pause_for_block(
@@ -266,6 +321,14 @@ impl Permit {
             self.lease_start(),
             now,
         )?;
+        let kind = EventKind::BlockDetected {
+            signal: "soft_block",
+            detail: what.to_string(),
+            status: None,
+        };
+        self.host.herald.tell(&self.host.key, Source::Local, kind);
+        self.host
+            .tell_closed(&state, Look::Change, Source::Local, now);
         let refused = refuse_queue(&mut state, now);
         drop(state);
         for (waiter, refusal) in refused {

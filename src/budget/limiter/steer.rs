@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::herald::{Look, RateWhy, Source};
 use super::host::{Host, Waiter};
 use super::refusal::refuse_queue;
 use super::{BudgetKey, HostStats, Limiter, OpenSockets, Refusal, ShadowCounts, WaitReason};
@@ -228,6 +229,7 @@ impl Limiter {
         {
             let mut state = entry.lock();
             state.touch(now);
+            let rate_before = state.pacing().effective_rate(now);
             match action {
                 OperatorAction::Pause(length) => {
                     state.operator_pause(now + length);
@@ -250,6 +252,9 @@ impl Limiter {
                     state.set_forced(false);
                 }
             }
+            entry.tell_closed(&state, Look::Operator, Source::Local, now);
+            let why = (RateWhy::Operator, Source::Local);
+            entry.tell_rate_moved(&state, rate_before, why, now);
         }
         warn!(host = %key, ?action, "operator override");
         for (waiter, refusal) in refused {
@@ -309,7 +314,10 @@ impl Limiter {
         let now = Instant::now();
         let capped = state.pacing().robots_cap() != rate;
         if capped {
+            let before = state.pacing().effective_rate(now);
             state.set_robots_cap(rate, now);
+            let why = (RateWhy::Robots, Source::Local);
+            entry.tell_rate_moved(&state, before, why, now);
         }
         let window = window.filter(|w| state.pacing().robots_visit() != *w);
         let closed = window.is_some();
@@ -408,6 +416,7 @@ impl Limiter {
             let entry = self.host(&key);
             let mut state = entry.lock();
             state.restore(&record.pacing, now);
+            entry.tell_closed(&state, Look::Change, Source::Local, now);
             state.set_forced(record.forced);
             state.touch(now);
         }

@@ -51,7 +51,7 @@ impl Blocks {
     /// A soft block was seen in the response of `permit` (`what` says how): pauses the host, once
     /// per pause.
     pub(crate) fn soft(&self, permit: &Permit, what: &str) {
-        if let Some(pause) = permit.soft_block() {
+        if let Some(pause) = permit.soft_block(what) {
             self.metrics.block(permit.host_key(), "soft_block");
             warn!(
                 host = %permit.host_key(),
