@@ -36,29 +36,26 @@ class Frontier:
     def close(self, host, why, until_unix_ms):
         until = until_unix_ms / 1000 if until_unix_ms else float("inf")
         with self.lock:
-            was_open = not self.closures(host)
-            self.closed.setdefault(host, {})[why] = until
+            was_open = not self.running(host)
+            self.closed[host] = {**self.running(host), why: until}
         if was_open:
             self.on_change(host, False)
 
     def open(self, host, why):
         with self.lock:
-            was_closed = bool(self.closures(host))
-            self.closed[host].pop(why, None)
-            now_open = not self.closed[host]
-        if was_closed and now_open:
+            ended = self.closed.get(host, {}).pop(why, None) is not None
+            now_open = not self.running(host)
+        if ended and now_open:
             self.on_change(host, True)
 
-    def closures(self, host):
-        """The closures of `host` still running (the lock held)."""
-        running = {w: u for w, u in self.closed.get(host, {}).items() if u > time.time()}
-        self.closed[host] = running
-        return running
+    def running(self, host):
+        """The closures of `host` whose time has not run out (the lock held)."""
+        return {w: u for w, u in self.closed.get(host, {}).items() if u > time.time()}
 
     def may_fetch(self, host):
         """Whether the frontier may hand out a request for `host` now."""
         with self.lock:
-            return not self.closures(host)
+            return not self.running(host)
 
 
 def events(admin, token=None, on_open=lambda: None):
