@@ -7,7 +7,8 @@
 //!   it queues: every allowed page is handled once, and nothing disallowed or paused ever reaches
 //!   courtesy, not even to be refused. That is counted between the crawler and courtesy, by a
 //!   relay that keeps every request line the crawler sent (the site is plain http, so the lines
-//!   are readable), and at the site.
+//!   are readable; a disallowed page asked through it afterwards is seen, the control), and at
+//!   the site.
 //! - The SSE consumer (`GET /v1/events`) closes a host in its frontier when a 429 with
 //!   `Retry-After: 3` starts a cooldown (within a second) and opens it when the cooldown ends (3 s
 //!   later, ±0.5 s); cut off meanwhile, it reconnects with `Last-Event-ID` and hears the end it
@@ -342,6 +343,22 @@ fn assert_filtered(report: &Report, setup: &Crawl, who: &str) {
     );
 }
 
+/// The control of [`assert_filtered`]'s count: a request for a disallowed page sent through the
+/// relay is seen there (and refused by courtesy with its 403), so that none seen means none sent.
+async fn assert_the_relay_sees_what_is_sent(setup: &Crawl) {
+    let url = format!("http://{SITE}:{}/private/0", setup.origin.addr.port());
+    let got = ProxyClient {
+        proxy: setup.relay.addr,
+    }
+    .get(&url)
+    .await;
+    assert_eq!(got.status, 403, "courtesy refuses the disallowed page");
+    assert!(
+        setup.relay.request_targets().contains(&url),
+        "the relay saw the request for {url}"
+    );
+}
+
 /// The repository's `path`.
 fn in_repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -355,6 +372,7 @@ async fn crawlee_for_node_queues_only_what_courtesy_would_send() {
         .arg("frontier_filter.mjs");
     let report = run_crawl(&setup, cmd).await;
     assert_filtered(&report, &setup, "Crawlee for Node, filtered");
+    assert_the_relay_sees_what_is_sent(&setup).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,6 +383,7 @@ async fn crawlee_for_python_queues_only_what_courtesy_would_send() {
         .arg(in_repo("tests/python/frontier_filter.py"));
     let report = run_crawl(&setup, cmd).await;
     assert_filtered(&report, &setup, "Crawlee for Python, filtered");
+    assert_the_relay_sees_what_is_sent(&setup).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,6 +394,7 @@ async fn scrapy_schedules_only_what_courtesy_would_send() {
         .arg(in_repo("tests/python/frontier_scrapy.py"));
     let report = run_crawl(&setup, cmd).await;
     assert_filtered(&report, &setup, "Scrapy, filtered");
+    assert_the_relay_sees_what_is_sent(&setup).await;
 }
 
 /// An origin whose first answer is a 429 with `Retry-After: 3`, and 200 after; courtesy in front
