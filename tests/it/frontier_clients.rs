@@ -12,7 +12,7 @@
 //! - The SSE consumer (`GET /v1/events`) closes a host in its frontier when a 429 with
 //!   `Retry-After: 3` starts a cooldown (within a second) and opens it when the cooldown ends (3 s
 //!   later, ±0.5 s); cut off meanwhile, it reconnects with `Last-Event-ID` and hears the end it
-//!   missed.
+//!   missed. An operator's pause closes the host until the operator resumes it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -547,6 +547,36 @@ async fn the_sse_consumer_reconnects_with_last_event_id_and_hears_the_end_it_mis
         sent.len() >= 2 && !asked_with(&sent[0]) && sent[1..].iter().all(asked_with),
         "the first request asks from now, every reconnection from the last event it heard: {sent:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sse_consumer_closes_a_host_an_operator_pauses_until_it_is_resumed() {
+    let (origin, courtesy) = cooldown_setup().await;
+    let mut consumer = Consumer::start(courtesy.admin);
+    let opened = |l: &serde_json::Value| l["stream"] == "open";
+    consumer
+        .next(Duration::from_secs(20), "its stream opened", opened)
+        .await;
+    let host = format!("127.0.0.1:{}", origin.addr.port());
+    let operate = |action: &str| courtesy.admin_url(&format!("/hosts/{host}/{action}"));
+    let (status, body) = admin_call("POST", &operate("pause?seconds=3600"), Some(TOKEN), "").await;
+    assert_eq!(status, 200, "the operator's pause: {body}");
+    let (_, closed) = consumer
+        .next(Duration::from_secs(5), "a host closed", host_line(false))
+        .await;
+    assert_eq!(closed["host"], serde_json::json!(host), "{closed}");
+    // An hour's pause: the host stays closed until the operator lifts it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        consumer.lines.try_recv().is_err(),
+        "nothing opens the host before the resume"
+    );
+    let (status, body) = admin_call("POST", &operate("resume"), Some(TOKEN), "").await;
+    assert_eq!(status, 200, "the operator's resume: {body}");
+    let (_, opened) = consumer
+        .next(Duration::from_secs(5), "the host opened", host_line(true))
+        .await;
+    assert_eq!(opened["host"], serde_json::json!(host), "{opened}");
 }
 
 #[test]
