@@ -63,6 +63,9 @@ enum Command {
         /// Ask as this job [default: none, the anonymous job].
         #[arg(long)]
         job: Option<String>,
+        /// The User-Agent the crawler sends (its product token picks the robots.txt group).
+        #[arg(long)]
+        user_agent: Option<String>,
         /// Decide on what courtesy knows: never fetch an unknown robots.txt.
         #[arg(long)]
         no_fetch: bool,
@@ -193,6 +196,7 @@ fn main() -> ExitCode {
         Some(Command::CheckUrl {
             url,
             job,
+            user_agent,
             no_fetch,
             config,
             admin,
@@ -202,6 +206,7 @@ fn main() -> ExitCode {
             let question = courtesy::check_url::Question {
                 url: &url,
                 job: job.as_deref(),
+                user_agent: user_agent.as_deref(),
                 fetch: !no_fetch,
             };
             return check_url(config.as_deref(), (admin, token), &question, json);

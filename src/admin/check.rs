@@ -1,7 +1,8 @@
 //! Asking before queueing on the admin listener: `GET /v1/check?url=URL[&job=NAME][&fetch=false]`
 //! (one URL) and `POST /v1/check[?job=NAME][&fetch=false]` (a JSON list of up to
 //! [`MAX_BATCH`] URLs, or `{"urls": [...], "job": "x", "fetch": true}`, the body's fields over
-//! the query's). This module reads the request and writes the JSON; what a GET would get is the
+//! the query's). Beside the spec's, `user_agent` (query or body) names the User-Agent the
+//! crawler sends, whose product token picks its robots.txt group as it does for its GET. This module reads the request and writes the JSON; what a GET would get is the
 //! proxy's to decide (`Proxy::check`, `Proxy::check_batch`), by the phases it runs itself.
 //! Under the admin API's read rules (the token, else the listener's own `Host`). Every error is
 //! JSON (`{"error": "..."}`) with a `Proxy-Status`.
@@ -14,7 +15,7 @@ use serde::Deserialize;
 use super::{error_json, json_response, percent_decode, query_param, Admin};
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::response::{proxy_status_member, ProxyError};
-use crate::proxy::check::MAX_BATCH;
+use crate::proxy::check::{CheckAsk, MAX_BATCH};
 
 /// The most bytes a `POST /v1/check` body may hold: [`MAX_BATCH`] URLs of up to 4 KiB each.
 pub(crate) const MAX_BODY: usize = 4 * 1024 * 1024;
@@ -33,12 +34,16 @@ enum Batch {
         job: Option<String>,
         #[serde(default)]
         fetch: Option<bool>,
+        #[serde(default)]
+        user_agent: Option<String>,
     },
 }
 
-/// What the query of a check asks: the job and whether robots.txt may be fetched.
+/// What the query of a check asks: the job, the crawler's User-Agent, and whether robots.txt may
+/// be fetched.
 struct Asked {
     job: Option<String>,
+    user_agent: Option<String>,
     fetch: bool,
 }
 
@@ -50,10 +55,25 @@ impl Asked {
             Some("false" | "0") => false,
             Some(other) => return Err(format!("fetch must be true or false, got {other:?}")),
         };
-        let job = query_param(query, "job")
-            .map(percent_decode)
-            .filter(|j| !j.is_empty());
-        Ok(Asked { job, fetch })
+        let text = |name| {
+            query_param(query, name)
+                .map(percent_decode)
+                .filter(|v| !v.is_empty())
+        };
+        Ok(Asked {
+            job: text("job"),
+            user_agent: text("user_agent"),
+            fetch,
+        })
+    }
+
+    /// What `Proxy::check` is asked.
+    fn ask(&self) -> CheckAsk<'_> {
+        CheckAsk {
+            job: self.job.as_deref(),
+            user_agent: self.user_agent.as_deref(),
+            fetch: self.fetch,
+        }
     }
 }
 
@@ -71,7 +91,7 @@ impl Admin {
         let Some(url) = query_param(query, "url").map(percent_decode) else {
             return check_error(StatusCode::BAD_REQUEST, "check needs ?url=URL");
         };
-        match proxy.check(&url, asked.job.as_deref(), asked.fetch).await {
+        match proxy.check(&url, asked.ask()).await {
             Ok(answer) => json_response(StatusCode::OK, &answer),
             Err(why) => check_error(StatusCode::BAD_REQUEST, &why),
         }
@@ -100,8 +120,14 @@ impl Admin {
         };
         let urls = match serde_json::from_slice::<Batch>(&body) {
             Ok(Batch::Urls(urls)) => urls,
-            Ok(Batch::Asked { urls, job, fetch }) => {
+            Ok(Batch::Asked {
+                urls,
+                job,
+                fetch,
+                user_agent,
+            }) => {
                 asked.job = job.filter(|j| !j.is_empty()).or(asked.job);
+                asked.user_agent = user_agent.filter(|a| !a.is_empty()).or(asked.user_agent);
                 asked.fetch = fetch.unwrap_or(asked.fetch);
                 urls
             }
@@ -119,9 +145,7 @@ impl Admin {
             );
             return check_error(StatusCode::PAYLOAD_TOO_LARGE, &message);
         }
-        let answers = proxy
-            .check_batch(&urls, asked.job.as_deref(), asked.fetch)
-            .await;
+        let answers = proxy.check_batch(&urls, asked.ask()).await;
         json_response(StatusCode::OK, &answers)
     }
 }
@@ -149,7 +173,9 @@ mod tests {
             serde_json::from_str(r#"{"urls": ["http://a.test/"], "job": "crawl", "fetch": false}"#)
                 .expect("an object");
         match object {
-            Batch::Asked { urls, job, fetch } => {
+            Batch::Asked {
+                urls, job, fetch, ..
+            } => {
                 assert_eq!(urls, vec!["http://a.test/".to_string()]);
                 assert_eq!(job.as_deref(), Some("crawl"));
                 assert_eq!(fetch, Some(false));

@@ -1,4 +1,4 @@
-//! `courtesy check-url URL [--job NAME] [--no-fetch] [--json]`: what a running courtesy would do
+//! `courtesy check-url URL [--job NAME] [--user-agent UA] [--no-fetch] [--json]`: what a running courtesy would do
 //! with a GET of the URL now, asked of its admin listener (`GET /v1/check`, found like
 //! `courtesy status` finds it) and printed in words, or as the raw JSON object. The exit code is
 //! for scripts: 0 when the verdict is `allowed`, 1 for any other verdict (or a URL courtesy
@@ -48,6 +48,8 @@ pub struct Question<'a> {
     pub url: &'a str,
     /// The job to ask as (`None`: the default).
     pub job: Option<&'a str>,
+    /// The User-Agent the crawler sends (its product token picks the robots.txt group).
+    pub user_agent: Option<&'a str>,
     /// Whether courtesy may fetch an unknown robots.txt to answer (`--no-fetch`: not).
     pub fetch: bool,
 }
@@ -61,6 +63,10 @@ pub async fn ask(admin: SocketAddr, token: Option<&str>, question: &Question<'_>
     );
     if let Some(job) = question.job {
         let _ = write!(path, "&job={}", utf8_percent_encode(job, NON_ALPHANUMERIC));
+    }
+    if let Some(agent) = question.user_agent {
+        let agent = utf8_percent_encode(agent, NON_ALPHANUMERIC);
+        let _ = write!(path, "&user_agent={agent}");
     }
     if !question.fetch {
         path.push_str("&fetch=false");

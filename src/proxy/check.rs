@@ -28,6 +28,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt as _};
+use http::header::{HeaderValue, USER_AGENT};
 use http::request::Parts;
 use http::Uri;
 use serde::{Deserialize, Serialize};
@@ -74,6 +75,22 @@ pub(crate) enum CheckVerdict {
     SkippedResource,
     /// A bad URL, a destination courtesy never dials, a loop to itself, a job out of quota.
     Denied,
+}
+
+impl CheckVerdict {
+    /// The verdict as the JSON writes it (`cooling_down`), for reasons in words.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            CheckVerdict::Allowed => "allowed",
+            CheckVerdict::Robots => "robots",
+            CheckVerdict::Preferences => "preferences",
+            CheckVerdict::Paused => "paused",
+            CheckVerdict::CoolingDown => "cooling_down",
+            CheckVerdict::Blocked => "blocked",
+            CheckVerdict::SkippedResource => "skipped_resource",
+            CheckVerdict::Denied => "denied",
+        }
+    }
 }
 
 /// What courtesy knows of the host's robots.txt for the URL.
@@ -238,6 +255,27 @@ fn blind_tunnel(head: &Parts, cx: &RequestContext<'_>) -> bool {
         && cx.policy.forward.https == HttpsMode::Tunnel
 }
 
+/// What a check asks beside its URL: the job, the User-Agent its crawler sends (robots.txt picks
+/// its group from it, as for the crawler's own GET), and whether robots.txt may be fetched.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CheckAsk<'a> {
+    /// The job to ask as (`None`: the anonymous job, answered as [`DEFAULT_JOB`]).
+    pub(crate) job: Option<&'a str>,
+    /// The crawler's User-Agent (`None`: none, as for a request that sends none); the host's or
+    /// the job's own is stamped over it, as `Proxy::identify` does.
+    pub(crate) user_agent: Option<&'a str>,
+    /// Whether an unknown robots.txt may be fetched.
+    pub(crate) fetch: bool,
+}
+
+/// Who a check asks as: the job, its name in the answer, and its crawler's User-Agent.
+#[derive(Debug, Clone, Copy)]
+struct Who<'a> {
+    caller: &'a Caller,
+    name: &'a str,
+    user_agent: Option<&'a str>,
+}
+
 /// Where a check stands after the phases before the host's turn.
 struct Decided {
     answer: CheckAnswer,
@@ -246,34 +284,32 @@ struct Decided {
 }
 
 impl Proxy {
-    /// What courtesy would do with a GET of `url` for job `job` now; `Err` when `url` is
-    /// malformed. With `fetch`, an unknown robots.txt is fetched first, through the host's
+    /// What courtesy would do with a GET of `url` as `ask` says now; `Err` when `url` is
+    /// malformed. With `ask.fetch`, an unknown robots.txt is fetched first, through the host's
     /// budget, as the request path fetches it.
-    pub(crate) async fn check(
-        &self,
-        url: &str,
-        job: Option<&str>,
-        fetch: bool,
-    ) -> Result<CheckAnswer, String> {
+    pub(crate) async fn check(&self, url: &str, ask: CheckAsk<'_>) -> Result<CheckAnswer, String> {
         let uri = parse_url(url)?;
-        let caller = self.jobs.for_check(&self.config.get(), job);
-        let name = job.unwrap_or(DEFAULT_JOB);
-        Ok(self.check_uri(url, &uri, (&caller, name), fetch).await)
+        let caller = self.jobs.for_check(&self.config.get(), ask.job);
+        let who = Who {
+            caller: &caller,
+            name: ask.job.unwrap_or(DEFAULT_JOB),
+            user_agent: ask.user_agent,
+        };
+        Ok(self.check_uri(url, &uri, who, ask.fetch).await)
     }
 
     /// [`Proxy::check`] of each of `urls` (at most [`MAX_BATCH`]), answered in their order: each
     /// origin's robots.txt made known once, [`ROBOTS_FETCHES_AT_ONCE`] hosts at a time (unless
     /// `fetch` is false), then every URL decided on what is known. A malformed URL is `denied`.
-    pub(crate) async fn check_batch(
-        &self,
-        urls: &[String],
-        job: Option<&str>,
-        fetch: bool,
-    ) -> Vec<CheckAnswer> {
-        let caller = self.jobs.for_check(&self.config.get(), job);
-        let name = job.unwrap_or(DEFAULT_JOB);
+    pub(crate) async fn check_batch(&self, urls: &[String], ask: CheckAsk<'_>) -> Vec<CheckAnswer> {
+        let caller = self.jobs.for_check(&self.config.get(), ask.job);
+        let who = Who {
+            caller: &caller,
+            name: ask.job.unwrap_or(DEFAULT_JOB),
+            user_agent: ask.user_agent,
+        };
         let parsed: Vec<Result<Uri, String>> = urls.iter().map(|u| parse_url(u)).collect();
-        if fetch {
+        if ask.fetch {
             let mut origins = HashSet::new();
             let firsts: Vec<&Uri> = parsed
                 .iter()
@@ -286,7 +322,7 @@ impl Proxy {
             // borrowed URLs would not be `Send` for every lifetime the admin service needs.
             let fetches: Vec<_> = firsts
                 .into_iter()
-                .map(|uri| self.make_robots_known(uri, &caller))
+                .map(|uri| self.make_robots_known(uri, who))
                 .collect();
             let _: Vec<()> = stream::iter(fetches)
                 .buffer_unordered(ROBOTS_FETCHES_AT_ONCE)
@@ -296,7 +332,7 @@ impl Proxy {
         let checks: Vec<_> = urls
             .iter()
             .zip(&parsed)
-            .map(|(url, uri)| self.check_parsed(url, uri, (&caller, name)))
+            .map(|(url, uri)| self.check_parsed(url, uri, who))
             .collect();
         stream::iter(checks)
             .buffered(CHECKS_AT_ONCE)
@@ -309,20 +345,20 @@ impl Proxy {
         &self,
         url: &str,
         parsed: &Result<Uri, String>,
-        who: (&Caller, &str),
+        who: Who<'_>,
     ) -> CheckAnswer {
         match parsed {
             Ok(uri) => self.check_uri(url, uri, who, false).await,
-            Err(why) => CheckAnswer::new(url, who.1).refused(CheckVerdict::Denied, why),
+            Err(why) => CheckAnswer::new(url, who.name).refused(CheckVerdict::Denied, why),
         }
     }
 
     /// Makes the robots.txt of `uri`'s origin known for `caller`'s requests, fetched through the
     /// host's budget as the request path would (nothing when the URL is refused before robots.txt
     /// matters, or the host is closed): the first step of a batch.
-    async fn make_robots_known(&self, uri: &Uri, caller: &Caller) {
-        let asking = Asking::plain(caller.clone());
-        let Ok((head, cx)) = self.check_context(uri, &asking).await else {
+    async fn make_robots_known(&self, uri: &Uri, who: Who<'_>) {
+        let asking = Asking::plain(who.caller.clone());
+        let Ok((head, cx)) = self.check_context(uri, &asking, who.user_agent).await else {
             return;
         };
         let snapshot = self.limiter.snapshot_by_key(&cx.budget.key);
@@ -344,17 +380,12 @@ impl Proxy {
         head.uri.path() != "/robots.txt" && (cx.policy.robots.obey || preferences)
     }
 
-    /// The check of the parsed `uri` (written `url`) for `caller` (asked as `name`).
-    async fn check_uri(
-        &self,
-        url: &str,
-        uri: &Uri,
-        (caller, name): (&Caller, &str),
-        fetch: bool,
-    ) -> CheckAnswer {
-        let answer = CheckAnswer::new(url, name);
-        let asking = Asking::plain(caller.clone());
-        let (mut head, mut cx) = match self.check_context(uri, &asking).await {
+    /// The check of the parsed `uri` (written `url`) as `who` asks it.
+    async fn check_uri(&self, url: &str, uri: &Uri, who: Who<'_>, fetch: bool) -> CheckAnswer {
+        let answer = CheckAnswer::new(url, who.name);
+        let asking = Asking::plain(who.caller.clone());
+        let checked = self.check_context(uri, &asking, who.user_agent).await;
+        let (mut head, mut cx) = match checked {
             Ok(found) => found,
             Err((host, failure)) => {
                 let mut answer = answer.refused(CheckVerdict::Denied, failure.details);
@@ -369,8 +400,9 @@ impl Proxy {
         };
         if !cx.policy.scope.enforce && answer.verdict != CheckVerdict::Allowed {
             answer.reason = format!(
-                "report-only host (enforce = false): a GET goes at once; enforced, it would be {:?}: {}",
-                answer.verdict, answer.reason
+                "report-only host (enforce = false): a GET goes at once; enforced, it would be {}: {}",
+                answer.verdict.word(),
+                answer.reason
             );
             answer.verdict = CheckVerdict::Allowed;
             answer.retry_after_s = None;
@@ -379,13 +411,15 @@ impl Proxy {
         answer
     }
 
-    /// The head and context of a GET of `uri` by `asking`'s job, as the request path makes
-    /// them before its phases: the target, the destination judged, the identity stamped, the
-    /// budget key. `Err`: what a GET would be refused for (with the host, as far as it is known).
+    /// The head and context of a GET of `uri` by `asking`'s job with `user_agent`, as the
+    /// request path makes them before its phases: the target, the destination judged, the
+    /// identity stamped, the budget key. `Err`: what a GET would be refused for (with the host,
+    /// as far as it is known).
     async fn check_context<'a>(
         &self,
         uri: &Uri,
         asking: &'a Asking,
+        user_agent: Option<&str>,
     ) -> Result<(Parts, RequestContext<'a>), (String, Failure)> {
         let spelled = || uri.authority().map(|a| a.to_string()).unwrap_or_default();
         let (target, scheme) = Target::of_any(uri).map_err(|f| (spelled(), f))?;
@@ -407,6 +441,9 @@ impl Proxy {
             .map_err(|e| (target.key(), Failure::bad_request(e.to_string())))?
             .into_parts()
             .0;
+        if let Some(agent) = user_agent.and_then(|a| HeaderValue::from_str(a).ok()) {
+            head.headers.insert(USER_AGENT, agent);
+        }
         let mut cx = RequestContext::new(&config, target, asking, None, &head);
         self.identify(&mut head, &mut cx);
         cx.budget = self
@@ -689,10 +726,19 @@ mod tests {
         assert_eq!(json["on_cooldown"], "hold");
         assert_eq!(json["job"], "default");
         assert!(json["retry_after_s"].is_null());
-        let cooling = serde_json::to_value(CheckVerdict::CoolingDown).expect("a word");
-        assert_eq!(cooling, "cooling_down");
-        let skipped = serde_json::to_value(CheckVerdict::SkippedResource).expect("a word");
-        assert_eq!(skipped, "skipped_resource");
+        for verdict in [
+            CheckVerdict::Allowed,
+            CheckVerdict::Robots,
+            CheckVerdict::Preferences,
+            CheckVerdict::Paused,
+            CheckVerdict::CoolingDown,
+            CheckVerdict::Blocked,
+            CheckVerdict::SkippedResource,
+            CheckVerdict::Denied,
+        ] {
+            let json = serde_json::to_value(verdict).expect("a word");
+            assert_eq!(json, verdict.word(), "one word for {verdict:?}");
+        }
         let read: CheckAnswer = serde_json::from_value(json).expect("read back");
         assert_eq!(read, answer);
     }

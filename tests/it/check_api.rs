@@ -21,7 +21,8 @@ const ROBOTS: &str = "User-agent: *\nDisallow: /private\nContent-Signal: ai-trai
 const CONFIG: &str = "[proxy]\ndeny_destinations = [\"127.0.0.77/32\"]\n\
     [defaults]\nrate = 50\nburst = 10\nconcurrency = 4\nobey_robots = true\n\
     on_cooldown = \"reject\"\nskip_resources = [\"image\"]\ncontent_preferences = \"enforce\"\n\
-    [[job]]\nname = \"trainer\"\npurpose = \"ai-train\"\n";
+    [[job]]\nname = \"trainer\"\npurpose = \"ai-train\"\n\
+    [[job]]\nname = \"capped\"\nmax_requests = 1\nper_seconds = 600\n";
 
 /// An origin with [`ROBOTS`] (or a 404 for it when `robots` is false) and: `/challenge`, a
 /// vendor's challenge (a block); `/trigger`, a 429 with `Retry-After: 300` (a cooldown);
@@ -325,4 +326,124 @@ async fn check_url_prints_the_answer_and_exits_by_verdict() {
     let unreached = run(args).await;
     assert_eq!(unreached.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unreached.stderr).contains("cannot reach"));
+}
+
+/// A job past its quota is `denied` with when its window frees, and its GET right after gets the
+/// quota's 429; another job is still allowed on the same host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_quota_is_denied_and_its_get_gets_the_quotas_429() {
+    let origin = site(false).await;
+    let courtesy = Courtesy::start(CONFIG).await;
+    let page = origin.url("/page");
+    expect(&courtesy, &page, "&job=capped", "allowed").await;
+    assert_eq!(
+        get_as(&courtesy, &page, "capped").await.status,
+        StatusCode::OK
+    );
+    let denied = expect(&courtesy, &page, "&job=capped", "denied").await;
+    let retry = denied["retry_after_s"].as_f64().unwrap_or(0.0);
+    assert!(retry > 500.0 && retry <= 600.0, "{denied}");
+    assert_local(&get_as(&courtesy, &page, "capped").await, 429, "quota");
+    expect(&courtesy, &page, "", "allowed").await;
+}
+
+/// A report-only host (`enforce = false`) forwards everything at once: a disallowed path is
+/// `allowed`, the reason naming what would have refused it, and its GET gets the site's page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_only_host_is_allowed_and_the_reason_names_the_refusal() {
+    let origin = site(true).await;
+    let courtesy =
+        Courtesy::start(&CONFIG.replace("obey_robots", "enforce = false\nobey_robots")).await;
+    let private = origin.url("/private/1");
+    let answer = expect(&courtesy, &private, "", "allowed").await;
+    let reason = answer["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("report-only") && reason.contains("robots"),
+        "{answer}"
+    );
+    assert_eq!(answer["robots"], "disallowed");
+    let got = courtesy.client().get(&private).await;
+    assert_eq!(got.status, StatusCode::OK, "{got:?}");
+}
+
+/// With `[admin] token`, a check needs the token (401 without it, with a `Proxy-Status`), and
+/// `courtesy check-url --token` sends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_needs_the_admin_token_when_one_is_set() {
+    let token = "check-token-0123456789abcdef";
+    let origin = site(false).await;
+    let courtesy = Courtesy::start(&format!("[admin]\ntoken = \"{token}\"\n{CONFIG}")).await;
+    let url = utf8_percent_encode(&origin.url("/page"), NON_ALPHANUMERIC).to_string();
+    let path = courtesy.admin_url(&format!("/v1/check?url={url}"));
+    let (status, _) = admin_call("GET", &path, None, "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = admin_call("GET", &path, Some(token), "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["check-url", &origin.url("/page"), "--admin"])
+        .arg(courtesy.admin.to_string())
+        .args(["--token", token, "--json"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["verdict"], "allowed");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
+        .args(["check-url", &origin.url("/page"), "--admin"])
+        .arg(courtesy.admin.to_string())
+        .args(["--token", "wrong-token-0123456789abcdef"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "refused by courtesy itself");
+}
+
+/// `user_agent` (query, or a batch's body) names the crawler's User-Agent: its product token
+/// picks the robots.txt group, as it does for the crawler's own GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crawlers_user_agent_picks_the_robots_group_as_for_its_get() {
+    let origin = Origin::start(
+        "127.0.0.1",
+        |req: Request<hyper::body::Incoming>| async move {
+            match req.uri().path() {
+                "/robots.txt" => Response::new(full(
+                    "User-agent: pickybot\nDisallow: /\n\nUser-agent: *\nAllow: /\n",
+                )),
+                _ => Response::new(full("page")),
+            }
+        },
+    )
+    .await;
+    let courtesy = Courtesy::start(CONFIG).await;
+    let page = origin.url("/page");
+    let agent = "PickyBot/2.1 (+https://example.test/bot)";
+    let rest = format!(
+        "&user_agent={}",
+        utf8_percent_encode(agent, NON_ALPHANUMERIC)
+    );
+    expect(&courtesy, &page, &rest, "robots").await;
+    let with_agent = Request::get(&page)
+        .header("user-agent", agent)
+        .body(empty())
+        .unwrap();
+    assert_local(&courtesy.client().send(with_agent).await, 403, "its group");
+    expect(&courtesy, &page, "", "allowed").await;
+    assert_eq!(courtesy.client().get(&page).await.status, StatusCode::OK);
+    let batch = serde_json::json!({ "urls": [page], "user_agent": agent });
+    let (status, body) = admin_call(
+        "POST",
+        &courtesy.admin_url("/v1/check"),
+        None,
+        &batch.to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answers: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(answers[0]["verdict"], "robots", "{body}");
 }
