@@ -46,7 +46,7 @@ impl Admin {
                 ProxyError::ConnectionLimitReached,
                 &format!(
                     "{} event streams are open, the most courtesy keeps",
-                    crate::observe::events::MAX_SUBSCRIBERS
+                    self.events.max_subscribers()
                 ),
                 Some(FULL_RETRY_AFTER),
             ),

@@ -501,9 +501,10 @@ fn admin_beside(
     )
 }
 
-/// The hub of `GET /v1/events`, hearing every host event `limiter` tells from now on.
-fn events_of(limiter: &Limiter) -> Arc<Hub> {
-    let hub = Arc::new(Hub::default());
+/// The hub of `GET /v1/events`, hearing every host event `limiter` tells from now on, with room
+/// for streams on half the admin listener's connections.
+fn events_of(limiter: &Limiter, config: &Config) -> Arc<Hub> {
+    let hub = Arc::new(Hub::for_admin(config.admin.max_connections));
     let publisher = hub.clone();
     limiter
         .herald()
@@ -528,7 +529,7 @@ async fn start_limiter(
         None => Limiter::with_live(live.clone()),
     };
     // Heard before the restore: a cooldown kept from the last run is told like a new one.
-    let events = events_of(&limiter);
+    let events = events_of(&limiter, config);
     limiter.restore(&state::load(&config.proxy.state_dir));
     Ok((limiter, events))
 }

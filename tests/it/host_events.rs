@@ -1,8 +1,8 @@
 //! End-to-end: `GET /v1/events`, the stream of host-state changes on the admin listener
 //! (`docs/see-and-steer.md`, "Hear when a host changes"): a cooldown's start and end on time,
-//! `Last-Event-ID` replay and `missed`, the `?host=` filter, operator pauses, robots.txt fetched,
-//! a consumer that never reads dropped while memory stays bounded, and a cooldown learned through
-//! another instance under `[shared]`.
+//! `Last-Event-ID` replay and `missed`, the `?host=` filter, operator pauses, a block, robots.txt
+//! fetched, a consumer that never reads dropped while memory stays bounded, and a cooldown learned
+//! through another instance under `[shared]`.
 
 use std::time::Duration;
 
@@ -317,6 +317,73 @@ async fn a_robots_fetch_is_told_with_what_it_asks() {
         .expect("the Crawl-delay's rate");
     assert_eq!(capped.data["why"], "robots");
     assert_eq!(capped.data["new"], 0.5);
+}
+
+#[tokio::test]
+async fn a_block_is_told_detected_then_a_cooldown_and_a_pause_lifted_by_an_operator() {
+    let origin = Origin::start("127.0.0.1", |_req| async {
+        http::Response::builder()
+            .status(403)
+            .header("cf-mitigated", "challenge")
+            .body(full("a challenge"))
+            .unwrap()
+    })
+    .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 50.0\n").await;
+    let mut stream = Stream::open(&courtesy, "", None).await;
+    let got = courtesy.client().get(&origin.url("/x")).await;
+    assert_eq!(got.status, StatusCode::FORBIDDEN);
+    let key = origin.addr.to_string();
+    operate(&courtesy, &key, "resume").await;
+    let mut told = Vec::new();
+    while told.len() < 5 {
+        let event = stream.next(Duration::from_secs(2)).await.expect("an event");
+        if event.kind != "rate_changed" {
+            told.push(event);
+        }
+    }
+    let kinds: Vec<&str> = told.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "block_detected",
+            "cooldown_started",
+            "paused",
+            "cooldown_ended",
+            "resumed"
+        ]
+    );
+    assert_eq!(told[0].data["signal"], "soft_block");
+    assert!(
+        told[0].data["detail"]
+            .as_str()
+            .unwrap()
+            .contains("challenge"),
+        "{}",
+        told[0].data
+    );
+    assert_eq!(told[1].data["cause"], "soft_block");
+    assert_eq!(told[2].data["by"], "block");
+    assert_eq!(told[3].data["cause"], "soft_block");
+    assert_eq!(told[4].data["by"], "operator");
+}
+
+#[tokio::test]
+async fn streams_past_half_the_admin_connections_get_a_503_with_retry_after() {
+    // 8 admin connections: room for 4 streams, the other 4 kept for the API.
+    let courtesy =
+        Courtesy::start("[admin]\nmax_connections = 8\nmax_connections_per_client = 8\n").await;
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        open.push(Stream::open(&courtesy, "", None).await);
+    }
+    let refused = Stream::request(&courtesy, "", None).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "10");
+    let status = refused.headers()["proxy-status"].to_str().unwrap();
+    assert!(status.contains("connection_limit_reached"), "{status}");
+    // The API still answers beside the streams.
+    assert_eq!(stats(&courtesy).await["subscribers"], 4);
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::host::HostState;
 use super::Limiter;
 use crate::pacing::policy::{Cooldown, CooldownCause};
 use crate::util::locks::lock;
@@ -37,9 +38,19 @@ pub(crate) const QUEUE_FULL_EVERY: Duration = Duration::from_secs(1);
 /// however many hosts overflow).
 const QUEUE_FULL_KEPT: usize = 4096;
 
-/// A rate is told again (`rate_changed`) once it moved this fraction from the last one told: the
-/// adaptive controller's small steps after each answer do not flood the stream.
-pub(crate) const RATE_TOLD_STEP: f64 = 0.1;
+/// The adaptive controller's rate is told (`rate_changed`) when it crosses a step of a ladder
+/// with this ratio between steps (…, 0.91, 1.0, 1.1, 1.21, …): its small moves after each answer
+/// are not each an event, and nothing per host is kept to know it (a known host stays small).
+const RATE_STEP: f64 = 1.1;
+
+/// The step of the ladder of [`RATE_STEP`] that `rate` (requests per second) is on.
+pub(super) fn rate_step(rate: f64) -> i64 {
+    if rate > 0.0 && rate.is_finite() {
+        (rate.ln() / RATE_STEP.ln()).floor() as i64
+    } else {
+        i64::MIN
+    }
+}
 
 /// One change of a host's state, as `/v1/events` tells it.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,6 +184,14 @@ pub(crate) struct Closed {
 }
 
 impl Closed {
+    /// What closes the host of `state` at `now`.
+    pub(super) fn of(state: &HostState, now: Instant) -> Self {
+        Closed {
+            cooldown: state.pacing().cooldown(now),
+            operator: state.pacing().operator_paused_until(now),
+        }
+    }
+
     /// The earliest end of what closes the host: when the timer looks at it again.
     pub(super) fn end(&self) -> Option<Instant> {
         [self.cooldown.map(|c| c.until), self.operator]
@@ -441,6 +460,39 @@ impl Herald {
         }
     }
 
+    /// Tells what changed in what closes the host `key` (a cooldown, a block's or an operator's
+    /// pause), learned from `source`; `state` is its lock, held so that its events keep their
+    /// order.
+    pub(super) fn look_at(
+        &self,
+        key: &Arc<str>,
+        state: &HostState,
+        why: (Look, Source),
+        now: Instant,
+    ) {
+        self.look(key, Closed::of(state, now), why, now);
+    }
+
+    /// Tells `rate_changed` when the rate in force of the host `key` moved from `before` (an
+    /// operator's rate, robots.txt's cap: each told as it is set); `state` is its lock.
+    pub(super) fn rate_moved(
+        &self,
+        key: &Arc<str>,
+        (state, before): (&HostState, f64),
+        (why, source): (RateWhy, Source),
+        now: Instant,
+    ) {
+        let after = state.pacing().effective_rate(now);
+        if (after - before).abs() > f64::EPSILON * before.abs().max(1.0) {
+            let kind = EventKind::RateChanged {
+                old: before,
+                new: after,
+                why,
+            };
+            self.tell(key, source, kind);
+        }
+    }
+
     /// Tells `queue_full` for `host`, at most once every [`QUEUE_FULL_EVERY`].
     pub(crate) fn queue_full(&self, host: &Arc<str>, max_queue: usize, now: Instant) {
         if self.sink.get().is_none() {
@@ -498,20 +550,20 @@ impl Herald {
 
 impl Limiter {
     /// The teller of this limiter's host events.
-    pub(crate) fn herald(&self) -> &Arc<Herald> {
-        &self.herald
+    pub(crate) fn herald(&self) -> &Herald {
+        self.budget.herald()
     }
 
     /// Tells one event about the budget `key`, seen here (robots.txt fetched, for one).
     pub(crate) fn tell(&self, key: &str, kind: EventKind) {
-        self.herald.tell(&Arc::from(key), Source::Local, kind);
+        self.herald().tell(&Arc::from(key), Source::Local, kind);
     }
 
     /// Tells the ends of cooldowns and pauses as time runs them out: sleeps to the earliest end
     /// and looks at that host again, until `stop`. One task for every host; no polling.
     pub(crate) async fn announce_ends(self: Arc<Self>, stop: CancellationToken) {
         loop {
-            let next = self.herald.next_end();
+            let next = self.herald().next_end();
             let sleep = async {
                 match next {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -520,11 +572,11 @@ impl Limiter {
             };
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = self.herald.rescheduled.notified() => continue,
+                () = self.herald().rescheduled.notified() => continue,
                 () = sleep => {}
             }
             let now = Instant::now();
-            for key in self.herald.due(now) {
+            for key in self.herald().due(now) {
                 self.look_again(&key, now);
             }
         }
@@ -536,11 +588,12 @@ impl Limiter {
         match host {
             Some(host) => {
                 let state = host.lock();
-                host.tell_closed(&state, Look::Timer, Source::Local, now);
+                self.herald()
+                    .look_at(key, &state, (Look::Timer, Source::Local), now);
             }
             // Forgotten by the sweeper: nothing closes it any more.
             None => self
-                .herald
+                .herald()
                 .look(key, Closed::default(), (Look::Timer, Source::Local), now),
         }
     }

@@ -328,3 +328,32 @@ async fn a_cooldown_grown_by_less_than_a_second_ends_when_it_really_ends() {
     assert_eq!(ended_at - start, Duration::from_millis(3500));
     stop.cancel();
 }
+
+#[test]
+fn the_rate_is_told_when_it_crosses_a_step_of_ten_percent() {
+    use super::herald::rate_step;
+    assert_eq!(rate_step(1.0), rate_step(1.05));
+    assert_ne!(rate_step(1.0), rate_step(1.12));
+    assert_ne!(rate_step(1.0), rate_step(0.95));
+    assert_eq!(rate_step(100.0), rate_step(101.0));
+    assert_eq!(rate_step(0.0), i64::MIN);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_cut_is_told_as_backoff() {
+    let (limiter, events, stop) = heard(HostPolicy::default());
+    let mut permit = limiter.admit(("cut.test", 80)).await.expect("a turn");
+    permit.mark_sent();
+    throttled(&permit, Duration::from_secs(1));
+    let told = events.lock().expect("events").clone();
+    let cut = told
+        .iter()
+        .find_map(|(_, e)| match e.kind {
+            EventKind::RateChanged { old, new, why } => Some((old, new, why)),
+            _ => None,
+        })
+        .expect("rate_changed");
+    assert!(cut.1 < cut.0, "{cut:?}");
+    assert_eq!(cut.2, super::RateWhy::Backoff);
+    stop.cancel();
+}

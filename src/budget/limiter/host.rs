@@ -12,7 +12,6 @@ use tokio::time::Instant;
 mod pacing;
 
 use super::grant::Reply;
-use super::herald::{Closed, EventKind, Herald, Look, RateWhy, Source, RATE_TOLD_STEP};
 use super::lanes::{JobTag, Lanes, Priority};
 use super::names::Names;
 use super::shadow::{self, HostView, Shadow};
@@ -36,8 +35,6 @@ pub struct Host {
     state: Mutex<HostState>,
     /// Tells the dispatcher to look again: a slot came free, a waiter left, shutdown.
     pub(super) wake: Notify,
-    /// Tells the host's events (`herald.rs`): the limiter's, shared by every host.
-    pub(super) herald: Arc<Herald>,
 }
 
 /// Everything about a host that changes, behind its lock.
@@ -68,9 +65,6 @@ pub(crate) struct HostState {
     stats: HostStats,
     /// The operator's rate override was forced past the config's ceiling.
     forced: bool,
-    /// The rate last told in a `rate_changed` event (at first, the host's first rate): a new
-    /// one is told once it moved [`RATE_TOLD_STEP`] from it.
-    told_rate: f32,
     /// What a shared budget's host keeps of its turns from the store (boxed: a local
     /// budget's hosts need none of it).
     shared: Option<Box<SharedTurns>>,
@@ -134,10 +128,8 @@ pub(crate) struct SharedTurns {
 impl HostState {
     /// The state of a host first seen `now` under `policy`.
     fn new(key: &BudgetKey, policy: Arc<HostPolicy>, now: Instant) -> Self {
-        let pacing = Pacing::new(&policy, now, std::time::SystemTime::now());
         HostState {
-            told_rate: pacing.rate() as f32,
-            pacing,
+            pacing: Pacing::new(&policy, now, std::time::SystemTime::now()),
             policy,
             in_flight: InFlight::default(),
             queue: Lanes::new(),
@@ -199,17 +191,6 @@ impl HostState {
     /// Notes whether the operator's rate override is forced past the config's ceiling.
     pub(crate) fn set_forced(&mut self, forced: bool) {
         self.forced = forced;
-    }
-
-    /// The rate last told, if `rate` moved far enough from it to be told now (`rate` is then
-    /// the one told): the adaptive controller's small steps are not each an event.
-    pub(crate) fn rate_to_tell(&mut self, rate: f64) -> Option<f64> {
-        let told = f64::from(self.told_rate);
-        if (rate - told).abs() < RATE_TOLD_STEP * told {
-            return None;
-        }
-        self.told_rate = rate as f32;
-        Some(told)
     }
 
     /// What this host keeps of its shared turns, if it has had any.
@@ -433,43 +414,6 @@ impl Host {
             kind: key.kind,
             state: Mutex::new(HostState::new(key, policy, now)),
             wake: Notify::new(),
-            herald: Arc::default(),
-        }
-    }
-
-    /// This host, telling its events through `herald` (the limiter's).
-    pub(super) fn with_herald(mut self, herald: &Arc<Herald>) -> Self {
-        self.herald = herald.clone();
-        self
-    }
-
-    /// Tells what changed in what closes this host (a cooldown, a block's or an operator's
-    /// pause), learned from `source`; `state` is its lock, held so that events keep their order.
-    pub(super) fn tell_closed(&self, state: &HostState, look: Look, source: Source, now: Instant) {
-        let live = Closed {
-            cooldown: state.pacing().cooldown(now),
-            operator: state.pacing().operator_paused_until(now),
-        };
-        self.herald.look(&self.key, live, (look, source), now);
-    }
-
-    /// Tells `rate_changed` when the host's rate in force moved from `before` (an operator's
-    /// rate, robots.txt's cap: each told as it is set, not by steps); `state` is its lock.
-    pub(super) fn tell_rate_moved(
-        &self,
-        state: &HostState,
-        before: f64,
-        (why, source): (RateWhy, Source),
-        now: Instant,
-    ) {
-        let after = state.pacing().effective_rate(now);
-        if (after - before).abs() > f64::EPSILON * before.abs().max(1.0) {
-            let kind = EventKind::RateChanged {
-                old: before,
-                new: after,
-                why,
-            };
-            self.herald.tell(&self.key, source, kind);
         }
     }
 

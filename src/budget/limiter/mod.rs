@@ -104,8 +104,6 @@ pub struct Limiter {
     /// WebSockets open, by host: kept beside the hosts, not in them (few hosts ever have one,
     /// and a known host stays small).
     sockets: Arc<OpenSockets>,
-    /// Tells host events (`herald.rs`): every host holds it too.
-    herald: Arc<herald::Herald>,
 }
 
 /// How a limiter times the last stretch of each wait for a token (see `Limiter::sleep_until`).
@@ -138,8 +136,8 @@ impl Limiter {
         config: LiveConfig,
         store: Arc<crate::store::RedisStore>,
     ) -> Arc<Self> {
-        let persist = Arc::new(tokio::sync::Notify::new());
-        Self::with_budget(config, Budget::Shared { persist, store }, Timer::Fine)
+        let signals = Arc::default();
+        Self::with_budget(config, Budget::Shared { signals, store }, Timer::Fine)
     }
 
     /// A limiter that waits on tokio's timer alone: turns may come about 1 ms late, but a test on
@@ -150,8 +148,8 @@ impl Limiter {
     }
 
     fn build(config: LiveConfig, timer: Timer) -> Arc<Self> {
-        let persist = Arc::new(tokio::sync::Notify::new());
-        Self::with_budget(config, Budget::Local { persist }, timer)
+        let signals = Arc::default();
+        Self::with_budget(config, Budget::Local { signals }, timer)
     }
 
     fn with_budget(config: LiveConfig, budget: Budget, timer: Timer) -> Arc<Self> {
@@ -175,7 +173,6 @@ impl Limiter {
             peak_hosts: AtomicUsize::new(0),
             fine_waits: timer == Timer::Fine,
             sockets: Arc::default(),
-            herald: Arc::default(),
         })
     }
 
@@ -191,7 +188,7 @@ impl Limiter {
         }
         let policy = self.config().policy_for(&key.host, key.port);
         // The table's key and the host's are one allocation.
-        let fresh = Arc::new(Host::new(key, policy, Instant::now()).with_herald(&self.herald));
+        let fresh = Arc::new(Host::new(key, policy, Instant::now()));
         self.hosts
             .entry(fresh.key.clone())
             .or_insert(fresh)

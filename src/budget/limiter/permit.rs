@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::budget::Budget;
 use super::egress::Downlink;
 use super::grant::{Grant, Paced, WaitRecord};
-use super::herald::{EventKind, Look, RateWhy, Source};
+use super::herald::{rate_step, EventKind, Look, RateWhy, Source};
 use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
 use super::verdicts::ShadowVerdict;
@@ -259,7 +259,7 @@ impl Permit {
             now,
         );
         state.stats_mut().answered(answer.status);
-        self.tell_reaction(&mut state, answer, &reaction, now);
+        self.tell_reaction(&state, answer, &reaction, now);
         let refused = if reaction.cooldown.is_some() {
             refuse_queue(&mut state, now)
         } else {
@@ -275,14 +275,9 @@ impl Permit {
 
     /// Tells what an answer's `reaction` changed (under the host's lock, `state`): a hard block,
     /// a cooldown or pause begun or grown, the rate moved far enough to be told again.
-    fn tell_reaction(
-        &self,
-        state: &mut HostState,
-        answer: &Answer,
-        reaction: &Reaction,
-        now: Instant,
-    ) {
-        let herald = &self.host.herald;
+    fn tell_reaction(&self, state: &HostState, answer: &Answer, reaction: &Reaction, now: Instant) {
+        let herald = self.budget.herald();
+        let key = &self.host.key;
         if reaction.hard_block {
             let after = state.policy().blocks.hard_block_after;
             let kind = EventKind::BlockDetected {
@@ -290,21 +285,19 @@ impl Permit {
                 detail: format!("{after} answers 403 in a row"),
                 status: answer.status,
             };
-            herald.tell(&self.host.key, Source::Local, kind);
+            herald.tell(key, Source::Local, kind);
         }
         if reaction.cooldown.is_some() || reaction.hard_block {
-            self.host
-                .tell_closed(state, Look::Change, Source::Local, now);
+            herald.look_at(key, state, (Look::Change, Source::Local), now);
         }
-        if reaction.rate_after != reaction.rate_before {
-            if let Some(old) = state.rate_to_tell(reaction.rate_after) {
-                let kind = EventKind::RateChanged {
-                    old,
-                    new: reaction.rate_after,
-                    why: rate_why(answer, reaction),
-                };
-                herald.tell(&self.host.key, Source::Local, kind);
-            }
+        let (before, after) = (reaction.rate_before, reaction.rate_after);
+        if before != after && rate_step(before) != rate_step(after) {
+            let kind = EventKind::RateChanged {
+                old: reaction.rate_before,
+                new: reaction.rate_after,
+                why: rate_why(answer, reaction),
+            };
+            herald.tell(key, Source::Local, kind);
         }
     }
 
@@ -326,9 +319,9 @@ impl Permit {
             detail: what.to_string(),
             status: None,
         };
-        self.host.herald.tell(&self.host.key, Source::Local, kind);
-        self.host
-            .tell_closed(&state, Look::Change, Source::Local, now);
+        let herald = self.budget.herald();
+        herald.tell(&self.host.key, Source::Local, kind);
+        herald.look_at(&self.host.key, &state, (Look::Change, Source::Local), now);
         let refused = refuse_queue(&mut state, now);
         drop(state);
         for (waiter, refusal) in refused {

@@ -231,7 +231,8 @@ fn cool(
         let mut state = host.lock();
         state.adopt_shared(view.rate, view.rate_override, now);
         state.close(now + remaining, cause, now);
-        host.tell_closed(&state, Look::Change, Source::Shared, now);
+        let why = (Look::Change, Source::Shared);
+        limiter.herald().look_at(&host.key, &state, why, now);
         refuse_queue(&mut state, now)
     };
     limiter.budget.persist_signal().notify_one();
@@ -427,11 +428,13 @@ impl Limiter {
                 }
             };
             if let Some(look) = look {
-                host.tell_closed(&state, look, Source::Shared, now);
+                self.herald()
+                    .look_at(&host.key, &state, (look, Source::Shared), now);
             }
             if rate_hint {
                 let why = (RateWhy::Operator, Source::Shared);
-                host.tell_rate_moved(&state, rate_before, why, now);
+                self.herald()
+                    .rate_moved(&host.key, (&state, rate_before), why, now);
             }
             refused
         };

@@ -252,9 +252,10 @@ impl Limiter {
                     state.set_forced(false);
                 }
             }
-            entry.tell_closed(&state, Look::Operator, Source::Local, now);
+            let herald = self.herald();
+            herald.look_at(&entry.key, &state, (Look::Operator, Source::Local), now);
             let why = (RateWhy::Operator, Source::Local);
-            entry.tell_rate_moved(&state, rate_before, why, now);
+            herald.rate_moved(&entry.key, (&state, rate_before), why, now);
         }
         warn!(host = %key, ?action, "operator override");
         for (waiter, refusal) in refused {
@@ -317,7 +318,8 @@ impl Limiter {
             let before = state.pacing().effective_rate(now);
             state.set_robots_cap(rate, now);
             let why = (RateWhy::Robots, Source::Local);
-            entry.tell_rate_moved(&state, before, why, now);
+            self.herald()
+                .rate_moved(&entry.key, (&state, before), why, now);
         }
         let window = window.filter(|w| state.pacing().robots_visit() != *w);
         let closed = window.is_some();
@@ -416,7 +418,8 @@ impl Limiter {
             let entry = self.host(&key);
             let mut state = entry.lock();
             state.restore(&record.pacing, now);
-            entry.tell_closed(&state, Look::Change, Source::Local, now);
+            let why = (Look::Change, Source::Local);
+            self.herald().look_at(&entry.key, &state, why, now);
             state.set_forced(record.forced);
             state.touch(now);
         }

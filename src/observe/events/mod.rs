@@ -9,7 +9,8 @@
 //! | `stream.rs` | [`EventStream`]: a subscriber's response body, with its keep-alive |
 //!
 //! **Bounds** (every one a constant, documented in `docs/see-and-steer.md`): the buffer holds the
-//! last [`BUFFERED`] events; at most [`MAX_SUBSCRIBERS`] streams are open (the next gets a 503);
+//! last [`BUFFERED`] events; at most [`MAX_SUBSCRIBERS`] streams are open, and at most half the
+//! admin listener's connections (the next gets a 503);
 //! each subscriber's queue holds at most [`QUEUE_EVENTS`] events and [`QUEUE_BYTES`] bytes. A
 //! subscriber that falls behind (its queue full when an event comes) is dropped there and then:
 //! its queue is emptied at once and its stream ends, so a consumer that never reads costs at most
@@ -40,7 +41,9 @@ pub(crate) use stream::EventStream;
 
 /// Events kept for replay to a client that reconnects with `Last-Event-ID`.
 pub(crate) const BUFFERED: usize = 1024;
-/// Streams open at once; the next is answered 503 with a `Retry-After`.
+/// Streams open at once, at most; the next is answered 503 with a `Retry-After`. Never more than
+/// half of the admin listener's connections (`[admin] max_connections`, 64 by default, so 32
+/// streams): the rest keep room for `/healthz`, `/metrics` and the API ([`Hub::for_admin`]).
 pub(crate) const MAX_SUBSCRIBERS: usize = 64;
 /// Events waiting in one subscriber's queue; one more and the subscriber is dropped.
 pub(crate) const QUEUE_EVENTS: usize = 256;
@@ -138,6 +141,8 @@ struct Inner {
     ring: VecDeque<Buffered>,
     ring_bytes: usize,
     subscribers: Vec<Subscriber>,
+    /// Streams open at once, at most.
+    max_subscribers: usize,
     /// Subscribers dropped for falling behind, since start.
     dropped: u64,
     closed: bool,
@@ -170,21 +175,38 @@ pub(crate) struct HubStats {
 
 impl Default for Hub {
     fn default() -> Self {
+        Hub::with_room(MAX_SUBSCRIBERS)
+    }
+}
+
+impl Hub {
+    /// A hub for an admin listener of `admin_connections` connections: at most half of them
+    /// streams (at least 1, at most [`MAX_SUBSCRIBERS`]).
+    pub(crate) fn for_admin(admin_connections: usize) -> Self {
+        Hub::with_room((admin_connections / 2).clamp(1, MAX_SUBSCRIBERS))
+    }
+
+    /// A hub of at most `max_subscribers` streams.
+    fn with_room(max_subscribers: usize) -> Self {
         Hub {
             inner: Mutex::new(Inner {
                 next_id: 1,
                 ring: VecDeque::new(),
                 ring_bytes: 0,
                 subscribers: Vec::new(),
+                max_subscribers,
                 dropped: 0,
                 closed: false,
             }),
             queued: AtomicUsize::new(0),
         }
     }
-}
 
-impl Hub {
+    /// Streams open at once, at most.
+    pub(crate) fn max_subscribers(&self) -> usize {
+        lock(&self.inner).max_subscribers
+    }
+
     /// Numbers `event`, buffers it and puts it in the queue of every subscriber it passes; a
     /// subscriber whose queue is full is dropped. Never awaits, never blocks on a reader.
     pub(crate) fn publish(&self, event: &HostEvent) {
@@ -262,7 +284,7 @@ impl Hub {
         if inner.closed {
             return Err(Refused::ShuttingDown);
         }
-        if inner.subscribers.len() >= MAX_SUBSCRIBERS {
+        if inner.subscribers.len() >= inner.max_subscribers {
             return Err(Refused::Full);
         }
         let mut replay = VecDeque::new();

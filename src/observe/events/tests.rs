@@ -188,6 +188,10 @@ fn subscribers_are_bounded_and_a_dropped_stream_frees_its_place() {
     assert_eq!(hub.subscribe(Filter::All, None).err(), Some(Refused::Full));
     subs.pop();
     assert!(hub.subscribe(Filter::All, None).is_ok());
+    // Half the admin listener's connections, at least one, at most the bound.
+    assert_eq!(Hub::for_admin(64).max_subscribers(), 32);
+    assert_eq!(Hub::for_admin(1).max_subscribers(), 1);
+    assert_eq!(Hub::for_admin(1000).max_subscribers(), MAX_SUBSCRIBERS);
 }
 
 #[test]
