@@ -34,6 +34,8 @@ class CourtesyCheck:
     def __init__(self, crawler):
         self.crawler = crawler
         self.url = crawler.settings.get("COURTESY_CHECK_URL")
+        # The User-Agent Scrapy sends: robots.txt picks the group of the check from it, as for the GET.
+        self.user_agent = crawler.settings.get("USER_AGENT")
         token = crawler.settings.get("COURTESY_TOKEN")
         self.headers = {"Content-Type": "application/json"}
         if token:
@@ -72,7 +74,7 @@ class CourtesyCheck:
         ask = scrapy.Request(
             self.url,
             method="POST",
-            body=json.dumps([r.url for r in requests]),
+            body=json.dumps({"urls": [r.url for r in requests], "user_agent": self.user_agent}),
             headers=self.headers,
             meta={"proxy": None},
             dont_filter=True,
