@@ -7,6 +7,9 @@
 #   direct         wrk -> nginx
 #   courtesy       wrk -> courtesy (pacing effectively off, default log level) -> nginx
 #   courtesy-warn  the same with RUST_LOG=warn (no per-request log line)      [WARN_CASE=1]
+#   courtesy-nocache  courtesy-warn with the response store and coalescing off (`cache = "off"`,
+#                  `coalesce = false`): set against courtesy-warn, what the default cache costs on
+#                  a request it cannot serve                                 [NOCACHE_CASE=0]
 #   squid          wrk -> squid (caching off, access_log none) -> nginx
 #   squid-log      the same with Debian's default access log (a line per request through the
 #                  log_file_daemon helper), to set against courtesy's default   [SQUID_LOG_CASE=1]
@@ -23,9 +26,12 @@
 #
 # Usage: benches/load.sh > out.md          (progress goes to stderr, the Markdown report to stdout)
 # Knobs (environment): DURATION=8 (seconds per run), REPEATS=3, CONNS="1 16 64", SIZES="1k 64k",
+#   ORIGIN_CACHE_CONTROL=no-store (the origin's Cache-Control: with no-store no answer is stored
+#   or shared, so every request goes upstream and the bench measures courtesy's cost on requests
+#   its cache cannot serve; empty: none sent, and concurrent identical GETs may be coalesced),
 #   BODY_TYPE=text/html (the origin's Content-Type: what crawlers fetch, and what courtesy scans
 #   for block markers; application/octet-stream skips that scan),
-#   WRK_THREADS=1, DEFAULT_CASE=1 (courtesy at its default log level), SQUID_CASE=1, WARN_CASE=1, BARE_CASE=1 (BARE_BIN: a prebuilt bare_proxy bench; built if unset), SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, NGINX_PROXY_LOG_CASE=1,
+#   WRK_THREADS=1, DEFAULT_CASE=1 (courtesy at its default log level), SQUID_CASE=1, WARN_CASE=1, NOCACHE_CASE=0, BARE_CASE=1 (BARE_BIN: a prebuilt bare_proxy bench; built if unset), SQUID_LOG_CASE=1, NGINX_PROXY_CASE=1, NGINX_PROXY_LOG_CASE=1,
 #   RUN_ONLY="" (a space-separated list of cases to measure, e.g. "bare courtesy-warn": every case
 #   enabled above is still started, and the others stay idle; with the *_CASE=0 switches this
 #   splits what the harness costs from what a proxy costs),
@@ -34,7 +40,7 @@
 #   machine used more than NOISE_PCT % of a core is run again, at most twice and at most
 #   RETRY_BUDGET times in all, after waiting for the machine to calm down, at most QUIET_WAIT
 #   seconds in all; the report counts the runs that stayed disturbed),
-#   ORIGIN_PORT=18080 COURTESY_PORT=18128 COURTESY_WARN_PORT=18138 SQUID_PORT=18130
+#   ORIGIN_PORT=18080 COURTESY_PORT=18128 COURTESY_WARN_PORT=18138 COURTESY_NOCACHE_PORT=18188 SQUID_PORT=18130
 #   SQUID_LOG_PORT=18140 NGINX_PROXY_PORT=18150 NGINX_PROXY_LOG_PORT=18160 BARE_PORT=18170
 #   (admin ports are the proxy port + 1).
 # With the defaults one run takes about 14 minutes on a quiet 2-core machine (at most about 18
@@ -57,6 +63,8 @@ DEFAULT_CASE=${DEFAULT_CASE:-1}
 SQUID_CASE=${SQUID_CASE:-1}
 RUN_ONLY=${RUN_ONLY:-}
 WARN_CASE=${WARN_CASE:-1}
+NOCACHE_CASE=${NOCACHE_CASE:-0}
+ORIGIN_CACHE_CONTROL=${ORIGIN_CACHE_CONTROL-no-store}
 BARE_CASE=${BARE_CASE:-1}
 BARE_PORT=${BARE_PORT:-18170}
 SQUID_LOG_CASE=${SQUID_LOG_CASE:-1}
@@ -69,6 +77,7 @@ QUIET_LEFT=$QUIET_WAIT
 ORIGIN_PORT=${ORIGIN_PORT:-18080}
 COURTESY_PORT=${COURTESY_PORT:-18128}
 COURTESY_WARN_PORT=${COURTESY_WARN_PORT:-18138}
+COURTESY_NOCACHE_PORT=${COURTESY_NOCACHE_PORT:-18188}
 SQUID_PORT=${SQUID_PORT:-18130}
 SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
 NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-18150}
@@ -103,7 +112,7 @@ CLK_TCK=$(getconf CLK_TCK)
 
 setup_tmp courtesy-load
 require_free_ports "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COURTESY_WARN_PORT" \
-    $((COURTESY_WARN_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT" "$NGINX_PROXY_LOG_PORT" "$BARE_PORT"
+    $((COURTESY_WARN_PORT + 1)) "$COURTESY_NOCACHE_PORT" $((COURTESY_NOCACHE_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT" "$NGINX_PROXY_LOG_PORT" "$BARE_PORT"
 
 # Waits until other processes use at most NOISE_PCT of a core over 2 s; all such waits together
 # last at most QUIET_WAIT seconds over the whole benchmark.
@@ -129,6 +138,7 @@ $(nginx_conf_start "$TMP/nginx")
     default_type $BODY_TYPE;
     sendfile on;
     tcp_nodelay on;
+$([[ -z $ORIGIN_CACHE_CONTROL ]] || echo "    add_header Cache-Control \"$ORIGIN_CACHE_CONTROL\" always;")
 $(static_origin_server "$ORIGIN_PORT" "$TMP/nginx/www")
 }
 EOF
@@ -147,11 +157,11 @@ started() {
     CASES+=("$1")
 }
 
-# Starts courtesy as the case `name` on `port`.
+# Starts courtesy as the case `name` on `port`, with `defaults` as extra [defaults] lines.
 start_courtesy() {
-    local name=$1 port=$2 rust_log=$3 dir="$TMP/$1"
+    local name=$1 port=$2 rust_log=$3 defaults=${4:-} dir="$TMP/$1"
     mkdir -p "$dir/state"
-    pacing_off_conf "$dir" "$port" >"$dir/courtesy.toml"
+    pacing_off_conf "$dir" "$port" "" "$defaults" >"$dir/courtesy.toml"
     run_courtesy "$dir" "$rust_log"
     started "$name" "$port"
 }
@@ -161,6 +171,10 @@ if [[ $DEFAULT_CASE == 1 ]]; then
 fi
 if [[ $WARN_CASE == 1 ]]; then
     start_courtesy courtesy-warn "$COURTESY_WARN_PORT" warn
+fi
+if [[ $NOCACHE_CASE == 1 ]]; then
+    start_courtesy courtesy-nocache "$COURTESY_NOCACHE_PORT" warn 'cache = "off"
+coalesce = false'
 fi
 
 # ---- the floor: a bare hyper forward proxy ---------------------------------------------------------
@@ -328,6 +342,7 @@ echo "## Load benchmark: courtesy vs Squid and an nginx proxy, nginx origin, loo
 echo
 report_machine
 echo "- courtesy: $("$COURTESY_BIN" --version 2>/dev/null || echo '?') (release build, git $rev)"
+echo "- origin: nginx, static files, \`Cache-Control: ${ORIGIN_CACHE_CONTROL:-(none)}\`"
 if [[ $SQUID_CASE == 1 || $SQUID_LOG_CASE == 1 ]]; then
     echo "- squid: $(squid -v | head -n 1)"
 fi

@@ -447,3 +447,46 @@ async fn the_crawlers_user_agent_picks_the_robots_group_as_for_its_get() {
     let answers: Vec<Value> = serde_json::from_str(&body).unwrap();
     assert_eq!(answers[0]["verdict"], "robots", "{body}");
 }
+
+/// Outside robots.txt's Visit-time hours the host waits: the check that fetched robots.txt puts
+/// the window in force as a GET would, says `cooling_down` with when it opens, and the GET right
+/// after gets the local 429 (`on_cooldown = "reject"`) without reaching the site.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_its_visit_time_a_host_is_cooling_down_for_the_check_and_the_get() {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let minute = |at: u64| format!("{:02}{:02}", (at % 86_400) / 3600, (at % 3600) / 60);
+    let window = format!("{}-{}", minute(now + 3600), minute(now + 7200));
+    let robots = format!("User-agent: *\nVisit-time: {window}\n");
+    let origin = Origin::start("127.0.0.1", move |req: Request<hyper::body::Incoming>| {
+        let robots = robots.clone();
+        async move {
+            match req.uri().path() {
+                "/robots.txt" => Response::new(full(robots)),
+                _ => Response::new(full("page")),
+            }
+        }
+    })
+    .await;
+    let courtesy = Courtesy::start(CONFIG).await;
+    let page = origin.url("/a");
+    let answer = expect(&courtesy, &page, "", "cooling_down").await;
+    assert_eq!(answer["robots"], "allowed", "{answer}");
+    let retry = answer["retry_after_s"].as_f64().unwrap_or(0.0);
+    assert!((3000.0..=3700.0).contains(&retry), "{answer}");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Visit-time"),
+        "{answer}"
+    );
+    assert_local(&courtesy.client().get(&page).await, 429, "Visit-time");
+    assert_eq!(
+        origin.paths(),
+        vec!["/robots.txt"],
+        "only robots.txt was asked"
+    );
+}

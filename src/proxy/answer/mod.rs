@@ -20,6 +20,7 @@ use crate::config::HostPolicy;
 use crate::pacing::blocks::{block_redirect, header_block};
 use crate::pacing::feedback::crawler_price;
 use crate::proxy::cache::flights::Share;
+use crate::proxy::cache::freshness::Directives;
 use crate::proxy::forward::context::RequestContext;
 use crate::proxy::forward::headers::strip_hop_by_hop;
 use crate::proxy::send::exchange::TurnHeld;
@@ -63,12 +64,20 @@ impl Proxy {
             self.blocks
                 .scan_for(parts.status.as_u16(), &parts.headers, policy)
         };
+        // The answer's Cache-Control, read once for the store and the flight alike.
+        let said = match cx.cache_use.is_some() || cx.flight.is_some() {
+            true => Directives::of(&parts.headers),
+            false => Directives::default(),
+        };
         let store = cx
             .cache_use
             .as_ref()
             .zip(request)
-            .and_then(|(plan, request)| self.store_for(plan, &parts, request));
-        let share = cx.flight.take().and_then(|lead| Share::start(lead, &parts));
+            .and_then(|(plan, request)| self.store_for(plan, &parts, request, &said));
+        let share = cx
+            .flight
+            .take()
+            .and_then(|lead| Share::start(lead, &parts, &said));
         let body = ProxyBody::Upstream(Streamed {
             body,
             permit: Some(permit),

@@ -5,7 +5,7 @@
 //! followers on their own way; a follower waits at most its bound, then goes too.
 
 use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,7 +16,7 @@ use http::header::{
     IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_UNMODIFIED_SINCE, PRAGMA, RANGE, SET_COOKIE, VARY,
 };
 use http::request::Parts;
-use http::{response, HeaderMap, Method, StatusCode};
+use http::{response, HeaderMap, HeaderValue, Method, StatusCode};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -48,18 +48,58 @@ impl<T> Clone for Landing<T> {
 /// alone at once rather than each waiting for a leader's answer that will not be shared.
 pub(crate) const ALONE_FOR: Duration = Duration::from_secs(10);
 
-/// The most keys remembered (flights and keys going alone) before the expired marks are swept.
-const SWEEP_ABOVE: usize = 4096;
+/// The most keys going alone at once: past it, a key whose answer may not be shared leaves no
+/// mark (its next requests lead flights of their own), so the table stays bounded at any rate
+/// of distinct URLs.
+const MAX_ALONE: usize = 65_536;
 
 /// A key's entry: a flight in the air, or a key that goes alone until then.
 #[derive(Debug)]
 enum Slot<T> {
-    Flying(watch::Receiver<Landing<T>>),
+    /// A flight in the air: its number (so that its leader lands only its own), and the channel
+    /// its followers wait on, made when the first one comes: a flight nobody follows (nearly
+    /// all of them) makes no channel.
+    Flying {
+        flight: u64,
+        followers: Option<watch::Sender<Landing<T>>>,
+    },
+    /// The key's answers may not be shared: its requests go alone until then.
     Alone(Instant),
 }
 
+/// Every flight by key, and the number of the last flight started.
+#[derive(Debug)]
+struct Slots<T> {
+    by_key: HashMap<u64, Slot<T>>,
+    started: u64,
+    /// The keys going alone, in the order their marks end (every mark lasts [`ALONE_FOR`]):
+    /// each new mark clears the ended ones from the front, so no request scans the table.
+    marks: VecDeque<(Instant, u64)>,
+}
+
+impl<T> Slots<T> {
+    /// Marks `key` to go alone from `now` for [`ALONE_FOR`], once the marks that ended are
+    /// cleared; `false` (no mark) when [`MAX_ALONE`] keys already go alone.
+    fn mark_alone(&mut self, key: u64, now: Instant) -> bool {
+        while let Some(&(until, ended)) = self.marks.front().filter(|(until, _)| *until <= now) {
+            self.marks.pop_front();
+            // A key that leads a flight again, or was marked anew, is not this mark's to clear.
+            if matches!(self.by_key.get(&ended), Some(Slot::Alone(u)) if *u == until) {
+                self.by_key.remove(&ended);
+            }
+        }
+        if self.marks.len() >= MAX_ALONE {
+            return false;
+        }
+        let until = now + ALONE_FOR;
+        self.marks.push_back((until, key));
+        self.by_key.insert(key, Slot::Alone(until));
+        true
+    }
+}
+
 /// The table every flight is kept in.
-type Table<T> = Arc<Mutex<HashMap<u64, Slot<T>>>>;
+type Table<T> = Arc<Mutex<Slots<T>>>;
 
 /// The requests in flight that others may follow, by key: a hash of the request's method, its
 /// store key (the URL, and a hash of any credentials) and the headers answers commonly vary on,
@@ -74,7 +114,11 @@ pub(crate) struct Flights<T> {
 impl<T> Default for Flights<T> {
     fn default() -> Self {
         Flights {
-            table: Arc::new(Mutex::new(HashMap::new())),
+            table: Arc::new(Mutex::new(Slots {
+                by_key: HashMap::new(),
+                started: 0,
+                marks: VecDeque::new(),
+            })),
             hasher: RandomState::new(),
         }
     }
@@ -83,7 +127,7 @@ impl<T> Default for Flights<T> {
 impl<T> std::fmt::Debug for Flights<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Flights")
-            .field("keys", &lock(&self.table).len())
+            .field("keys", &lock(&self.table).by_key.len())
             .finish()
     }
 }
@@ -102,18 +146,25 @@ impl<T> Flights<T> {
     /// The flight key of a request with `head` and `store_key`, if it may join a flight (see
     /// [`joins`]).
     pub(crate) fn key(&self, head: &Parts, store_key: &str) -> Option<u64> {
-        if !joins(head) {
-            return None;
-        }
+        let keyed = keyed_values(head)?;
         let mut h = self.hasher.build_hasher();
         h.write(head.method.as_str().as_bytes());
         h.write_u8(0xff);
         h.write(store_key.as_bytes());
-        for name in &KEYED {
+        for (name, seen) in KEYED.iter().zip(keyed) {
             h.write_u8(0xff);
-            for value in head.headers.get_all(name) {
-                h.write(value.as_bytes());
-                h.write_u8(0xfe);
+            match seen {
+                Seen::Absent => {}
+                Seen::Once(value) => {
+                    h.write(value.as_bytes());
+                    h.write_u8(0xfe);
+                }
+                Seen::Repeated => {
+                    for value in head.headers.get_all(name) {
+                        h.write(value.as_bytes());
+                        h.write_u8(0xfe);
+                    }
+                }
             }
         }
         Some(h.finish())
@@ -122,32 +173,38 @@ impl<T> Flights<T> {
     /// Joins the flight of `key`, leading it when there is none.
     pub(crate) fn join(&self, key: u64) -> Joined<T> {
         let mut table = lock(&self.table);
-        match table.get(&key) {
-            Some(Slot::Flying(landing)) if matches!(*landing.borrow(), Landing::Pending) => {
-                return Joined::Follow(Follow {
-                    landing: landing.clone(),
-                });
+        match table.by_key.get_mut(&key) {
+            // A flight stays in the table until it lands: it is always pending here.
+            Some(Slot::Flying { followers, .. }) => {
+                let landing = match followers {
+                    Some(sender) => sender.subscribe(),
+                    None => {
+                        let (sender, landing) = watch::channel(Landing::Pending);
+                        *followers = Some(sender);
+                        landing
+                    }
+                };
+                return Joined::Follow(Follow { landing });
             }
             Some(Slot::Alone(until)) if *until > Instant::now() => return Joined::Alone,
             _ => {}
         }
-        if table.len() >= SWEEP_ABOVE {
-            let now = Instant::now();
-            table.retain(|_, slot| !matches!(slot, Slot::Alone(until) if *until <= now));
-        }
-        let (sender, landing) = watch::channel(Landing::Pending);
-        table.insert(key, Slot::Flying(landing));
+        table.started += 1;
+        let flight = table.started;
+        let followers = None;
+        table.by_key.insert(key, Slot::Flying { flight, followers });
         Joined::Lead(Lead {
             table: self.table.clone(),
             key,
-            sender: Some(sender),
+            flight,
+            landed: false,
         })
     }
 
     /// How many keys are remembered (the tests check that each flight ends).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        lock(&self.table).len()
+        lock(&self.table).by_key.len()
     }
 }
 
@@ -156,7 +213,9 @@ impl<T> Flights<T> {
 pub(crate) struct Lead<T> {
     table: Table<T>,
     key: u64,
-    sender: Option<watch::Sender<Landing<T>>>,
+    /// Its flight's number: the key's slot is this flight's while it holds this number.
+    flight: u64,
+    landed: bool,
 }
 
 impl<T> Lead<T> {
@@ -173,33 +232,67 @@ impl<T> Lead<T> {
     /// Ends the flight with an answer that may not be shared: the followers ask for themselves,
     /// and the key's requests go alone for [`ALONE_FOR`].
     pub(crate) fn land_unshareable(mut self) {
-        self.end(Landing::Alone, Some(Instant::now() + ALONE_FOR));
+        self.end(Landing::Alone, Some(Instant::now()));
     }
 
     /// Whether any request follows this one.
     pub(crate) fn followed(&self) -> bool {
-        self.sender
-            .as_ref()
-            .is_some_and(|sender| sender.receiver_count() > 1)
+        let table = lock(&self.table);
+        matches!(table.by_key.get(&self.key),
+            Some(Slot::Flying { flight, followers: Some(sender) })
+                if *flight == self.flight && sender.receiver_count() > 0)
     }
 
-    fn end(&mut self, landing: Landing<T>, alone_until: Option<Instant>) {
-        let Some(sender) = self.sender.take() else {
-            return;
+    /// This lead back while a request follows it; else its flight ends here, with nothing to
+    /// share (one look at the table, for the answer's head).
+    pub(crate) fn if_followed(mut self) -> Option<Self> {
+        let followed = {
+            let mut table = lock(&self.table);
+            match table.by_key.get(&self.key) {
+                Some(Slot::Flying { flight, followers }) if *flight == self.flight => {
+                    let waiting = followers.as_ref().is_some_and(|s| s.receiver_count() > 0);
+                    if !waiting {
+                        // No one waits (a follower past its bound may have left a channel).
+                        table.by_key.remove(&self.key);
+                    }
+                    waiting
+                }
+                _ => false,
+            }
         };
-        {
+        if followed {
+            return Some(self);
+        }
+        self.landed = true;
+        None
+    }
+
+    /// Ends the flight with `landing` for its followers; with `alone_from`, its key goes alone
+    /// from then.
+    fn end(&mut self, landing: Landing<T>, alone_from: Option<Instant>) {
+        if std::mem::replace(&mut self.landed, true) {
+            return;
+        }
+        let followers = {
             let mut table = lock(&self.table);
             // Only this flight's entry: a later one under the same key is not ours to touch.
-            let ours = matches!(table.get(&self.key),
-                Some(Slot::Flying(found)) if found.same_channel(&sender.subscribe()));
-            if ours {
-                match alone_until {
-                    Some(until) => table.insert(self.key, Slot::Alone(until)),
-                    None => table.remove(&self.key),
-                };
+            let ours = matches!(table.by_key.get(&self.key),
+                Some(Slot::Flying { flight, .. }) if *flight == self.flight);
+            if !ours {
+                return;
             }
+            let slot = table.by_key.remove(&self.key);
+            if let Some(now) = alone_from {
+                table.mark_alone(self.key, now);
+            }
+            match slot {
+                Some(Slot::Flying { followers, .. }) => followers,
+                _ => None,
+            }
+        };
+        if let Some(sender) = followers {
+            sender.send_replace(landing);
         }
-        sender.send_replace(landing);
     }
 }
 
@@ -247,10 +340,24 @@ pub(crate) const MAX_SHARED_BYTES: usize = super::store::MAX_ENTRY_BYTES as usiz
 /// conditions of its own, a range, or a `no-cache`/`no-store`/`max-age=0` (those must reach the
 /// origin).
 pub(crate) fn joins(head: &Parts) -> bool {
+    keyed_values(head).is_some()
+}
+
+/// How often a request carries one of the [`KEYED`] headers.
+#[derive(Debug, Clone, Copy)]
+enum Seen<'a> {
+    Absent,
+    Once(&'a HeaderValue),
+    Repeated,
+}
+
+/// The request's values of the [`KEYED`] headers, found in the one pass over its headers that
+/// also decides whether it may join a flight at all ([`joins`]; `None` when it may not).
+fn keyed_values(head: &Parts) -> Option<[Seen<'_>; 3]> {
     if !(head.method == Method::GET || head.method == Method::HEAD) {
-        return false;
+        return None;
     }
-    // One pass over the names (standard ones compare as numbers), not a lookup per name.
+    // One pass over the headers (standard names compare as numbers), not a lookup per name.
     let own = [
         COOKIE,
         IF_NONE_MATCH,
@@ -260,17 +367,26 @@ pub(crate) fn joins(head: &Parts) -> bool {
         RANGE,
     ];
     let mut directives = false;
-    for name in head.headers.keys() {
+    let mut seen = [Seen::Absent; 3];
+    for (name, value) in &head.headers {
         if own.contains(name) {
-            return false;
+            return None;
         }
         directives |= name == CACHE_CONTROL || name == PRAGMA;
+        if let Some(i) = KEYED.iter().position(|keyed| keyed == name) {
+            seen[i] = match seen[i] {
+                Seen::Absent => Seen::Once(value),
+                Seen::Once(_) | Seen::Repeated => Seen::Repeated,
+            };
+        }
     }
-    if !directives {
-        return true;
+    if directives {
+        let asked = Directives::of(&head.headers);
+        if asked.no_cache || asked.no_store || asked.max_age == Some(0) {
+            return None;
+        }
     }
-    let asked = Directives::of(&head.headers);
-    !asked.no_cache && !asked.no_store && asked.max_age != Some(0)
+    Some(seen)
 }
 
 /// An answer a leader shares with its followers, its body whole.
@@ -284,10 +400,10 @@ pub(crate) struct SharedAnswer {
     pub body: Bytes,
 }
 
-/// Whether an answer with `parts` may go to followers too: not marked `private` or `no-store`,
-/// setting no cookie, and varying only on what the flight's key holds.
-pub(crate) fn shareable(parts: &response::Parts) -> bool {
-    let said = Directives::of(&parts.headers);
+/// Whether an answer with `parts` (whose directives are `said`) may go to followers too: not
+/// marked `private` or `no-store`, setting no cookie, and varying only on what the flight's key
+/// holds.
+pub(crate) fn shareable(parts: &response::Parts, said: &Directives) -> bool {
     let varies_within_key = parts.headers.get_all(VARY).iter().all(|value| {
         value.to_str().is_ok_and(|list| {
             list.split(',')
@@ -319,15 +435,16 @@ impl Share {
     /// nothing to share) when no one follows yet, or the answer may not be shared. A flight
     /// nobody follows by the time its answer's head arrives ends there, so an answer nobody
     /// waits for is never copied.
-    pub(crate) fn start(lead: Lead<SharedAnswer>, parts: &response::Parts) -> Option<Box<Share>> {
-        if !shareable(parts) {
+    pub(crate) fn start(
+        lead: Lead<SharedAnswer>,
+        parts: &response::Parts,
+        said: &Directives,
+    ) -> Option<Box<Share>> {
+        if !shareable(parts, said) {
             lead.land_unshareable();
             return None;
         }
-        if !lead.followed() {
-            lead.land(None);
-            return None;
-        }
+        let lead = lead.if_followed()?;
         Some(Box::new(Share {
             lead,
             status: parts.status,
@@ -363,7 +480,7 @@ impl Share {
 
 /// Lands `lead`'s flight with a whole local answer (the stored 200 after a revalidation).
 pub(crate) fn land_whole(lead: Lead<SharedAnswer>, parts: &response::Parts, body: &Bytes) {
-    if !shareable(parts) {
+    if !shareable(parts, &Directives::of(&parts.headers)) {
         lead.land_unshareable();
     } else if lead.followed() {
         lead.land(Some(SharedAnswer {
@@ -454,6 +571,60 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn keys_going_alone_stay_bounded_and_their_marks_end() {
+        let flights = Flights::<&str>::default();
+        let marked = MAX_ALONE as u64;
+        for key in 0..marked + 100 {
+            lead(flights.join(key)).land_unshareable();
+        }
+        // Past the bound a key leaves no mark; the first ones still go alone.
+        assert_eq!(flights.len(), MAX_ALONE);
+        assert!(matches!(flights.join(7), Joined::Alone));
+        let _fresh = lead(flights.join(marked + 50));
+        // Once the marks have ended, the next mark clears them: nothing is scanned per request.
+        tokio::time::advance(ALONE_FOR).await;
+        lead(flights.join(u64::MAX)).land_unshareable();
+        assert_eq!(flights.len(), 2, "the new mark and the flight in the air");
+        assert!(matches!(flights.join(u64::MAX), Joined::Alone));
+        assert!(matches!(flights.join(7), Joined::Lead(_)));
+    }
+
+    #[test]
+    fn the_key_is_the_same_whatever_the_order_of_the_headers() {
+        let flights = Flights::<&str>::default();
+        let one = request(
+            Method::GET,
+            &[
+                ("accept", "text/html"),
+                ("accept-language", "fr"),
+                ("x-a", "1"),
+            ],
+        );
+        let other = request(
+            Method::GET,
+            &[
+                ("x-a", "1"),
+                ("accept-language", "fr"),
+                ("accept", "text/html"),
+            ],
+        );
+        let key = |head: &Parts| flights.key(head, "http://a.test/");
+        assert_eq!(key(&one), key(&other));
+        let twice = request(Method::GET, &[("accept", "text/html"), ("accept", "*/*")]);
+        assert!(key(&twice).is_some());
+        let reversed = request(Method::GET, &[("accept", "*/*"), ("accept", "text/html")]);
+        assert_ne!(
+            key(&twice),
+            key(&reversed),
+            "values in another order are another request"
+        );
+        assert_ne!(
+            key(&one),
+            key(&request(Method::GET, &[("accept", "text/html")]))
+        );
+    }
+
     fn parts(headers: &[(&str, &str)]) -> response::Parts {
         let mut response = http::Response::new(());
         for (name, value) in headers {
@@ -463,6 +634,12 @@ mod tests {
             );
         }
         response.into_parts().0
+    }
+
+    /// Whether an answer with these parts may be shared, its directives read as the answer phase
+    /// reads them.
+    fn shares(parts: &response::Parts) -> bool {
+        shareable(parts, &Directives::of(&parts.headers))
     }
 
     fn request(method: Method, headers: &[(&str, &str)]) -> Parts {
@@ -519,11 +696,11 @@ mod tests {
 
     #[test]
     fn private_personal_or_unkeyed_varying_answers_are_not_shared() {
-        assert!(shareable(&parts(&[
+        assert!(shares(&parts(&[
             ("cache-control", "max-age=60"),
             ("vary", "Accept-Encoding")
         ])));
-        assert!(shareable(&parts(&[])));
+        assert!(shares(&parts(&[])));
         for personal in [
             ("cache-control", "private"),
             ("cache-control", "no-store"),
@@ -531,7 +708,7 @@ mod tests {
             ("vary", "user-agent"),
             ("vary", "*"),
         ] {
-            assert!(!shareable(&parts(&[personal])), "{personal:?}");
+            assert!(!shares(&parts(&[personal])), "{personal:?}");
         }
     }
 
@@ -544,7 +721,12 @@ mod tests {
         let Joined::Follow(follower) = flights.join(3) else {
             panic!()
         };
-        let mut share = Share::start(lead, &parts(&[("content-type", "text/plain")])).unwrap();
+        let mut share = Share::start(
+            lead,
+            &parts(&[("content-type", "text/plain")]),
+            &Directives::default(),
+        )
+        .unwrap();
         assert!(share.write(b"hello "));
         assert!(share.write(b"world"));
         share.finish();
@@ -558,7 +740,7 @@ mod tests {
         let Joined::Follow(follower) = flights.join(3) else {
             panic!()
         };
-        let mut share = Share::start(lead, &parts(&[])).unwrap();
+        let mut share = Share::start(lead, &parts(&[]), &Directives::default()).unwrap();
         assert!(!share.write(&vec![0; MAX_SHARED_BYTES + 1]));
         drop(share);
         assert!(follower.answer(Duration::from_secs(1)).await.is_none());
@@ -566,7 +748,7 @@ mod tests {
         let Joined::Lead(lead) = flights.join(3) else {
             panic!()
         };
-        assert!(Share::start(lead, &parts(&[])).is_none());
+        assert!(Share::start(lead, &parts(&[]), &Directives::default()).is_none());
         assert_eq!(flights.len(), 0);
     }
 

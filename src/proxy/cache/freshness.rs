@@ -48,9 +48,6 @@ impl Directives {
     /// The directives `headers` carry.
     pub(crate) fn of(headers: &HeaderMap) -> Directives {
         let mut found = Directives::default();
-        if !headers.contains_key(CACHE_CONTROL) && !headers.contains_key(PRAGMA) {
-            return found;
-        }
         let mut any = false;
         for value in headers.get_all(CACHE_CONTROL) {
             let Ok(text) = value.to_str() else {
@@ -131,15 +128,13 @@ fn split_directives(text: &str) -> impl Iterator<Item = (&str, Option<&str>)> + 
     std::iter::from_fn(move || loop {
         let left = rest?;
         let mut quoted = false;
-        let end = left
-            .char_indices()
-            .find(|&(_, c)| {
-                if c == '"' {
-                    quoted = !quoted;
-                }
-                c == ',' && !quoted
-            })
-            .map(|(i, _)| i);
+        // Bytes, not chars: `,` and `"` are ASCII, so a byte index is a char boundary.
+        let end = left.bytes().position(|b| {
+            if b == b'"' {
+                quoted = !quoted;
+            }
+            b == b',' && !quoted
+        });
         let part = match end {
             Some(i) => {
                 rest = Some(&left[i + 1..]);
@@ -184,18 +179,19 @@ pub(crate) enum NotStored {
     Nothing,
 }
 
-/// Whether a shared cache may store `status` with `response`, answering `request` (a GET; RFC
-/// 9111 3). A response with neither an explicit freshness nor a validator is kept only when
+/// Whether a shared cache may store `status` with `response` (whose directives are `said`, read
+/// once by the caller for the store and the flight alike), answering `request` (a GET, whose
+/// directives are `asked`; RFC 9111 3). A response with neither an explicit freshness nor a validator is kept only when
 /// `heuristic` freshness is on and it has a `Last-Modified`. Cookies and `Vary` are the store's
 /// own checks (`cache::personal`, `cache::vary_of`).
 pub(crate) fn storable(
     status: StatusCode,
     request: &HeaderMap,
+    asked: &Directives,
     response: &HeaderMap,
+    said: &Directives,
     heuristic: bool,
 ) -> Result<(), NotStored> {
-    let asked = Directives::of(request);
-    let said = Directives::of(response);
     if asked.no_store || said.no_store {
         return Err(NotStored::NoStore);
     }
@@ -487,28 +483,32 @@ pub(super) mod tests {
 
     #[test]
     fn a_shared_cache_stores_only_what_rfc_9111_lets_it() {
+        let stores = |status, request: &HeaderMap, response: &HeaderMap, heuristic| {
+            storable(
+                status,
+                request,
+                &Directives::of(request),
+                response,
+                &Directives::of(response),
+                heuristic,
+            )
+        };
         let none = HeaderMap::new();
         let ok = StatusCode::OK;
         let fresh = map(&[("cache-control", "max-age=60")]);
-        assert_eq!(storable(ok, &none, &fresh, false), Ok(()));
+        assert_eq!(stores(ok, &none, &fresh, false), Ok(()));
         let no_store = map(&[("cache-control", "max-age=60, no-store")]);
-        assert_eq!(
-            storable(ok, &none, &no_store, false),
-            Err(NotStored::NoStore)
-        );
+        assert_eq!(stores(ok, &none, &no_store, false), Err(NotStored::NoStore));
         let asked_no_store = map(&[("cache-control", "no-store")]);
         assert_eq!(
-            storable(ok, &asked_no_store, &fresh, false),
+            stores(ok, &asked_no_store, &fresh, false),
             Err(NotStored::NoStore)
         );
         let private = map(&[("cache-control", "private, max-age=60")]);
-        assert_eq!(
-            storable(ok, &none, &private, false),
-            Err(NotStored::Private)
-        );
+        assert_eq!(stores(ok, &none, &private, false), Err(NotStored::Private));
         let authorized = map(&[("authorization", "Bearer x")]);
         assert_eq!(
-            storable(ok, &authorized, &fresh, false),
+            stores(ok, &authorized, &fresh, false),
             Err(NotStored::Authorized)
         );
         for allowed in [
@@ -518,25 +518,25 @@ pub(super) mod tests {
         ] {
             let response = map(&[("cache-control", allowed)]);
             assert_eq!(
-                storable(ok, &authorized, &response, false),
+                stores(ok, &authorized, &response, false),
                 Ok(()),
                 "{allowed}"
             );
         }
         // A validator alone is kept for revalidation (a 200); Last-Modified alone is not fresh.
         let validated = map(&[("etag", "\"a\"")]);
-        assert_eq!(storable(ok, &none, &validated, false), Ok(()));
-        assert_eq!(storable(ok, &none, &none, false), Err(NotStored::Nothing));
+        assert_eq!(stores(ok, &none, &validated, false), Ok(()));
+        assert_eq!(stores(ok, &none, &none, false), Err(NotStored::Nothing));
         let gone = StatusCode::GONE;
-        assert_eq!(storable(gone, &none, &fresh, false), Ok(()));
+        assert_eq!(stores(gone, &none, &fresh, false), Ok(()));
         assert_eq!(
-            storable(gone, &none, &validated, false),
+            stores(gone, &none, &validated, false),
             Err(NotStored::Nothing)
         );
-        assert_eq!(storable(gone, &none, &validated, true), Ok(()));
+        assert_eq!(stores(gone, &none, &validated, true), Ok(()));
         let partial = StatusCode::PARTIAL_CONTENT;
         assert_eq!(
-            storable(partial, &none, &fresh, false),
+            stores(partial, &none, &fresh, false),
             Err(NotStored::Nothing)
         );
     }

@@ -13,7 +13,7 @@ use http::header::{HeaderValue, AGE, CONTENT_LENGTH, IF_MODIFIED_SINCE, IF_NONE_
 use http::{HeaderMap, Response, StatusCode};
 use tracing::info;
 
-use super::freshness::{self, Directives, NOT_MODIFIED_FIELDS};
+use super::freshness::{self, NOT_MODIFIED_FIELDS};
 use super::lookup::{lookup, Lookup};
 use super::plan::CacheUse;
 use super::store::{self, Head};
@@ -40,7 +40,7 @@ impl Proxy {
             Some((head, Lookup::Revalidate)) => revalidate_with(plan, head, headers),
             Some((_, Lookup::Pass)) | None => {}
         }
-        Directives::of(headers).only_if_cached.then(|| {
+        plan.asked.only_if_cached.then(|| {
             local(
                 StatusCode::GATEWAY_TIMEOUT,
                 ProxyError::DestinationUnavailable,

@@ -27,6 +27,7 @@ use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::forward::context::{Flow, RequestContext};
 use crate::proxy::send::attempts::replayable as replayable_request;
 use crate::proxy::Proxy;
+use freshness::Directives;
 
 /// Whether a stored entry may answer a request: the same values of what its `Vary` names, and
 /// not personal (an entry stored with `Set-Cookie`, say by an older courtesy, is never replayed).
@@ -136,13 +137,22 @@ impl Proxy {
         plan: &CacheUse,
         parts: &http::response::Parts,
         request: &HeaderMap,
+        said: &Directives,
     ) -> Option<Box<store::Writer>> {
         let storable = match plan.mode {
             CacheMode::Off => false,
             CacheMode::Http => {
                 let heuristic = plan.knobs.heuristic;
                 !plan.head_request
-                    && freshness::storable(parts.status, request, &parts.headers, heuristic).is_ok()
+                    && freshness::storable(
+                        parts.status,
+                        request,
+                        &plan.asked,
+                        &parts.headers,
+                        said,
+                        heuristic,
+                    )
+                    .is_ok()
                     && !store::personal(request, &parts.headers)
             }
             CacheMode::Revalidate | CacheMode::Dev => {

@@ -7,6 +7,7 @@ use http::{HeaderMap, Method};
 
 use std::time::SystemTime;
 
+use super::freshness::Directives;
 use super::lookup::Knobs;
 use super::store::Head;
 use crate::config::{CacheMode, HostPolicy};
@@ -31,6 +32,8 @@ pub(crate) struct CacheUse {
     pub(crate) client_conditions: Option<HeaderMap>,
     /// The stale entry being revalidated (`cache = "http"`).
     pub(crate) stale: Option<Head>,
+    /// The request's own `Cache-Control` (and `Pragma`), read once for every rule that asks.
+    pub(crate) asked: Directives,
 }
 
 impl CacheUse {
@@ -70,6 +73,7 @@ impl CacheUse {
             },
             client_conditions: None,
             stale: None,
+            asked: Directives::of(headers),
         })
     }
 }
