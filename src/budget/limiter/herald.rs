@@ -438,15 +438,17 @@ impl Herald {
         let events = changes(record, live, why, (now, SystemTime::now()));
         // The live end, not the one told: a cooldown grown by less than a second is not told
         // again, but its end is looked at when it really comes.
-        let next = live.end();
+        let next = live.end().unwrap_or(now);
+        // The timer is set again only for an earlier end: a cooldown that grows keeps its timer,
+        // which looks again at the old end and sets itself for the new one then. So the heap
+        // holds about one entry per host in trouble, however often its cooldown grows.
         let earlier = if record.is_empty() {
             told.records.remove(host);
             false
-        } else if next != record.wake {
-            record.wake = next;
-            let end = next.unwrap_or(now);
-            let earlier = told.ends.peek().is_none_or(|Reverse((at, _))| end < *at);
-            told.ends.push(Reverse((end, host.clone())));
+        } else if record.wake.is_none_or(|wake| next < wake) {
+            record.wake = Some(next);
+            let earlier = told.ends.peek().is_none_or(|Reverse((at, _))| next < *at);
+            told.ends.push(Reverse((next, host.clone())));
             earlier
         } else {
             false

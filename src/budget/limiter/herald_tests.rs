@@ -357,3 +357,26 @@ async fn a_429_cut_is_told_as_backoff() {
     assert_eq!(cut.2, super::RateWhy::Backoff);
     stop.cancel();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cooldown_grown_again_and_again_keeps_one_timer() {
+    let mut policy = HostPolicy::default();
+    policy.adaptive.enabled = false;
+    let (limiter, events, stop) = heard(policy);
+    let mut permit = limiter.admit(("often.test", 80)).await.expect("a turn");
+    permit.mark_sent();
+    for _ in 0..100 {
+        throttled(&permit, Duration::from_secs(3));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(permit);
+    assert_eq!(
+        limiter.herald().pending(),
+        (1, 1),
+        "one record, one end set"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(names(&events), ["cooldown_started", "cooldown_ended"]);
+    assert_eq!(limiter.herald().pending(), (0, 0));
+    stop.cancel();
+}
