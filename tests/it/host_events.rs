@@ -354,6 +354,7 @@ async fn a_block_is_told_detected_then_a_cooldown_and_a_pause_lifted_by_an_opera
         ]
     );
     assert_eq!(told[0].data["signal"], "soft_block");
+    assert_eq!(told[0].data["status"], 403);
     assert!(
         told[0].data["detail"]
             .as_str()
