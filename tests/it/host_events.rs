@@ -369,6 +369,42 @@ async fn a_block_is_told_detected_then_a_cooldown_and_a_pause_lifted_by_an_opera
     assert_eq!(told[4].data["by"], "operator");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_for_a_full_queue_is_told_once_a_second() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(
+        "[defaults]\nrate = 0.2\nburst = 1\nconcurrency = 1\nmax_queue = 1\nadaptive = false\n",
+    )
+    .await;
+    let mut stream = Stream::open(&courtesy, "", None).await;
+    assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
+    let waiting = courtesy.client().spawn_gets(vec![origin.url("/")]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..20 {
+        let got = courtesy.client().get(&origin.url("/")).await;
+        assert_eq!(got.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let full = stream
+        .next_of("queue_full", Duration::from_secs(2))
+        .await
+        .expect("queue_full");
+    assert_eq!(full.data["max_queue"], 1);
+    assert_eq!(full.data["host"], origin.addr.to_string().as_str());
+    // Twenty refusals within a second or so: one more at most.
+    let mut more = 0;
+    while stream
+        .next_of("queue_full", Duration::from_millis(300))
+        .await
+        .is_some()
+    {
+        more += 1;
+    }
+    assert!(more <= 1, "{more} more queue_full events");
+    for w in waiting {
+        w.abort();
+    }
+}
+
 #[tokio::test]
 async fn streams_past_half_the_admin_connections_get_a_503_with_retry_after() {
     // 8 admin connections: room for 4 streams, the other 4 kept for the API.
