@@ -354,6 +354,7 @@ async fn a_block_is_told_detected_then_a_cooldown_and_a_pause_lifted_by_an_opera
         ]
     );
     assert_eq!(told[0].data["signal"], "soft_block");
+    assert_eq!(told[0].data["status"], 403);
     assert!(
         told[0].data["detail"]
             .as_str()
@@ -366,6 +367,42 @@ async fn a_block_is_told_detected_then_a_cooldown_and_a_pause_lifted_by_an_opera
     assert_eq!(told[2].data["by"], "block");
     assert_eq!(told[3].data["cause"], "soft_block");
     assert_eq!(told[4].data["by"], "operator");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refusals_for_a_full_queue_is_told_once_a_second() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let courtesy = Courtesy::start(
+        "[defaults]\nrate = 0.2\nburst = 1\nconcurrency = 1\nmax_queue = 1\nadaptive = false\n",
+    )
+    .await;
+    let mut stream = Stream::open(&courtesy, "", None).await;
+    assert_eq!(courtesy.client().get(&origin.url("/")).await.status, 200);
+    let waiting = courtesy.client().spawn_gets(vec![origin.url("/")]);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..20 {
+        let got = courtesy.client().get(&origin.url("/")).await;
+        assert_eq!(got.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let full = stream
+        .next_of("queue_full", Duration::from_secs(2))
+        .await
+        .expect("queue_full");
+    assert_eq!(full.data["max_queue"], 1);
+    assert_eq!(full.data["host"], origin.addr.to_string().as_str());
+    // Twenty refusals within a second or so: one more at most.
+    let mut more = 0;
+    while stream
+        .next_of("queue_full", Duration::from_millis(300))
+        .await
+        .is_some()
+    {
+        more += 1;
+    }
+    assert!(more <= 1, "{more} more queue_full events");
+    for w in waiting {
+        w.abort();
+    }
 }
 
 #[tokio::test]
@@ -414,7 +451,13 @@ async fn a_consumer_that_never_reads_is_dropped_and_memory_stays_bounded() {
     // dropped, checking the hub's bound all along.
     let mut published = 0;
     let mut most_queued = 0;
-    for round in 0..200 {
+    // A long name makes each event larger: the socket's buffers fill sooner.
+    let label = "f".repeat(60);
+    let flood = format!("{label}.{label}.{label}.{label}.test:80");
+    let pause = courtesy.admin_url(&format!("/hosts/{flood}/pause?seconds=60"));
+    let client = direct_client();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for round in 0.. {
         let now = stats(&courtesy).await;
         if round == 0 {
             assert_eq!(now["subscribers"], 2, "both consumers listen: {now}");
@@ -431,15 +474,21 @@ async fn a_consumer_that_never_reads_is_dropped_and_memory_stays_bounded() {
             published = now["published"].as_u64().unwrap();
             break;
         }
+        if Instant::now() > deadline {
+            break;
+        }
         for _ in 0..100 {
-            operate(&courtesy, "flood.test:80", "pause?seconds=60").await;
+            let request = Request::post(pause.as_str()).body(empty()).unwrap();
+            let answer = client.request(request).await.unwrap();
+            assert_eq!(answer.status(), StatusCode::OK);
+            answer.into_body().collect().await.unwrap();
         }
     }
     assert!(
         published > 0,
         "the consumer that never reads was never dropped"
     );
-    operate(&courtesy, "flood.test:80", "resume").await;
+    operate(&courtesy, &flood, "resume").await;
     // Shutting down ends the reader's stream; it heard every event: never slowed, never dropped.
     drop(stalled);
     courtesy.shutdown().await.unwrap();

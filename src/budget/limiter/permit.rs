@@ -301,10 +301,10 @@ impl Permit {
         }
     }
 
-    /// Pauses this permit's host for a soft block (a challenge page was seen in its response;
-    /// `what` says how, for the event). Returns the pause if a new one started (so the caller
-    /// logs and alerts once).
-    pub fn soft_block(&self, what: &str) -> Option<Duration> {
+    /// Pauses this permit's host for a soft block (a challenge page was seen in its response of
+    /// `status`; `what` says how, for the event). Returns the pause if a new one started (so the
+    /// caller logs and alerts once).
+    pub fn soft_block(&self, what: &str, status: u16) -> Option<Duration> {
         let now = Instant::now();
         let mut state = self.host.lock();
         let pause = self.budget.pause_for_block(
@@ -317,7 +317,7 @@ impl Permit {
         let kind = EventKind::BlockDetected {
             signal: "soft_block",
             detail: what.to_string(),
-            status: None,
+            status: Some(status),
         };
         let herald = self.budget.herald();
         herald.tell(&self.host.key, Source::Local, kind);

@@ -111,7 +111,7 @@ async fn an_operators_pause_and_a_block_pause_have_their_own_words() {
     let mut seen = limiter.admit(("s.test", 80)).await.unwrap();
     seen.mark_sent();
     let pause = seen
-        .soft_block("a test's block")
+        .soft_block("a test's block", 200)
         .expect("a new block pause");
     drop(seen);
     assert_eq!(
