@@ -17,7 +17,7 @@
 //! | `pacing` | per-host pacing, **pure** (`policy`: token bucket, adaptive rate, cooldowns, blocks; takes `now`), answers → feedback, block pages, stated preferences; and two caches the proxy shares, not pure: robots.txt rules, remembered `Content-Usage` headers |
 //! | `store` | the shared budget's store (Redis): the scripts, the hints, the heartbeat, fallback |
 //! | `budget` | whose budget and when: the budget keys, the jobs, the limiter (host table, fair queue, dispatcher, budget seam): the only place requests wait |
-//! | `observe` | Prometheus metrics, OpenTelemetry traces, the block webhook |
+//! | `observe` | Prometheus metrics, OpenTelemetry traces, the block webhook, the host events of `/v1/events` |
 //! | `front` | the front door: who gets a connection, caps and timeouts per client, the HTTP server settings every connection is served with |
 //! | `proxy` | the proxy service, one file per step of a request's path; the body that holds the permit, locally made responses, the response store |
 //! | `admin` | the admin listener: host API, operator actions, reload, dashboard, CA; the typed views and a host's state in words |

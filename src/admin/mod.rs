@@ -1,6 +1,7 @@
 //! The admin listener: the live dashboard, Prometheus metrics, the host API, operator overrides,
-//! reload, the CA certificate, the Web Bot Auth key directory (`directory.rs`), and the check
-//! a crawler asks before it queues a URL (`/v1/check`, `check.rs`).
+//! reload, the CA certificate, the Web Bot Auth key directory (`directory.rs`), the check a
+//! crawler asks before it queues a URL (`/v1/check`, `check.rs`), and the stream of host events
+//! (`events.rs`).
 //!
 //! It runs on its own port so that it is never confused with proxy traffic. With `[admin] token`
 //! set, every request must carry it as a bearer token (and the token is required to bind beyond
@@ -9,6 +10,7 @@
 pub(crate) mod card;
 mod check;
 mod directory;
+mod events;
 pub(crate) mod explain;
 pub(crate) mod reload;
 pub(crate) mod views;
@@ -32,6 +34,7 @@ use crate::budget::keys::{BudgetKey, Keyer};
 use crate::budget::limiter::{HostSnapshot, Limiter, OperatorAction};
 use crate::config::LiveConfig;
 use crate::front::sockets::Sockets;
+use crate::observe::events::Hub;
 use crate::observe::metrics::Metrics;
 use crate::pacing::robots::RobotsCache;
 use crate::proxy::answer::body::ProxyBody;
@@ -64,6 +67,8 @@ pub(crate) struct Admin {
     robots: Arc<RobotsCache>,
     /// The proxy whose phases decide `/v1/check` (`None`: the check answers 503).
     checker: Option<Arc<crate::proxy::Proxy>>,
+    /// The host events `GET /v1/events` streams (the limiter's herald publishes to it).
+    events: Arc<Hub>,
 }
 
 impl Admin {
@@ -88,6 +93,7 @@ impl Admin {
             plain_unsigned: Arc::new(PlainUnsigned::default()),
             robots: Arc::new(RobotsCache::new()),
             checker: None,
+            events: Arc::default(),
         }
     }
 
@@ -96,6 +102,17 @@ impl Admin {
     pub(crate) fn with_checker(mut self, proxy: Arc<crate::proxy::Proxy>) -> Self {
         self.checker = Some(proxy);
         self
+    }
+
+    /// This service, streaming the events of `hub` at `GET /v1/events`.
+    pub(crate) fn with_events(mut self, hub: Arc<Hub>) -> Self {
+        self.events = hub;
+        self
+    }
+
+    /// The hub `GET /v1/events` streams: closed at shutdown, so that every stream ends.
+    pub(crate) fn events_hub(&self) -> &Arc<Hub> {
+        &self.events
     }
 
     /// This service, naming in `/hosts` the licences of the robots.txt files the proxy knows
@@ -286,6 +303,8 @@ impl Admin {
             (&Method::POST, ["reload"]) => self.reload(),
             (&Method::GET | &Method::HEAD, ["v1", "check"]) => self.check_one(&query).await,
             (&Method::POST, ["v1", "check"]) => self.check_many(&query, req).await,
+            (&Method::GET, ["v1", "events"]) => self.events(req.headers(), &query).await,
+            (&Method::GET | &Method::HEAD, ["v1", "events", "stats"]) => self.events_stats(),
             _ => error_json(
                 StatusCode::NOT_FOUND,
                 &format!("no admin endpoint {method} {path}"),

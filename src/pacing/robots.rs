@@ -59,6 +59,35 @@ pub(crate) enum Fetched {
     Unreachable(String),
 }
 
+/// What a robots.txt body asks of the client in `agent`'s group, as `robots_fetched` tells it:
+/// whether it disallows anything at all (a `Disallow` line whose path the group does not allow),
+/// and the seconds between requests it asks for (the longer of `Crawl-delay` and the interval
+/// of `Request-rate`), if any.
+pub(crate) fn summary(txt: &[u8], agent: &str) -> (bool, Option<f64>) {
+    let agent = agent.to_ascii_lowercase();
+    let Ok(robot) = Robot::new(&agent, txt) else {
+        // An unparsable file is no rules (as `AgentRules::verdict` treats it).
+        return (false, None);
+    };
+    let disallows_any = String::from_utf8_lossy(txt).lines().any(|line| {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let Some((field, value)) = line.split_once(':') else {
+            return false;
+        };
+        let path: String = value
+            .trim()
+            .chars()
+            .take_while(|c| *c != '*' && *c != '$')
+            .collect();
+        field.trim().eq_ignore_ascii_case("disallow")
+            && !value.trim().is_empty()
+            && !robot.allowed(if path.is_empty() { "/" } else { &path })
+    });
+    let pacing = RobotsPreferences::parse(txt).pacing(&agent);
+    let delay = longest(robot.delay.map(f64::from), pacing.request_interval);
+    (disallows_any, delay)
+}
+
 /// The verdict for one request.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Verdict {

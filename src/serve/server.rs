@@ -29,6 +29,7 @@ use crate::config::{Config, LiveConfig};
 use crate::front::client_io::ClientIo;
 use crate::front::connections::Connections;
 use crate::front::gate::{self, Caps, Gate, Slot, Spare};
+use crate::observe::events::Hub;
 use crate::observe::metrics::Metrics;
 use crate::observe::telemetry::Telemetry;
 use crate::proxy::{Proxy, UpstreamSetup};
@@ -161,7 +162,7 @@ impl Parts {
         let upstream_tls = tls::client_config(config.proxy.upstream_ca.as_deref())?;
         let config = Arc::new(config);
         let live = LiveConfig::new(config.clone());
-        let limiter = start_limiter(&config, &live).await?;
+        let (limiter, events) = start_limiter(&config, &live).await?;
         let metrics = metrics_for(&config, &limiter);
         let connections = Connections::new();
         let keyer = keyer_for(&config, [proxy_addr, admin_addr]);
@@ -183,7 +184,7 @@ impl Parts {
         );
         let admin = admin_beside(
             &proxy,
-            &live,
+            (&live, &events),
             &limiter,
             keyer,
             &metrics,
@@ -340,6 +341,8 @@ impl Parts {
         drop(proxy_port);
         info!("shutting down: refusing queued requests, finishing those in flight");
         self.limiter.shutdown();
+        // Every event stream ends, so that the drain does not wait on an admin connection.
+        self.admin.events_hub().close();
         self.background.stop_sweeping();
         let grace = self.live.get().proxy.shutdown_grace;
         // The admin port stays open while requests drain, so that `/readyz` says 503 (draining) and
@@ -473,7 +476,7 @@ fn keyer_for(config: &Config, own: [SocketAddr; 2]) -> Keyer {
 /// unsigned over plain http, its robots.txt cache, and the proxy itself for `/v1/check`.
 fn admin_beside(
     proxy: &Arc<Proxy>,
-    live: &LiveConfig,
+    (live, events): (&LiveConfig, &Arc<Hub>),
     limiter: &Arc<Limiter>,
     keyer: Keyer,
     metrics: &Arc<Metrics>,
@@ -493,14 +496,29 @@ fn admin_beside(
         .with_plain_unsigned(proxy.plain_unsigned().clone())
         .with_robots(proxy.robots().clone())
         .with_checker(proxy.clone())
+        .with_events(events.clone())
         .listening_on(admin_addr),
     )
+}
+
+/// The hub of `GET /v1/events`, hearing every host event `limiter` tells from now on, with room
+/// for streams on half the admin listener's connections.
+fn events_of(limiter: &Limiter, config: &Config) -> Arc<Hub> {
+    let hub = Arc::new(Hub::for_admin(config.admin.max_connections));
+    let publisher = hub.clone();
+    limiter
+        .herald()
+        .listen(move |event| publisher.publish(&event));
+    hub
 }
 
 /// The limiter, local or on the `[shared]` store (checked once: a store of another kind than the
 /// URL says is refused, one that does not answer starts this instance in fallback), with the
 /// hosts of the state file restored.
-async fn start_limiter(config: &Config, live: &LiveConfig) -> anyhow::Result<Arc<Limiter>> {
+async fn start_limiter(
+    config: &Config,
+    live: &LiveConfig,
+) -> anyhow::Result<(Arc<Limiter>, Arc<Hub>)> {
     let limiter = match &config.shared {
         Some(settings) => {
             let store = crate::store::RedisStore::new(settings).map_err(anyhow::Error::msg)?;
@@ -510,8 +528,10 @@ async fn start_limiter(config: &Config, live: &LiveConfig) -> anyhow::Result<Arc
         }
         None => Limiter::with_live(live.clone()),
     };
+    // Heard before the restore: a cooldown kept from the last run is told like a new one.
+    let events = events_of(&limiter, config);
     limiter.restore(&state::load(&config.proxy.state_dir));
-    Ok(limiter)
+    Ok((limiter, events))
 }
 
 /// The place of a connection from `peer`, or `None` when it was refused (and closed): a client

@@ -29,8 +29,9 @@ pub(crate) struct Background {
 }
 
 impl Background {
-    /// Starts the sweeper (every `idle_host_seconds / 4`, between 1 s and 60 s), the state saver
-    /// and, with a shared store, its heartbeat, releaser of ended turns and hint subscriber.
+    /// Starts the sweeper (every `idle_host_seconds / 4`, between 1 s and 60 s), the state saver,
+    /// the timer that tells the ends of cooldowns and pauses (`GET /v1/events`) and, with a
+    /// shared store, its heartbeat, releaser of ended turns and hint subscriber.
     pub(crate) fn start(
         limiter: Arc<Limiter>,
         proxy: Arc<Proxy>,
@@ -63,6 +64,7 @@ impl Background {
                 stop.child_token(),
             ));
         }
+        tasks.spawn(limiter.clone().announce_ends(stop.child_token()));
         let saver = tasks.spawn(save_state(limiter, stop.child_token()));
         tasks.close();
         Background {

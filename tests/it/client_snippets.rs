@@ -15,25 +15,27 @@ use http::Response;
 /// What the site says, and what each snippet must print.
 const PAGE: &str = "hello from example.com through courtesy";
 
-/// One fenced block of docs/clients.md with the marker before it.
-struct Snippet {
-    /// `run` or `from`.
-    kind: String,
-    /// The client's name (`run`) or the file (`from`).
-    name: String,
+/// One fenced block of docs/clients.md with the marker before it (also read by
+/// `frontier_clients`, whose section marks its blocks `<!-- excerpt: FILE -->`).
+pub(crate) struct Snippet {
+    /// `run`, `from` or `excerpt`.
+    pub(crate) kind: String,
+    /// The client's name (`run`) or the file (`from`, `excerpt`).
+    pub(crate) name: String,
     /// The fence's language.
-    lang: String,
+    pub(crate) lang: String,
     /// The code.
-    code: String,
+    pub(crate) code: String,
 }
 
-fn clients_doc() -> String {
+/// The text of docs/clients.md.
+pub(crate) fn clients_doc() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/clients.md"))
         .expect("docs/clients.md")
 }
 
 /// Every marked block of the doc, in order.
-fn snippets(doc: &str) -> Vec<Snippet> {
+pub(crate) fn snippets(doc: &str) -> Vec<Snippet> {
     let mut found = Vec::new();
     let mut lines = doc.lines();
     while let Some(line) = lines.next() {

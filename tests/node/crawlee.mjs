@@ -4,9 +4,9 @@
 // docs/clients.md says: 403 is not a "blocked session" status (courtesy answers a robots.txt
 // refusal with its own 403, and pauses a host behind a 403 wall itself), and a page courtesy
 // refused (its own 403, with `Proxy-Status: courtesy`) is set aside. Crawlee's own
-// `respectRobotsTxtFile` is off: it fetches robots.txt around the proxy. Prints one JSON line: the
-// URLs handled and refused, and Crawlee's own counts of failed requests, retries and retired
-// sessions, with every error it met.
+// `respectRobotsTxtFile` is off: it fetches robots.txt around the proxy (courtesy's check stands in
+// for it: frontier_filter.mjs). Prints one JSON line: the URLs handled and refused, and Crawlee's
+// own counts of failed requests, retries and retired sessions, with every error it met.
 import { CheerioCrawler, Configuration, ProxyConfiguration } from "crawlee";
 
 const proxyUrl = process.env.PROXY_URL;

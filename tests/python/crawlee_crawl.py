@@ -6,8 +6,9 @@ every link of the same host followed from START_URL, set up as docs/clients.md s
 the handler instead of retiring the session (courtesy answers a robots.txt refusal with its own
 403, and pauses a host behind a 403 wall itself), and a page courtesy refused (`Proxy-Status:
 courtesy`) is set aside. Crawlee's own `respect_robots_txt_file` is off: it fetches robots.txt
-around the proxy. Prints one JSON line: the URLs handled and refused, Crawlee's own counts of
-failed requests and retries, the sessions it retired, and every error it met.
+around the proxy (courtesy's check stands in for it: frontier_filter.py). Prints one JSON line:
+the URLs handled and refused, Crawlee's own counts of failed requests and retries, the sessions it
+retired, and every error it met.
 """
 
 import asyncio

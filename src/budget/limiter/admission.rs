@@ -201,6 +201,7 @@ impl Limiter {
         if state.queue().len() >= max_queue {
             let refusal = queue_full(&state, now);
             state.stats_mut().refused(&refusal);
+            self.herald().queue_full(&entry.key, max_queue, now);
             return TryNow::Refused(refusal);
         }
         let (tx, answer) = oneshot::channel();

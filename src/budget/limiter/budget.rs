@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::egress::{Downlink, Egress, EgressToken};
+use super::herald::Herald;
 use super::host::{Host, HostState};
 use crate::pacing::policy::{CooldownCause, Observation, Reaction, WaitReason};
 use crate::store::{Lease, Lesson, Limits, RateBounds, RedisStore, StoreAction};
@@ -28,21 +29,32 @@ pub(super) const FINE_MIN_RATE: f64 = 1.0;
 /// Where the budget of every host is kept.
 #[derive(Debug, Clone)]
 pub(crate) enum Budget {
-    /// In this process: each host's pacing state. `persist` is told whenever a cooldown, block
-    /// pause or operator's setting begins or grows, so that it reaches the state file within
-    /// milliseconds (a crash must not forget it).
+    /// In this process: each host's pacing state. `persist` (in `signals`) is told whenever a
+    /// cooldown, block pause or operator's setting begins or grows, so that it reaches the state
+    /// file within milliseconds (a crash must not forget it).
     Local {
-        /// Wakes the state saver.
-        persist: Arc<Notify>,
+        /// Wakes the state saver; tells host events.
+        signals: Arc<Signals>,
     },
     /// In a store shared with other instances; cooldowns are kept here too (and saved), so that
     /// they hold while the store is away.
     Shared {
-        /// Wakes the state saver.
-        persist: Arc<Notify>,
+        /// Wakes the state saver; tells host events.
+        signals: Arc<Signals>,
         /// The store.
         store: Arc<RedisStore>,
     },
+}
+
+/// What a budget tells beyond itself, in one allocation that every permit shares with the
+/// budget (no second reference count to move per request): the state saver's signal and the
+/// herald of host events.
+#[derive(Debug, Default)]
+pub(crate) struct Signals {
+    /// Wakes the state saver.
+    pub(crate) persist: Notify,
+    /// Tells host events (`herald.rs`).
+    pub(crate) herald: Herald,
 }
 
 /// The answer to "may the next request to this host go now?".
@@ -279,9 +291,16 @@ impl Budget {
     }
 
     /// What wakes the state saver: a cooldown, a block pause or an operator's change.
-    pub(crate) fn persist_signal(&self) -> Arc<Notify> {
+    pub(crate) fn persist_signal(&self) -> &Notify {
         match self {
-            Budget::Local { persist } | Budget::Shared { persist, .. } => persist.clone(),
+            Budget::Local { signals } | Budget::Shared { signals, .. } => &signals.persist,
+        }
+    }
+
+    /// What tells host events (`herald.rs`).
+    pub(crate) fn herald(&self) -> &Herald {
+        match self {
+            Budget::Local { signals } | Budget::Shared { signals, .. } => &signals.herald,
         }
     }
 

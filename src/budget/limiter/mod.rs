@@ -14,6 +14,7 @@
 //! | `names.rs` | the names sharing a budget keyed by domain or address |
 //! | `budget.rs` | the seam: a turn asked, an answer reported |
 //! | `grant.rs` | a turn without its host (`Grant`), as a queued request's reply carries it |
+//! | `herald.rs` | host events told as the state changes (`/v1/events`), and the timer of the ends |
 //! | `permit.rs` | a request's turn while it is in flight |
 //! | `dispatch.rs` | handing out queued turns in order, the fine-grained wait |
 //! | `egress.rs` | the ceilings on all hosts together (`global_rate`, FIFO across hosts; `global_bytes_per_second`) |
@@ -41,6 +42,7 @@ mod budget;
 mod dispatch;
 mod egress;
 mod grant;
+mod herald;
 mod host;
 #[doc(hidden)]
 pub mod lanes;
@@ -63,6 +65,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 pub(crate) use admission::Admission;
+pub(crate) use herald::{EventKind, HostEvent, PausedBy, RateWhy, ResumedBy, Source};
 pub use host::Host;
 pub(crate) use permit::{ByteMeter, OpenSockets, Permit};
 pub use stats::HostStats;
@@ -133,8 +136,8 @@ impl Limiter {
         config: LiveConfig,
         store: Arc<crate::store::RedisStore>,
     ) -> Arc<Self> {
-        let persist = Arc::new(tokio::sync::Notify::new());
-        Self::with_budget(config, Budget::Shared { persist, store }, Timer::Fine)
+        let signals = Arc::default();
+        Self::with_budget(config, Budget::Shared { signals, store }, Timer::Fine)
     }
 
     /// A limiter that waits on tokio's timer alone: turns may come about 1 ms late, but a test on
@@ -145,8 +148,8 @@ impl Limiter {
     }
 
     fn build(config: LiveConfig, timer: Timer) -> Arc<Self> {
-        let persist = Arc::new(tokio::sync::Notify::new());
-        Self::with_budget(config, Budget::Local { persist }, timer)
+        let signals = Arc::default();
+        Self::with_budget(config, Budget::Local { signals }, timer)
     }
 
     fn with_budget(config: LiveConfig, budget: Budget, timer: Timer) -> Arc<Self> {
@@ -254,6 +257,8 @@ impl Limiter {
     }
 }
 
+#[cfg(test)]
+mod herald_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

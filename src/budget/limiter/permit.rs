@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::budget::Budget;
 use super::egress::Downlink;
 use super::grant::{Grant, Paced, WaitRecord};
+use super::herald::{rate_step, EventKind, Look, RateWhy, Source};
 use super::host::{Host, HostState};
 use super::refusal::refuse_queue;
 use super::verdicts::ShadowVerdict;
@@ -104,6 +105,23 @@ impl Report {
     /// report-only host's request), so there is none to give back.
     fn spent(&self) -> bool {
         self.sent_at.is_some() || self.shadow.is_some()
+    }
+}
+
+/// Why an answer moved the rate: RateLimit headers, a cut after trouble, latency, or recovery.
+fn rate_why(answer: &Answer, reaction: &Reaction) -> RateWhy {
+    use crate::pacing::feedback::Feedback;
+    if answer.server.is_some() {
+        RateWhy::Ratelimit
+    } else if reaction.rate_after > reaction.rate_before {
+        RateWhy::Recovery
+    } else if matches!(
+        answer.feedback,
+        Feedback::Throttled | Feedback::Overloaded | Feedback::Failed
+    ) {
+        RateWhy::Backoff
+    } else {
+        RateWhy::Latency
     }
 }
 
@@ -241,6 +259,7 @@ impl Permit {
             now,
         );
         state.stats_mut().answered(answer.status);
+        self.tell_reaction(&state, answer, &reaction, now);
         let refused = if reaction.cooldown.is_some() {
             refuse_queue(&mut state, now)
         } else {
@@ -254,9 +273,38 @@ impl Permit {
         (reaction, teaching)
     }
 
-    /// Pauses this permit's host for a soft block (a challenge page was seen in its response).
-    /// Returns the pause if a new one started (so the caller logs and alerts once).
-    pub fn soft_block(&self) -> Option<Duration> {
+    /// Tells what an answer's `reaction` changed (under the host's lock, `state`): a hard block,
+    /// a cooldown or pause begun or grown, the rate moved far enough to be told again.
+    fn tell_reaction(&self, state: &HostState, answer: &Answer, reaction: &Reaction, now: Instant) {
+        let herald = self.budget.herald();
+        let key = &self.host.key;
+        if reaction.hard_block {
+            let after = state.policy().blocks.hard_block_after;
+            let kind = EventKind::BlockDetected {
+                signal: "hard_block",
+                detail: format!("{after} answers 403 in a row"),
+                status: answer.status,
+            };
+            herald.tell(key, Source::Local, kind);
+        }
+        if reaction.cooldown.is_some() || reaction.hard_block {
+            herald.look_at(key, state, (Look::Change, Source::Local), now);
+        }
+        let (before, after) = (reaction.rate_before, reaction.rate_after);
+        if before != after && rate_step(before) != rate_step(after) {
+            let kind = EventKind::RateChanged {
+                old: reaction.rate_before,
+                new: reaction.rate_after,
+                why: rate_why(answer, reaction),
+            };
+            herald.tell(key, Source::Local, kind);
+        }
+    }
+
+    /// Pauses this permit's host for a soft block (a challenge page was seen in its response of
+    /// `status`; `what` says how, for the event). Returns the pause if a new one started (so the
+    /// caller logs and alerts once).
+    pub fn soft_block(&self, what: &str, status: u16) -> Option<Duration> {
         let now = Instant::now();
         let mut state = self.host.lock();
         let pause = self.budget.pause_for_block(
@@ -266,6 +314,14 @@ impl Permit {
             self.lease_start(),
             now,
         )?;
+        let kind = EventKind::BlockDetected {
+            signal: "soft_block",
+            detail: what.to_string(),
+            status: Some(status),
+        };
+        let herald = self.budget.herald();
+        herald.tell(&self.host.key, Source::Local, kind);
+        herald.look_at(&self.host.key, &state, (Look::Change, Source::Local), now);
         let refused = refuse_queue(&mut state, now);
         drop(state);
         for (waiter, refusal) in refused {

@@ -18,6 +18,7 @@ use tokio::time::{sleep, Instant};
 use super::budget::FINE_MIN_RATE;
 use super::egress::EgressToken;
 use super::grant::{Grant, Paced};
+use super::herald::{Look, RateWhy, Source};
 use super::host::Host;
 use super::permit::hand_to_head;
 use super::refusal::refuse_queue;
@@ -230,6 +231,8 @@ fn cool(
         let mut state = host.lock();
         state.adopt_shared(view.rate, view.rate_override, now);
         state.close(now + remaining, cause, now);
+        let why = (Look::Change, Source::Shared);
+        limiter.herald().look_at(&host.key, &state, why, now);
         refuse_queue(&mut state, now)
     };
     limiter.budget.persist_signal().notify_one();
@@ -390,9 +393,16 @@ impl Limiter {
             return;
         };
         let now = Instant::now();
+        let look = match &hint {
+            Hint::Resume(_) => Some(Look::Operator),
+            Hint::Cool(..) | Hint::Pause(..) => Some(Look::Change),
+            _ => None,
+        };
+        let rate_hint = matches!(hint, Hint::Rate(..));
         let refused = {
             let mut state = host.lock();
-            match hint {
+            let rate_before = state.pacing().effective_rate(now);
+            let refused = match hint {
                 Hint::Free(..) => Vec::new(),
                 Hint::Cool(_, d, cause) => {
                     state.close(now + d, cause, now);
@@ -416,7 +426,17 @@ impl Limiter {
                     }
                     Vec::new()
                 }
+            };
+            if let Some(look) = look {
+                self.herald()
+                    .look_at(&host.key, &state, (look, Source::Shared), now);
             }
+            if rate_hint {
+                let why = (RateWhy::Operator, Source::Shared);
+                self.herald()
+                    .rate_moved(&host.key, (&state, rate_before), why, now);
+            }
+            refused
         };
         for (waiter, refusal) in refused {
             let _ = waiter.reply.send(Err(refusal));

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use super::herald::{Look, RateWhy, Source};
 use super::host::{Host, Waiter};
 use super::refusal::refuse_queue;
 use super::{BudgetKey, HostStats, Limiter, OpenSockets, Refusal, ShadowCounts, WaitReason};
@@ -228,6 +229,7 @@ impl Limiter {
         {
             let mut state = entry.lock();
             state.touch(now);
+            let rate_before = state.pacing().effective_rate(now);
             match action {
                 OperatorAction::Pause(length) => {
                     state.operator_pause(now + length);
@@ -250,6 +252,10 @@ impl Limiter {
                     state.set_forced(false);
                 }
             }
+            let herald = self.herald();
+            herald.look_at(&entry.key, &state, (Look::Operator, Source::Local), now);
+            let why = (RateWhy::Operator, Source::Local);
+            herald.rate_moved(&entry.key, (&state, rate_before), why, now);
         }
         warn!(host = %key, ?action, "operator override");
         for (waiter, refusal) in refused {
@@ -309,7 +315,11 @@ impl Limiter {
         let now = Instant::now();
         let capped = state.pacing().robots_cap() != rate;
         if capped {
+            let before = state.pacing().effective_rate(now);
             state.set_robots_cap(rate, now);
+            let why = (RateWhy::Robots, Source::Local);
+            self.herald()
+                .rate_moved(&entry.key, (&state, before), why, now);
         }
         let window = window.filter(|w| state.pacing().robots_visit() != *w);
         let closed = window.is_some();
@@ -408,6 +418,8 @@ impl Limiter {
             let entry = self.host(&key);
             let mut state = entry.lock();
             state.restore(&record.pacing, now);
+            let why = (Look::Change, Source::Local);
+            self.herald().look_at(&entry.key, &state, why, now);
             state.set_forced(record.forced);
             state.touch(now);
         }

@@ -110,7 +110,9 @@ async fn an_operators_pause_and_a_block_pause_have_their_own_words() {
     );
     let mut seen = limiter.admit(("s.test", 80)).await.unwrap();
     seen.mark_sent();
-    let pause = seen.soft_block().expect("a new block pause");
+    let pause = seen
+        .soft_block("a test's block", 200)
+        .expect("a new block pause");
     drop(seen);
     assert_eq!(
         wait_of(&limiter, "s.test").await,

@@ -48,10 +48,10 @@ impl Blocks {
         }
     }
 
-    /// A soft block was seen in the response of `permit` (`what` says how): pauses the host, once
-    /// per pause.
-    pub(crate) fn soft(&self, permit: &Permit, what: &str) {
-        if let Some(pause) = permit.soft_block() {
+    /// A soft block was seen in the response of `permit` (`what` says how; `status`, the
+    /// answer's): pauses the host, once per pause.
+    pub(crate) fn soft(&self, permit: &Permit, what: &str, status: u16) {
+        if let Some(pause) = permit.soft_block(what, status) {
             self.metrics.block(permit.host_key(), "soft_block");
             warn!(
                 host = %permit.host_key(),
@@ -116,7 +116,7 @@ impl Blocks {
                 status,
             ),
             Box::new(move |permit: &Permit, marker: &str| {
-                blocks.soft(permit, &format!("block marker {marker:?}"))
+                blocks.soft(permit, &format!("block marker {marker:?}"), status)
             }),
         )))
     }

@@ -20,6 +20,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use crate::budget::limiter::Permit;
+use crate::observe::events::EventStream;
 use crate::pacing::blocks::{BodyScan, Verdict};
 use crate::pacing::feedback::Feedback;
 use crate::pacing::policy::Answer;
@@ -39,6 +40,9 @@ pub enum ProxyBody {
     Upstream(Streamed),
     /// A small body made by courtesy.
     Local(Option<Bytes>),
+    /// The events of `GET /v1/events` (Server-Sent Events) as they come, until the subscriber
+    /// is dropped or courtesy shuts down.
+    Events(EventStream),
     /// Bytes courtesy read ahead of a body (to see whether a 429 or 503 was a challenge page
     /// before sending the request again), then the rest of it.
     Prefixed {
@@ -204,6 +208,9 @@ impl Body for ProxyBody {
         match self.get_mut() {
             ProxyBody::Upstream(streamed) => streamed.poll_frame(cx),
             ProxyBody::Local(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            ProxyBody::Events(stream) => stream
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(|never| -> BodyError { match never {} }))),
             ProxyBody::Prefixed { first, rest } => match first.take() {
                 Some(data) => Poll::Ready(Some(Ok(Frame::data(data)))),
                 None => Pin::new(rest.as_mut()).poll_frame(cx),
@@ -215,6 +222,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Upstream(streamed) => streamed.body.is_end_stream(),
             ProxyBody::Local(data) => data.is_none(),
+            ProxyBody::Events(stream) => stream.is_end_stream(),
             ProxyBody::Prefixed { first, rest } => first.is_none() && rest.is_end_stream(),
         }
     }
@@ -225,6 +233,7 @@ impl Body for ProxyBody {
             ProxyBody::Local(data) => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
+            ProxyBody::Events(_) => SizeHint::new(),
             ProxyBody::Prefixed { first, rest } => {
                 let ahead = first.as_ref().map_or(0, |d| d.len() as u64);
                 let rest = rest.size_hint();

@@ -52,11 +52,11 @@ impl Proxy {
         if priced {
             // A priced page (402 + crawler-price) is a price, never a challenge: not scanned.
         } else if let Some(signal) = header_block(&parts.headers) {
-            self.blocks
-                .soft(&permit, &format!("challenge header {signal}"));
+            let what = format!("challenge header {signal}");
+            self.blocks.soft(&permit, &what, parts.status.as_u16());
         } else if let Some(to) = block_redirect(&parts, &policy.blocks.markers, &cx.budget.host) {
-            self.blocks
-                .soft(&permit, &format!("a redirect to a block page ({to})"));
+            let what = format!("a redirect to a block page ({to})");
+            self.blocks.soft(&permit, &what, parts.status.as_u16());
         }
         let scan = if priced {
             None

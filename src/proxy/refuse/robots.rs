@@ -14,6 +14,7 @@ use crate::proxy::send::exchange::Exchanged;
 use tracing::{info, warn};
 
 use crate::budget::limiter::Admission;
+use crate::budget::limiter::EventKind;
 use crate::budget::limiter::Refusal;
 use crate::config::HostPolicy;
 use crate::pacing::robots::{self, Fetched, Step, Verdict};
@@ -143,7 +144,10 @@ impl Proxy {
                     // kept inline, would make every request's future larger to move.
                     let fetch = Box::pin(self.fetch_robots(&cx.target, scheme, user_agent));
                     match fetch.await {
-                        Ok(fetched) => guard.finish(fetched, cx.policy.robots.keep_on_failure),
+                        Ok(fetched) => {
+                            self.tell_robots(&budget.key, &fetched, &agent);
+                            guard.finish(fetched, cx.policy.robots.keep_on_failure)
+                        }
                         Err(NotFetched::Refused(refusal)) => {
                             // The host refuses every request right now (a cooldown in reject mode):
                             // this one gets that answer, and a later request fetches robots.txt.
@@ -162,6 +166,26 @@ impl Proxy {
                 }
             }
         }
+    }
+
+    /// Tells `robots_fetched` for the budget `key`: the status, whether the rules disallow
+    /// anything for `agent`'s group, its Crawl-delay. An unreachable robots.txt disallows
+    /// everything until the next try.
+    fn tell_robots(&self, key: &str, fetched: &Fetched, agent: &str) {
+        let (status, disallows_any, crawl_delay_s) = match fetched {
+            Fetched::Rules(txt, _) => {
+                let (disallows_any, delay) = robots::summary(txt, agent);
+                (Some(200), disallows_any, delay)
+            }
+            Fetched::Unavailable(status) => (Some(*status), false, None),
+            Fetched::Unreachable(_) => (None, true, None),
+        };
+        let kind = EventKind::RobotsFetched {
+            status,
+            disallows_any,
+            crawl_delay_s,
+        };
+        self.limiter.tell(key, kind);
     }
 
     /// Fetches robots.txt for `target` through the host's budget like any request: up to

@@ -72,8 +72,8 @@ impl Proxy {
                 Verdict::Block(marker) => break Some(marker),
             }
         }?;
-        self.blocks
-            .soft(permit, &format!("block marker {found:?} (not retried)"));
+        let what = format!("block marker {found:?} (not retried)");
+        self.blocks.soft(permit, &what, status);
         Some(BlockAnswer {
             response: Response::from_parts(parts, body),
             ahead: ahead.freeze(),
