@@ -78,6 +78,22 @@ impl VisitWindow {
         Duration::from_secs(wait)
     }
 
+    /// How long after `at` the window closes, while `at` is inside it (`None` outside).
+    pub(crate) fn closes_in(&self, at: SystemTime) -> Option<Duration> {
+        if !self.contains(at) {
+            return None;
+        }
+        let seconds = at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let into_day = seconds % 86_400;
+        let closes = u64::from(self.end) * 60;
+        let wait = if closes > into_day {
+            closes - into_day
+        } else {
+            86_400 - into_day + closes
+        };
+        Some(Duration::from_secs(wait))
+    }
+
     /// The window as the file wrote it, `HHMM-HHMM` (for `/hosts` and the log).
     pub(crate) fn text(&self) -> String {
         format!(

@@ -181,23 +181,36 @@ pub(crate) struct Closed {
     pub(crate) cooldown: Option<Cooldown>,
     /// The end of an operator's pause in force.
     pub(crate) operator: Option<Instant>,
+    /// Outside robots.txt's Visit-time hours: when they begin.
+    pub(crate) visit: Option<Instant>,
+    /// Inside them: when they end (the host closes then; not told, only timed).
+    pub(crate) visit_closes: Option<Instant>,
 }
 
 impl Closed {
     /// What closes the host of `state` at `now`.
     pub(super) fn of(state: &HostState, now: Instant) -> Self {
+        let (visit, visit_closes) = state.pacing().visit_edges(now);
         Closed {
             cooldown: state.pacing().cooldown(now),
             operator: state.pacing().operator_paused_until(now),
+            visit,
+            visit_closes,
         }
     }
 
-    /// The earliest end of what closes the host: when the timer looks at it again.
+    /// The earliest end of what closes the host, or of its Visit-time hours: when the timer
+    /// looks at it again.
     pub(super) fn end(&self) -> Option<Instant> {
-        [self.cooldown.map(|c| c.until), self.operator]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.cooldown.map(|c| c.until),
+            self.operator,
+            self.visit,
+            self.visit_closes,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 
@@ -229,6 +242,8 @@ pub(crate) struct Record {
     operator: Option<(Instant, Source)>,
     /// A block's pause told, and where it was learned.
     block: Option<Source>,
+    /// A closing by robots.txt's Visit-time told.
+    visit: bool,
     /// The end the timer is set for.
     wake: Option<Instant>,
 }
@@ -236,7 +251,7 @@ pub(crate) struct Record {
 impl Record {
     /// Nothing told is still running.
     pub(super) fn is_empty(&self) -> bool {
-        self.cooldown.is_none() && self.operator.is_none() && self.block.is_none()
+        self.cooldown.is_none() && self.operator.is_none() && self.block.is_none() && !self.visit
     }
 }
 
@@ -300,9 +315,37 @@ pub(crate) fn changes(
             source,
         });
     }
+    visit_changes(record, live, (now, wall), &mut out);
     block_changes(record, live, (lifted_by, source), (now, wall), &mut out);
     operator_changes(record, live, (lifted_by, source), (now, wall), &mut out);
     out
+}
+
+/// robots.txt's Visit-time hours: the host closes when they end (a cooldown of cause
+/// `visit_time` until they begin again) and opens when they begin.
+fn visit_changes(
+    record: &mut Record,
+    live: Closed,
+    (now, wall): (Instant, SystemTime),
+    out: &mut Vec<(EventKind, Source)>,
+) {
+    let cause = CooldownCause::VisitTime;
+    match (record.visit, live.visit) {
+        (true, None) => {
+            out.push((EventKind::CooldownEnded { cause }, Source::Local));
+            record.visit = false;
+        }
+        (false, Some(opens)) => {
+            let kind = EventKind::CooldownStarted {
+                until: wall_of(opens, now, wall),
+                cause,
+                extended: false,
+            };
+            out.push((kind, Source::Local));
+            record.visit = true;
+        }
+        _ => {}
+    }
 }
 
 /// The block's pause: a cooldown whose cause is a block, told as a pause too.
@@ -442,7 +485,8 @@ impl Herald {
         // The timer is set again only for an earlier end: a cooldown that grows keeps its timer,
         // which looks again at the old end and sets itself for the new one then. So the heap
         // holds about one entry per host in trouble, however often its cooldown grows.
-        let earlier = if record.is_empty() {
+        // A host inside its Visit-time hours keeps its record (empty) for the timer of their end.
+        let earlier = if record.is_empty() && live.visit_closes.is_none() {
             told.records.remove(host);
             false
         } else if record.wake.is_none_or(|wake| next < wake) {

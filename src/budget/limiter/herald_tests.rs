@@ -64,6 +64,7 @@ fn a_cooldown_is_told_when_it_starts_grows_a_second_and_ends() {
     let live = Closed {
         cooldown: cooldown(now, now + Duration::from_secs(3), status),
         operator: None,
+        ..Closed::default()
     };
     let told = changes(&mut record, live, why, (now, wall));
     assert_eq!(kinds(&told), ["cooldown_started"]);
@@ -76,11 +77,13 @@ fn a_cooldown_is_told_when_it_starts_grows_a_second_and_ends() {
     let grown = Closed {
         cooldown: cooldown(now, now + Duration::from_millis(3900), status),
         operator: None,
+        ..Closed::default()
     };
     assert!(changes(&mut record, grown, why, (now, wall)).is_empty());
     let longer = Closed {
         cooldown: cooldown(now, now + Duration::from_secs(5), status),
         operator: None,
+        ..Closed::default()
     };
     let told = changes(&mut record, longer, why, (now, wall));
     assert_eq!(kinds(&told), ["cooldown_extended"]);
@@ -105,12 +108,14 @@ fn a_new_cooldown_after_an_untold_end_is_an_end_then_a_start() {
     let first = Closed {
         cooldown: cooldown(now, now + Duration::from_secs(1), CooldownCause::Failure),
         operator: None,
+        ..Closed::default()
     };
     changes(&mut record, first, why, (now, wall));
     let then = now + Duration::from_secs(2);
     let second = Closed {
         cooldown: cooldown(then, then + Duration::from_secs(1), CooldownCause::Failure),
         operator: None,
+        ..Closed::default()
     };
     let told = changes(&mut record, second, why, (then, wall));
     assert_eq!(kinds(&told), ["cooldown_ended", "cooldown_started"]);
@@ -124,6 +129,7 @@ fn a_block_is_a_cooldown_and_a_pause_and_an_operator_lifts_both() {
     let blocked = Closed {
         cooldown: cooldown(now, now + Duration::from_secs(60), CooldownCause::SoftBlock),
         operator: None,
+        ..Closed::default()
     };
     let told = changes(
         &mut record,
@@ -150,6 +156,7 @@ fn an_operator_pause_is_told_set_again_and_run_out() {
     let paused = Closed {
         cooldown: None,
         operator: Some(now + Duration::from_secs(30)),
+        ..Closed::default()
     };
     let told = changes(&mut record, paused, why, (now, wall));
     assert_eq!(kinds(&told), ["paused_operator"]);
@@ -158,6 +165,7 @@ fn an_operator_pause_is_told_set_again_and_run_out() {
     let again = Closed {
         cooldown: None,
         operator: Some(now + Duration::from_secs(10)),
+        ..Closed::default()
     };
     assert_eq!(
         kinds(&changes(&mut record, again, why, (now, wall))),
@@ -378,5 +386,91 @@ async fn a_cooldown_grown_again_and_again_keeps_one_timer() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(names(&events), ["cooldown_started", "cooldown_ended"]);
     assert_eq!(limiter.herald().pending(), (0, 0));
+    stop.cancel();
+}
+
+#[test]
+fn visit_time_hours_are_a_cooldown_of_their_own() {
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let why = (Look::Timer, Source::Local);
+    let mut record = Record::default();
+    let inside = Closed {
+        visit_closes: Some(now + Duration::from_secs(60)),
+        ..Closed::default()
+    };
+    assert!(changes(&mut record, inside, why, (now, wall)).is_empty());
+    let outside = Closed {
+        visit: Some(now + Duration::from_secs(3600)),
+        ..Closed::default()
+    };
+    let told = changes(&mut record, outside, why, (now, wall));
+    assert!(matches!(
+        told[..],
+        [(
+            EventKind::CooldownStarted {
+                cause: CooldownCause::VisitTime,
+                ..
+            },
+            Source::Local
+        )]
+    ));
+    let told = changes(&mut record, inside, why, (now, wall));
+    assert!(matches!(
+        told[..],
+        [(
+            EventKind::CooldownEnded {
+                cause: CooldownCause::VisitTime
+            },
+            _
+        )]
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn visit_time_hours_close_and_open_the_host_on_time() {
+    use crate::pacing::robots_pacing::VisitWindow;
+    let (limiter, events, stop) = heard(HostPolicy::default());
+    // A one-minute window two minutes from now (UTC): outside it now.
+    let minute = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+        / 60
+        % 1440;
+    let at = |m: u64| format!("{:02}{:02}", (m % 1440) / 60, m % 60);
+    let text = format!("{}-{}", at(minute + 2), at(minute + 3));
+    let window = VisitWindow::parse(&text).expect("a window");
+    let key = crate::budget::keys::BudgetKey::of_host("visit.test", 80);
+    let start = Instant::now();
+    limiter.set_robots_pacing_for(&key, None, Some(window));
+    assert_eq!(names(&events), ["cooldown_started"]);
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    let kinds: Vec<String> = events
+        .lock()
+        .expect("events")
+        .iter()
+        .map(|(_, e)| match &e.kind {
+            EventKind::CooldownStarted { cause, .. } => format!("started {}", cause.word()),
+            EventKind::CooldownEnded { cause } => format!("ended {}", cause.word()),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "started visit_time",
+            "ended visit_time",
+            "started visit_time"
+        ]
+    );
+    let times = closing(&events);
+    let open = times[1] - start;
+    let closed = times[2] - times[1];
+    assert!(
+        open > Duration::from_secs(60) && open <= Duration::from_secs(120),
+        "{open:?}"
+    );
+    assert_eq!(closed, Duration::from_secs(60));
     stop.cancel();
 }

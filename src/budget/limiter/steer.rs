@@ -325,6 +325,8 @@ impl Limiter {
         let closed = window.is_some();
         if let Some(window) = window {
             state.set_robots_visit(window, now);
+            let why = (Look::Change, Source::Local);
+            self.herald().look_at(&entry.key, &state, why, now);
         }
         drop(state);
         if capped || closed {

@@ -30,13 +30,22 @@ pub(super) struct VisitClock {
 impl VisitClock {
     /// When the window next opens after `now` (`now` itself inside it).
     pub(super) fn opens_at(&self, now: Instant) -> Instant {
+        now + self.window.opens_in(self.wall_at(now))
+    }
+
+    /// When the window next closes, while `now` is inside it.
+    pub(super) fn closes_at(&self, now: Instant) -> Option<Instant> {
+        Some(now + self.window.closes_in(self.wall_at(now))?)
+    }
+
+    /// The wall-clock time at `now`, from the anchor.
+    fn wall_at(&self, now: Instant) -> SystemTime {
         let (anchor, wall) = self.anchor;
-        let wall_now = if now >= anchor {
+        if now >= anchor {
             wall + now.duration_since(anchor)
         } else {
             wall - anchor.duration_since(now)
-        };
-        now + self.window.opens_in(wall_now)
+        }
     }
 }
 

@@ -392,6 +392,14 @@ impl Pacing {
         self.sync(now);
     }
 
+    /// robots.txt's Visit-time window at `now`: when it opens (outside it), and when it closes
+    /// (inside it); neither without a window.
+    pub(crate) fn visit_edges(&self, now: Instant) -> (Option<Instant>, Option<Instant>) {
+        let opens = self.visit_closed(now).map(|c| c.until);
+        let closes = self.rare().robots_visit.and_then(|v| v.closes_at(now));
+        (opens, closes)
+    }
+
     /// robots.txt's Visit-time window, if any.
     pub(crate) fn robots_visit(&self) -> Option<VisitWindow> {
         self.rare().robots_visit.map(|v| v.window)
