@@ -29,7 +29,7 @@ class Frontier:
     """The crawler's queue, by host: a closed host gets no request handed out until it opens."""
 
     def __init__(self, on_change=None):
-        self.closed = {}  # host -> {"cooldown" or "pause": until (seconds since the epoch)}
+        self.closed = {}  # host -> {a cooldown's cause or "pause": until (seconds since the epoch)}
         self.lock = threading.Lock()
         self.on_change = on_change or (lambda host, is_open: None)
 
@@ -100,9 +100,10 @@ def follow(frontier, admin, token=None, on_open=lambda: None):
     for event in events(admin, token, on_open):
         kind, host = event["type"], event.get("host")
         if kind == "cooldown_started":
-            frontier.close(host, "cooldown", event.get("until_unix_ms"))
+            # By cause: a Visit-time closure may overlap a 429's, and each ends on its own.
+            frontier.close(host, event.get("cause", "cooldown"), event.get("until_unix_ms"))
         elif kind == "cooldown_ended":
-            frontier.open(host, "cooldown")
+            frontier.open(host, event.get("cause", "cooldown"))
         elif kind == "paused":
             frontier.close(host, "pause", event.get("until_unix_ms"))
         elif kind == "resumed":
