@@ -1,11 +1,12 @@
 //! Asking before queueing on the admin listener: `GET /v1/check?url=URL[&job=NAME][&fetch=false]`
 //! (one URL) and `POST /v1/check[?job=NAME][&fetch=false]` (a JSON list of up to
 //! [`MAX_BATCH`] URLs, or `{"urls": [...], "job": "x", "fetch": true}`, the body's fields over
-//! the query's). Beside the spec's, `user_agent` (query or body) names the User-Agent the
-//! crawler sends, whose product token picks its robots.txt group as it does for its GET. This module reads the request and writes the JSON; what a GET would get is the
-//! proxy's to decide (`Proxy::check`, `Proxy::check_batch`), by the phases it runs itself.
-//! Under the admin API's read rules (the token, else the listener's own `Host`). Every error is
-//! JSON (`{"error": "..."}`) with a `Proxy-Status`.
+//! the query's). `user_agent` (query or body) names the User-Agent the crawler sends, whose
+//! product token picks its robots.txt group as it does for its GET. This module reads the request
+//! and writes the JSON; what a GET would get is the proxy's to decide (`Proxy::check`,
+//! `Proxy::check_batch`), by the phases it runs itself. A check may fetch robots.txt, so without
+//! a token it is kept from web pages as a write is (`Admin::serve`). Every error is JSON
+//! (`{"error": "..."}`) with a `Proxy-Status`.
 
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};

@@ -198,11 +198,12 @@ impl Admin {
         // rebound or not cannot send it.
         let probe = public || matches!(req.uri().path(), "/healthz" | "/readyz");
         if config.admin.token.is_none() && !probe {
-            // A batch check is a read sent as a POST (its list of URLs is its body): the read
-            // rules apply to it.
-            let batch_check = req.uri().path() == "/v1/check";
-            let mutating = matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE)
-                && !batch_check;
+            // A check, GET or POST, may send robots.txt fetches to the sites it names: a web
+            // page must no more cause that than steer courtesy, so it takes the write rules.
+            // Crawlers and tools send neither `Origin` nor `Sec-Fetch-Site`.
+            let check = req.uri().path() == "/v1/check";
+            let mutating =
+                matches!(*req.method(), Method::POST | Method::PUT | Method::DELETE) || check;
             let refused = if mutating {
                 self.cross_site(req.headers())
             } else {

@@ -52,7 +52,8 @@ pub(crate) const ROBOTS_FETCHES_AT_ONCE: usize = 16;
 /// The URLs of one batch decided at once once robots.txt is known (no fetch: each is a few
 /// looks under short locks and at most one look at the response store).
 const CHECKS_AT_ONCE: usize = 32;
-/// The job a check names when it names none (the spec's word; the proxy calls it "anonymous").
+/// The job a check names when it names none (the word of the check's JSON; the proxy calls it
+/// "anonymous").
 pub(crate) const DEFAULT_JOB: &str = "default";
 
 /// What courtesy would do with a GET of the URL now.

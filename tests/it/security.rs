@@ -259,6 +259,31 @@ async fn without_a_token_cross_site_and_rebound_admin_writes_are_refused() {
     assert_eq!(status, StatusCode::OK, "localhost is this listener too");
 }
 
+/// A check may send robots.txt fetches to the sites it names, so without a token a web page may
+/// not ask for one (GET or POST), as it may not steer courtesy; a tool, which sends neither
+/// `Origin` nor `Sec-Fetch-Site`, may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_a_web_page_cannot_ask_for_a_check() {
+    let courtesy = Courtesy::start("").await;
+    let one = courtesy.admin_url("/v1/check?url=http%3A%2F%2Fexample.org%2Fa");
+    let batch = courtesy.admin_url("/v1/check");
+    for headers in [
+        vec![("origin", "https://evil.example")],
+        vec![("sec-fetch-site", "cross-site")],
+    ] {
+        for (method, url) in [("GET", &one), ("POST", &batch)] {
+            let (status, proxy_status) = admin_with(method, url, &headers).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{method} {headers:?}");
+            assert!(
+                proxy_status.starts_with("courtesy; error=http_request_denied"),
+                "{method} {headers:?}: {proxy_status}"
+            );
+        }
+    }
+    let (status, _) = admin_with("GET", &one, &[]).await;
+    assert_eq!(status, StatusCode::OK, "a tool sends no Origin");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_token_rebound_admin_reads_are_refused_and_probes_answer() {
     let courtesy = Courtesy::start("").await;
