@@ -548,12 +548,15 @@ make_test_pki() {
 # The nginx.conf of the TLS origin in `dir` (tls_origin_files made its files there): 1 worker, TLS
 # on ORIGIN_PORT of HOST with the origin certificate of `pki`, serving www/ as
 # application/octet-stream over connections kept alive as long as a run lasts, and stub_status
-# (origin_counts) on plain STATUS_PORT. Starts it (start_nginx: NGINX_PID).
+# (origin_counts) on plain STATUS_PORT. Its answers carry `Cache-Control: $ORIGIN_CACHE_CONTROL`
+# (default no-store: nothing is stored or shared, every request goes upstream and the bench
+# measures the proxy's cost, not its cache; empty: none sent). Starts it (start_nginx: NGINX_PID).
 start_tls_origin() {
-    local dir=$1 pki=$2
+    local dir=$1 pki=$2 cache_control=${ORIGIN_CACHE_CONTROL-no-store}
     cat >"$dir/nginx.conf" <<EOF
 $(nginx_conf_start "$dir")
     default_type application/octet-stream;
+$([[ -z $cache_control ]] || echo "    add_header Cache-Control \"$cache_control\" always;")
     sendfile on;
     tcp_nodelay on;
     keepalive_timeout 300s;

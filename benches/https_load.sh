@@ -29,6 +29,8 @@
 #   rustls's two providers in one run (docs/https.md):
 #   cargo build --release --features aws-lc-rs --target-dir target/aws-lc
 #   ALT_BIN=target/aws-lc/release/courtesy ALT_LABEL="aws-lc-rs" bash benches/https_load.sh > out.md
+# The origin answers `Cache-Control: no-store` (ORIGIN_CACHE_CONTROL; empty: none), so that
+# courtesy's default cache and coalescing serve nothing and every request goes upstream.
 # Knobs (environment): DURATION=8 REPEATS=3 CONNS="1 16 64" NEW_CONNS="1 16 64" INFO_CONNS=16
 #   THREADS=1 (client tokio worker threads), MAX_REQUESTS=5000000 (per run), NOISE_PCT=10 and
 #   RETRY_BUDGET=20 (a run during which other processes used more than NOISE_PCT % of a core is

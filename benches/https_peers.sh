@@ -37,6 +37,8 @@
 #   rustls's two providers in one run (docs/https.md):
 #   cargo build --release --features aws-lc-rs --target-dir target/aws-lc
 #   ALT_BIN=target/aws-lc/release/courtesy ALT_LABEL="aws-lc-rs" bash benches/https_peers.sh > out.md
+# The origin answers `Cache-Control: no-store` (ORIGIN_CACHE_CONTROL; empty: none), so that
+# courtesy's default cache and coalescing serve nothing and every request goes upstream.
 # Knobs (environment): DURATION=5 REPEATS=3 CONNS="1 16 64" BODIES="1k 64k" CASES="direct courtesy
 #   nginx-proxy bare squid mitmproxy" (direct and courtesy are always run, courtesy-alt whenever
 #   ALT_BIN is set) ALT_BIN ALT_LABEL=ALT_BIN (its name in the report) THREADS=1 (client tokio

@@ -175,22 +175,28 @@ pub(crate) enum NotStored {
     /// The request carried `Authorization` and the response did not say `public`, `s-maxage` or
     /// `must-revalidate` (RFC 9111 3.5).
     Authorized,
-    /// A status courtesy does not store, or no freshness and no validator to recheck it with.
+    /// A status courtesy does not store, no explicit freshness and no validator to recheck it
+    /// with, or only a validator where no repeat is answered unasked.
     Nothing,
 }
 
 /// Whether a shared cache may store `status` with `response` (whose directives are `said`, read
 /// once by the caller for the store and the flight alike), answering `request` (a GET, whose
-/// directives are `asked`; RFC 9111 3). A response with neither an explicit freshness nor a validator is kept only when
-/// `heuristic` freshness is on and it has a `Last-Modified`. Cookies and `Vary` are the store's
-/// own checks (`cache::personal`, `cache::vary_of`).
+/// directives are `asked`; RFC 9111 3). A response with an explicit freshness is kept. One with
+/// only a validator (`ETag`, `Last-Modified`) is kept only when `reused_unasked`: the host turns
+/// on heuristic freshness or `min_refetch_seconds`, so that a repeat may be answered without
+/// asking the origin. Without either, every use of it would ask the origin anyway, and keeping it
+/// would write every such page to disk and read it back on each 304 (a crawl of static pages
+/// served with validators and no `Cache-Control`), to save only the body's bytes on the wire:
+/// not storing is always allowed (RFC 9111 3). Cookies and `Vary` are the store's own checks
+/// (`cache::personal`, `cache::vary_of`).
 pub(crate) fn storable(
     status: StatusCode,
     request: &HeaderMap,
     asked: &Directives,
     response: &HeaderMap,
     said: &Directives,
-    heuristic: bool,
+    reused_unasked: bool,
 ) -> Result<(), NotStored> {
     if asked.no_store || said.no_store {
         return Err(NotStored::NoStore);
@@ -206,8 +212,7 @@ pub(crate) fn storable(
     let explicit =
         said.s_maxage.is_some() || said.max_age.is_some() || response.contains_key(EXPIRES);
     let validated = response.contains_key(ETAG) || response.contains_key(LAST_MODIFIED);
-    let kept = heuristically_cacheable(status)
-        && (explicit || (status == StatusCode::OK && validated) || (heuristic && validated));
+    let kept = heuristically_cacheable(status) && (explicit || (reused_unasked && validated));
     if kept {
         Ok(())
     } else {
@@ -523,9 +528,14 @@ pub(super) mod tests {
                 "{allowed}"
             );
         }
-        // A validator alone is kept for revalidation (a 200); Last-Modified alone is not fresh.
+        // A validator alone is kept only where a repeat may be answered unasked (heuristic
+        // freshness or min_refetch_seconds): else each use asks the origin anyway.
         let validated = map(&[("etag", "\"a\"")]);
-        assert_eq!(stores(ok, &none, &validated, false), Ok(()));
+        assert_eq!(
+            stores(ok, &none, &validated, false),
+            Err(NotStored::Nothing)
+        );
+        assert_eq!(stores(ok, &none, &validated, true), Ok(()));
         assert_eq!(stores(ok, &none, &none, false), Err(NotStored::Nothing));
         let gone = StatusCode::GONE;
         assert_eq!(stores(gone, &none, &fresh, false), Ok(()));

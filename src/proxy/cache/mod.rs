@@ -142,7 +142,7 @@ impl Proxy {
         let storable = match plan.mode {
             CacheMode::Off => false,
             CacheMode::Http => {
-                let heuristic = plan.knobs.heuristic;
+                let reused_unasked = plan.knobs.heuristic || !plan.knobs.min_refetch.is_zero();
                 !plan.head_request
                     && freshness::storable(
                         parts.status,
@@ -150,7 +150,7 @@ impl Proxy {
                         &plan.asked,
                         &parts.headers,
                         said,
-                        heuristic,
+                        reused_unasked,
                     )
                     .is_ok()
                     && !store::personal(request, &parts.headers)
