@@ -182,8 +182,9 @@ pub(crate) enum NotStored {
 
 /// Whether a shared cache may store `status` with `response` (whose directives are `said`, read
 /// once by the caller for the store and the flight alike), answering `request` (a GET, whose
-/// directives are `asked`; RFC 9111 3). A response with an explicit freshness is kept. One with
-/// only a validator (`ETag`, `Last-Modified`) is kept only when `reused_unasked`: the host turns
+/// directives are `asked`; RFC 9111 3). A response with an explicit freshness above zero is kept.
+/// One with only a validator (`ETag`, `Last-Modified`), or a freshness of zero (`max-age=0`,
+/// `no-cache`), is kept only when `reused_unasked`: the host turns
 /// on heuristic freshness or `min_refetch_seconds`, so that a repeat may be answered without
 /// asking the origin. Without either, every use of it would ask the origin anyway, and keeping it
 /// would write every such page to disk and read it back on each 304 (a crawl of static pages
@@ -212,7 +213,11 @@ pub(crate) fn storable(
     let explicit =
         said.s_maxage.is_some() || said.max_age.is_some() || response.contains_key(EXPIRES);
     let validated = response.contains_key(ETAG) || response.contains_key(LAST_MODIFIED);
-    let kept = heuristically_cacheable(status) && (explicit || (reused_unasked && validated));
+    // An explicit freshness of zero (`max-age=0`, `no-cache`, an `Expires` not after `Date`) is
+    // a validator's case again: every use would ask.
+    let fresh = explicit && !lifetime(response, false, SystemTime::now()).is_zero();
+    let kept =
+        heuristically_cacheable(status) && (fresh || (reused_unasked && (explicit || validated)));
     if kept {
         Ok(())
     } else {
@@ -536,6 +541,20 @@ pub(super) mod tests {
             Err(NotStored::Nothing)
         );
         assert_eq!(stores(ok, &none, &validated, true), Ok(()));
+        for zero in [
+            "max-age=0",
+            "no-cache",
+            "no-cache, max-age=60",
+            "s-maxage=0, max-age=60",
+        ] {
+            let response = map(&[("cache-control", zero), ("etag", "\"z\"")]);
+            assert_eq!(
+                stores(ok, &none, &response, false),
+                Err(NotStored::Nothing),
+                "{zero}"
+            );
+            assert_eq!(stores(ok, &none, &response, true), Ok(()), "{zero}");
+        }
         assert_eq!(stores(ok, &none, &none, false), Err(NotStored::Nothing));
         let gone = StatusCode::GONE;
         assert_eq!(stores(gone, &none, &fresh, false), Ok(()));
