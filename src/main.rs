@@ -40,15 +40,8 @@ enum Command {
     },
     /// Print the host table of a running courtesy (from its admin API).
     Status {
-        /// Config file (for [proxy] admin_listen and [admin] token) [default: config/courtesy.toml if it exists].
-        #[arg(long, short = 'c')]
-        config: Option<PathBuf>,
-        /// The admin listener's address [default: [proxy] admin_listen].
-        #[arg(long)]
-        admin: Option<std::net::SocketAddr>,
-        /// Bearer token [default: $COURTESY_ADMIN_TOKEN, else [admin] token].
-        #[arg(long)]
-        token: Option<String>,
+        #[command(flatten)]
+        reach: AdminReach,
         /// Print the jobs (who waits, who was served, quotas) instead of the hosts.
         #[arg(long)]
         jobs: bool,
@@ -69,15 +62,8 @@ enum Command {
         /// Decide on what courtesy knows: never fetch an unknown robots.txt.
         #[arg(long)]
         no_fetch: bool,
-        /// Config file (for [proxy] admin_listen and [admin] token) [default: config/courtesy.toml if it exists].
-        #[arg(long, short = 'c')]
-        config: Option<PathBuf>,
-        /// The admin listener's address [default: [proxy] admin_listen].
-        #[arg(long)]
-        admin: Option<std::net::SocketAddr>,
-        /// Bearer token [default: $COURTESY_ADMIN_TOKEN, else [admin] token].
-        #[arg(long)]
-        token: Option<String>,
+        #[command(flatten)]
+        reach: AdminReach,
         /// Print the raw JSON answer instead of words.
         #[arg(long)]
         json: bool,
@@ -186,21 +172,13 @@ fn main() -> ExitCode {
         Some(Command::Env { config }) => load(config.as_deref())
             .and_then(|config| courtesy::client_env::shell_lines(&config))
             .and_then(|lines| emit(&lines)),
-        Some(Command::Status {
-            config,
-            admin,
-            token,
-            jobs,
-            host,
-        }) => status(config.as_deref(), admin, token, jobs, host.as_deref()),
+        Some(Command::Status { reach, jobs, host }) => status(reach, jobs, host.as_deref()),
         Some(Command::CheckUrl {
             url,
             job,
             user_agent,
             no_fetch,
-            config,
-            admin,
-            token,
+            reach,
             json,
         }) => {
             let question = courtesy::check_url::Question {
@@ -209,7 +187,7 @@ fn main() -> ExitCode {
                 user_agent: user_agent.as_deref(),
                 fetch: !no_fetch,
             };
-            return check_url(config.as_deref(), (admin, token), &question, json);
+            return check_url(reach, &question, json);
         }
         Some(Command::Run(args)) => run(args),
         None => run(cli.run),
@@ -308,19 +286,38 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<courtesy::FlushGuard> {
     Ok(guard)
 }
 
-fn status(
-    config: Option<&Path>,
+/// How a verb reaches a running courtesy's admin API (`status`, `check-url`): the flags, with the
+/// config file and `$COURTESY_ADMIN_TOKEN` behind them.
+#[derive(clap::Args, Debug)]
+struct AdminReach {
+    /// Config file (for [proxy] admin_listen and [admin] token) [default: config/courtesy.toml if it exists].
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// The admin listener's address [default: [proxy] admin_listen].
+    #[arg(long)]
     admin: Option<std::net::SocketAddr>,
+    /// Bearer token [default: $COURTESY_ADMIN_TOKEN, else [admin] token].
+    #[arg(long)]
     token: Option<String>,
-    jobs: bool,
-    host: Option<&str>,
-) -> anyhow::Result<()> {
+}
+
+impl AdminReach {
+    /// The admin listener's address and bearer token: each flag, else (the token) the
+    /// environment, else the config file's.
+    fn resolve(self) -> anyhow::Result<(std::net::SocketAddr, Option<String>)> {
+        let config = load(self.config.as_deref())?;
+        let admin = self.admin.unwrap_or(config.proxy.admin_listen);
+        let token = self
+            .token
+            .or_else(|| std::env::var("COURTESY_ADMIN_TOKEN").ok())
+            .or(config.admin.token);
+        Ok((admin, token))
+    }
+}
+
+fn status(reach: AdminReach, jobs: bool, host: Option<&str>) -> anyhow::Result<()> {
     use std::io::IsTerminal as _;
-    let config = load(config)?;
-    let admin = admin.unwrap_or(config.proxy.admin_listen);
-    let token = token
-        .or_else(|| std::env::var("COURTESY_ADMIN_TOKEN").ok())
-        .or(config.admin.token);
+    let (admin, token) = reach.resolve()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -343,23 +340,18 @@ fn status(
 /// `courtesy check-url`: the answer printed (in words, or the JSON object with `json`), and the
 /// exit code scripts branch on (0 allowed, 1 otherwise, 2 courtesy not reached).
 fn check_url(
-    config: Option<&Path>,
-    (admin, token): (Option<std::net::SocketAddr>, Option<String>),
+    reach: AdminReach,
     question: &courtesy::check_url::Question<'_>,
     json: bool,
 ) -> ExitCode {
     use courtesy::check_url::Outcome;
-    let config = match load(config) {
-        Ok(config) => config,
+    let (admin, token) = match reach.resolve() {
+        Ok(found) => found,
         Err(e) => {
             eprintln!("courtesy: {e:#}");
             return ExitCode::from(2);
         }
     };
-    let admin = admin.unwrap_or(config.proxy.admin_listen);
-    let token = token
-        .or_else(|| std::env::var("COURTESY_ADMIN_TOKEN").ok())
-        .or(config.admin.token);
     let outcome = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
