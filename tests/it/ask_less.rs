@@ -215,6 +215,58 @@ async fn min_refetch_seconds_answers_a_repeat_from_the_store_even_when_stale() {
     assert!(hosts.contains("\"not_sent\""), "{hosts}");
 }
 
+/// A page with only a validator (`ETag`, `Last-Modified`: a static file with no `Cache-Control`)
+/// or a freshness of zero is not stored where no repeat is answered unasked: each repeat is a
+/// plain GET the origin answers in full, never a revalidation served from the store's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_with_only_a_validator_or_no_freshness_is_not_stored_by_default() {
+    let conditional = Arc::new(AtomicUsize::new(0));
+    let seen = conditional.clone();
+    let origin = Origin::start("127.0.0.6", move |req| {
+        if req.headers().contains_key("if-none-match") {
+            seen.fetch_add(1, Ordering::SeqCst);
+        }
+        async move {
+            match req.uri().path() {
+                "/zero" => answer(
+                    "zero",
+                    &[
+                        ("cache-control", "max-age=0".into()),
+                        ("etag", "\"z\"".into()),
+                    ],
+                ),
+                _ => answer(
+                    "static",
+                    &[
+                        ("etag", "\"s\"".into()),
+                        ("last-modified", "Mon, 07 Dec 2026 00:00:00 GMT".into()),
+                    ],
+                ),
+            }
+        }
+    })
+    .await;
+    let courtesy = Courtesy::start("[defaults]\nrate = 100\nburst = 20\n").await;
+    let client = courtesy.client();
+    for _ in 0..3 {
+        for (path, body) in [("/static.css", "static"), ("/zero", "zero")] {
+            let got = client.get(&origin.url(path)).await;
+            assert_eq!(
+                (got.status, &got.body[..]),
+                (StatusCode::OK, body.as_bytes())
+            );
+            assert_eq!(got.header("x-courtesy-cache"), "", "{path}: {got:?}");
+        }
+    }
+    assert_eq!(hits(&origin, "/static.css"), 3);
+    assert_eq!(hits(&origin, "/zero"), 3);
+    assert_eq!(
+        conditional.load(Ordering::SeqCst),
+        0,
+        "nothing was revalidated"
+    );
+}
+
 /// An origin whose robots.txt is `robots` (with `headers`) and whose pages answer "page".
 async fn robots_site(ip: &str, robots: &'static str) -> Origin {
     Origin::start(ip, move |req| async move {
