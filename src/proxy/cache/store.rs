@@ -174,6 +174,9 @@ struct Core {
     max_bytes: u64,
     /// Entry name → size, in least-recently-used order.
     index: Mutex<LruCache<u64, u64>>,
+    /// Entry name → writers that finished and whose commit the writer thread has not done yet:
+    /// such an entry is about to be there, and a read queued now will find it.
+    committing: Mutex<HashMap<u64, u32>>,
     total: AtomicU64,
 }
 
@@ -198,6 +201,9 @@ enum Job {
     /// Answer once every earlier job is done.
     #[cfg(test)]
     Flush(mpsc::Sender<()>),
+    /// Do nothing more until told (a test's stand-in for a busy disk).
+    #[cfg(test)]
+    Stall(mpsc::Receiver<()>),
 }
 
 impl std::fmt::Debug for ResponseStore {
@@ -236,6 +242,7 @@ impl ResponseStore {
             dir,
             max_bytes,
             index: Mutex::new(index),
+            committing: Mutex::new(HashMap::new()),
             total: AtomicU64::new(total),
         });
         let (jobs, queue) = mpsc::channel();
@@ -296,10 +303,13 @@ impl ResponseStore {
         answer.await.ok().flatten()
     }
 
-    /// Whether the store may hold an entry for `url`: one look at the in-memory index, no file
-    /// read, so that a request the store cannot answer costs a hash and a lock.
+    /// Whether the store may hold an entry for `url` (or is about to: its commit is queued, and
+    /// a read queued after it finds it): a look at the in-memory index, no file read, so that a
+    /// request the store cannot answer costs a hash and a lock.
     pub(crate) fn may_hold(&self, url: &str) -> bool {
-        crate::util::locks::lock(&self.core.index).contains(&ResponseStore::id(url))
+        let id = ResponseStore::id(url);
+        crate::util::locks::lock(&self.core.index).contains(&id)
+            || crate::util::locks::lock(&self.core.committing).contains_key(&id)
     }
 
     /// Replaces the head of `head.url`'s entry with `head` (freshened by a 304, RFC 9111 4.3.4),
@@ -320,6 +330,7 @@ impl ResponseStore {
         self.jobs.send(Job::Start { id, tmp }).ok()?;
         Some(Writer {
             jobs: self.jobs.clone(),
+            core: self.core.clone(),
             id,
             head,
             written: 0,
@@ -334,6 +345,14 @@ impl ResponseStore {
         if self.jobs.send(Job::Flush(done)).is_ok() {
             let _ = wait.recv();
         }
+    }
+
+    /// Holds the writer thread until the returned sender is dropped or sent to.
+    #[cfg(test)]
+    fn stall(&self) -> mpsc::Sender<()> {
+        let (go, wait) = mpsc::channel();
+        let _ = self.jobs.send(Job::Stall(wait));
+        go
     }
 
     /// Bytes stored (tests check the bound).
@@ -395,10 +414,12 @@ impl Core {
                     }
                 }
                 Job::Commit { id, head, size } => {
+                    let entry = ResponseStore::id(&head.url);
                     if let Some((tmp, file)) = files.remove(&id) {
                         drop(file);
                         self.commit(head, &tmp, size);
                     }
+                    self.committed(entry);
                 }
                 Job::Abort { id } => {
                     if let Some((tmp, _)) = files.remove(&id) {
@@ -418,10 +439,32 @@ impl Core {
                 Job::Flush(done) => {
                     let _ = done.send(());
                 }
+                #[cfg(test)]
+                Job::Stall(wait) => {
+                    let _ = wait.recv();
+                }
             }
         }
         for (tmp, _) in files.into_values() {
             let _ = fs::remove_file(tmp);
+        }
+    }
+
+    /// Marks that a commit of entry `entry` was asked for (before it is queued).
+    fn committing(&self, entry: u64) {
+        *crate::util::locks::lock(&self.committing)
+            .entry(entry)
+            .or_insert(0) += 1;
+    }
+
+    /// A commit of entry `entry` is done, stored or not.
+    fn committed(&self, entry: u64) {
+        let mut committing = crate::util::locks::lock(&self.committing);
+        if let Some(count) = committing.get_mut(&entry) {
+            *count -= 1;
+            if *count == 0 {
+                committing.remove(&entry);
+            }
         }
     }
 
@@ -478,6 +521,8 @@ impl Core {
 /// chunks to the writer thread: nothing here touches the disk.
 pub struct Writer {
     jobs: mpsc::Sender<Job>,
+    /// The store, told of the commit before it is queued.
+    core: Arc<Core>,
     id: u64,
     head: Head,
     written: u64,
@@ -518,11 +563,16 @@ impl Writer {
     pub fn finish(mut self) {
         if self.open {
             self.open = false;
-            let _ = self.jobs.send(Job::Commit {
+            let entry = ResponseStore::id(&self.head.url);
+            self.core.committing(entry);
+            let commit = Job::Commit {
                 id: self.id,
                 head: self.head.clone(),
                 size: self.written,
-            });
+            };
+            if self.jobs.send(commit).is_err() {
+                self.core.committed(entry);
+            }
         }
     }
 
@@ -729,6 +779,34 @@ mod tests {
         drop(abandoned);
         store.flush();
         assert!(store.get("http://a.test/other").is_none());
+    }
+
+    #[test]
+    fn a_finished_entry_is_found_before_the_disk_has_written_it() {
+        let store = ResponseStore::open(temp("committing"), 1 << 20);
+        let url = "http://a.test/style.css";
+        let mut w = store
+            .writer(head_of(url, StatusCode::OK, &headers()))
+            .unwrap();
+        w.write(b"body");
+        let go = store.stall();
+        assert!(!store.may_hold(url), "not before its body ended");
+        w.finish();
+        assert!(
+            store.may_hold(url),
+            "the next request looks, and its read is queued after the commit"
+        );
+        drop(go);
+        store.flush();
+        assert!(store.may_hold(url) && store.get(url).is_some());
+        let gone = store
+            .writer(head_of("http://a.test/gone", StatusCode::OK, &headers()))
+            .unwrap();
+        drop(gone);
+        store.flush();
+        assert!(!store.may_hold("http://a.test/gone"), "an abandoned entry");
+        let empty = crate::util::locks::lock(&store.core.committing).is_empty();
+        assert!(empty, "every commit asked for was done");
     }
 
     #[test]
