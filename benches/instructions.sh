@@ -50,7 +50,7 @@
 #   the same way (two lives, the difference over REQUESTS): allocations and bytes allocated
 #   (valgrind's DHAT, heap mode), calls to memcpy/memmove/strcpy and the bytes they copied (DHAT's
 #   copy mode: the calls the compiler left as calls, which is where large futures and buffers
-#   move), and L1 data and last-level cache misses (cachegrind's cache simulation, with the cache
+#   move), and L1 data, L1 instruction and last-level cache misses (cachegrind's cache simulation, with the cache
 #   sizes valgrind reads off this CPU: a model, as perf's hardware counters are not readable
 #   in this VM). Issue 52 asks for these beside the instruction counts.
 # Courtesy runs at its default log level (RUST_LOG unset), as shipped; COURTESY_LOG=warn (for
@@ -262,7 +262,7 @@ ${EXTRA_DEFAULTS:-}" >"$dir/courtesy.toml"
     [[ -s $dir/counts ]] || die "valgrind wrote no count: $(tail -n 5 "$dir/log")"
     if [[ $what == cache ]]; then
         # events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
-        awk '/^summary:/ { print $6 + $9, $4 + $7 + $10 }' "$dir/counts"
+        awk '/^summary:/ { print $6 + $9, $4 + $7 + $10, $3 }' "$dir/counts"
         return
     fi
     awk '/^summary:/ { print $2 }' "$dir/counts"
@@ -311,7 +311,10 @@ moves_per_request() {
     base=$(count_life "$name" "$bin" "$kind" 0 "$what")
     full=$(count_life "$name" "$bin" "$kind" "$REQUESTS" "$what")
     awk -v b="$base" -v f="$full" -v n="$REQUESTS" \
-        'BEGIN { split(b, x, " "); split(f, y, " "); printf "%.1f %.0f\n", (y[1] - x[1]) / n, (y[2] - x[2]) / n }'
+        'BEGIN { k = split(b, x, " "); split(f, y, " ")
+                 out = sprintf("%.1f %.0f", (y[1] - x[1]) / n, (y[2] - x[2]) / n)
+                 if (k > 2) out = out sprintf(" %.1f", (y[3] - x[3]) / n)
+                 print out }'
 }
 
 # `n` requests of `kind` (plain or https) over `c` connections: run_plain or run_https.
@@ -391,18 +394,18 @@ done
 
 if ((MOVES)); then
     echo
-    echo "What moves per request (one life pair each, the difference over $REQUESTS requests): allocations and bytes allocated (DHAT heap mode); memcpy/memmove/strcpy calls and the bytes they copied (DHAT copy mode: copies the compiler inlined are not counted); L1 data and last-level cache misses (cachegrind's simulation of this CPU's caches, reads and writes):"
+    echo "What moves per request (one life pair each, the difference over $REQUESTS requests): allocations and bytes allocated (DHAT heap mode); memcpy/memmove/strcpy calls and the bytes they copied (DHAT copy mode: copies the compiler inlined are not counted); L1 data, L1 instruction (code fetched) and last-level cache misses (cachegrind's simulation of this CPU's caches, reads and writes):"
     echo
-    echo "| kind | binary | allocations | bytes allocated | copy calls | bytes copied | L1d misses | LL misses |"
-    echo "|---|---|---:|---:|---:|---:|---:|---:|"
+    echo "| kind | binary | allocations | bytes allocated | copy calls | bytes copied | L1d misses | L1i misses | LL misses |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
     for kind in $KINDS; do
         for name in "${names[@]}"; do
             log "moves: $name, $kind"
             read -r allocs alloc_bytes <<<"$(moves_per_request "$name" "$(bin_of "$name")" "$kind" heap)"
             read -r copies copy_bytes <<<"$(moves_per_request "$name" "$(bin_of "$name")" "$kind" copy)"
-            read -r l1 ll <<<"$(moves_per_request "$name" "$(bin_of "$name")" "$kind" cache)"
-            log "  $allocs allocations ($alloc_bytes B), $copies copies ($copy_bytes B), $l1 L1d and $ll LL misses per request"
-            echo "| $kind | $name | $allocs | $alloc_bytes | $copies | $copy_bytes | $l1 | $ll |"
+            read -r l1 ll i1 <<<"$(moves_per_request "$name" "$(bin_of "$name")" "$kind" cache)"
+            log "  $allocs allocations ($alloc_bytes B), $copies copies ($copy_bytes B), $l1 L1d, $i1 L1i and $ll LL misses per request"
+            echo "| $kind | $name | $allocs | $alloc_bytes | $copies | $copy_bytes | $l1 | $i1 | $ll |"
         done
     done
 fi

@@ -267,6 +267,8 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<courtesy::FlushGuard> {
     use tracing_subscriber::EnvFilter;
     let (writer, guard) = courtesy::BatchedWriter::start(Box::new(std::io::stderr()))
         .context("cannot start the log writer thread")?;
+    // A filter on spans (`[request]`) needs the real request span.
+    let filters_spans = std::env::var("RUST_LOG").is_ok_and(|f| f.contains('['));
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
@@ -276,10 +278,15 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<courtesy::FlushGuard> {
     match format {
         // Without colours (a file, a pipe, a container's log), the same line written by
         // courtesy's own formatter, which costs a fraction of the default one per request.
-        LogFormat::Text if !ansi => builder
-            .fmt_fields(courtesy::PlainFields)
-            .event_format(courtesy::PlainLine)
-            .init(),
+        LogFormat::Text if !ansi => {
+            builder
+                .fmt_fields(courtesy::PlainFields)
+                .event_format(courtesy::PlainLine)
+                .init();
+            if !filters_spans {
+                courtesy::carry_requests_in_lines();
+            }
+        }
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }

@@ -170,8 +170,8 @@ pub(crate) struct Gate {
 /// The connections of one listener, under the gate's lock.
 #[derive(Debug, Default)]
 struct Open {
-    /// Connections counted, by id.
-    conns: HashMap<u64, Conn>,
+    /// Connections counted, by id (ours, not a client's: hashed fast).
+    conns: HashMap<u64, Conn, foldhash::fast::RandomState>,
     /// Connections counted per client address.
     per_client: HashMap<IpAddr, usize>,
     /// The idle connections that may be closed to make room: kept alive after a request, no

@@ -50,8 +50,8 @@ where
         writer.write_char(' ')?;
         writer.write_str(level_str(*meta.level()))?;
         writer.write_char(' ')?;
+        let mut seen = false;
         if let Some(scope) = ctx.event_scope() {
-            let mut seen = false;
             for span in scope.from_root() {
                 writer.write_str(span.metadata().name())?;
                 seen = true;
@@ -65,9 +65,11 @@ where
                 }
                 writer.write_char(':')?;
             }
-            if seen {
-                writer.write_char(' ')?;
-            }
+        }
+        // The request the line is about, when it is carried beside its future, not in a span.
+        seen |= request::write_current(&mut writer)?;
+        if seen {
+            writer.write_char(' ')?;
         }
         writer.write_str(meta.target())?;
         writer.write_str(": ")?;
@@ -356,6 +358,8 @@ fn write_civil(out: &mut String, secs: u64) -> fmt::Result {
         of_day % 60
     )
 }
+
+pub(crate) mod request;
 
 #[cfg(test)]
 mod tests;

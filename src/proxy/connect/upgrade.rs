@@ -38,7 +38,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use ring::digest::{digest, SHA1_FOR_LEGACY_USE_ONLY};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tracing::{debug, info, Instrument};
+use tracing::{debug, info};
 
 use crate::budget::limiter::ByteMeter;
 use crate::front::gate::{Busy, Extra, Slot};
@@ -50,6 +50,7 @@ use crate::proxy::forward::headers::strip_hop_by_hop;
 use crate::proxy::send::exchange::TurnHeld;
 use crate::proxy::Proxy;
 use crate::upstream::pool::IdleMark;
+use crate::util::log_line::request::InRequest;
 use crate::wire::proxy_status::ProxyError;
 
 /// The GUID a server appends to the client's key for `Sec-WebSocket-Accept` (RFC 6455 1.3).
@@ -338,17 +339,14 @@ impl Proxy {
             };
             let open = client.open;
             let joined = join_sides(client.on, origin, meter, (open, idle_timeout), held);
-            self.connections.spawn(
-                async move {
-                    tokio::select! {
-                        () = joined => {}
-                        () = closed_at_shutdown(stopping, grace) => {
-                            info!("socket closed: shutting down");
-                        }
+            self.connections.spawn(InRequest::current(async move {
+                tokio::select! {
+                    () = joined => {}
+                    () = closed_at_shutdown(stopping, grace) => {
+                        info!("socket closed: shutting down");
                     }
                 }
-                .in_current_span(),
-            );
+            }));
         }
         Response::from_parts(parts, ProxyBody::empty())
     }

@@ -7,6 +7,8 @@
 //! requests and the requests decrypted inside a CONNECT take this same path.
 
 pub(crate) mod context;
+#[cfg(test)]
+mod future_sizes;
 pub(crate) mod head;
 pub(crate) mod headers;
 pub(crate) mod quota;
@@ -15,11 +17,12 @@ pub(crate) mod target;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use http::request::Parts;
 use http::{Request, Response};
 use hyper::body::Incoming;
-use tracing::{info_span, Instrument};
+use tracing::{info_span, Span};
 
 use crate::budget::jobs::Caller;
 use crate::proxy::answer::body::ProxyBody;
@@ -30,7 +33,9 @@ use crate::proxy::answer::unread::BodyOnEntry;
 use crate::proxy::connect::inside::Inside;
 use crate::proxy::connect::upgrade;
 use crate::proxy::{Asking, Proxy};
+use crate::util::log_line::request::{lines_carry_requests, InRequest, RequestLine};
 use crate::util::log_line::AddrText;
+use crate::wire::scheme::Scheme;
 use context::{Flow, RequestContext};
 use target::Target;
 
@@ -56,13 +61,13 @@ impl Proxy {
             return self.refused_at_once(entry, failure, req).await;
         }
         let asking = Asking::plain(caller);
-        let span = info_span!("request", client = %AddrText(client), job = asking.caller.name(), method = %req.method(), host = %target);
+        let (span, line) = logged_as(client, &asking, req.method(), &target, None);
         let (head, body) = req.into_parts();
         let mut cx = self.context(target, &asking, &head);
         cx.unread = Some(body);
         // No async layer of its own around `forward_to`: its future is large, and each layer
         // would move it once more per request.
-        let flow = self.forward_to(head, &mut cx).instrument(span).await;
+        let flow = InRequest::new(self.forward_to(head, &mut cx), span, line).await;
         let response = entry.settle(answered(flow), cx.unread.take()).await;
         self.finish(response, cx.trail)
     }
@@ -105,11 +110,11 @@ impl Proxy {
             }
         }
         let asking = &inside.asking;
-        let span = info_span!("request", client = %AddrText(inside.client), job = asking.caller.name(), method = %req.method(), host = %target, scheme = scheme.as_str());
+        let (span, line) = logged_as(inside.client, asking, req.method(), target, Some(scheme));
         let (head, body) = req.into_parts();
         let mut cx = self.context(target.clone(), asking, &head);
         cx.unread = Some(body);
-        let flow = self.forward_to(head, &mut cx).instrument(span).await;
+        let flow = InRequest::new(self.forward_to(head, &mut cx), span, line).await;
         let response = entry.settle(answered(flow), cx.unread.take()).await;
         self.finish(response, cx.trail)
     }
@@ -190,6 +195,36 @@ impl Proxy {
 }
 
 /// The answer the phases came to (they always come to one).
+/// What a request's lines say of it: its fields carried beside its future when lines carry them
+/// (no span to open), else the `request` span (`scheme` for a request out of a CONNECT).
+fn logged_as(
+    client: SocketAddr,
+    asking: &Asking,
+    method: &http::Method,
+    target: &Target,
+    scheme: Option<Scheme>,
+) -> (Span, Option<Arc<RequestLine>>) {
+    if lines_carry_requests() {
+        let line = RequestLine {
+            client,
+            job: asking.caller.state.name.clone(),
+            method: method.clone(),
+            host: target.to_string(),
+            scheme: scheme.map(|s| s.as_str()),
+        };
+        return (Span::none(), Some(Arc::new(line)));
+    }
+    let span = match scheme {
+        None => {
+            info_span!("request", client = %AddrText(client), job = asking.caller.name(), method = %method, host = %target)
+        }
+        Some(scheme) => {
+            info_span!("request", client = %AddrText(client), job = asking.caller.name(), method = %method, host = %target, scheme = scheme.as_str())
+        }
+    };
+    (span, None)
+}
+
 fn answered(flow: ControlFlow<Response<ProxyBody>, Infallible>) -> Response<ProxyBody> {
     match flow {
         ControlFlow::Break(response) => response,

@@ -4,7 +4,7 @@
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use tracing::{debug, error, info, info_span, trace, warn};
+use tracing::{debug, error, info, info_span, trace, warn, Span};
 
 use super::*;
 
@@ -273,4 +273,81 @@ fn a_client_written_without_fmt_is_its_display() {
         let _in = span.enter();
         info!("inside");
     });
+}
+
+/// Polls `future` once, to its end (the futures here never wait).
+fn run_once<F: std::future::Future<Output = ()>>(future: F) {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let polled = std::pin::pin!(future).poll(&mut cx);
+    assert!(polled.is_ready());
+}
+
+#[test]
+fn a_request_carried_beside_its_future_is_written_as_its_span_was() {
+    use request::{InRequest, RequestLine};
+    let cases = [
+        ("127.0.0.1:50312", "default", "GET", "example.com:80", None),
+        (
+            "[::1]:9",
+            "team \"a\"\u{7}",
+            "POST",
+            "[::1]:8443",
+            Some("https"),
+        ),
+    ];
+    for (client, job, method, host, scheme) in cases {
+        let client: std::net::SocketAddr = client.parse().unwrap_or(([0; 4], 0).into());
+        let method: http::Method = method.parse().unwrap_or_default();
+        let spanned = capture(false, &|| {
+            let outer = info_span!("connect", host = %host);
+            let _outer = outer.enter();
+            let span = match scheme {
+                None => {
+                    info_span!("request", client = %AddrText(client), job = job, method = %method, host = %host)
+                }
+                Some(s) => {
+                    info_span!("request", client = %AddrText(client), job = job, method = %method, host = %host, scheme = s)
+                }
+            };
+            run_once(InRequest::new(
+                async { info!(status = 200u16, "upstream response") },
+                span,
+                None,
+            ));
+            warn!("after the request");
+        });
+        let carried = capture(true, &|| {
+            let outer = info_span!("connect", host = %host);
+            let _outer = outer.enter();
+            let line = RequestLine {
+                client,
+                job: job.into(),
+                method: method.clone(),
+                host: host.to_string(),
+                scheme,
+            };
+            let inner = async { info!(status = 200u16, "upstream response") };
+            let spawned = async {
+                // A task spawned inside the request carries it too.
+                run_once(InRequest::current(async { debug!("socket closed") }));
+            };
+            run_once(InRequest::new(
+                async {
+                    inner.await;
+                    spawned.await;
+                },
+                Span::none(),
+                Some(std::sync::Arc::new(line)),
+            ));
+            warn!("after the request");
+        });
+        let spanned = untimed(&spanned);
+        let carried = untimed(&carried);
+        assert_eq!(carried.len(), 3, "{carried:?}");
+        assert_eq!(carried[0], spanned[0]);
+        assert_eq!(carried[2], spanned[1], "nothing carried after the request");
+        // The level apart, the spawned task's line is in the same spans.
+        let scope = |line: &str| line[6..line.find("}: ").map_or(6, |i| i + 3)].to_string();
+        assert_eq!(scope(&carried[1]), scope(&spanned[0]), "{carried:?}");
+    }
 }
