@@ -60,9 +60,12 @@ print(statuses, r.status_code, r.headers.get("Via"), r.text)
         .to_str()
         .unwrap()
         .starts_with("python-requests"));
-    // Burst 2 then 5/s: the fifth request left no earlier than 0.6 s after the first.
+    // Burst 2 then 5/s: by the schedule the fifth request leaves 0.6 s after the first. Timed at
+    // the origin, the first arrival also carries the origin's accept of a new connection, which a
+    // busy 2-core machine can delay (61 ms was seen with the whole suite running): the bound
+    // leaves 150 ms for that. Unpaced, the five take a few milliseconds; at twice the rate, 0.3 s.
     let span = arrivals[4].at.duration_since(arrivals[0].at);
-    assert!(span >= Duration::from_millis(550), "{span:?}");
+    assert!(span >= Duration::from_millis(450), "{span:?}");
 }
 
 /// A Scrapy crawl of 16 pages through `courtesy`, 8 at a time, with Scrapy's default retries
