@@ -186,8 +186,13 @@ enum Job {
     Start { id: u64, tmp: PathBuf },
     /// Append a chunk to writer `id`'s file.
     Append { id: u64, chunk: Bytes },
-    /// Writer `id` is complete: make its entry visible.
-    Commit { id: u64, head: Head, size: u64 },
+    /// Writer `id` is complete: make its entry (numbered `entry`) visible.
+    Commit {
+        id: u64,
+        entry: u64,
+        head: Head,
+        size: u64,
+    },
     /// Writer `id` was abandoned: remove its file.
     Abort { id: u64 },
     /// Replace the head of a stored entry (freshened by a 304), its body kept.
@@ -413,8 +418,12 @@ impl Core {
                         }
                     }
                 }
-                Job::Commit { id, head, size } => {
-                    let entry = ResponseStore::id(&head.url);
+                Job::Commit {
+                    id,
+                    entry,
+                    head,
+                    size,
+                } => {
                     if let Some((tmp, file)) = files.remove(&id) {
                         drop(file);
                         self.commit(head, &tmp, size);
@@ -567,6 +576,7 @@ impl Writer {
             self.core.committing(entry);
             let commit = Job::Commit {
                 id: self.id,
+                entry,
                 head: self.head.clone(),
                 size: self.written,
             };

@@ -194,7 +194,6 @@ impl Proxy {
     }
 }
 
-/// The answer the phases came to (they always come to one).
 /// What a request's lines say of it: its fields carried beside its future when lines carry them
 /// (no span to open), else the `request` span (`scheme` for a request out of a CONNECT).
 fn logged_as(
@@ -214,17 +213,13 @@ fn logged_as(
         };
         return (Span::none(), Some(Arc::new(line)));
     }
-    let span = match scheme {
-        None => {
-            info_span!("request", client = %AddrText(client), job = asking.caller.name(), method = %method, host = %target)
-        }
-        Some(scheme) => {
-            info_span!("request", client = %AddrText(client), job = asking.caller.name(), method = %method, host = %target, scheme = scheme.as_str())
-        }
-    };
+    // A field that is `None` is not written: a plain request's span has no `scheme`.
+    let scheme = scheme.map(Scheme::as_str);
+    let span = info_span!("request", client = %AddrText(client), job = asking.caller.name(), method = %method, host = %target, scheme);
     (span, None)
 }
 
+/// The answer the phases came to (they always come to one).
 fn answered(flow: ControlFlow<Response<ProxyBody>, Infallible>) -> Response<ProxyBody> {
     match flow {
         ControlFlow::Break(response) => response,
