@@ -13,6 +13,9 @@
 #   squid          wrk -> squid (caching off, access_log none) -> nginx
 #   squid-log      the same with Debian's default access log (a line per request through the
 #                  log_file_daemon helper), to set against courtesy's default   [SQUID_LOG_CASE=1]
+#   courtesy-alt   courtesy at its default log level, but another binary: ALT_BIN (a PGO build,
+#                  another allocator), labelled ALT_LABEL in the report, so that two builds are
+#                  compared in one run                                      [when ALT_BIN is set]
 #   bare           wrk -> benches/bare_proxy.rs (a bare hyper 1.x forward proxy: pooled hyper-util
 #                  client, body streamed, hop-by-hop headers dropped, nothing else) -> nginx: the
 #                  floor hyper alone sets (issue 40)                        [BARE_CASE=1]
@@ -78,6 +81,9 @@ ORIGIN_PORT=${ORIGIN_PORT:-18080}
 COURTESY_PORT=${COURTESY_PORT:-18128}
 COURTESY_WARN_PORT=${COURTESY_WARN_PORT:-18138}
 COURTESY_NOCACHE_PORT=${COURTESY_NOCACHE_PORT:-18188}
+COURTESY_ALT_PORT=${COURTESY_ALT_PORT:-18198}
+ALT_BIN=${ALT_BIN:-}
+ALT_LABEL=${ALT_LABEL:-another build}
 SQUID_PORT=${SQUID_PORT:-18130}
 SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
 NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-18150}
@@ -105,6 +111,7 @@ if [[ ! -x $COURTESY_BIN ]]; then
     (cd "$ROOT" && cargo build --release --bin courtesy >&2)
 fi
 [[ -x $COURTESY_BIN ]] || die "no courtesy binary at $COURTESY_BIN"
+[[ -z $ALT_BIN || -x $ALT_BIN ]] || die "no courtesy binary at ALT_BIN='$ALT_BIN'"
 [[ $BARE_CASE != 1 ]] || build_bare_proxy
 CLK_TCK=$(getconf CLK_TCK)
 
@@ -112,7 +119,7 @@ CLK_TCK=$(getconf CLK_TCK)
 
 setup_tmp courtesy-load
 require_free_ports "$ORIGIN_PORT" "$COURTESY_PORT" $((COURTESY_PORT + 1)) "$COURTESY_WARN_PORT" \
-    $((COURTESY_WARN_PORT + 1)) "$COURTESY_NOCACHE_PORT" $((COURTESY_NOCACHE_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT" "$NGINX_PROXY_LOG_PORT" "$BARE_PORT"
+    $((COURTESY_WARN_PORT + 1)) "$COURTESY_NOCACHE_PORT" $((COURTESY_NOCACHE_PORT + 1)) "$COURTESY_ALT_PORT" $((COURTESY_ALT_PORT + 1)) "$SQUID_PORT" "$SQUID_LOG_PORT" "$NGINX_PROXY_PORT" "$NGINX_PROXY_LOG_PORT" "$BARE_PORT"
 
 # Waits until other processes use at most NOISE_PCT of a core over 2 s; all such waits together
 # last at most QUIET_WAIT seconds over the whole benchmark.
@@ -157,12 +164,13 @@ started() {
     CASES+=("$1")
 }
 
-# Starts courtesy as the case `name` on `port`, with `defaults` as extra [defaults] lines.
+# Starts courtesy as the case `name` on `port`, with `defaults` as extra [defaults] lines, from
+# the binary `bin` (COURTESY_BIN when not given).
 start_courtesy() {
-    local name=$1 port=$2 rust_log=$3 defaults=${4:-} dir="$TMP/$1"
+    local name=$1 port=$2 rust_log=$3 defaults=${4:-} bin=${5:-$COURTESY_BIN} dir="$TMP/$1"
     mkdir -p "$dir/state"
     pacing_off_conf "$dir" "$port" "" "$defaults" >"$dir/courtesy.toml"
-    run_courtesy "$dir" "$rust_log"
+    run_courtesy "$dir" "$rust_log" "$bin"
     started "$name" "$port"
 }
 
@@ -175,6 +183,9 @@ fi
 if [[ $NOCACHE_CASE == 1 ]]; then
     start_courtesy courtesy-nocache "$COURTESY_NOCACHE_PORT" warn 'cache = "off"
 coalesce = false'
+fi
+if [[ -n $ALT_BIN ]]; then
+    start_courtesy courtesy-alt "$COURTESY_ALT_PORT" "" "" "$ALT_BIN"
 fi
 
 # ---- the floor: a bare hyper forward proxy ---------------------------------------------------------
@@ -342,6 +353,7 @@ echo "## Load benchmark: courtesy vs Squid and an nginx proxy, nginx origin, loo
 echo
 report_machine
 echo "- courtesy: $("$COURTESY_BIN" --version 2>/dev/null || echo '?') (release build, git $rev)"
+[[ -z $ALT_BIN ]] || echo "- courtesy-alt: $ALT_LABEL, \`$ALT_BIN\`"
 echo "- origin: nginx, static files, \`Cache-Control: ${ORIGIN_CACHE_CONTROL:-(none)}\`"
 if [[ $SQUID_CASE == 1 || $SQUID_LOG_CASE == 1 ]]; then
     echo "- squid: $(squid -v | head -n 1)"

@@ -53,6 +53,7 @@ pub use pacing::policy::Pacing;
 pub use proxy::Proxy;
 pub use serve::server::{run, Listeners};
 pub use upstream::tls::{provider, LocalCa};
+pub use util::log_line::direct::write_lines_directly;
 pub use util::log_line::request::carry_requests_in_lines;
 pub use util::log_line::{PlainFields, PlainLine};
 pub use util::log_writer::{BatchedWriter, FlushGuard};

@@ -274,7 +274,7 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<courtesy::FlushGuard> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(writer);
+        .with_writer(writer.clone());
     match format {
         // Without colours (a file, a pipe, a container's log), the same line written by
         // courtesy's own formatter, which costs a fraction of the default one per request.
@@ -285,6 +285,7 @@ fn init_tracing(format: LogFormat) -> anyhow::Result<courtesy::FlushGuard> {
                 .init();
             if !filters_spans {
                 courtesy::carry_requests_in_lines();
+                courtesy::write_lines_directly(writer);
             }
         }
         LogFormat::Text => builder.init(),

@@ -12,20 +12,21 @@
 //! This module admits and refuses connections; serving them is `crate::front::connections`, and what a
 //! request may do is `crate::proxy` and `crate::admin`.
 
-use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::util::locks;
+use books::{Books, ConnState};
+
+mod books;
 
 /// File descriptors kept out of the connection caps: upstream connections' share is counted
 /// separately (one per proxied connection), these are for the state file, the CA, the cache, DNS
@@ -164,114 +165,10 @@ pub(crate) enum Refused {
 #[derive(Debug)]
 pub(crate) struct Gate {
     caps: Caps,
-    open: Mutex<Open>,
-}
-
-/// The connections of one listener, under the gate's lock.
-#[derive(Debug, Default)]
-struct Open {
-    /// Connections counted, by id (ours, not a client's: hashed fast).
-    conns: HashMap<u64, Conn, foldhash::fast::RandomState>,
-    /// Connections counted per client address.
-    per_client: HashMap<IpAddr, usize>,
-    /// The idle connections that may be closed to make room: kept alive after a request, no
-    /// byte of the next one come yet; by when they became idle (a sequence number), then id.
-    /// A fresh connection that has carried no request is never among them: its client may be
-    /// about to send on it, and no client retries a request on a connection it just opened.
-    idle: BTreeSet<IdleKey>,
-    /// The idle connections of each client, the same way.
-    idle_per_client: HashMap<IpAddr, BTreeSet<IdleKey>>,
-    /// The next id and idle sequence number.
-    next: u64,
-}
-
-/// An idle connection's place in the order of eviction: (idle since, id).
-type IdleKey = (u64, u64);
-
-/// One counted connection.
-#[derive(Debug)]
-struct Conn {
-    ip: IpAddr,
-    /// Requests (or a CONNECT tunnel) it carries now.
-    busy: usize,
-    /// Whether it has carried a request: a fresh connection that has not is never closed to
-    /// make room (its client may be about to send on it and would not retry, while clients
-    /// expect a kept-alive connection to close and retry on a new one).
-    used: bool,
-    /// Bytes of a request have come since it became idle: it is in use, not closed to make room.
-    heard: bool,
-    /// When it became idle (a sequence number); meaningful while `busy` is 0.
-    idle_since: u64,
-    /// Cancelled to ask the connection to close (it was idle longest at a cap).
-    close: CancellationToken,
-}
-
-impl Open {
-    fn ticket(&mut self) -> u64 {
-        self.next += 1;
-        self.next
-    }
-
-    fn set_idle(&mut self, id: u64) {
-        let seq = self.ticket();
-        let Some(conn) = self.conns.get_mut(&id) else {
-            return;
-        };
-        conn.idle_since = seq;
-        conn.heard = false;
-        if !conn.used {
-            return;
-        }
-        let key = (seq, id);
-        self.idle.insert(key);
-        self.idle_per_client.entry(conn.ip).or_default().insert(key);
-    }
-
-    fn unset_idle(&mut self, id: u64) {
-        let Some(conn) = self.conns.get(&id) else {
-            return;
-        };
-        let key = (conn.idle_since, id);
-        self.idle.remove(&key);
-        // An emptied set stays while its client has connections (dropped in `forget`): a
-        // kept-alive connection goes busy and idle on every request, and the set's node is not
-        // freed and made again each time.
-        if let Some(set) = self.idle_per_client.get_mut(&conn.ip) {
-            set.remove(&key);
-        }
-    }
-
-    /// Stops counting `id` (closed, or asked to close); its token is returned.
-    fn forget(&mut self, id: u64) -> Option<CancellationToken> {
-        self.unset_idle(id);
-        let conn = self.conns.remove(&id)?;
-        if let Some(count) = self.per_client.get_mut(&conn.ip) {
-            *count -= 1;
-            if *count == 0 {
-                self.per_client.remove(&conn.ip);
-                self.idle_per_client.remove(&conn.ip);
-            }
-        }
-        Some(conn.close)
-    }
-
-    /// Asks the connection idle longest (of `ip`, or of anyone) to close, and stops counting it.
-    fn evict(&mut self, ip: Option<IpAddr>) -> bool {
-        let oldest = match ip {
-            Some(ip) => self
-                .idle_per_client
-                .get(&ip)
-                .and_then(|set| set.first().copied()),
-            None => self.idle.first().copied(),
-        };
-        let Some((_, id)) = oldest else {
-            return false;
-        };
-        if let Some(close) = self.forget(id) {
-            close.cancel();
-        }
-        true
-    }
+    /// The connections counted; locked when one opens, closes or must make room.
+    books: Mutex<Books>,
+    /// Orders the moments connections become idle (the one idle longest makes room first).
+    sequence: AtomicU64,
 }
 
 /// One admitted connection: its place is given back when the last clone drops (a CONNECT tunnel
@@ -282,10 +179,8 @@ pub(crate) struct Slot {
     id: u64,
     /// The client, as the caps count it (`crate::wire::client_group`).
     ip: IpAddr,
-    close: CancellationToken,
-    /// Whether the connection is idle now (mirrors the gate's books, so that the first bytes of
-    /// a request take the gate's lock once, not every read).
-    idle: AtomicBool,
+    /// What it carries and since when it is idle, changed without the gate's lock.
+    state: Arc<ConnState>,
 }
 
 /// A request (or a CONNECT tunnel) carried by a connection: the connection is not idle, so not
@@ -300,7 +195,8 @@ impl Gate {
     pub(crate) fn new(caps: Caps) -> Arc<Self> {
         Arc::new(Gate {
             caps,
-            open: Mutex::new(Open::default()),
+            books: Mutex::new(Books::default()),
+            sequence: AtomicU64::new(0),
         })
     }
 
@@ -309,78 +205,45 @@ impl Gate {
     /// `total`) is asked to close and stops counting at once.
     pub(crate) fn let_in(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refused> {
         let ip = crate::wire::client_group::client_group(ip);
-        let (id, close) = self.count(ip, false)?;
+        let (id, state) = self.room(ip)?.add(ip, &self.sequence);
         Ok(Slot {
             gate: self.clone(),
             id,
             ip,
-            close,
-            idle: AtomicBool::new(true),
+            state,
         })
     }
 
-    /// Counts one more connection of `ip` (already grouped), idle (fresh) or carrying for good
-    /// (`busy`: an [`Extra`], never closed to make room), making room at a cap as `let_in` says.
-    fn count(&self, ip: IpAddr, busy: bool) -> Result<(u64, CancellationToken), Refused> {
-        let mut open = locks::lock(&self.open);
-        if open.per_client.get(&ip).copied().unwrap_or(0) >= self.caps.per_client
-            && !open.evict(Some(ip))
-        {
+    /// Makes room for one more place of `ip` (already grouped) at a cap, as `let_in` says, and
+    /// returns the books to count it in; or why there is none.
+    fn room(&self, ip: IpAddr) -> Result<MutexGuard<'_, Books>, Refused> {
+        let mut books = locks::lock(&self.books);
+        if books.of_client(ip) >= self.caps.per_client && !books.evict(Some(ip)) {
             return Err(Refused::PerClient(self.caps.per_client));
         }
-        if open.conns.len() >= self.caps.total && !open.evict(None) {
+        if books.len() >= self.caps.total && !books.evict(None) {
             return Err(Refused::Total(self.caps.total));
         }
-        let id = open.ticket();
-        let close = CancellationToken::new();
-        open.conns.insert(
-            id,
-            Conn {
-                ip,
-                busy: usize::from(busy),
-                used: busy,
-                heard: false,
-                idle_since: 0,
-                close: close.clone(),
-            },
-        );
-        *open.per_client.entry(ip).or_insert(0) += 1;
-        if !busy {
-            open.set_idle(id);
-        }
-        Ok((id, close))
+        Ok(books)
     }
 
     /// Connections counted now.
     #[cfg(test)]
     fn open(&self) -> usize {
-        locks::lock(&self.open).conns.len()
+        locks::lock(&self.books).len()
     }
 }
 
 impl Slot {
     /// Resolves when this connection is asked to close to make room for another.
     pub(crate) fn evicted(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        self.close.clone().cancelled_owned()
+        self.state.close.clone().cancelled_owned()
     }
 
     /// Bytes came from the client: while the connection was idle, they are the start of a
     /// request, so it is not closed to make room until it is idle again.
     pub(crate) fn heard(&self) {
-        if !self.idle.swap(false, Ordering::AcqRel) {
-            return;
-        }
-        let mut open = locks::lock(&self.gate.open);
-        let quiet = open
-            .conns
-            .get(&self.id)
-            .is_some_and(|conn| conn.busy == 0 && !conn.heard);
-        if quiet {
-            open.unset_idle(self.id);
-            if let Some(conn) = open.conns.get_mut(&self.id) {
-                conn.heard = true;
-            }
-        }
+        self.state.heard();
     }
 
     /// The client of this connection, as the caps count it (an IPv6 client by its /64).
@@ -392,46 +255,23 @@ impl Slot {
     /// of its own (a WebSocket on an HTTP/2 stream, a stream in flight inside a tunnel: one
     /// connection must not carry more than the client's share), or why there is none.
     pub(crate) fn extra(&self) -> Result<Extra, Refused> {
-        let (id, _) = self.gate.count(self.ip, true)?;
+        self.gate.room(self.ip)?.add_extra(self.ip);
         Ok(Extra {
             gate: self.gate.clone(),
-            id,
+            ip: self.ip,
         })
     }
 
     /// Marks the connection as carrying a request until the returned guard drops.
     pub(crate) fn carrying(self: &Arc<Self>) -> Busy {
-        self.idle.store(false, Ordering::Release);
-        let mut open = locks::lock(&self.gate.open);
-        if let Some(conn) = open.conns.get(&self.id) {
-            if conn.busy == 0 && !conn.heard {
-                open.unset_idle(self.id);
-            }
-        }
-        if let Some(conn) = open.conns.get_mut(&self.id) {
-            conn.busy += 1;
-            conn.used = true;
-            conn.heard = false;
-        }
+        self.state.carry();
         Busy { slot: self.clone() }
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let id = self.slot.id;
-        let mut open = locks::lock(&self.slot.gate.open);
-        let now_idle = match open.conns.get_mut(&id) {
-            Some(conn) => {
-                conn.busy = conn.busy.saturating_sub(1);
-                conn.busy == 0
-            }
-            None => false,
-        };
-        if now_idle {
-            open.set_idle(id);
-            self.slot.idle.store(true, Ordering::Release);
-        }
+        self.slot.state.done(&self.slot.gate.sequence);
     }
 }
 
@@ -440,18 +280,18 @@ impl Drop for Busy {
 #[derive(Debug)]
 pub(crate) struct Extra {
     gate: Arc<Gate>,
-    id: u64,
+    ip: IpAddr,
 }
 
 impl Drop for Extra {
     fn drop(&mut self) {
-        locks::lock(&self.gate.open).forget(self.id);
+        locks::lock(&self.gate.books).forget_extra(self.ip);
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        locks::lock(&self.gate.open).forget(self.id);
+        locks::lock(&self.gate.books).forget(self.id);
     }
 }
 

@@ -485,16 +485,15 @@ fn verdict_in(state: &mut State, agent: &str, path: &str) -> Option<Verdict> {
 
 /// The robots.txt group for a client: `configured` if set, else the product token of its
 /// User-Agent (`python-requests/2.31` → `python-requests`), else `*`.
-pub(crate) fn agent_for(configured: Option<&str>, user_agent: Option<&str>) -> String {
+pub(crate) fn agent_for<'a>(configured: Option<&'a str>, user_agent: Option<&'a str>) -> &'a str {
     if let Some(agent) = configured {
-        return agent.to_string();
+        return agent;
     }
     user_agent
         .and_then(|ua| ua.split_whitespace().next())
         .map(|token| token.split('/').next().unwrap_or(token))
         .filter(|t| !t.is_empty())
         .unwrap_or("*")
-        .to_string()
 }
 
 #[cfg(test)]

@@ -522,7 +522,7 @@ impl Proxy {
         } else {
             let agent = Self::robots_agent(head, &cx.policy);
             let path = head.uri.path_and_query().map_or("/", |p| p.as_str());
-            self.robots.known(&origin, &agent, path)
+            self.robots.known(&origin, agent, path)
         };
         robots_seen(verdict, self.robots.unreachable(&origin))
     }

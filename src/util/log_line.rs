@@ -183,14 +183,9 @@ impl Visit for PlainVisitor<'_> {
     }
 
     fn record_f64(&mut self, field: &Field, value: f64) {
-        // `{:?}` writes the shortest digits that read back as the value, in decimal notation for
-        // zero and for 1e-4 <= |value| < 1e16: there ryu writes the same text, faster. Outside
-        // that range `{:?}` writes an exponent, which is left to it.
-        let magnitude = value.abs();
-        if value == 0.0 || (1e-4..1e16).contains(&magnitude) {
-            self.integer(field, ryu::Buffer::new().format_finite(value));
-        } else {
-            self.record_debug(field, &value);
+        match float_text(value, &mut ryu::Buffer::new()) {
+            Some(text) => self.integer(field, text),
+            None => self.record_debug(field, &value),
         }
     }
 
@@ -228,6 +223,20 @@ impl Visit for PlainVisitor<'_> {
     }
 }
 
+/// `value` as `{:?}` writes it, where ryu writes the same text, faster: `{:?}` writes the
+/// shortest digits that read back as the value, in decimal notation for zero and for
+/// 1e-4 <= |value| < 1e16. `None` outside that range, where `{:?}` writes an exponent and is left
+/// to do so.
+fn float_text(value: f64, buffer: &mut ryu::Buffer) -> Option<&str> {
+    let magnitude = value.abs();
+    (value == 0.0 || (1e-4..1e16).contains(&magnitude)).then(|| buffer.format_finite(value))
+}
+
+/// Writes an event's message as the plain format does: terminal control characters escaped.
+fn write_message(writer: &mut impl fmt::Write, message: &str) -> fmt::Result {
+    Escaping(writer).write_str(message)
+}
+
 /// Whether `{:?}` writes `text` as it is between quotes: printable ASCII without `"` or `\`.
 fn needs_no_escape(text: &str) -> bool {
     text.bytes()
@@ -239,20 +248,28 @@ fn needs_no_escape(text: &str) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AddrText(pub(crate) std::net::SocketAddr);
 
-impl fmt::Display for AddrText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl AddrText {
+    /// Writes the address as its `Display` does, into any writer: an IPv4 address without the
+    /// formatting machinery.
+    pub(crate) fn write_to(&self, writer: &mut impl fmt::Write) -> fmt::Result {
         let std::net::SocketAddr::V4(addr) = self.0 else {
-            return fmt::Display::fmt(&self.0, f);
+            return write!(writer, "{}", self.0);
         };
         let mut digits = itoa::Buffer::new();
         for (i, octet) in addr.ip().octets().into_iter().enumerate() {
             if i > 0 {
-                f.write_char('.')?;
+                writer.write_char('.')?;
             }
-            f.write_str(digits.format(octet))?;
+            writer.write_str(digits.format(octet))?;
         }
-        f.write_char(':')?;
-        f.write_str(digits.format(addr.port()))
+        writer.write_char(':')?;
+        writer.write_str(digits.format(addr.port()))
+    }
+}
+
+impl fmt::Display for AddrText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_to(f)
     }
 }
 
@@ -271,9 +288,9 @@ impl PlainVisitor<'_> {
 /// Writes text with the characters a terminal could act on (ESC, BEL, BS, FF, DEL and the C1
 /// controls) spelled out, as tracing-subscriber escapes messages. Text without any is written in
 /// one piece.
-struct Escaping<'a, 'w>(&'a mut Writer<'w>);
+struct Escaping<'a, W: fmt::Write>(&'a mut W);
 
-impl fmt::Write for Escaping<'_, '_> {
+impl<W: fmt::Write> fmt::Write for Escaping<'_, W> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         // C1 controls (U+0080..U+009F) are 0xC2 0x80..0x9F in UTF-8.
         let plain = !s
@@ -306,7 +323,7 @@ thread_local! {
 
 /// Writes `at` in RFC 3339 with microseconds, in UTC (`2026-12-06T04:30:00.123456Z`), as
 /// tracing-subscriber's `SystemTime` timer does; before 1970 it writes the epoch.
-fn write_timestamp(writer: &mut Writer<'_>, at: SystemTime) -> fmt::Result {
+fn write_timestamp(writer: &mut impl fmt::Write, at: SystemTime) -> fmt::Result {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     SECOND.with(|cell| {
@@ -359,6 +376,7 @@ fn write_civil(out: &mut String, secs: u64) -> fmt::Result {
     )
 }
 
+pub(crate) mod direct;
 pub(crate) mod request;
 
 #[cfg(test)]

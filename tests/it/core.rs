@@ -601,3 +601,67 @@ async fn idle_upstream_connections_are_closed() {
         "closed only after {after:?}"
     );
 }
+
+/// Whether `line` is the line per response, as a running courtesy writes it at its default level
+/// to a file or a pipe: timestamp, level, the request, the target, the message and its fields.
+fn is_access_line(line: &str, origin_port: u16) -> bool {
+    let Some((stamp, rest)) = line.split_once(' ') else {
+        return false;
+    };
+    // 2026-12-07T09:30:00.123456Z
+    let stamp_ok = stamp.len() == 27 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T';
+    let Some(rest) = rest.strip_prefix(" INFO request{client=127.0.0.1:") else {
+        return false;
+    };
+    let Some((client_port, rest)) = rest.split_once(" job=\"") else {
+        return false;
+    };
+    let Some((_job, rest)) = rest.split_once("\" method=GET host=") else {
+        return false;
+    };
+    let head = format!(
+        "127.0.0.1:{origin_port}}}: courtesy::proxy::send::judge: upstream response status=200 latency_ms="
+    );
+    let Some(rest) = rest.strip_prefix(&head) else {
+        return false;
+    };
+    let numbers: Vec<&str> = rest.split([' ', '=']).collect();
+    stamp_ok
+        && client_port.parse::<u16>().is_ok()
+        && numbers.len() == 7
+        && numbers[0].parse::<u64>().is_ok()
+        && numbers[1] == "wait_ms"
+        && numbers[2].parse::<u64>().is_ok()
+        && numbers[3] == "rate"
+        && numbers[4].parse::<f64>().is_ok()
+        && numbers[5] == "attempt"
+        && numbers[6] == "0"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_courtesy_writes_a_line_per_response_that_names_the_request() {
+    let origin = Origin::ok("127.0.0.1").await;
+    let dir = temp_dir("access-line");
+    let ports = Ports::free();
+    let config = ports.config_in(&dir, &pacing(1000.0, 100, 100));
+    let child = spawn_courtesy_logging(&config, None);
+    assert!(listening(ports.proxy_addr()).await);
+    let client = ProxyClient {
+        proxy: ports.proxy_addr(),
+    };
+    let mut conn = client.connect().await;
+    for i in 0..3 {
+        let got = conn.get(&origin.url(&format!("/page/{i}"))).await;
+        assert_eq!(got.status, StatusCode::OK);
+    }
+    let logged = stop_for_log(child).await;
+    let port = origin.addr.port();
+    let lines: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("upstream response"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{logged}");
+    for line in lines {
+        assert!(is_access_line(line, port), "{line}");
+    }
+}

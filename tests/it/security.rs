@@ -644,29 +644,12 @@ async fn an_open_state_dir_is_made_private_and_an_allow_everyone_list_draws_a_wa
         said.contains("warning: [proxy] allow_clients has 0.0.0.0/0"),
         "{said}"
     );
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let child = spawn_courtesy_logging(&config, Some("warn"));
     assert!(listening(ports.proxy_addr()).await);
     // Serving (so the signal handler is in place): /healthz answers.
     let health = format!("http://127.0.0.1:{}/healthz", ports.admin);
     assert_eq!(admin_call("GET", &health, None, "").await.0, StatusCode::OK);
-    // SIGTERM: a clean stop writes out every log line.
-    let pid = child.id().unwrap().to_string();
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status();
-    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let logged = String::from_utf8_lossy(&out.stderr);
+    let logged = stop_for_log(child).await;
     assert!(logged.contains("allow_clients has 0.0.0.0/0"), "{logged}");
 }
 

@@ -107,6 +107,37 @@ pub fn spawn_courtesy_process(config: &Path) -> tokio::process::Child {
         .unwrap()
 }
 
+/// Starts `courtesy run --config config` with its log on a pipe (`RUST_LOG` as given, or unset:
+/// courtesy's default level), for [`stop_for_log`] to read; killed if the test drops it.
+pub fn spawn_courtesy_logging(config: &Path, rust_log: Option<&str>) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_courtesy"));
+    command.args(["run", "--config"]).arg(config);
+    match rust_log {
+        Some(level) => command.env("RUST_LOG", level),
+        None => command.env_remove("RUST_LOG"),
+    };
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// Stops a courtesy started by [`spawn_courtesy_logging`] with SIGTERM (a clean stop writes out
+/// every log line) and returns what it logged; fails the test if it takes over 20 s.
+pub async fn stop_for_log(child: tokio::process::Child) -> String {
+    let pid = child.id().unwrap().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status();
+    let out = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Waits up to 10 s until something accepts connections on `addr`: a started process is ready.
 pub async fn listening(addr: SocketAddr) -> bool {
     eventually(Duration::from_secs(10), || {

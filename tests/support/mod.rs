@@ -46,7 +46,9 @@ mod tls;
 mod wait;
 
 pub use self::{
-    binary::{listening, spawn_courtesy_process, vm_hwm_kib, Ports},
+    binary::{
+        listening, spawn_courtesy_logging, spawn_courtesy_process, stop_for_log, vm_hwm_kib, Ports,
+    },
     body::{empty, full, TestBody},
     crowd::{assert_each_ok, hammer_until},
     direct::{admin_call, direct_client, fetch_direct},

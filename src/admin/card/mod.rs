@@ -53,10 +53,7 @@ pub(crate) fn card(config: &Config, agent: &Agent) -> Value {
             .chain(agent.jobless.then(|| defaults.identity.user_agent.clone())),
     );
     let tokens = distinct(user_agents.iter().map(|ua| {
-        Some(agent_for(
-            defaults.robots.user_agent.as_deref(),
-            Some(ua.as_str()),
-        ))
+        Some(agent_for(defaults.robots.user_agent.as_deref(), Some(ua.as_str())).to_string())
     }));
     let tokens = if tokens.is_empty() {
         distinct([defaults.robots.user_agent.clone()])

@@ -122,7 +122,7 @@ impl Proxy {
         let agent = Self::robots_agent(head, policy);
         let before = self
             .robots
-            .preference_refusal(&origin, &agent, path, purpose)
+            .preference_refusal(&origin, agent, path, purpose)
             .or_else(|| self.stated.refusal(&origin, path, purpose, Instant::now()));
         Ok(Some(Checked {
             purpose,

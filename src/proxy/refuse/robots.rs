@@ -114,7 +114,7 @@ impl Proxy {
 
     /// The robots.txt group a request with this head falls in: the host's `robots_user_agent`,
     /// else the product token of its User-Agent, else `*`.
-    pub(crate) fn robots_agent(head: &Parts, policy: &HostPolicy) -> String {
+    pub(crate) fn robots_agent<'a>(head: &'a Parts, policy: &'a HostPolicy) -> &'a str {
         robots::agent_for(
             policy.robots.user_agent.as_deref(),
             head.headers.get(USER_AGENT).and_then(|v| v.to_str().ok()),
@@ -136,7 +136,7 @@ impl Proxy {
         let key = cx.target.origin_key(scheme);
         let budget = &cx.budget;
         loop {
-            match self.robots.step(&key, &agent, path) {
+            match self.robots.step(&key, agent, path) {
                 Step::Known(verdict) => return Ok(verdict),
                 Step::Wait(done) => done.await,
                 Step::Fetch(guard) => {
@@ -145,7 +145,7 @@ impl Proxy {
                     let fetch = Box::pin(self.fetch_robots(&cx.target, scheme, user_agent));
                     match fetch.await {
                         Ok(fetched) => {
-                            self.tell_robots(&budget.key, &fetched, &agent);
+                            self.tell_robots(&budget.key, &fetched, agent);
                             guard.finish(fetched, cx.policy.robots.keep_on_failure)
                         }
                         Err(NotFetched::Refused(refusal)) => {

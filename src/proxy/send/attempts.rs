@@ -248,16 +248,19 @@ impl Attempts {
         &mut self,
         status: u16,
         policy: &HostPolicy,
-        cooldown_left: Option<std::time::Duration>,
+        cooldown_left: impl FnOnce() -> Option<std::time::Duration>,
     ) -> bool {
         // A report-only host gets no retries of courtesy's own: they could not wait out the
-        // cooldown, and report-only never adds a request.
-        let left = cooldown_left.unwrap_or_default();
+        // cooldown, and report-only never adds a request. The cooldown (under the host's lock)
+        // is looked at only for an answer that could be retried.
         let retry = self.replay.is_some()
             && policy.scope.enforce
             && self.attempt < policy.cooldown.retry_idempotent
             && matches!(status, 429 | 503)
-            && self.resend_answer().holds(left, policy.cooldown.max_hold);
+            && self.resend_answer().holds(
+                cooldown_left().unwrap_or_default(),
+                policy.cooldown.max_hold,
+            );
         if retry {
             self.attempt += 1;
         }
@@ -287,7 +290,7 @@ mod tests {
         let mut attempts = Attempts::new(page, &mut cx);
         assert!(attempts.next_request().is_ok());
         assert_eq!(attempts.tries, 1);
-        assert!(!attempts.retry_after(503, &policy, None));
+        assert!(!attempts.retry_after(503, &policy, || None));
         assert!(!attempts.may_resend_over_http1());
         let again = attempts.next_request().expect_err("no second send");
         assert_eq!(again.status, StatusCode::INTERNAL_SERVER_ERROR);

@@ -3,17 +3,20 @@
 //! challenge page), a WebSocket joined on its `101`, or else the response streamed back.
 
 use std::ops::ControlFlow;
+use std::time::Duration;
 
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 use tracing::{info, warn};
 
+use crate::budget::limiter::Permit;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::connect::upgrade;
 use crate::proxy::forward::context::{Flow, RequestContext};
 use crate::proxy::send::attempts::Attempts;
 use crate::proxy::send::exchange::{Exchanged, TurnHeld};
 use crate::proxy::Proxy;
+use crate::util::log_line::direct::{self, Value};
 
 impl Proxy {
     /// What the origin's answer becomes: `Continue` is courtesy's retry of a 429/503 or its
@@ -50,17 +53,10 @@ impl Proxy {
             );
             return ControlFlow::Break(answer);
         }
-        info!(
-            status,
-            latency_ms = latency.as_millis() as u64,
-            wait_ms = permit.waited().as_millis() as u64,
-            rate = permit.host_rate(),
-            attempt = attempts.attempt,
-            "upstream response"
-        );
+        log_upstream_response(status, latency, &permit, attempts.attempt);
         let mut response = exchanged.response;
         let mut ahead = None;
-        if attempts.retry_after(status, &policy, permit.cooldown_left()) {
+        if attempts.retry_after(status, &policy, || permit.cooldown_left()) {
             match self.block_before_resend(response, &permit, &policy).await {
                 None => {
                     info!(
@@ -110,5 +106,29 @@ impl Proxy {
         };
         warn!("{refused}");
         upgrade::refused_switch(refused)
+    }
+}
+
+/// The line per response (`upstream response`, at `info`): written straight into the log when it
+/// can be (`log_line::direct`), else through `tracing`; the same bytes either way.
+fn log_upstream_response(status: u16, latency: Duration, permit: &Permit, attempt: u32) {
+    if !tracing::enabled!(tracing::Level::INFO) {
+        return;
+    }
+    let latency_ms = latency.as_millis() as u64;
+    let wait_ms = permit.waited().as_millis() as u64;
+    let rate = permit.host_rate();
+    let fields = [
+        ("status", Value::Unsigned(u64::from(status))),
+        ("latency_ms", Value::Unsigned(latency_ms)),
+        ("wait_ms", Value::Unsigned(wait_ms)),
+        ("rate", Value::Float(rate)),
+        ("attempt", Value::Unsigned(u64::from(attempt))),
+    ];
+    if !direct::write_line(module_path!(), "upstream response", &fields) {
+        info!(
+            status,
+            latency_ms, wait_ms, rate, attempt, "upstream response"
+        );
     }
 }

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tracing::Span;
-use tracing_subscriber::fmt::format::Writer;
 
 /// Whether lines carry the request they are about (set once, when logging is set up).
 static CARRIED: AtomicBool = AtomicBool::new(false);
@@ -59,9 +58,9 @@ pub(crate) struct RequestLine {
 
 impl RequestLine {
     /// Writes `request{…}:` as the span's formatted fields read.
-    fn write_to(&self, writer: &mut Writer<'_>) -> fmt::Result {
+    fn write_to(&self, writer: &mut impl fmt::Write) -> fmt::Result {
         writer.write_str("request{client=")?;
-        write!(writer, "{}", super::AddrText(self.client))?;
+        super::AddrText(self.client).write_to(writer)?;
         writer.write_str(" job=")?;
         write_quoted(writer, &self.job)?;
         writer.write_str(" method=")?;
@@ -77,7 +76,7 @@ impl RequestLine {
 }
 
 /// Text as `{:?}` writes it, the way a `&str` field is written.
-fn write_quoted(writer: &mut Writer<'_>, text: &str) -> fmt::Result {
+fn write_quoted(writer: &mut impl fmt::Write, text: &str) -> fmt::Result {
     if super::needs_no_escape(text) {
         writer.write_char('"')?;
         writer.write_str(text)?;
@@ -88,7 +87,7 @@ fn write_quoted(writer: &mut Writer<'_>, text: &str) -> fmt::Result {
 }
 
 /// Writes the prefix of the request this thread is polling, if any; returns whether it did.
-pub(crate) fn write_current(writer: &mut Writer<'_>) -> Result<bool, fmt::Error> {
+pub(crate) fn write_current(writer: &mut impl fmt::Write) -> Result<bool, fmt::Error> {
     CURRENT.with(|current| {
         let Some(line) = current.take() else {
             return Ok(false);
