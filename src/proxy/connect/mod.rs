@@ -31,6 +31,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -48,6 +49,7 @@ use crate::proxy::forward::headers::own_cooldown_choice;
 use crate::proxy::forward::target::Target;
 use crate::proxy::Asking;
 use crate::proxy::Proxy;
+use crate::util::log_line::request::{lines_carry_requests, InRequest, TunnelLine};
 use crate::util::log_line::AddrText;
 use crate::wire::scheme::Scheme;
 
@@ -90,7 +92,21 @@ impl Proxy {
         if let Some(failure) = self.refuse_destination(&target).await {
             return failure.into_response();
         }
-        let span = info_span!("connect", client = %AddrText(client), job = asking.caller.name(), host = %target, ?mode);
+        let tunnel_line = lines_carry_requests().then(|| {
+            Arc::new(TunnelLine {
+                client,
+                job: asking.caller.state.name.clone(),
+                host: target.to_string(),
+                mode: format!("{mode:?}"),
+            })
+        });
+        // Carried beside the tunnel's future when lines carry their requests, else a span.
+        let span = match tunnel_line {
+            Some(_) => tracing::Span::none(),
+            None => {
+                info_span!("connect", client = %AddrText(client), job = asking.caller.name(), host = %target, ?mode)
+            }
+        };
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
             HttpsMode::Intercept => match self.interceptor.server_config(&target.host) {
@@ -104,18 +120,20 @@ impl Proxy {
         // tunnel may be closed to make room like an idle kept-alive connection.
         let opening = slot.as_ref().map(|slot| slot.carrying());
         let connections = self.connections.clone();
-        let served = self
-            .serve_connect(
-                req,
-                Opened {
-                    target,
-                    client,
-                    asking,
-                    opening,
-                },
-                leaf,
-            )
-            .instrument(span);
+        let served = self.serve_connect(
+            req,
+            Opened {
+                target,
+                client,
+                asking,
+                opening,
+            },
+            leaf,
+        );
+        let served = match tunnel_line {
+            Some(line) => Either::Left(InRequest::tunnel(served, line)),
+            None => Either::Right(served.instrument(span)),
+        };
         connections.spawn(async move {
             let _slot = slot;
             served.await

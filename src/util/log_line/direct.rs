@@ -7,7 +7,7 @@
 //! of a proxied request's. When lines are plain text and carry their request
 //! ([`super::request`]), and no span is open around the line, [`write_line`] writes the same
 //! bytes (the unit tests compare them with the subscriber's) straight into the batched writer.
-//! Anywhere else (colours, JSON, a span filter, a line inside a `connect` span) the caller falls
+//! Anywhere else (colours, JSON, a span filter, any span open around the line) the caller falls
 //! back to its `info!`, so what reaches the log never depends on which path wrote it.
 
 use std::cell::RefCell;

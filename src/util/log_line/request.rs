@@ -27,6 +27,8 @@ static CARRIED: AtomicBool = AtomicBool::new(false);
 thread_local! {
     /// The request whose future this thread is polling, if any.
     static CURRENT: Cell<Option<Arc<RequestLine>>> = const { Cell::new(None) };
+    /// The CONNECT tunnel whose future this thread is polling, if any (outside the request).
+    static TUNNEL: Cell<Option<Arc<TunnelLine>>> = const { Cell::new(None) };
 }
 
 /// Says that lines are written by [`super::PlainLine`] with no filter on spans, so a request's
@@ -54,6 +56,35 @@ pub(crate) struct RequestLine {
     pub host: String,
     /// The scheme, for a request that came out of a CONNECT.
     pub scheme: Option<&'static str>,
+}
+
+/// What the `connect` span held: who asked for a tunnel, for which job, to where, and how it is
+/// served.
+#[derive(Debug)]
+pub(crate) struct TunnelLine {
+    /// The client's address.
+    pub client: SocketAddr,
+    /// The job's name.
+    pub job: Arc<str>,
+    /// The CONNECT target (`host:port`).
+    pub host: String,
+    /// How the tunnel is served, as its `Debug` reads (`Intercept`, `Tunnel`).
+    pub mode: String,
+}
+
+impl TunnelLine {
+    /// Writes `connect{…}:` as the span's formatted fields read.
+    fn write_to(&self, writer: &mut impl fmt::Write) -> fmt::Result {
+        writer.write_str("connect{client=")?;
+        super::AddrText(self.client).write_to(writer)?;
+        writer.write_str(" job=")?;
+        write_quoted(writer, &self.job)?;
+        writer.write_str(" host=")?;
+        writer.write_str(&self.host)?;
+        writer.write_str(" mode=")?;
+        writer.write_str(&self.mode)?;
+        writer.write_str("}:")
+    }
 }
 
 impl RequestLine {
@@ -86,55 +117,98 @@ fn write_quoted(writer: &mut impl fmt::Write, text: &str) -> fmt::Result {
     }
 }
 
-/// Writes the prefix of the request this thread is polling, if any; returns whether it did.
+/// Writes the prefix of the tunnel and the request this thread is polling, if any (outermost
+/// first, as the spans' scope reads); returns whether it wrote anything.
 pub(crate) fn write_current(writer: &mut impl fmt::Write) -> Result<bool, fmt::Error> {
-    CURRENT.with(|current| {
-        let Some(line) = current.take() else {
+    let tunnel = peek(&TUNNEL, |tunnel| tunnel.write_to(writer))?;
+    let request = peek(&CURRENT, |request| request.write_to(writer))?;
+    Ok(tunnel || request)
+}
+
+/// Runs `write` on what `cell` holds, if anything; whether it did.
+fn peek<T>(
+    cell: &'static std::thread::LocalKey<Cell<Option<Arc<T>>>>,
+    write: impl FnOnce(&T) -> fmt::Result,
+) -> Result<bool, fmt::Error> {
+    cell.with(|current| {
+        let Some(held) = current.take() else {
             return Ok(false);
         };
-        let written = line.write_to(writer);
-        current.set(Some(line));
+        let written = write(&held);
+        current.set(Some(held));
         written.map(|()| true)
     })
 }
 
+/// A clone of what `cell` holds.
+fn cloned<T>(cell: &'static std::thread::LocalKey<Cell<Option<Arc<T>>>>) -> Option<Arc<T>> {
+    cell.with(|current| {
+        let held = current.take();
+        current.set(held.clone());
+        held
+    })
+}
+
 pin_project_lite::pin_project! {
-    /// A request's future with what its lines say about it: its span (none when lines carry the
-    /// request themselves) entered, and its [`RequestLine`] current, on every poll.
+    /// A request's (or a tunnel's) future with what its lines say about it: its span (none when
+    /// lines carry the request themselves) entered, and its [`RequestLine`] and [`TunnelLine`]
+    /// current, on every poll.
     pub(crate) struct InRequest<F> {
         #[pin]
         inner: F,
         span: Span,
         line: Option<Arc<RequestLine>>,
+        tunnel: Option<Arc<TunnelLine>>,
     }
 }
 
 impl<F> InRequest<F> {
     /// `inner` in `span`, with `line` current while it is polled.
     pub(crate) fn new(inner: F, span: Span, line: Option<Arc<RequestLine>>) -> InRequest<F> {
-        InRequest { inner, span, line }
+        InRequest {
+            inner,
+            span,
+            line,
+            tunnel: None,
+        }
     }
 
-    /// `inner` in the span and request it is made in (a task spawned by a request).
+    /// A tunnel's `inner`, with `tunnel` current while it is polled (and so around every request
+    /// served inside it on the same task).
+    pub(crate) fn tunnel(inner: F, tunnel: Arc<TunnelLine>) -> InRequest<F> {
+        InRequest {
+            inner,
+            span: Span::none(),
+            line: None,
+            tunnel: Some(tunnel),
+        }
+    }
+
+    /// `inner` in the span, tunnel and request it is made in (a task spawned by a request).
     pub(crate) fn current(inner: F) -> InRequest<F> {
-        let line = CURRENT.with(|current| {
-            let line = current.take();
-            current.set(line.clone());
-            line
-        });
-        InRequest::new(inner, Span::current(), line)
+        InRequest {
+            inner,
+            span: Span::current(),
+            line: cloned(&CURRENT),
+            tunnel: cloned(&TUNNEL),
+        }
     }
 }
 
-/// Puts back the request that was current before a poll, even if the poll panics.
+/// Puts back what was current before a poll, even if the poll panics.
 struct Restore {
-    previous: Option<Arc<RequestLine>>,
+    request: Option<Option<Arc<RequestLine>>>,
+    tunnel: Option<Option<Arc<TunnelLine>>>,
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        let previous = self.previous.take();
-        CURRENT.with(|current| current.set(previous));
+        if let Some(previous) = self.request.take() {
+            CURRENT.with(|current| current.set(previous));
+        }
+        if let Some(previous) = self.tunnel.take() {
+            TUNNEL.with(|current| current.set(previous));
+        }
     }
 }
 
@@ -144,13 +218,27 @@ impl<F: Future> Future for InRequest<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
         let _entered = this.span.enter();
-        if this.line.is_none() {
+        if this.line.is_none() && this.tunnel.is_none() {
             return this.inner.poll(cx);
         }
-        let previous = CURRENT.with(|current| current.replace(this.line.take()));
-        let restore = Restore { previous };
+        // Ours made current (what was, kept to put back), and taken back after the poll.
+        let restore = Restore {
+            request: this
+                .line
+                .take()
+                .map(|line| CURRENT.with(|current| current.replace(Some(line)))),
+            tunnel: this
+                .tunnel
+                .take()
+                .map(|tunnel| TUNNEL.with(|current| current.replace(Some(tunnel)))),
+        };
         let polled = this.inner.poll(cx);
-        *this.line = CURRENT.with(|current| current.replace(None));
+        if restore.request.is_some() {
+            *this.line = CURRENT.with(|current| current.replace(None));
+        }
+        if restore.tunnel.is_some() {
+            *this.tunnel = TUNNEL.with(|current| current.replace(None));
+        }
         drop(restore);
         polled
     }

@@ -351,3 +351,76 @@ fn a_request_carried_beside_its_future_is_written_as_its_span_was() {
         assert_eq!(scope(&carried[1]), scope(&spanned[0]), "{carried:?}");
     }
 }
+
+#[test]
+fn a_tunnel_carried_beside_its_future_is_written_as_its_connect_span_was() {
+    use request::{InRequest, RequestLine, TunnelLine};
+    #[derive(Debug)]
+    enum Mode {
+        Intercept,
+    }
+    let client: std::net::SocketAddr = "127.0.0.1:40001".parse().unwrap_or(([0; 4], 0).into());
+    let (job, host, mode) = ("team \"b\"", "example.com:443", Mode::Intercept);
+    let spanned = capture(false, &|| {
+        let connect =
+            info_span!("connect", client = %AddrText(client), job = job, host = %host, ?mode);
+        run_once(InRequest::new(
+            async {
+                info!("tunnel open");
+                let request = info_span!("request", client = %AddrText(client), job = job, method = %http::Method::GET, host = %host, scheme = "https");
+                run_once(InRequest::new(
+                    async { info!(status = 200u16, "upstream response") },
+                    request,
+                    None,
+                ));
+            },
+            connect,
+            None,
+        ));
+        warn!("after the tunnel");
+    });
+    let tunnel = std::sync::Arc::new(TunnelLine {
+        client,
+        job: job.into(),
+        host: host.to_string(),
+        mode: format!("{mode:?}"),
+    });
+    let request = std::sync::Arc::new(RequestLine {
+        client,
+        job: job.into(),
+        method: http::Method::GET,
+        host: host.to_string(),
+        scheme: Some("https"),
+    });
+    let carried = capture(true, &|| {
+        run_once(InRequest::tunnel(
+            async {
+                info!("tunnel open");
+                run_once(InRequest::new(
+                    async {
+                        info!(status = 200u16, "upstream response");
+                        // A task spawned inside the request carries the tunnel too.
+                        run_once(InRequest::current(async { info!("socket closed") }));
+                    },
+                    Span::none(),
+                    Some(request.clone()),
+                ));
+            },
+            tunnel.clone(),
+        ));
+        warn!("after the tunnel");
+    });
+    let (spanned, carried) = (untimed(&spanned), untimed(&carried));
+    assert_eq!(spanned.len(), 3, "{spanned:?}");
+    assert_eq!(carried.len(), 4, "{carried:?}");
+    assert_eq!(
+        carried[0], spanned[0],
+        "a line in the tunnel, outside a request"
+    );
+    assert_eq!(
+        carried[1], spanned[1],
+        "a line in a request inside the tunnel"
+    );
+    assert!(carried[2].starts_with(" INFO connect{client=127.0.0.1:40001 job=\"team \\\"b\\\"\" host=example.com:443 mode=Intercept}:request{"), "{carried:?}");
+    assert_eq!(carried[3], spanned[2], "nothing carried after the tunnel");
+}
