@@ -119,7 +119,11 @@ awk -v f="$FREQ" -v r="$RATE" -v s="$SECONDS_SAMPLED" -v top="$TOP" '
     }
     END {
         printf "| where | µs CPU per request | share |\n|---|---:|---:|\n"
-        for (g in group) printf "| %s | %.2f | %.0f %% |\n", g, us(group[g]), 100 * group[g] / total
+        split("kernel;the proxy binary;libc: copies;libc: allocator;libc: other;vdso (clock reads)", order, ";")
+        for (i = 1; i <= 6; i++) {
+            g = order[i]
+            printf "| %s | %.2f | %.0f %% |\n", g, us(group[g]), 100 * group[g] / total
+        }
         printf "| all | %.2f | 100 %% |\n\n", us(total)
         printf "| symbol | µs per request |\n|---|---:|\n"
         for (k in count) print count[k] "\t" k | "sort -rn | head -n " top " > /dev/stderr"
