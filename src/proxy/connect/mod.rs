@@ -92,21 +92,7 @@ impl Proxy {
         if let Some(failure) = self.refuse_destination(&target).await {
             return failure.into_response();
         }
-        let tunnel_line = lines_carry_requests().then(|| {
-            Arc::new(TunnelLine {
-                client,
-                job: asking.caller.state.name.clone(),
-                host: target.to_string(),
-                mode: format!("{mode:?}"),
-            })
-        });
-        // Carried beside the tunnel's future when lines carry their requests, else a span.
-        let span = match tunnel_line {
-            Some(_) => tracing::Span::none(),
-            None => {
-                info_span!("connect", client = %AddrText(client), job = asking.caller.name(), host = %target, ?mode)
-            }
-        };
+        let (span, tunnel_line) = tunnel_logged_as(client, &asking, &target, mode);
         // Mint (or find) the leaf now, so that a name no certificate can carry is a clear answer.
         let leaf = match mode {
             HttpsMode::Intercept => match self.interceptor.server_config(&target.host) {
@@ -217,4 +203,25 @@ fn asking_of(
         priority,
         slot,
     })
+}
+
+/// What a tunnel's lines say of it: its fields carried beside its future when lines carry their
+/// requests (no span to open), else the `connect` span.
+fn tunnel_logged_as(
+    client: SocketAddr,
+    asking: &Asking,
+    target: &Target,
+    mode: HttpsMode,
+) -> (tracing::Span, Option<Arc<TunnelLine>>) {
+    if lines_carry_requests() {
+        let line = TunnelLine {
+            client,
+            job: asking.caller.state.name.clone(),
+            host: target.to_string(),
+            mode: format!("{mode:?}"),
+        };
+        return (tracing::Span::none(), Some(Arc::new(line)));
+    }
+    let span = info_span!("connect", client = %AddrText(client), job = asking.caller.name(), host = %target, ?mode);
+    (span, None)
 }
