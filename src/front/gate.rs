@@ -177,9 +177,8 @@ pub(crate) struct Gate {
 pub(crate) struct Slot {
     gate: Arc<Gate>,
     id: u64,
-    /// The client, as the caps count it (`crate::wire::client_group`).
-    ip: IpAddr,
-    /// What it carries and since when it is idle, changed without the gate's lock.
+    /// Its client (as the caps count it), what it carries and since when it is idle, changed
+    /// without the gate's lock.
     state: Arc<ConnState>,
 }
 
@@ -209,7 +208,6 @@ impl Gate {
         Ok(Slot {
             gate: self.clone(),
             id,
-            ip,
             state,
         })
     }
@@ -248,17 +246,18 @@ impl Slot {
 
     /// The client of this connection, as the caps count it (an IPv6 client by its /64).
     pub(crate) fn client(&self) -> IpAddr {
-        self.ip
+        self.state.ip()
     }
 
     /// One more place for this connection's client, counted against both caps as a connection
     /// of its own (a WebSocket on an HTTP/2 stream, a stream in flight inside a tunnel: one
     /// connection must not carry more than the client's share), or why there is none.
     pub(crate) fn extra(&self) -> Result<Extra, Refused> {
-        self.gate.room(self.ip)?.add_extra(self.ip);
+        let ip = self.client();
+        self.gate.room(ip)?.add_extra(ip);
         Ok(Extra {
             gate: self.gate.clone(),
-            ip: self.ip,
+            ip,
         })
     }
 

@@ -46,10 +46,7 @@ where
     ) -> fmt::Result {
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        write_timestamp(&mut writer, SystemTime::now())?;
-        writer.write_char(' ')?;
-        writer.write_str(level_str(*meta.level()))?;
-        writer.write_char(' ')?;
+        write_start(&mut writer, SystemTime::now(), *meta.level())?;
         let mut seen = false;
         if let Some(scope) = ctx.event_scope() {
             for span in scope.from_root() {
@@ -88,6 +85,14 @@ impl<'writer> FormatFields<'writer> for PlainFields {
         fields.record(&mut visitor);
         visitor.result
     }
+}
+
+/// Writes the start of every line: the timestamp and the level, each followed by a space.
+fn write_start(writer: &mut impl fmt::Write, at: SystemTime, level: Level) -> fmt::Result {
+    write_timestamp(writer, at)?;
+    writer.write_char(' ')?;
+    writer.write_str(level_str(level))?;
+    writer.write_char(' ')
 }
 
 /// The level as the default format pads it: right-aligned in five columns.

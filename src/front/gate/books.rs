@@ -47,6 +47,11 @@ pub(super) struct ConnState {
 }
 
 impl ConnState {
+    /// The client, as the caps count it.
+    pub(super) fn ip(&self) -> IpAddr {
+        self.ip
+    }
+
     /// Bytes of a request came: the connection is in use, not closed to make room, until it is
     /// idle again. Nothing changes on one already in use, or closing.
     pub(super) fn heard(&self) {
@@ -171,10 +176,7 @@ impl Books {
     /// `false` when none may be closed.
     pub(super) fn evict(&mut self, ip: Option<IpAddr>) -> bool {
         for _ in 0..EVICTION_TRIES {
-            let Some((id, since)) = self.idle_longest(ip) else {
-                return false;
-            };
-            let Some(conn) = self.conns.get(&id).cloned() else {
+            let Some((id, conn, since)) = self.idle_longest(ip) else {
                 return false;
             };
             let claimed = conn
@@ -196,22 +198,27 @@ impl Books {
         false
     }
 
-    /// The connection that may be closed and has been idle longest (of `ip`, or of anyone).
-    fn idle_longest(&self, ip: Option<IpAddr>) -> Option<(u64, u64)> {
+    /// The connection that may be closed and has been idle longest (of `ip`, or of anyone): its
+    /// id, itself, and when it became idle.
+    fn idle_longest(&self, ip: Option<IpAddr>) -> Option<(u64, Arc<ConnState>, u64)> {
         let since = |id: &u64| {
             let conn = self.conns.get(id)?;
-            conn.evictable_since().map(|since| (*id, since))
+            conn.evictable_since().map(|since| (*id, conn, since))
         };
-        let oldest = match ip {
+        let (id, conn, since) = match ip {
             Some(ip) => self
                 .per_client
                 .get(&ip)?
                 .iter()
                 .filter_map(since)
-                .min_by_key(|(_, s)| *s),
-            None => self.conns.keys().filter_map(since).min_by_key(|(_, s)| *s),
-        };
-        oldest
+                .min_by_key(|(_, _, s)| *s),
+            None => self
+                .conns
+                .keys()
+                .filter_map(since)
+                .min_by_key(|(_, _, s)| *s),
+        }?;
+        Some((id, conn.clone(), since))
     }
 }
 
@@ -237,7 +244,7 @@ mod tests {
         let (first, second) = (&conns[0].1, &conns[1].1);
         // The first is idle longest, but a request took it between the look and the claim: the
         // claim fails, the next look picks the second.
-        let (id, since) = books.idle_longest(ip).unwrap();
+        let (id, _, since) = books.idle_longest(ip).unwrap();
         assert_eq!(id, conns[0].0);
         first.heard();
         assert!(first

@@ -78,17 +78,14 @@ fn in_a_span() -> bool {
 }
 
 /// The whole line, as `PlainLine` writes an event with these fields and no span around it.
-fn format_line(
+pub(super) fn format_line(
     out: &mut String,
     at: SystemTime,
     target: &str,
     message: &str,
     fields: &[(&str, Value)],
 ) -> fmt::Result {
-    super::write_timestamp(out, at)?;
-    out.push(' ');
-    out.push_str(super::level_str(tracing::Level::INFO));
-    out.push(' ');
+    super::write_start(out, at, tracing::Level::INFO)?;
     if super::request::write_current(out)? {
         out.push(' ');
     }
@@ -115,112 +112,6 @@ fn format_line(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::util::log_line::request::{InRequest, RequestLine};
-    use crate::util::log_line::{PlainFields, PlainLine};
-    use std::sync::{Arc, Mutex};
-    use tracing::Span;
-
-    /// Keeps what the subscriber wrote.
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// The line without its timestamp (the first word), which the two paths take at different
-    /// instants.
-    fn untimed(line: &str) -> &str {
-        line.split_once(' ').map_or(line, |(_, rest)| rest)
-    }
-
-    /// What the subscriber writes for the access line's event, and what `format_line` writes,
-    /// with `line` current (as a carried request's future has it) or none.
-    fn both(line: Option<Arc<RequestLine>>, rate: f64, attempt: u32) -> (String, String) {
-        let capture = Capture::default();
-        let sink = capture.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .fmt_fields(PlainFields)
-            .event_format(PlainLine)
-            .with_writer(move || sink.clone())
-            .finish();
-        let mut direct = String::new();
-        let fields = [
-            ("status", Value::Unsigned(200)),
-            ("latency_ms", Value::Unsigned(12)),
-            ("wait_ms", Value::Unsigned(0)),
-            ("rate", Value::Float(rate)),
-            ("attempt", Value::Unsigned(u64::from(attempt))),
-        ];
-        let target = module_path!();
-        let emit = async {
-            tracing::info!(
-                status = 200u16,
-                latency_ms = 12u64,
-                wait_ms = 0u64,
-                rate,
-                attempt,
-                "upstream response"
-            );
-            let at = SystemTime::now();
-            format_line(&mut direct, at, target, "upstream response", &fields).unwrap();
-        };
-        tracing::subscriber::with_default(subscriber, || {
-            futures_util::FutureExt::now_or_never(InRequest::new(emit, Span::none(), line))
-                .unwrap();
-        });
-        let written = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
-        (written, direct)
-    }
-
-    fn request(client: &str, job: &str, scheme: Option<&'static str>) -> Arc<RequestLine> {
-        Arc::new(RequestLine {
-            client: client.parse().unwrap(),
-            job: Arc::from(job),
-            method: http::Method::GET,
-            host: "example.com:443".to_string(),
-            scheme,
-        })
-    }
-
-    #[test]
-    fn the_direct_line_is_written_as_the_subscriber_writes_the_event() {
-        let requests = [
-            None,
-            Some(request("127.0.0.1:40000", "default", None)),
-            Some(request("[::1]:5", "a \"quoted\" job", Some("https"))),
-        ];
-        for line in requests {
-            for rate in [1_000_000.0, 0.5, 2.0, 1e-7, 3e17, 0.0] {
-                let (written, direct) = both(line.clone(), rate, 3);
-                assert!(
-                    written.ends_with('\n') && direct.ends_with('\n'),
-                    "{written}"
-                );
-                assert_eq!(untimed(&written), untimed(&direct));
-                assert!(direct.contains(" INFO "), "{direct}");
-                assert!(
-                    direct.contains(": upstream response status=200 latency_ms=12 wait_ms=0 rate="),
-                    "{direct}"
-                );
-                assert_eq!(
-                    direct.contains("request{client="),
-                    line.is_some(),
-                    "{direct}"
-                );
-                // The timestamps have the same shape: RFC 3339 with microseconds.
-                let stamp = |l: &str| l.split_once(' ').map(|(t, _)| t.len());
-                assert_eq!(stamp(&written), stamp(&direct));
-            }
-        }
-    }
 
     #[test]
     fn a_line_inside_a_span_or_under_a_subscriber_that_does_not_say_is_left_to_tracing() {

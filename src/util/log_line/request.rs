@@ -75,10 +75,7 @@ pub(crate) struct TunnelLine {
 impl TunnelLine {
     /// Writes `connect{…}:` as the span's formatted fields read.
     fn write_to(&self, writer: &mut impl fmt::Write) -> fmt::Result {
-        writer.write_str("connect{client=")?;
-        super::AddrText(self.client).write_to(writer)?;
-        writer.write_str(" job=")?;
-        write_quoted(writer, &self.job)?;
+        write_who(writer, "connect", self.client, &self.job)?;
         writer.write_str(" host=")?;
         writer.write_str(&self.host)?;
         writer.write_str(" mode=")?;
@@ -90,10 +87,7 @@ impl TunnelLine {
 impl RequestLine {
     /// Writes `request{…}:` as the span's formatted fields read.
     fn write_to(&self, writer: &mut impl fmt::Write) -> fmt::Result {
-        writer.write_str("request{client=")?;
-        super::AddrText(self.client).write_to(writer)?;
-        writer.write_str(" job=")?;
-        write_quoted(writer, &self.job)?;
+        write_who(writer, "request", self.client, &self.job)?;
         writer.write_str(" method=")?;
         writer.write_str(self.method.as_str())?;
         writer.write_str(" host=")?;
@@ -104,6 +98,20 @@ impl RequestLine {
         }
         writer.write_str("}:")
     }
+}
+
+/// Writes the opening both spans share: `span{client=… job="…"`.
+fn write_who(
+    writer: &mut impl fmt::Write,
+    span: &str,
+    client: SocketAddr,
+    job: &str,
+) -> fmt::Result {
+    writer.write_str(span)?;
+    writer.write_str("{client=")?;
+    super::AddrText(client).write_to(writer)?;
+    writer.write_str(" job=")?;
+    write_quoted(writer, job)
 }
 
 /// Text as `{:?}` writes it, the way a `&str` field is written.

@@ -424,3 +424,64 @@ fn a_tunnel_carried_beside_its_future_is_written_as_its_connect_span_was() {
     assert!(carried[2].starts_with(" INFO connect{client=127.0.0.1:40001 job=\"team \\\"b\\\"\" host=example.com:443 mode=Intercept}:request{"), "{carried:?}");
     assert_eq!(carried[3], spanned[2], "nothing carried after the tunnel");
 }
+
+#[test]
+fn the_direct_line_is_written_as_the_subscriber_writes_the_event() {
+    use request::{InRequest, RequestLine};
+    let request = |client: &str, job: &str, scheme| {
+        std::sync::Arc::new(RequestLine {
+            client: client.parse().unwrap_or(([0; 4], 0).into()),
+            job: job.into(),
+            method: http::Method::GET,
+            host: "example.com:443".to_string(),
+            scheme,
+        })
+    };
+    let requests = [
+        None,
+        Some(request("127.0.0.1:40000", "default", None)),
+        Some(request("[::1]:5", "a \"quoted\" job", Some("https"))),
+    ];
+    for line in requests {
+        for rate in [1_000_000.0, 0.5, 2.0, 1e-7, 3e17, 0.0] {
+            let fields = [
+                ("status", direct::Value::Unsigned(200)),
+                ("latency_ms", direct::Value::Unsigned(12)),
+                ("wait_ms", direct::Value::Unsigned(0)),
+                ("rate", direct::Value::Float(rate)),
+                ("attempt", direct::Value::Unsigned(3)),
+            ];
+            let direct = std::cell::RefCell::new(String::new());
+            let written = capture(true, &|| {
+                run_once(InRequest::new(
+                    async {
+                        info!(
+                            status = 200u16,
+                            latency_ms = 12u64,
+                            wait_ms = 0u64,
+                            rate,
+                            attempt = 3u32,
+                            "upstream response"
+                        );
+                        let mut out = direct.borrow_mut();
+                        let at = std::time::SystemTime::now();
+                        let target = module_path!();
+                        let formatted =
+                            direct::format_line(&mut out, at, target, "upstream response", &fields);
+                        assert!(formatted.is_ok());
+                    },
+                    Span::none(),
+                    line.clone(),
+                ));
+            });
+            let (written, direct) = (untimed(&written), untimed(&direct.borrow()));
+            assert_eq!(written.len(), 1, "{written:?}");
+            assert_eq!(written, direct);
+            assert!(
+                direct[0].contains(": upstream response status=200 latency_ms=12 wait_ms=0 rate="),
+                "{direct:?}"
+            );
+            assert_eq!(direct[0].contains("request{client="), line.is_some());
+        }
+    }
+}
