@@ -255,13 +255,19 @@ impl Parts {
         let (evicted, evicted_later) = (slot.evicted(), slot.evicted());
         let watched = slot.clone();
         let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-            // A CONNECT tunnel keeps the connection's place for its life.
-            req.extensions_mut().insert(slot.clone());
-            // Carried until its response has been sent: not closed to make room meanwhile. Boxed:
-            // the request's future is large, and hyper moves the one it is given into its slot
-            // (a copy of it per request cost 10 % of a request's instructions, benches/RESULTS.md
-            // section 11); a box moves as a pointer.
-            gate::carry(&slot, Box::pin(proxy.clone().serve(req, peer)))
+            // A CONNECT tunnel or a WebSocket keeps the connection's place for its life. Only
+            // those get it: the first extension of a request allocates its map.
+            if req.method() == hyper::Method::CONNECT
+                || req.headers().contains_key(hyper::header::UPGRADE)
+            {
+                req.extensions_mut().insert(slot.clone());
+            }
+            // Carried until its response has been sent: not closed to make room meanwhile. Not
+            // boxed: hyper keeps the request's future in a place it allocates once per
+            // connection, and a box of our own cost a large allocation and its free per request
+            // on top of the same move (about 2 % of a request's CPU, benches/RESULTS.md section
+            // 22); `proxy::forward::future_sizes` keeps the future small enough to move.
+            gate::carry(&slot, proxy.clone().serve(req, peer))
         });
         let (http, tasks, header_timeout, send_timeout) = (
             self.http.clone(),

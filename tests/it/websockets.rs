@@ -450,7 +450,17 @@ burst = 20
     let mut sender = h2_session(&courtesy, origin.addr).await;
     let mut sockets = Vec::new();
     for path in ["/a", "/b"] {
-        let response = extended_connect_on(&mut sender, origin.addr, path).await;
+        // The last handshake's own place is given back once courtesy has sent its answer, which
+        // the client may read a moment before that (on a loaded machine): until then a new one
+        // finds the places full, as it should.
+        let mut response = extended_connect_on(&mut sender, origin.addr, path).await;
+        for _ in 0..40 {
+            if response.status() != 503 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            response = extended_connect_on(&mut sender, origin.addr, path).await;
+        }
         assert_eq!(response.status(), 200, "{response:?}");
         let upgraded = hyper::upgrade::on(response).await.expect("the stream");
         let io = hyper_util::rt::TokioIo::new(upgraded);
@@ -583,14 +593,21 @@ async fn handshakes_are_paced_at_the_hosts_rate() {
     let mut at: Vec<Instant> = origin.handshakes().iter().map(|h| h.at).collect();
     at.sort();
     assert_eq!(at.len(), 4);
-    // rate 2, burst 1: one at once, then one every 0.5 s (with a tolerance).
+    // rate 2, burst 1: one at once, then one every 0.5 s. The origin notes each when it reads
+    // it, which a loaded machine may delay for one and not the next: a tolerance per gap, and
+    // the three gaps together at least 1.3 s.
     for pair in at.windows(2) {
         let gap = pair[1].duration_since(pair[0]);
         assert!(
-            gap >= Duration::from_millis(400),
+            gap >= Duration::from_millis(300),
             "handshakes {gap:?} apart"
         );
     }
+    let span = at[3].duration_since(at[0]);
+    assert!(
+        span >= Duration::from_millis(1300),
+        "{span:?} from first to last"
+    );
     assert!(started.elapsed() >= Duration::from_millis(1200));
     // Each socket holds no slot: all four are open at concurrency 1.
     assert_eq!(until_open(&courtesy, &origin.key(), 4).await, (4, 0));

@@ -42,8 +42,8 @@ pub(crate) struct RequestContext<'a> {
     pub(crate) policy: Arc<HostPolicy>,
     /// How its sends are signed (`None`: never); the attempts take it.
     pub(crate) signing: Option<Signing>,
-    /// The budget it spends: the host's own `host:port` until `Proxy::key_budget` makes the key
-    /// the host's rule names.
+    /// The budget it spends: the host's own `host:port` (the key of `key = "host"`, the
+    /// default), until `Proxy::key_budget` makes the key another rule names.
     pub(crate) budget: BudgetKey,
     /// What would have refused a report-only host's request, reported with its first turn.
     pub(crate) shadow_refused: Option<ShadowReason>,

@@ -25,6 +25,7 @@ use hyper::body::Incoming;
 use tracing::{info_span, Span};
 
 use crate::budget::jobs::Caller;
+use crate::config::KeyMode;
 use crate::proxy::answer::body::ProxyBody;
 use crate::proxy::answer::failure::Failure;
 use crate::proxy::answer::response;
@@ -183,9 +184,12 @@ impl Proxy {
     /// The budget the request spends under its host's rule (`Proxy::budget_key`); a failed
     /// lookup is its answer, before any budget is spent.
     async fn key_budget(&self, cx: &mut RequestContext<'_>) -> Flow {
-        match self.budget_key(&cx.target, &cx.policy).await {
-            Ok(budget) => cx.budget = budget,
-            Err(failure) => return ControlFlow::Break(failure.into_response()),
+        // The context starts with the `key = "host"` key (the default), made once.
+        if cx.policy.scope.key != KeyMode::Host {
+            match self.budget_key(&cx.target, &cx.policy).await {
+                Ok(budget) => cx.budget = budget,
+                Err(failure) => return ControlFlow::Break(failure.into_response()),
+            }
         }
         if let Some(trace) = cx.trace() {
             trace.budget_key(&cx.budget.key);
