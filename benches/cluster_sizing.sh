@@ -35,7 +35,7 @@
 #   BEND=2 (2..10), SAMPLE=1 (seconds of the SLOWLOG run after each step, 0..10; 0: none),
 #   REDIS_PORT=17300 (nodes on REDIS_PORT..+2, their cluster bus +10000), ORIGIN_PORT=18880,
 #   COURTESY_PORT=18828 (instance i on COURTESY_PORT + 10 i, admin +1),
-#   COURTESY_BIN=target/release/courtesy (built if missing).
+#   COURTESY_BIN=target/release/courtesy (built when stale).
 # With the defaults one run takes about 1.5 minutes (6 steps of 10 s plus 1 s samples, set-up,
 # a 3 s warm-up per instance), plus the build.
 #
@@ -58,6 +58,7 @@ SAMPLE=${SAMPLE:-1}
 REDIS_PORT=${REDIS_PORT:-17300}
 ORIGIN_PORT=${ORIGIN_PORT:-18880}
 COURTESY_PORT=${COURTESY_PORT:-18828}
+COURTESY_BIN_GIVEN=${COURTESY_BIN:+1}
 COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
 HOST=127.0.0.1
 SHARDS=3
@@ -81,7 +82,8 @@ install_missing redis-server nginx wrk curl
 command -v redis-cli >/dev/null || die "redis-cli missing (Debian package redis-tools)"
 CLK_TCK=$(getconf CLK_TCK)
 
-if [[ ! -x $COURTESY_BIN ]]; then
+if [[ -z $COURTESY_BIN_GIVEN ]]; then
+    # Built whenever it is stale: `cargo bench` writes its own build, without LTO, to the same path.
     log "building courtesy (release)"
     (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
 fi

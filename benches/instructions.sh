@@ -34,7 +34,7 @@
 # Usage: BASE_BIN=/path/to/old/courtesy benches/instructions.sh > out.md
 #        benches/instructions.sh > out.md            (one binary: target/release/courtesy)
 #        GUARD=1 benches/instructions.sh             (the CI guard, run by .ci/run)
-# Knobs (environment): COURTESY_BIN=target/release/courtesy (built if missing), BASE_BIN (unset:
+# Knobs (environment): COURTESY_BIN=target/release/courtesy (built when stale), BASE_BIN (unset:
 #   measure COURTESY_BIN only), BARE=0 (1: also the bare hyper proxy; BARE_BIN built if unset),
 #   KINDS=plain ("plain", "https" or both), LOAD_BIN (the https_load client; built if unset),
 #   REQUESTS=5000 (1..100000), CONNS=8 (1..256), WARMUP=20 (1..1000),
@@ -124,10 +124,10 @@ install_missing valgrind nginx curl openssl
 
 if [[ -z $COURTESY_BIN ]]; then
     COURTESY_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/courtesy
-    if [[ ! -x $COURTESY_BIN ]]; then
-        log "building courtesy (release)"
-        (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
-    fi
+    # Built whenever it is stale, not only when missing: `cargo bench` (which scripts/test runs)
+    # writes its own build of courtesy, without LTO, to the same path. A no-op when fresh.
+    log "building courtesy (release)"
+    (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
 fi
 [[ -x $COURTESY_BIN ]] || die "no courtesy binary at '$COURTESY_BIN'"
 [[ -z $BASE_BIN || -x $BASE_BIN ]] || die "no baseline binary at '$BASE_BIN'"

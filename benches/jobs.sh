@@ -12,7 +12,7 @@
 # Usage: bash benches/jobs.sh > out.md      (progress on stderr, the Markdown report on stdout)
 # Knobs: DURATION=8 (seconds per run), REPEATS=3, CONNS=16, NOISE_PCT=10, RETRY_BUDGET=6,
 #   ORIGIN_PORT=18780, NOJOBS_PORT=18728, JOBS_PORT=18738 (admin ports are +1),
-#   COURTESY_BIN=target/release/courtesy (built if missing).
+#   COURTESY_BIN=target/release/courtesy (built when stale).
 # About 2 minutes with the defaults on a quiet 2-core machine.
 # Needs: nginx, wrk, curl (Debian packages; installed with apt-get when missing, as root).
 # Everything it starts lives in one temp dir and is stopped by PID on exit.
@@ -29,6 +29,7 @@ RETRY_BUDGET=${RETRY_BUDGET:-6}
 ORIGIN_PORT=${ORIGIN_PORT:-18780}
 NOJOBS_PORT=${NOJOBS_PORT:-18728}
 JOBS_PORT=${JOBS_PORT:-18738}
+COURTESY_BIN_GIVEN=${COURTESY_BIN:+1}
 COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
 HOST=127.0.0.1
 STATUS_PORT=$ORIGIN_PORT
@@ -40,7 +41,8 @@ need_range 1 256 "CONNS must be 1..256" "$CONNS"
 install_missing nginx wrk curl
 CLK_TCK=$(getconf CLK_TCK)
 
-if [[ ! -x $COURTESY_BIN ]]; then
+if [[ -z $COURTESY_BIN_GIVEN ]]; then
+    # Built whenever it is stale: `cargo bench` writes its own build, without LTO, to the same path.
     log "building courtesy (release)"
     (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
 fi

@@ -38,7 +38,7 @@
 #   RUN_ONLY="" (a space-separated list of cases to measure, e.g. "bare courtesy-warn": every case
 #   enabled above is still started, and the others stay idle; with the *_CASE=0 switches this
 #   splits what the harness costs from what a proxy costs),
-#   COURTESY_BIN=target/release/courtesy (built if missing),
+#   COURTESY_BIN=target/release/courtesy (built when stale),
 #   NOISE_PCT=10, RETRY_BUDGET=10, QUIET_WAIT=120 (a run during which other processes on the
 #   machine used more than NOISE_PCT % of a core is run again, at most twice and at most
 #   RETRY_BUDGET times in all, after waiting for the machine to calm down, at most QUIET_WAIT
@@ -88,6 +88,7 @@ SQUID_PORT=${SQUID_PORT:-18130}
 SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
 NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-18150}
 NGINX_PROXY_LOG_PORT=${NGINX_PROXY_LOG_PORT:-18160}
+COURTESY_BIN_GIVEN=${COURTESY_BIN:+1}
 COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
 HOST=127.0.0.1
 # The origin serves its own stub_status (origin_counts).
@@ -106,9 +107,11 @@ for s in $SIZES; do [[ $s == 1k || $s == 64k ]] || die "SIZES entries must be 1k
 # ---- tools ---------------------------------------------------------------------------------------
 
 install_missing nginx squid wrk curl
-if [[ ! -x $COURTESY_BIN ]]; then
+if [[ -z $COURTESY_BIN_GIVEN ]]; then
+    # Built whenever it is stale, not only when missing: `cargo bench` (which scripts/test runs)
+    # writes its own build of courtesy, without LTO, to the same path. A no-op when fresh.
     log "building courtesy (release)"
-    (cd "$ROOT" && cargo build --release --bin courtesy >&2)
+    (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
 fi
 [[ -x $COURTESY_BIN ]] || die "no courtesy binary at $COURTESY_BIN"
 [[ -z $ALT_BIN || -x $ALT_BIN ]] || die "no courtesy binary at ALT_BIN='$ALT_BIN'"

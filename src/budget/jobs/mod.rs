@@ -210,10 +210,25 @@ impl Caller {
         reserved
     }
 
+    /// [`Caller::reserve`] now; the clock is read only for a job with a quota (most have none,
+    /// and this is on every request's path).
+    pub fn reserve_now(&self) -> Result<QuotaTicket, std::time::Duration> {
+        match self.quota_limits() {
+            Some(_) => self.reserve(std::time::Instant::now()),
+            None => Ok(QuotaTicket::unlimited(&self.state)),
+        }
+    }
+
     /// What is left of the job's quota now, for its `RateLimit` headers; `None` without one.
     pub fn quota_left(&self, now: std::time::Instant) -> Option<QuotaLeft> {
         let (max, per) = self.quota_limits()?;
         Some(quota::left(&self.state, max, per, now))
+    }
+
+    /// [`Caller::quota_left`] now; the clock is read only for a job with a quota.
+    pub fn quota_left_now(&self) -> Option<QuotaLeft> {
+        self.quota_limits()?;
+        self.quota_left(std::time::Instant::now())
     }
 
     fn quota_limits(&self) -> Option<(u64, std::time::Duration)> {

@@ -21,7 +21,7 @@ impl Proxy {
     /// the job is kept among those seen.
     pub(crate) fn reserve_quota(&self, cx: &mut RequestContext<'_>) -> Flow {
         let caller = &cx.asking.caller;
-        match caller.reserve(std::time::Instant::now()) {
+        match caller.reserve_now() {
             Ok(ticket) => cx.ticket = Some(ticket),
             Err(_) if !cx.policy.scope.enforce => {
                 cx.ticket = Some(QuotaTicket::none());
@@ -43,7 +43,7 @@ pub(crate) fn with_quota_headers(
     mut response: Response<ProxyBody>,
     caller: &Caller,
 ) -> Response<ProxyBody> {
-    if let Some(left) = caller.quota_left(std::time::Instant::now()) {
+    if let Some(left) = caller.quota_left_now() {
         let (policy, limit) = left.headers();
         let headers = response.headers_mut();
         for (name, value) in [("ratelimit-policy", policy), ("ratelimit", limit)] {

@@ -46,9 +46,10 @@ impl Proxy {
         if !cx.policy.robots.obey || head.uri.path() == "/robots.txt" {
             return ControlFlow::Continue(());
         }
-        let started = Instant::now();
+        // The clock is read for the trace only (most requests have none).
+        let started = cx.trace().map(|_| Instant::now());
         let robots = self.obey_robots(head, cx).await;
-        if let Some(trace) = cx.trace() {
+        if let (Some(trace), Some(started)) = (cx.trace(), started) {
             trace.robots((started, Instant::now()), robots.is_none());
         }
         if let Some(refused) = robots {
