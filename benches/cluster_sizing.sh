@@ -58,8 +58,7 @@ SAMPLE=${SAMPLE:-1}
 REDIS_PORT=${REDIS_PORT:-17300}
 ORIGIN_PORT=${ORIGIN_PORT:-18880}
 COURTESY_PORT=${COURTESY_PORT:-18828}
-COURTESY_BIN_GIVEN=${COURTESY_BIN:+1}
-COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
+COURTESY_BIN=${COURTESY_BIN:-}
 HOST=127.0.0.1
 SHARDS=3
 read -r -a STEPS <<<"$CONNS"
@@ -82,11 +81,7 @@ install_missing redis-server nginx wrk curl
 command -v redis-cli >/dev/null || die "redis-cli missing (Debian package redis-tools)"
 CLK_TCK=$(getconf CLK_TCK)
 
-if [[ -z $COURTESY_BIN_GIVEN ]]; then
-    # Built whenever it is stale: `cargo bench` writes its own build, without LTO, to the same path.
-    log "building courtesy (release)"
-    (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
-fi
+build_courtesy
 rev=$(tree_rev)
 
 # Up to 256 client connections (one wrk each), as many upstream, plus the cluster's own.

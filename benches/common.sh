@@ -60,6 +60,19 @@ cargo_exe() {
         grep -o '"executable":"[^"]*"' | tail -n 1 | sed 's/^"executable":"//; s/"$//'
 }
 
+# Builds the release courtesy unless COURTESY_BIN names a binary, and sets COURTESY_BIN to it.
+# Built whenever stale, not only when missing: `cargo bench` (which scripts/test runs) writes its
+# own build of courtesy, without LTO, to the same path; a no-op when fresh. Dies unless it is an
+# executable.
+build_courtesy() {
+    if [[ -z ${COURTESY_BIN:-} ]]; then
+        COURTESY_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/courtesy
+        log "building courtesy (release)"
+        (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
+    fi
+    [[ -x $COURTESY_BIN ]] || die "no courtesy binary at '$COURTESY_BIN'"
+}
+
 # Builds the release courtesy and the https_load bench client, unless COURTESY_BIN and LOAD_BIN
 # both name prebuilt ones, and sets each one that was empty to what was built. BUILT_HERE=1 when
 # courtesy was built here (the report says which binary it measured). Dies unless both are

@@ -122,14 +122,7 @@ if [[ -n ${ab_missing:-} ]]; then
 fi
 install_missing valgrind nginx curl openssl
 
-if [[ -z $COURTESY_BIN ]]; then
-    COURTESY_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/courtesy
-    # Built whenever it is stale, not only when missing: `cargo bench` (which scripts/test runs)
-    # writes its own build of courtesy, without LTO, to the same path. A no-op when fresh.
-    log "building courtesy (release)"
-    (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
-fi
-[[ -x $COURTESY_BIN ]] || die "no courtesy binary at '$COURTESY_BIN'"
+build_courtesy
 [[ -z $BASE_BIN || -x $BASE_BIN ]] || die "no baseline binary at '$BASE_BIN'"
 if ((HTTPS)) && [[ -z $LOAD_BIN ]]; then
     log "building the https_load client (release)"

@@ -29,8 +29,7 @@ RETRY_BUDGET=${RETRY_BUDGET:-6}
 ORIGIN_PORT=${ORIGIN_PORT:-18780}
 NOJOBS_PORT=${NOJOBS_PORT:-18728}
 JOBS_PORT=${JOBS_PORT:-18738}
-COURTESY_BIN_GIVEN=${COURTESY_BIN:+1}
-COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
+COURTESY_BIN=${COURTESY_BIN:-}
 HOST=127.0.0.1
 STATUS_PORT=$ORIGIN_PORT
 RETRIES=0
@@ -41,11 +40,7 @@ need_range 1 256 "CONNS must be 1..256" "$CONNS"
 install_missing nginx wrk curl
 CLK_TCK=$(getconf CLK_TCK)
 
-if [[ -z $COURTESY_BIN_GIVEN ]]; then
-    # Built whenever it is stale: `cargo bench` writes its own build, without LTO, to the same path.
-    log "building courtesy (release)"
-    (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
-fi
+build_courtesy
 require_free_ports "$ORIGIN_PORT" "$NOJOBS_PORT" $((NOJOBS_PORT + 1)) "$JOBS_PORT" $((JOBS_PORT + 1))
 setup_tmp courtesy-jobs
 

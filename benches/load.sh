@@ -88,8 +88,7 @@ SQUID_PORT=${SQUID_PORT:-18130}
 SQUID_LOG_PORT=${SQUID_LOG_PORT:-18140}
 NGINX_PROXY_PORT=${NGINX_PROXY_PORT:-18150}
 NGINX_PROXY_LOG_PORT=${NGINX_PROXY_LOG_PORT:-18160}
-COURTESY_BIN_GIVEN=${COURTESY_BIN:+1}
-COURTESY_BIN=${COURTESY_BIN:-$ROOT/target/release/courtesy}
+COURTESY_BIN=${COURTESY_BIN:-}
 HOST=127.0.0.1
 # The origin serves its own stub_status (origin_counts).
 STATUS_PORT=$ORIGIN_PORT
@@ -107,13 +106,7 @@ for s in $SIZES; do [[ $s == 1k || $s == 64k ]] || die "SIZES entries must be 1k
 # ---- tools ---------------------------------------------------------------------------------------
 
 install_missing nginx squid wrk curl
-if [[ -z $COURTESY_BIN_GIVEN ]]; then
-    # Built whenever it is stale, not only when missing: `cargo bench` (which scripts/test runs)
-    # writes its own build of courtesy, without LTO, to the same path. A no-op when fresh.
-    log "building courtesy (release)"
-    (cd "$ROOT" && cargo build --release --bin courtesy >&2) || die "cargo build failed"
-fi
-[[ -x $COURTESY_BIN ]] || die "no courtesy binary at $COURTESY_BIN"
+build_courtesy
 [[ -z $ALT_BIN || -x $ALT_BIN ]] || die "no courtesy binary at ALT_BIN='$ALT_BIN'"
 [[ $BARE_CASE != 1 ]] || build_bare_proxy
 CLK_TCK=$(getconf CLK_TCK)

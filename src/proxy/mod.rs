@@ -28,6 +28,8 @@ mod forward;
 mod refuse;
 pub(crate) mod send;
 
+pub(crate) use connect::upgrade::holds_its_connection;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;

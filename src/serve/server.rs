@@ -32,7 +32,7 @@ use crate::front::gate::{self, Caps, Gate, Slot, Spare};
 use crate::observe::events::Hub;
 use crate::observe::metrics::Metrics;
 use crate::observe::telemetry::Telemetry;
-use crate::proxy::{Proxy, UpstreamSetup};
+use crate::proxy::{holds_its_connection, Proxy, UpstreamSetup};
 use crate::serve::state;
 use crate::serve::tasks::{hangup_signals, Background};
 use crate::serve::unparsable::ParseRefusals;
@@ -257,9 +257,7 @@ impl Parts {
         let service = service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             // A CONNECT tunnel or a WebSocket keeps the connection's place for its life. Only
             // those get it: the first extension of a request allocates its map.
-            if req.method() == hyper::Method::CONNECT
-                || req.headers().contains_key(hyper::header::UPGRADE)
-            {
+            if holds_its_connection(req.method(), req.headers()) {
                 req.extensions_mut().insert(slot.clone());
             }
             // Carried until its response has been sent: not closed to make room meanwhile. Not

@@ -197,29 +197,22 @@ impl Caller {
         self.settings.as_ref().and_then(|s| s.on_cooldown)
     }
 
-    /// Reserves one request of the job's quota, or says how long until the window frees. A job
-    /// without a quota always gets a ticket (that reserves nothing and counts the request served).
-    pub fn reserve(&self, now: std::time::Instant) -> Result<QuotaTicket, std::time::Duration> {
+    /// Reserves one request of the job's quota now, or says how long until the window frees. A
+    /// job without a quota always gets a ticket (that reserves nothing and counts the request
+    /// served), without reading the clock: most jobs have none, and this is on every request's
+    /// path.
+    pub fn reserve_now(&self) -> Result<QuotaTicket, std::time::Duration> {
         let Some((max, per)) = self.quota_limits() else {
             return Ok(QuotaTicket::unlimited(&self.state));
         };
-        let reserved = quota::reserve(&self.state, max, per, now);
+        let reserved = quota::reserve(&self.state, max, per, std::time::Instant::now());
         if reserved.is_err() {
             self.state.refused_quota.fetch_add(1, Ordering::Relaxed);
         }
         reserved
     }
 
-    /// [`Caller::reserve`] now; the clock is read only for a job with a quota (most have none,
-    /// and this is on every request's path).
-    pub fn reserve_now(&self) -> Result<QuotaTicket, std::time::Duration> {
-        match self.quota_limits() {
-            Some(_) => self.reserve(std::time::Instant::now()),
-            None => Ok(QuotaTicket::unlimited(&self.state)),
-        }
-    }
-
-    /// What is left of the job's quota now, for its `RateLimit` headers; `None` without one.
+    /// What is left of the job's quota at `now`, for its `RateLimit` headers; `None` without one.
     pub fn quota_left(&self, now: std::time::Instant) -> Option<QuotaLeft> {
         let (max, per) = self.quota_limits()?;
         Some(quota::left(&self.state, max, per, now))
@@ -227,8 +220,13 @@ impl Caller {
 
     /// [`Caller::quota_left`] now; the clock is read only for a job with a quota.
     pub fn quota_left_now(&self) -> Option<QuotaLeft> {
-        self.quota_limits()?;
-        self.quota_left(std::time::Instant::now())
+        let (max, per) = self.quota_limits()?;
+        Some(quota::left(
+            &self.state,
+            max,
+            per,
+            std::time::Instant::now(),
+        ))
     }
 
     fn quota_limits(&self) -> Option<(u64, std::time::Duration)> {

@@ -144,6 +144,13 @@ fn is_extended_connect(parts: &http::request::Parts) -> bool {
             .is_some_and(|p| p.as_str().eq_ignore_ascii_case("websocket"))
 }
 
+/// Whether a request may hold its client connection's place for a life of its own (a CONNECT
+/// tunnel, a WebSocket): the server gives the connection's [`Slot`] only to these, which
+/// `Proxy::connect` and [`take`] read; for any other request it would only cost an allocation.
+pub(crate) fn holds_its_connection(method: &Method, headers: &HeaderMap) -> bool {
+    method == Method::CONNECT || headers.contains_key(UPGRADE)
+}
+
 /// Takes the client's upgrade out of a request head (before its hop-by-hop headers go): `Some`
 /// for an HTTP/1.1 request that asks to switch protocols on a connection that can, or an
 /// HTTP/2 extended CONNECT, which becomes the `GET` of an HTTP/1.1 handshake here.
@@ -459,6 +466,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_connect_or_an_upgrade_holds_its_connection() {
+        let mut upgrade = HeaderMap::new();
+        upgrade.insert("UPGRADE", HeaderValue::from_static("websocket"));
+        assert!(holds_its_connection(&Method::CONNECT, &HeaderMap::new()));
+        assert!(holds_its_connection(&Method::GET, &upgrade));
+        let mut plain = HeaderMap::new();
+        plain.insert(CONNECTION, HeaderValue::from_static("keep-alive"));
+        assert!(!holds_its_connection(&Method::GET, &plain));
+        assert!(!holds_its_connection(&Method::POST, &HeaderMap::new()));
+    }
 
     #[test]
     fn the_accept_is_rfc_6455s() {
